@@ -1,0 +1,51 @@
+# acpfsm: two commands on a fresh machine, `make demo` and `make test`.
+# Both create .venv and install the pinned dependencies (constraints.txt) themselves.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.acpfsm-installed
+SOURCES := $(shell find statecharts runtime adapters -name '*.py' -o -name 'py.typed' 2>/dev/null)
+
+.PHONY: all install test lint typecheck diagrams diagrams-check pytest demo bench clean
+
+all: test
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Strict editable install (a link tree, so mypy sees acpfsm.*); re-run when a source file is
+# added or changed so the link tree stays complete.
+$(STAMP): $(BIN)/python pyproject.toml constraints.txt $(SOURCES)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+		-e '.[test]' --config-settings editable_mode=strict
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy -p acpfsm.statecharts -p acpfsm.runtime -p acpfsm.adapters
+
+diagrams: $(STAMP)
+	$(BIN)/acpfsm diagrams --out diagrams
+
+diagrams-check: $(STAMP)
+	$(BIN)/acpfsm diagrams --check --out diagrams
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest -q --acpfsm-transition-coverage=100
+
+test: lint typecheck diagrams-check pytest
+
+demo: $(STAMP)
+	$(BIN)/acpfsm demo
+
+bench: $(STAMP)
+	$(BIN)/python -m acpfsm.runtime.bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Adapters: ACP over stdio, agentctl over HTTP/WebSocket, error mapping, the reference agent."""

@@ -1,0 +1,1 @@
+"""ACP (Agent Client Protocol) over stdio."""

@@ -1,0 +1,153 @@
+"""Typed errors raised by acpfsm, rooted at :class:`AcpfsmError`.
+
+Adapters translate every foreign exception (anyio, httpx, msgspec, OS) into one of
+these at the boundary; callers never see a foreign exception type.
+
+    AcpfsmError                      every error this library raises
+    ├── TransportError               the carrier (pipe, WebSocket, HTTP) failed
+    │   ├── StreamNotConnected       no live stream; a request was not (or may not have been) delivered
+    │   ├── TransportClosed          the peer went away (EOF, broken pipe, process exit)
+    │   ├── TransportTimeout         a bounded wait on the carrier expired
+    │   └── AuthenticationFailed     the carrier refused our credentials (agentctl token, instance id)
+    ├── ProtocolError                a message could not be understood
+    │   ├── RemoteProtocolError      the agent/peer sent something invalid (bad JSON, oversize line, unknown id)
+    │   └── LocalProtocolError       we asked for something the protocol does not allow here
+    ├── AgentRequestError            the agent answered a request with a JSON-RPC error object
+    ├── SteerUnsupported             the transport cannot deliver a steer into a running turn
+    └── (runtime errors: see acpfsm.runtime.errors)
+
+Every error may carry ``execution_id`` (filled in by the runtime) so that a caller juggling
+several executions knows which one failed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = [
+    "AcpfsmError",
+    "AgentRequestError",
+    "AuthenticationFailed",
+    "LocalProtocolError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "SteerUnsupported",
+    "StreamNotConnected",
+    "TransportClosed",
+    "TransportError",
+    "TransportTimeout",
+]
+
+
+class AcpfsmError(Exception):
+    """Root of every error acpfsm raises."""
+
+    execution_id: str | None
+
+    def __init__(self, message: str, *, execution_id: str | None = None) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class TransportError(AcpfsmError):
+    """The carrier between us and the agent failed."""
+
+
+class StreamNotConnected(TransportError):
+    """No live stream to the agent (the seed's ``agent stream not connected``).
+
+    ``while_waiting`` is true when the request was written and the stream dropped before
+    the answer arrived: delivery is then ambiguous (lifecycle.md §9 H1)."""
+
+    while_waiting: bool
+
+    def __init__(
+        self,
+        message: str = "agent stream not connected",
+        *,
+        while_waiting: bool = False,
+        execution_id: str | None = None,
+    ) -> None:
+        super().__init__(message, execution_id=execution_id)
+        self.while_waiting = while_waiting
+
+
+class TransportClosed(TransportError):
+    """The peer went away: EOF, broken pipe, process exit (``peer disconnected``)."""
+
+    stderr_tail: str
+
+    def __init__(
+        self, message: str, *, stderr_tail: str = "", execution_id: str | None = None
+    ) -> None:
+        super().__init__(message, execution_id=execution_id)
+        self.stderr_tail = stderr_tail
+
+
+class TransportTimeout(TransportError):
+    """A bounded wait on the carrier expired (``context deadline exceeded``)."""
+
+
+class AuthenticationFailed(TransportError):
+    """The carrier refused our credentials."""
+
+
+class ProtocolError(AcpfsmError):
+    """A message could not be understood or is not allowed."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something invalid: malformed JSON, an oversize line, an unknown id."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We tried something the protocol does not allow in the current state."""
+
+
+class SteerUnsupported(AcpfsmError):
+    """The agent does not queue prompts, so a steer cannot be delivered into a running turn."""
+
+
+class AgentRequestError(AcpfsmError):
+    """The agent answered a JSON-RPC request with an error object.
+
+    ``code``/``error_message``/``data`` are the structured error; ``method`` is the request
+    that failed. ``str()`` is the compact JSON projection agentctl uses on the wire
+    (agentctl-protocol.md §4), optionally behind a ``prefix``."""
+
+    code: int
+    error_message: str
+    data: Any
+    method: str
+
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        data: Any = None,
+        *,
+        method: str = "",
+        prefix: str = "",
+        execution_id: str | None = None,
+    ) -> None:
+        self.code = code
+        self.error_message = message
+        self.data = data
+        self.method = method
+        projection = self.json_projection()
+        super().__init__(f"{prefix}: {projection}" if prefix else projection,
+                         execution_id=execution_id)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.error_message}
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+    def json_projection(self) -> str:
+        return json.dumps(self.as_dict(), separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,265 @@
+"""The agent event vocabulary every transport emits (agentctl-protocol.md §2).
+
+Events are frozen, tagged msgspec Structs (``type`` is the tag, snake_case like agentctl's
+``AgentEvent``). A transport yields them in order on one stream; the runtime routes the few
+lifecycle-relevant ones (``complete``, ``error``, ``foreground_idle`` …) into charts and
+passes high-rate content (``message_chunk``, ``reasoning``) straight to subscribers.
+
+``prompt_generation`` is the generation the event belongs to; 0 is the wildcard/legacy value
+(lifecycle.md §5.2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "AgentCapabilities",
+    "AgentEvent",
+    "AuthRequired",
+    "AvailableCommands",
+    "Complete",
+    "ConfigOption",
+    "ContextWindow",
+    "ErrorEvent",
+    "ForegroundIdle",
+    "MessageChunk",
+    "ModelInfo",
+    "ModeInfo",
+    "PermissionCancelled",
+    "PermissionOption",
+    "PermissionRequest",
+    "Plan",
+    "PlanEntry",
+    "Reasoning",
+    "SessionInfo",
+    "SessionMode",
+    "SessionModels",
+    "SessionStatus",
+    "StreamDisconnected",
+    "ToolCall",
+    "ToolUpdate",
+    "Unknown",
+    "decode_event",
+    "encode_event",
+    "is_turn_content",
+]
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    session_id: str = ""
+    prompt_generation: int = 0
+
+
+class MessageChunk(_Event, tag="message_chunk", frozen=True):
+    text: str = ""
+    role: str = "assistant"
+    protocol_message_id: str = ""
+    content_blocks: list[dict[str, Any]] = []
+
+
+class Reasoning(_Event, tag="reasoning", frozen=True):
+    reasoning_text: str = ""
+    protocol_message_id: str = ""
+
+
+class ToolCall(_Event, tag="tool_call", frozen=True):
+    tool_call_id: str
+    tool_name: str = ""
+    tool_title: str = ""
+    tool_status: str = "in_progress"
+    parent_tool_call_id: str = ""
+    raw_input: Any = None
+    tool_call_contents: list[dict[str, Any]] = []
+
+
+class ToolUpdate(_Event, tag="tool_update", frozen=True):
+    tool_call_id: str
+    tool_status: str = ""
+    tool_title: str = ""
+    raw_output: Any = None
+    tool_call_contents: list[dict[str, Any]] = []
+
+
+class PlanEntry(msgspec.Struct, frozen=True, kw_only=True):
+    description: str
+    status: str = "pending"
+    priority: str = "medium"
+
+
+class Plan(_Event, tag="plan", frozen=True):
+    plan_entries: list[PlanEntry] = []
+
+
+class Complete(_Event, tag="complete", frozen=True):
+    """A turn ended. ``stop_reason`` is the ACP stopReason verbatim."""
+
+    stop_reason: str = "end_turn"
+    usage: dict[str, Any] | None = None
+    data: dict[str, Any] = {}
+
+
+class ErrorEvent(_Event, tag="error", frozen=True):
+    """A turn or process failure; treated like a ``complete`` with is_error (lifecycle.md §5.5)."""
+
+    error: str
+    data: dict[str, Any] = {}
+
+
+class PermissionOption(msgspec.Struct, frozen=True, kw_only=True):
+    option_id: str
+    name: str
+    kind: str
+
+
+class PermissionRequest(_Event, tag="permission_request", frozen=True):
+    request_id: str
+    tool_call_id: str = ""
+    permission_title: str = ""
+    permission_options: list[PermissionOption] = []
+
+
+class PermissionCancelled(_Event, tag="permission_cancelled", frozen=True):
+    request_id: str
+
+
+class SessionStatus(_Event, tag="session_status", frozen=True):
+    session_status: str  # "new" | "resumed"
+
+
+class ContextWindow(_Event, tag="context_window", frozen=True):
+    context_window_size: int = 0
+    context_window_used: int = 0
+
+
+class ForegroundIdle(_Event, tag="foreground_idle", frozen=True):
+    """The provider finished a foreground cycle; ``prompt_handoff`` marks a handoff (§5.6)."""
+
+    prompt_handoff: bool = False
+
+
+class AvailableCommands(_Event, tag="available_commands", frozen=True):
+    available_commands: list[dict[str, Any]] = []
+
+
+class ModeInfo(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str = ""
+    description: str = ""
+
+
+class SessionMode(_Event, tag="session_mode", frozen=True):
+    current_mode_id: str = ""
+    available_modes: list[ModeInfo] = []
+
+
+class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
+    model_id: str
+    name: str = ""
+    description: str = ""
+
+
+class ConfigOption(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str = ""
+    type: str = "select"
+    category: str = ""
+    current_value: str = ""
+    options: list[dict[str, Any]] = []
+
+
+class SessionModels(_Event, tag="session_models", frozen=True):
+    """Model/config catalog. ``data`` carries markers such as ``config_options_source``,
+    ``original_config_settled``, ``config_options_settled``, ``workflow_session_config_failures``."""
+
+    current_model_id: str = ""
+    session_models: list[ModelInfo] = []
+    config_options: list[ConfigOption] = []
+    config_baseline_candidate: list[ConfigOption] | None = None
+    original_config_candidate: list[ConfigOption] | None = None
+    data: dict[str, Any] = {}
+
+
+class SessionInfo(_Event, tag="session_info", frozen=True):
+    session_title: str = ""
+    session_updated_at: str = ""
+
+
+class AgentCapabilities(_Event, tag="agent_capabilities", frozen=True):
+    supports_image: bool = False
+    supports_audio: bool = False
+    supports_embedded_context: bool = False
+    supports_prompt_queueing: bool = False
+    supports_load_session: bool = False
+    auth_methods: list[dict[str, Any]] = []
+
+
+class AuthRequired(_Event, tag="auth_required", frozen=True):
+    error: str = ""
+    auth_methods: list[dict[str, Any]] = []
+
+
+class StreamDisconnected(_Event, tag="stream_disconnected", frozen=True):
+    """The transport lost its stream (pipe EOF, WebSocket drop). Always the last event of a
+    connection; ``error`` is empty for a clean close (lifecycle.md §1.3)."""
+
+    error: str = ""
+
+
+class Unknown(_Event, tag="unknown", frozen=True):
+    """An update kind we do not model; kept whole so nothing is lost."""
+
+    kind: str = ""
+    payload: dict[str, Any] = {}
+
+
+AgentEvent = (
+    MessageChunk
+    | Reasoning
+    | ToolCall
+    | ToolUpdate
+    | Plan
+    | Complete
+    | ErrorEvent
+    | PermissionRequest
+    | PermissionCancelled
+    | SessionStatus
+    | ContextWindow
+    | ForegroundIdle
+    | AvailableCommands
+    | SessionMode
+    | SessionModels
+    | SessionInfo
+    | AgentCapabilities
+    | AuthRequired
+    | StreamDisconnected
+    | Unknown
+)
+
+_TURN_CONTENT = (MessageChunk, Reasoning, ToolCall, ToolUpdate, Plan, PermissionRequest)
+_TERMINAL_TOOL_STATUSES = frozenset(
+    {"complete", "completed", "success", "error", "failed", "cancelled"}
+)
+
+_decoder = msgspec.json.Decoder(AgentEvent)
+_encoder = msgspec.json.Encoder()
+
+
+def decode_event(raw: bytes | str) -> AgentEvent:
+    """Decode one event (raises ``msgspec.DecodeError``; callers map it)."""
+    return _decoder.decode(raw)
+
+
+def encode_event(event: AgentEvent) -> bytes:
+    return _encoder.encode(event)
+
+
+def is_turn_content(event: AgentEvent) -> bool:
+    """Turn-content events mark prompt activity (lifecycle.md §5.9)."""
+    return isinstance(event, _TURN_CONTENT)
+
+
+def is_terminal_tool_update(event: AgentEvent) -> bool:
+    return isinstance(event, ToolUpdate) and event.tool_status in _TERMINAL_TOOL_STATUSES

@@ -1,0 +1,130 @@
+"""The one seam the runtime drives, whatever carries it (stdio pipes now, agentctl next).
+
+A transport is connected to one agent process and at most one ACP session. Requests are
+awaited; the agent's activity arrives on :meth:`AgentTransport.events` as an ordered stream of
+:mod:`acpfsm.adapters.events`. ``prompt`` and ``steer`` are acknowledged at once: the turn's
+end arrives later as a ``Complete``/``ErrorEvent`` stamped with the prompt generation.
+
+Errors are always :class:`acpfsm.adapters.errors.AcpfsmError` subclasses; the runtime turns
+them into chart events through :func:`acpfsm.adapters.classify.classify_error`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+from .events import AgentEvent, ConfigOption, ModeInfo, ModelInfo
+
+__all__ = [
+    "AgentInfo",
+    "AgentTransport",
+    "Attachment",
+    "CancelResult",
+    "InitializeResult",
+    "McpServer",
+    "SessionResult",
+]
+
+
+class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
+    name: str = "unknown"
+    version: str = "unknown"
+
+
+class InitializeResult(msgspec.Struct, frozen=True, kw_only=True):
+    protocol_version: int
+    agent: AgentInfo = AgentInfo()
+    load_session: bool = False
+    prompt_queueing: bool = False
+    supports_image: bool = False
+    supports_audio: bool = False
+    supports_embedded_context: bool = False
+    auth_methods: list[dict[str, Any]] = []
+
+
+class SessionResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What session/new or session/load returned synchronously (the catalog snapshot, R30).
+
+    ``has_model_state`` is false when the response carried no models and no config options
+    (the catalog is then unknown until a ``session_models`` event arrives)."""
+
+    session_id: str
+    current_model_id: str = ""
+    models: list[ModelInfo] = []
+    config_options: list[ConfigOption] = []
+    current_mode_id: str = ""
+    modes: list[ModeInfo] = []
+    has_model_state: bool = False
+
+
+class Attachment(msgspec.Struct, frozen=True, kw_only=True):
+    """A prompt attachment. ``path`` (a local file) or ``data`` (bytes) is the source;
+    ``delivery_mode`` is ``"prompt"`` (inline content block) or ``"path"``."""
+
+    name: str
+    mime_type: str = "application/octet-stream"
+    path: str = ""
+    data: bytes = b""
+    attachment_id: str = ""
+    delivery_mode: str = "prompt"
+    size: int = 0
+
+
+class McpServer(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    command: str
+    args: list[str] = []
+    env: dict[str, str] = {}
+
+
+class CancelResult(msgspec.Struct, frozen=True, kw_only=True):
+    """``acknowledged`` is false when the agent did not end its turn within the transport's
+    bound (agentctl's ``not_acknowledged``); the lifecycle then escalates at once."""
+
+    acknowledged: bool = True
+
+
+@runtime_checkable
+class AgentTransport(Protocol):
+    """Everything the runtime needs from a carrier. Implementations: ``StdioTransport``
+    (acpfsm.adapters.acp) and ``AgentctlTransport`` (acpfsm.adapters.agentctl)."""
+
+    @property
+    def capabilities(self) -> InitializeResult | None: ...
+
+    async def initialize(self) -> InitializeResult: ...
+
+    async def new_session(
+        self, cwd: str, mcp_servers: Sequence[McpServer] = ()
+    ) -> SessionResult: ...
+
+    async def load_session(
+        self, session_id: str, cwd: str, mcp_servers: Sequence[McpServer] = ()
+    ) -> SessionResult: ...
+
+    async def prompt(
+        self, text: str, attachments: Sequence[Attachment], generation: int
+    ) -> None: ...
+
+    async def steer(
+        self, text: str, attachments: Sequence[Attachment], generation: int
+    ) -> None: ...
+
+    async def cancel(self) -> CancelResult: ...
+
+    async def set_model(self, model_id: str) -> None: ...
+
+    async def set_mode(self, mode_id: str) -> None: ...
+
+    async def set_config_option(self, config_id: str, value: str) -> None: ...
+
+    async def materialize_attachment(self, attachment: Attachment) -> Attachment: ...
+
+    def is_connected(self) -> bool: ...
+
+    def events(self) -> AsyncIterator[AgentEvent]: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,1 @@
+"""The anyio runtime that drives the charts, and the Runtime facade."""

@@ -1,0 +1,1 @@
+"""pytest support for acpfsm (plugins, fixtures)."""
