@@ -1,0 +1,66 @@
+"""Test-suite wiring.
+
+Async tests run under pytest-trio (``trio_mode = true``). A test or module marked
+``both_backends`` runs twice: once under pytest-trio (virtual clock available through
+``autojump_clock``) and once under asyncio through ``anyio.run``. The asyncio run takes no
+async fixtures (pytest-trio's fixtures are trio-only), so such tests open their resources
+inside the test body. Timeouts that the trio run skips with the virtual clock are shrunk on
+asyncio through the ``time_scale`` fixture, so nothing sleeps for real for seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import anyio
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "both_backends: run the async test under trio and again under asyncio"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("both_backends") is None:
+        return
+    if "backend" not in metafunc.fixturenames:
+        metafunc.fixturenames.append("backend")
+    metafunc.parametrize("backend", ["trio", "asyncio"], indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """The async backend this test runs on (``trio`` unless parametrized)."""
+    return str(getattr(request, "param", "trio"))
+
+
+@pytest.fixture
+def time_scale(backend: str) -> float:
+    """Multiply lifecycle timeouts by this: 1 under trio (virtual clock), tiny under asyncio."""
+    return 1.0 if backend == "trio" else 0.002
+
+
+def _is_asyncio_item(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("backend") == "asyncio"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _is_asyncio_item(item):
+            item.own_markers = [m for m in item.own_markers if m.name != "trio"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    if not _is_asyncio_item(pyfuncitem) or not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    names = pyfuncitem._fixtureinfo.argnames
+    kwargs: dict[str, Any] = {name: pyfuncitem.funcargs[name] for name in names}
+    anyio.run(functools.partial(pyfuncitem.obj, **kwargs), backend="asyncio")
+    return True
