@@ -140,8 +140,9 @@ class AgentRequestError(AcpfsmError):
         self.data = data
         self.method = method
         projection = self.json_projection()
-        super().__init__(f"{prefix}: {projection}" if prefix else projection,
-                         execution_id=execution_id)
+        super().__init__(
+            f"{prefix}: {projection}" if prefix else projection, execution_id=execution_id
+        )
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"code": self.code, "message": self.error_message}

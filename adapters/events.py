@@ -26,8 +26,8 @@ __all__ = [
     "ErrorEvent",
     "ForegroundIdle",
     "MessageChunk",
-    "ModelInfo",
     "ModeInfo",
+    "ModelInfo",
     "PermissionCancelled",
     "PermissionOption",
     "PermissionRequest",
@@ -44,6 +44,7 @@ __all__ = [
     "Unknown",
     "decode_event",
     "encode_event",
+    "is_terminal_tool_update",
     "is_turn_content",
 ]
 
