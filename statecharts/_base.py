@@ -102,7 +102,7 @@ class _Reporter:
             observer(record)
 
 
-class Chart(StateChart):  # type: ignore[misc]
+class Chart(StateChart[Any]):
     """Base of the five lifecycle charts (sync engine, loud on illegal events)."""
 
     allow_event_without_transition = False
