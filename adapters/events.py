@@ -204,9 +204,12 @@ class AuthRequired(_Event, tag="auth_required", frozen=True):
 
 class StreamDisconnected(_Event, tag="stream_disconnected", frozen=True):
     """The transport lost its stream (pipe EOF, WebSocket drop). Always the last event of a
-    connection; ``error`` is empty for a clean close (lifecycle.md §1.3)."""
+    connection; ``error`` is empty for a clean close (lifecycle.md §1.3). A stdio transport
+    whose agent process has exited fills ``exit_code`` and the last lines of stderr."""
 
     error: str = ""
+    exit_code: int | None = None
+    stderr_tail: str = ""
 
 
 class Unknown(_Event, tag="unknown", frozen=True):

@@ -11,6 +11,7 @@ The five charts (each module opens with its theory of operation):
 
 from ._base import Chart as Chart
 from ._base import IllegalTransition as IllegalTransition
+from ._base import TransitionObserver as TransitionObserver
 from ._base import TransitionRecord as TransitionRecord
 from ._base import add_transition_observer as add_transition_observer
 from ._base import declared_transitions as declared_transitions
@@ -45,6 +46,7 @@ __all__ = [
     "PromptGeneration",
     "SessionInit",
     "StartModelPolicy",
+    "TransitionObserver",
     "TransitionRecord",
     "add_transition_observer",
     "declared_transitions",

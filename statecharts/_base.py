@@ -16,9 +16,10 @@ Two engine defaults are flipped on purpose (acp-and-agents.md §1.1):
 * ``catch_errors_as_events = False``: an exception in a callback propagates instead of becoming a
   silent ``error.execution`` event.
 
-Observation: every instance reports each fired transition to the process-wide observers registered
-with :func:`add_transition_observer` (the runtime's trace and the test suite's transition-coverage
-recorder). Observers are plain callables; they must not block.
+Observation: every instance reports each fired transition to its own ``observers`` (the runtime's
+trace of one execution) and to the process-wide observers registered with
+:func:`add_transition_observer` (the test suite's transition-coverage recorder). Observers are
+plain callables; they must not block.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from statemachine.exceptions import TransitionNotAllowed
 __all__ = [
     "Chart",
     "IllegalTransition",
+    "TransitionObserver",
     "TransitionRecord",
     "add_transition_observer",
     "declared_transitions",
@@ -98,6 +100,8 @@ class _Reporter:
             tags=chart.tags,
         )
         chart.history.append(record)
+        for observer in chart.observers:
+            observer(record)
         for observer in tuple(_observers):
             observer(record)
 
@@ -110,8 +114,15 @@ class Chart(StateChart[Any]):
 
     chart_name: ClassVar[str] = "chart"
 
-    def __init__(self, *, tags: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        tags: dict[str, Any] | None = None,
+        observers: tuple[TransitionObserver, ...] = (),
+        **kwargs: Any,
+    ) -> None:
         self.tags: dict[str, Any] = dict(tags or {})
+        self.observers = observers
         self.history: list[TransitionRecord] = []
         super().__init__(listeners=[_Reporter(self)], **kwargs)
 

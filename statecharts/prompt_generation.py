@@ -53,7 +53,7 @@ from typing import Any, ClassVar
 
 from statemachine import State
 
-from ._base import Chart
+from ._base import Chart, TransitionObserver
 
 __all__ = ["TERMINAL_STATES", "PromptGeneration"]
 
@@ -184,12 +184,13 @@ class PromptGeneration(Chart):
         startup_generation: int = 0,
         dispatch_only: bool = False,
         tags: dict[str, Any] | None = None,
+        observers: tuple[TransitionObserver, ...] = (),
     ) -> None:
         self.generation = generation
         self.startup_generation = startup_generation
         self.is_dispatch_only = dispatch_only
         merged = {"generation": generation, **(tags or {})}
-        super().__init__(tags=merged)
+        super().__init__(tags=merged, observers=observers)
 
     # --- guards: pure functions of event data and the chart's constant data -------------
 

@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 
 from statemachine import State
 
-from ._base import Chart
+from ._base import Chart, TransitionObserver
 
 __all__ = ["ModelSelectionDecision", "StartModelPolicy"]
 
@@ -121,6 +121,7 @@ class StartModelPolicy(Chart):
         fallback_model: str = "",
         auto_fallback: bool = False,
         tags: dict[str, Any] | None = None,
+        observers: tuple[TransitionObserver, ...] = (),
     ) -> None:
         self.requested_model = model
         self.fallback_model = fallback_model
@@ -128,7 +129,7 @@ class StartModelPolicy(Chart):
         self.advertised: tuple[str, ...] = ()
         self.current_model = ""
         self.error = ""
-        super().__init__(tags=tags)
+        super().__init__(tags=tags, observers=observers)
 
     # --- actions: record event data (no I/O) ---------------------------------------------
 
