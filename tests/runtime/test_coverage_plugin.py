@@ -1,0 +1,200 @@
+"""The transition-coverage pytest plugin, exercised through inner pytest sessions."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from statemachine import State
+
+from acpfsm.runtime.testing.coverage_plugin import compute_coverage
+from acpfsm.statecharts import _base
+from acpfsm.statecharts._base import Chart
+
+pytest_plugins = ["pytester"]
+
+TOY_CHARTS = textwrap.dedent(
+    """
+    from statemachine import State
+    from acpfsm.statecharts._base import Chart
+
+    class Lamp(Chart):
+        chart_name = "toy_lamp"
+        off = State(initial=True)
+        on = State()
+        broken = State(final=True)
+        switched_on = off.to(on)
+        switched_off = on.to(off)
+        burnt_out = on.to(broken)
+        flickered = on.to.itself(internal=True)
+
+    class Empty(Chart):
+        chart_name = "toy_empty"
+        only = State(initial=True, final=True)
+
+    CHARTS = (Lamp, Empty)
+    """
+)
+
+# Fires off->on, on->on (flickered) and on->off: 3 of Lamp's 4 transitions.
+TOY_TESTS = textwrap.dedent(
+    """
+    from toycharts import Lamp
+
+    def test_switch_on_and_flicker():
+        lamp = Lamp()
+        lamp.fire("switched_on")
+        lamp.fire("flickered")
+
+    def test_switch_on_and_off():
+        lamp = Lamp()
+        lamp.fire("switched_on")
+        lamp.fire("switched_off")
+    """
+)
+
+TOY_ALL = TOY_TESTS + textwrap.dedent(
+    """
+    def test_burn_out():
+        lamp = Lamp()
+        lamp.fire("switched_on")
+        lamp.fire("burnt_out")
+    """
+)
+
+CHARTS_OPTION = ("-o", "acpfsm_transition_charts=toycharts:CHARTS", "-p", "no:cacheprovider")
+
+
+@pytest.fixture
+def toy(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(toycharts=TOY_CHARTS)
+    pytester.syspathinsert()
+    return pytester
+
+
+def test_below_threshold_fails_and_lists_never_exercised(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_lamp=TOY_TESTS)
+    result = toy.runpytest(*CHARTS_OPTION, "--acpfsm-transition-coverage=100")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.re_match_lines([r"=+ acpfsm transition coverage =+"])
+    result.stdout.fnmatch_lines(
+        [
+            "toy_lamp: 3/4 transitions (75.0%)",
+            "  never exercised:",
+            "    on --burnt_out--> broken",
+            "toy_empty: 0/0 transitions (100.0%)",
+            "TOTAL: 3/4 transitions (75.0%)",
+            "FAIL: transition coverage 75.0% is below the required 100%",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*--switched_on-->*")
+
+
+def test_at_threshold_passes(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_lamp=TOY_TESTS)
+    result = toy.runpytest(*CHARTS_OPTION, "--acpfsm-transition-coverage=75")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["TOTAL: 3/4 transitions (75.0%)"])
+    result.stdout.no_fnmatch_line("FAIL:*")
+
+
+def test_full_coverage_passes_at_100(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_lamp=TOY_ALL)
+    result = toy.runpytest(*CHARTS_OPTION, "--acpfsm-transition-coverage=100")
+    result.assert_outcomes(passed=3)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["toy_lamp: 4/4 transitions (100.0%)", "TOTAL: 4/4*"])
+    result.stdout.no_fnmatch_line("*never exercised*")
+
+
+def test_without_the_option_the_report_is_informational(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_lamp=TOY_TESTS)
+    result = toy.runpytest(*CHARTS_OPTION)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["toy_lamp: 3/4 transitions (75.0%)", "TOTAL: 3/4*"])
+    result.stdout.no_fnmatch_line("*never exercised*")
+    result.stdout.no_fnmatch_line("FAIL:*")
+
+    verbose = toy.runpytest(*CHARTS_OPTION, "-v")
+    assert verbose.ret == pytest.ExitCode.OK
+    verbose.stdout.fnmatch_lines(["  never exercised:", "    on --burnt_out--> broken"])
+
+
+def test_a_failing_test_still_fails_the_session(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_lamp=TOY_ALL + "\ndef test_broken():\n    assert False\n")
+    result = toy.runpytest(*CHARTS_OPTION, "--acpfsm-transition-coverage=100")
+    result.assert_outcomes(passed=3, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.no_fnmatch_line("FAIL: transition coverage*")
+
+
+def test_default_charts_are_all_charts(pytester: pytest.Pytester) -> None:
+    from acpfsm import statecharts
+
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+    charts = getattr(statecharts, "ALL_CHARTS", ())
+    result.stdout.fnmatch_lines(
+        [*(f"{c.chart_name}: 0/*" for c in charts if _base.declared_transitions(c)), "TOTAL: 0/*"]
+    )
+
+
+def test_the_observer_is_removed_when_the_session_ends(toy: pytest.Pytester) -> None:
+    before = list(_base._observers)
+    toy.makepyfile(test_lamp=TOY_TESTS)
+    toy.runpytest(*CHARTS_OPTION)
+    assert _base._observers == before
+
+
+def test_bad_chart_spec_is_a_usage_error(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_lamp=TOY_TESTS)
+    result = toy.runpytest("-o", "acpfsm_transition_charts=toycharts")
+    assert result.ret != pytest.ExitCode.OK
+    result.stderr.fnmatch_lines(["*expected module:attribute*"])
+
+
+class Gate(Chart):
+    chart_name = "toy_gate"
+
+    closed = State(initial=True)
+
+    class open(State.Compound):
+        opening = State(initial=True)
+        opened = State(final=True)
+        moved = opening.to(opened)
+
+    shut = State(final=True)
+    pushed = closed.to(open)
+    done_state_open = open.to(shut)
+
+
+def test_compute_coverage_folds_the_done_state_alias() -> None:
+    gate = Gate()
+    fired: list[tuple[str, str, str, str]] = []
+
+    def observe(record: _base.TransitionRecord) -> None:
+        fired.append((record.chart, record.source, record.event, record.target))
+
+    _base.add_transition_observer(observe)
+    try:
+        gate.fire("pushed")
+        gate.fire("moved")  # entering the final child fires done.state.open
+    finally:
+        _base.remove_transition_observer(observe)
+    assert ("toy_gate", "open", "done.state.open", "shut") in fired
+
+    report = compute_coverage([Gate], fired)
+    assert report.covered == report.declared == 3
+    assert report.percent == 100.0
+    assert not report.below(100)
+
+    partial = compute_coverage([Gate], fired[:1])
+    assert partial.charts[0].missed == (
+        ("open", "done_state_open", "shut"),
+        ("opening", "moved", "opened"),
+    )
+    assert partial.below(100)
+    assert not partial.below(33.3)
+    assert partial.below(33.4)
