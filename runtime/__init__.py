@@ -1,1 +1,75 @@
-"""The anyio runtime that drives the charts, and the Runtime facade."""
+"""The anyio runtime that drives the charts, and the :class:`Runtime` facade."""
+
+from . import events as events
+from .errors import AcpfsmError as AcpfsmError
+from .errors import AgentReportedError as AgentReportedError
+from .errors import AttachmentError as AttachmentError
+from .errors import CancelEscalated as CancelEscalated
+from .errors import CancelEscalatedAgentError as CancelEscalatedAgentError
+from .errors import CancelFailed as CancelFailed
+from .errors import ExecutionAlreadyExists as ExecutionAlreadyExists
+from .errors import ExecutionNotFound as ExecutionNotFound
+from .errors import NotReadyForPrompts as NotReadyForPrompts
+from .errors import PendingDispatchedPromptTimeout as PendingDispatchedPromptTimeout
+from .errors import ProfileNotFound as ProfileNotFound
+from .errors import PromptDispatchError as PromptDispatchError
+from .errors import PromptError as PromptError
+from .errors import SessionInitError as SessionInitError
+from .errors import SteerAttachmentMaterializationError as SteerAttachmentMaterializationError
+from .errors import SteerDispatchTimeout as SteerDispatchTimeout
+from .errors import SteerNotDispatched as SteerNotDispatched
+from .errors import Unsupported as Unsupported
+from .hub import SubscriberOverflow as SubscriberOverflow
+from .runtime import BUILTIN_PROFILES as BUILTIN_PROFILES
+from .runtime import Executor as Executor
+from .runtime import Runtime as Runtime
+from .runtime import StdioExecutor as StdioExecutor
+from .runtime import reference_profile as reference_profile
+from .trace import Trace as Trace
+from .trace import TraceRecord as TraceRecord
+from .types import AgentProfile as AgentProfile
+from .types import Attachment as Attachment
+from .types import Execution as Execution
+from .types import ExecutionRef as ExecutionRef
+from .types import LaunchSpec as LaunchSpec
+from .types import PromptResult as PromptResult
+from .types import Timeouts as Timeouts
+from .types import WorkspaceRef as WorkspaceRef
+
+__all__ = [
+    "BUILTIN_PROFILES",
+    "AcpfsmError",
+    "AgentProfile",
+    "AgentReportedError",
+    "Attachment",
+    "AttachmentError",
+    "CancelEscalated",
+    "CancelEscalatedAgentError",
+    "CancelFailed",
+    "Execution",
+    "ExecutionAlreadyExists",
+    "ExecutionNotFound",
+    "ExecutionRef",
+    "Executor",
+    "LaunchSpec",
+    "NotReadyForPrompts",
+    "PendingDispatchedPromptTimeout",
+    "ProfileNotFound",
+    "PromptDispatchError",
+    "PromptError",
+    "PromptResult",
+    "Runtime",
+    "SessionInitError",
+    "StdioExecutor",
+    "SteerAttachmentMaterializationError",
+    "SteerDispatchTimeout",
+    "SteerNotDispatched",
+    "SubscriberOverflow",
+    "Timeouts",
+    "Trace",
+    "TraceRecord",
+    "Unsupported",
+    "WorkspaceRef",
+    "events",
+    "reference_profile",
+]

@@ -1,0 +1,237 @@
+"""An in-memory :class:`~acpfsm.adapters.transport.AgentTransport` for tests (style.md #10).
+
+:class:`MemoryTransport` plays a scriptable agent without any process: every request is
+recorded in :attr:`MemoryTransport.calls`; a test shapes behaviour with :attr:`handlers`
+(``method → callable`` that may raise, return a value, or be async and block) and pushes agent
+activity with :meth:`emit`, :meth:`complete`, :meth:`fail` and :meth:`disconnect`. By default
+each prompt is acknowledged and left running until the test completes it
+(``auto_complete=False``); with ``auto_complete=True`` it streams ``reply`` and ends with
+``end_turn`` right away.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from .errors import SteerUnsupported, StreamNotConnected
+from .events import (
+    AgentEvent,
+    Complete,
+    ConfigOption,
+    ErrorEvent,
+    MessageChunk,
+    ModelInfo,
+    SessionModels,
+    StreamDisconnected,
+)
+from .transport import (
+    AgentInfo,
+    Attachment,
+    CancelResult,
+    InitializeResult,
+    McpServer,
+    SessionResult,
+)
+
+__all__ = ["MemoryTransport"]
+
+Handler = Callable[..., Any]
+
+DEFAULT_MODELS = (
+    ModelInfo(model_id="fast", name="Fast"),
+    ModelInfo(model_id="smart", name="Smart"),
+)
+
+
+class MemoryTransport:
+    """A scriptable in-process agent (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        load_session: bool = True,
+        prompt_queueing: bool = True,
+        models: Sequence[ModelInfo] = DEFAULT_MODELS,
+        current_model: str = "fast",
+        config_options: Sequence[ConfigOption] = (),
+        auto_complete: bool = False,
+        reply: Sequence[str] = ("Hello", " world"),
+        cancel_completes: bool = True,
+    ) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.handlers: dict[str, Handler] = {}
+        self.auto_complete = auto_complete
+        self.reply = tuple(reply)
+        self.cancel_completes = cancel_completes
+        self._caps = InitializeResult(
+            protocol_version=1,
+            agent=AgentInfo(name="memory-agent", version="1"),
+            load_session=load_session,
+            prompt_queueing=prompt_queueing,
+        )
+        self.models = list(models)
+        self.current_model = current_model
+        self.config_options = list(config_options)
+        self.session_id = ""
+        self.connected = True
+        self.running: list[int] = []  # generations whose turn is running
+        self._initialized: InitializeResult | None = None
+        self._send: MemoryObjectSendStream[AgentEvent]
+        self._recv: MemoryObjectReceiveStream[AgentEvent]
+        self._send, self._recv = anyio.create_memory_object_stream[AgentEvent](10_000)
+        self._counter = 0
+
+    # --- test controls -----------------------------------------------------------------
+
+    def emit(self, event: AgentEvent) -> None:
+        if not self.connected:
+            raise RuntimeError("MemoryTransport is disconnected")
+        self._send.send_nowait(event)
+
+    def complete(self, generation: int, stop_reason: str = "end_turn") -> None:
+        if generation in self.running:
+            self.running.remove(generation)
+        self.emit(Complete(prompt_generation=generation, stop_reason=stop_reason))
+
+    def fail(self, generation: int, error: str) -> None:
+        if generation in self.running:
+            self.running.remove(generation)
+        self.emit(ErrorEvent(prompt_generation=generation, error=error))
+
+    def disconnect(self, error: str = "peer disconnected", *, exit_code: int | None = None) -> None:
+        """The agent went away: the stream ends with ``StreamDisconnected``."""
+        if not self.connected:
+            return
+        self._send.send_nowait(StreamDisconnected(error=error, exit_code=exit_code))
+        self.connected = False
+        self._send.close()
+
+    # --- plumbing ----------------------------------------------------------------------
+
+    async def _call(self, method: str, args: Any, default: Callable[[], Any]) -> Any:
+        self.calls.append((method, args))
+        if not self.connected:
+            raise StreamNotConnected()
+        handler = self.handlers.get(method)
+        if handler is None:
+            return default()
+        result = handler(*args) if isinstance(args, tuple) else handler(args)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    # --- AgentTransport --------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> InitializeResult | None:
+        return self._initialized
+
+    async def initialize(self) -> InitializeResult:
+        result: InitializeResult = await self._call("initialize", (), lambda: self._caps)
+        self._initialized = result
+        return result
+
+    def _session_result(self, session_id: str) -> SessionResult:
+        return SessionResult(
+            session_id=session_id,
+            current_model_id=self.current_model,
+            models=list(self.models),
+            config_options=list(self.config_options),
+            has_model_state=bool(self.models or self.config_options),
+        )
+
+    async def new_session(self, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> SessionResult:
+        def default() -> SessionResult:
+            self._counter += 1
+            self.session_id = f"mem-session-{self._counter}"
+            return self._session_result(self.session_id)
+
+        result: SessionResult = await self._call("session/new", (cwd,), default)
+        return result
+
+    async def load_session(
+        self, session_id: str, cwd: str, mcp_servers: Sequence[McpServer] = ()
+    ) -> SessionResult:
+        def default() -> SessionResult:
+            self.session_id = session_id
+            return self._session_result(session_id)
+
+        result: SessionResult = await self._call("session/load", (session_id, cwd), default)
+        return result
+
+    async def prompt(self, text: str, attachments: Sequence[Attachment], generation: int) -> None:
+        def default() -> None:
+            self.running.append(generation)
+            if self.auto_complete:
+                for chunk in self.reply:
+                    self.emit(MessageChunk(text=chunk, prompt_generation=generation))
+                self.complete(generation)
+
+        await self._call("prompt", (text, tuple(attachments), generation), default)
+
+    async def steer(self, text: str, attachments: Sequence[Attachment], generation: int) -> None:
+        def default() -> None:
+            if not self._caps.prompt_queueing:
+                raise SteerUnsupported("agent does not queue prompts")
+
+        await self._call("steer", (text, tuple(attachments), generation), default)
+
+    async def cancel(self) -> CancelResult:
+        def default() -> CancelResult:
+            if self.cancel_completes:
+                for generation in list(self.running):
+                    self.complete(generation, "cancelled")
+            return CancelResult(acknowledged=True)
+
+        result: CancelResult = await self._call("cancel", (), default)
+        return result
+
+    async def set_model(self, model_id: str) -> None:
+        def default() -> None:
+            self.current_model = model_id
+
+        await self._call("set_model", (model_id,), default)
+
+    async def set_mode(self, mode_id: str) -> None:
+        await self._call("set_mode", (mode_id,), lambda: None)
+
+    async def set_config_option(self, config_id: str, value: str) -> None:
+        def default() -> None:
+            self.emit(
+                SessionModels(
+                    current_model_id=self.current_model,
+                    session_models=list(self.models),
+                    config_options=list(self.config_options),
+                    data={
+                        "config_options_source": "provider_response",
+                        "config_options_config_id": config_id,
+                    },
+                )
+            )
+
+        await self._call("set_config_option", (config_id, value), default)
+
+    async def materialize_attachment(self, attachment: Attachment) -> Attachment:
+        result: Attachment = await self._call("materialize", (attachment,), lambda: attachment)
+        return result
+
+    def is_connected(self) -> bool:
+        return self.connected
+
+    async def events(self) -> AsyncIterator[AgentEvent]:
+        try:
+            async for event in self._recv:
+                yield event
+        except anyio.ClosedResourceError:
+            return
+
+    async def aclose(self) -> None:
+        self.calls.append(("aclose", ()))
+        self.connected = False
+        self._send.close()
+        self._recv.close()

@@ -1,0 +1,196 @@
+"""Errors of the runtime, rooted (with the adapters' errors) at :class:`AcpfsmError`.
+
+    AcpfsmError
+    ├── (adapters: TransportError, ProtocolError, AgentRequestError, SteerUnsupported …)
+    ├── ExecutionNotFound            no execution with that id (runtime: execution not found)
+    ├── ExecutionAlreadyExists       a second execution for one task session (R31)
+    ├── ProfileNotFound              no agent profile / executor with that id
+    ├── Unsupported                  the operation is not supported (runtime: operation not supported)
+    ├── SessionInitError             failed to initialize ACP (the launch failed)
+    ├── NotReadyForPrompts           status is not RUNNING or READY
+    ├── PromptError                  a prompt could not be delivered or did not complete
+    │   ├── PromptDispatchError      the trigger failed (failed to trigger prompt: …)
+    │   ├── AttachmentError          an attachment could not be materialized
+    │   │   └── SteerAttachmentMaterializationError
+    │   ├── PendingDispatchedPromptTimeout   the dispatch-only barrier timed out (10 s, seed D8)
+    │   ├── SteerNotDispatched       no live turn to steer into (seed D6)
+    │   ├── SteerDispatchTimeout     the steer ack did not arrive within 5 s
+    │   ├── AgentReportedError       the agent ended the turn with an error (agent error: …)
+    │   │   └── CancelEscalatedAgentError  … because a cancel was escalated (also CancelEscalated)
+    │   └── CancelEscalated          a cancel was escalated (cancel escalated: …)
+    └── CancelFailed                 the cancel request itself failed
+
+The seed's sentinels map to types: ``ErrPendingDispatchedPromptTimeout`` →
+:class:`PendingDispatchedPromptTimeout`, ``ErrCancelEscalated`` → :class:`CancelEscalated`,
+``ErrAgentReported`` → :class:`AgentReportedError`, the "not ready for prompts" error →
+:class:`NotReadyForPrompts`. Every error carries ``execution_id``.
+"""
+
+from __future__ import annotations
+
+from acpfsm.adapters.errors import (
+    AcpfsmError,
+    AgentRequestError,
+    AuthenticationFailed,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    SteerUnsupported,
+    StreamNotConnected,
+    TransportClosed,
+    TransportError,
+    TransportTimeout,
+)
+
+__all__ = [
+    "AcpfsmError",
+    "AgentReportedError",
+    "AgentRequestError",
+    "AttachmentError",
+    "AuthenticationFailed",
+    "CancelEscalated",
+    "CancelEscalatedAgentError",
+    "CancelFailed",
+    "ExecutionAlreadyExists",
+    "ExecutionNotFound",
+    "LocalProtocolError",
+    "NotReadyForPrompts",
+    "PendingDispatchedPromptTimeout",
+    "ProfileNotFound",
+    "PromptDispatchError",
+    "PromptError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "SessionInitError",
+    "SteerAttachmentMaterializationError",
+    "SteerDispatchTimeout",
+    "SteerNotDispatched",
+    "SteerUnsupported",
+    "StreamNotConnected",
+    "TransportClosed",
+    "TransportError",
+    "TransportTimeout",
+    "Unsupported",
+]
+
+CANCEL_ESCALATED_MESSAGE = "cancel escalated: agent did not acknowledge within timeout"
+CANCEL_ESCALATED_SIGNAL = "cancel escalated: agent did not complete turn within timeout"
+
+
+class ExecutionNotFound(AcpfsmError):
+    def __init__(self, execution_id: str) -> None:
+        super().__init__(
+            f'runtime: execution not found: execution "{execution_id}"',
+            execution_id=execution_id,
+        )
+
+
+class ExecutionAlreadyExists(AcpfsmError):
+    """A task session already has an execution (R31)."""
+
+
+class ProfileNotFound(AcpfsmError):
+    """No agent profile or executor with that id."""
+
+
+class Unsupported(AcpfsmError):
+    def __init__(self, what: str, *, execution_id: str | None = None) -> None:
+        super().__init__(f"runtime: operation not supported: {what}", execution_id=execution_id)
+
+
+class SessionInitError(AcpfsmError):
+    """The ACP session could not be initialized (``failed to initialize ACP: …``)."""
+
+
+class NotReadyForPrompts(AcpfsmError):
+    status: str
+
+    def __init__(self, execution_id: str, status: str) -> None:
+        super().__init__(
+            f'execution "{execution_id}" is not ready for prompts (status: {status})',
+            execution_id=execution_id,
+        )
+        self.status = status
+
+
+class PromptError(AcpfsmError):
+    """A prompt could not be delivered or did not complete. ``generation`` is the prompt
+    generation it concerned (0 before one was admitted)."""
+
+    generation: int
+
+    def __init__(self, message: str, *, execution_id: str | None = None, generation: int = 0):
+        super().__init__(message, execution_id=execution_id)
+        self.generation = generation
+
+
+class PromptDispatchError(PromptError):
+    """``failed to trigger prompt: …``; the generation ends ``undelivered``."""
+
+
+class AttachmentError(PromptError):
+    """An attachment could not be materialized."""
+
+
+class SteerAttachmentMaterializationError(AttachmentError):
+    """``steer attachment materialization failed: …`` (seed D7)."""
+
+
+class PendingDispatchedPromptTimeout(PromptError):
+    """The dispatch-only barrier did not open within its bound; the gate stays set (seed D8)."""
+
+    timeout: float
+
+    def __init__(self, execution_id: str, timeout: float) -> None:
+        super().__init__(
+            f'pending dispatched prompt completion timed out for execution "{execution_id}" '
+            f"after {timeout:g}s",
+            execution_id=execution_id,
+        )
+        self.timeout = timeout
+
+
+class SteerNotDispatched(PromptError):
+    """``steer was not dispatched``: no live turn; run ordinary admission instead (seed D6)."""
+
+    def __init__(self, reason: str = "", *, execution_id: str | None = None) -> None:
+        message = "steer was not dispatched" + (f": {reason}" if reason else "")
+        super().__init__(message, execution_id=execution_id)
+
+
+class SteerDispatchTimeout(PromptError):
+    """The steer ack did not arrive within the steer dispatch bound (5 s, R4)."""
+
+
+class CancelEscalated(PromptError):
+    """``cancel escalated: agent did not acknowledge within timeout``."""
+
+
+class AgentReportedError(PromptError):
+    """``agent error: <message>``: the agent ended the turn with an error."""
+
+    agent_message: str
+
+    def __init__(
+        self, agent_message: str, *, execution_id: str | None = None, generation: int = 0
+    ) -> None:
+        super().__init__(
+            f"agent error: {agent_message}", execution_id=execution_id, generation=generation
+        )
+        self.agent_message = agent_message
+
+
+class CancelEscalatedAgentError(AgentReportedError, CancelEscalated):
+    """The turn was released by a cancel escalation: both AgentReported and CancelEscalated."""
+
+    def __init__(
+        self, agent_message: str, *, execution_id: str | None = None, generation: int = 0
+    ) -> None:
+        AgentReportedError.__init__(
+            self, agent_message, execution_id=execution_id, generation=generation
+        )
+        self.args = (f"agent error: {agent_message}: {CANCEL_ESCALATED_MESSAGE}",)
+
+
+class CancelFailed(AcpfsmError):
+    """``failed to cancel agent: …``."""

@@ -1,0 +1,163 @@
+"""Lifecycle events the runtime publishes beside the agent's own events.
+
+A subscriber of one execution receives, in order, the agent events of
+:mod:`acpfsm.adapters.events` (``message_chunk``, ``tool_call``, ``complete`` …) interleaved with
+these lifecycle events (kandev's ``agent.*`` bus events). All are frozen tagged msgspec Structs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from acpfsm.adapters.events import AgentEvent
+
+__all__ = [
+    "AcpSessionCreated",
+    "AgentBootReady",
+    "AgentCompleted",
+    "AgentFailed",
+    "AgentReady",
+    "AgentRunning",
+    "AgentStalled",
+    "AgentStopped",
+    "AgentctlError",
+    "ConfigFailures",
+    "EventsTruncated",
+    "InitialPromptFailed",
+    "LifecycleEvent",
+    "ModelFallback",
+    "ModelSelectionWarning",
+    "PromptCompleted",
+    "PromptFailed",
+    "RuntimeEvent",
+]
+
+
+class _Lifecycle(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    execution_id: str
+
+
+class AcpSessionCreated(_Lifecycle, frozen=True, tag="agent.acp_session_created"):
+    session_id: str
+    task_id: str
+    acp_session_id: str
+    resumed: bool = False
+
+
+class AgentRunning(_Lifecycle, frozen=True, tag="agent.running"):
+    prompt_generation: int = 0
+
+
+class AgentReady(_Lifecycle, frozen=True, tag="agent.ready"):
+    prompt_generation: int = 0
+    stop_reason: str = ""
+
+
+class AgentBootReady(_Lifecycle, frozen=True, tag="agent.boot_ready"):
+    resume_context_pending: bool = False
+
+
+class AgentFailed(_Lifecycle, frozen=True, tag="agent.failed"):
+    error: str
+    prompt_generation: int = 0
+    phase: str = ""  # "session_init" | "prompt_send" | "process"
+
+
+class AgentCompleted(_Lifecycle, frozen=True, tag="agent.completed"):
+    exit_code: int = 0
+
+
+class AgentStopped(_Lifecycle, frozen=True, tag="agent.stopped"):
+    reason: str = ""
+
+
+class AgentctlError(_Lifecycle, frozen=True, tag="agentctl.error"):
+    """The owning stream disconnected (no ``agent.failed`` follows, lifecycle.md §5.6)."""
+
+    error: str
+    prompt_generation: int = 0
+
+
+class AgentStalled(_Lifecycle, frozen=True, tag="agent.stalled"):
+    prompt_generation: int
+    activity_epoch: int
+    stalled_for: float
+    never_started: bool
+    active_tool_id: str = ""
+    active_tool_title: str = ""
+
+
+class ModelSelectionWarning(_Lifecycle, frozen=True, tag="session_model_selection_warning"):
+    decision_id: str
+    reason: str
+    requested_model: str
+    effective_model: str
+    fallback_model: str = ""
+    agent_id: str = ""
+    executor_type: str = ""
+    executor_profile_id: str = ""
+
+
+class ModelFallback(_Lifecycle, frozen=True, tag="session_model_fallback"):
+    fallback_model: str
+
+
+class ConfigFailures(_Lifecycle, frozen=True, tag="workflow_session_config_failures"):
+    failures: list[str]
+
+
+class PromptCompleted(_Lifecycle, frozen=True, tag="prompt.completed"):
+    prompt_generation: int
+    stop_reason: str
+
+
+class PromptFailed(_Lifecycle, frozen=True, tag="prompt.failed"):
+    prompt_generation: int
+    error: str
+    outcome: str  # the generation's terminal state: failed, undelivered, cancel_escalated …
+
+
+class InitialPromptFailed(_Lifecycle, frozen=True, tag="prompt.initial_failed"):
+    """The seed's ``InitialPromptFailure`` (D9), published instead of a callback."""
+
+    session_id: str
+    prompt_generation: int
+    error: str
+
+
+class EventsTruncated(_Lifecycle, frozen=True, tag="events.truncated"):
+    """A late subscriber missed ``missed`` early events that were no longer retained."""
+
+    missed: int
+
+
+LifecycleEvent = (
+    AcpSessionCreated
+    | AgentRunning
+    | AgentReady
+    | AgentBootReady
+    | AgentFailed
+    | AgentCompleted
+    | AgentStopped
+    | AgentctlError
+    | AgentStalled
+    | ModelSelectionWarning
+    | ModelFallback
+    | ConfigFailures
+    | PromptCompleted
+    | PromptFailed
+    | InitialPromptFailed
+    | EventsTruncated
+)
+
+RuntimeEvent = AgentEvent | LifecycleEvent
+
+_encoder = msgspec.json.Encoder()
+
+
+def event_to_builtins(event: RuntimeEvent) -> dict[str, Any]:
+    out = msgspec.to_builtins(event)
+    assert isinstance(out, dict)
+    return out

@@ -1,0 +1,315 @@
+"""The :class:`Runtime` facade (kandev's seed ``runtime_facade.go``) and its session-manager
+surface.
+
+::
+
+    async with Runtime(profiles=[...]) as rt:          # owns an anyio task group
+        ref = await rt.launch(LaunchSpec(agent_profile_id="reference", executor_id="stdio",
+                                         workspace=WorkspaceRef(path=...), prompt="..."))
+        async with rt.subscribe_events(ref.id) as events:   # ends when the execution finishes
+            async for event in events: ...
+        await rt.resume(ref.id, "follow-up")                # waits for the turn
+        await rt.stop(ref.id, "done")
+
+Every method maps an unknown execution id to :class:`ExecutionNotFound` (kandev's facade did so
+only for ``Stop`` and ``GetExecution``, H11).
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import anyio
+import anyio.abc
+
+from acpfsm.adapters.transport import AgentTransport, Attachment
+
+from .errors import (
+    AcpfsmError,
+    ExecutionAlreadyExists,
+    ExecutionNotFound,
+    ProfileNotFound,
+    Unsupported,
+)
+from .history import HistoryStore
+from .hub import Subscription
+from .session import ExecutionSession
+from .trace import Trace
+from .types import (
+    AgentProfile,
+    Execution,
+    ExecutionRef,
+    LaunchSpec,
+    PromptResult,
+    Timeouts,
+)
+
+__all__ = ["BUILTIN_PROFILES", "Executor", "Runtime", "StdioExecutor", "reference_profile"]
+
+MCP_MODES = ("task", "config", "office")
+
+
+class Executor(Protocol):
+    """Starts an agent somewhere and hands back a transport to it."""
+
+    def open(
+        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
+    ) -> AbstractAsyncContextManager[AgentTransport]: ...
+
+
+class StdioExecutor:
+    """Runs the agent as a local child process and speaks ACP over its stdio."""
+
+    def __init__(self, *, env: Mapping[str, str] | None = None, **transport_options: Any) -> None:
+        self.env = dict(env or {})
+        self.transport_options = transport_options
+
+    def open(
+        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
+    ) -> AbstractAsyncContextManager[AgentTransport]:
+        from acpfsm.adapters.acp.stdio import open_stdio_transport
+
+        env = {**self.env, **profile.env}
+        return open_stdio_transport(
+            list(profile.command),
+            cwd=spec.workspace.path,
+            env=env,
+            **self.transport_options,
+        )
+
+
+def reference_profile(*args: str, **overrides: Any) -> AgentProfile:
+    """The embedded reference agent (no model, no credentials)."""
+    fields: dict[str, Any] = {
+        "id": "reference",
+        "command": (sys.executable, "-m", "acpfsm.adapters.reference_agent", *args),
+        "native_session_resume": True,
+        "history_context_injection": False,
+    }
+    fields.update(overrides)
+    return AgentProfile(**fields)
+
+
+BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
+    reference_profile(),
+    AgentProfile(
+        id="claude-code-acp",
+        command=("npx", "-y", "@zed-industries/claude-code-acp"),
+        native_session_resume=True,
+    ),
+    AgentProfile(
+        id="claude-agent-acp",
+        command=("npx", "-y", "@agentclientprotocol/claude-agent-acp"),
+        native_session_resume=True,
+    ),
+    AgentProfile(
+        id="codex-acp",
+        command=("npx", "-y", "@zed-industries/codex-acp"),
+        native_session_resume=True,
+    ),
+    AgentProfile(
+        id="gemini",
+        command=("npx", "-y", "@google/gemini-cli", "--acp"),
+        native_session_resume=True,
+    ),
+)
+
+
+class Runtime:
+    """Launch, prompt, steer, cancel, stop and observe agent executions.
+
+    ``profiles`` are added to (and override) the built-in ones; ``executors`` map executor ids
+    to :class:`Executor` objects (``stdio`` is built in). ``trace_path`` appends every chart
+    transition as JSONL; ``history_root`` enables the on-disk history store used for
+    resume-context injection.
+    """
+
+    def __init__(
+        self,
+        *,
+        profiles: Iterable[AgentProfile] = (),
+        executors: Mapping[str, Executor] | None = None,
+        timeouts: Timeouts | None = None,
+        trace_path: str | Path | None = None,
+        history_root: str | Path | None = None,
+    ) -> None:
+        self.profiles: dict[str, AgentProfile] = {p.id: p for p in BUILTIN_PROFILES}
+        self.profiles.update({p.id: p for p in profiles})
+        self.executors: dict[str, Executor] = {"stdio": StdioExecutor()}
+        self.executors.update(executors or {})
+        self.timeouts = timeouts or Timeouts()
+        self.trace = Trace(trace_path)
+        self.history = HistoryStore(Path(history_root)) if history_root is not None else None
+        self._sessions: dict[str, ExecutionSession] = {}
+        self._by_task_session: dict[str, str] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closing = False
+
+    # ------------------------------------------------------------------ lifecycle --
+
+    async def __aenter__(self) -> Self:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        self._closing = True
+        assert self._tg is not None
+        try:
+            with anyio.CancelScope(shield=True):
+                for session in list(self._sessions.values()):
+                    await session.stop("runtime closed")
+                    self._forget(session)
+        except BaseException as stop_error:
+            await self._tg.__aexit__(type(stop_error), stop_error, stop_error.__traceback__)
+            self.trace.close()
+            raise
+        result = await self._tg.__aexit__(exc_type, exc, tb)
+        self.trace.close()
+        return result
+
+    def _task_group(self) -> anyio.abc.TaskGroup:
+        if self._tg is None:
+            raise AcpfsmError("Runtime is not running: use `async with Runtime(...) as rt`")
+        return self._tg
+
+    def _session(self, execution_id: str) -> ExecutionSession:
+        if not execution_id:
+            raise ExecutionNotFound("")
+        session = self._sessions.get(execution_id)
+        if session is None:
+            raise ExecutionNotFound(execution_id)
+        return session
+
+    # ---------------------------------------------------------------------- facade --
+
+    async def launch(self, spec: LaunchSpec) -> ExecutionRef:
+        """Start the agent and its session; returns once the process is running. Session
+        initialization (and the initial prompt) continue in the background: watch them with
+        :meth:`subscribe_events`, or just call :meth:`prompt`, which waits for them."""
+        tg = self._task_group()
+        profile = self.profiles.get(spec.agent_profile_id)
+        if profile is None:
+            raise ProfileNotFound(f"unknown agent profile {spec.agent_profile_id!r}")
+        executor = self.executors.get(spec.executor_id)
+        if executor is None:
+            raise ProfileNotFound(f"unknown executor {spec.executor_id!r}")
+        if spec.mcp_mode and spec.mcp_mode not in MCP_MODES:
+            raise Unsupported(f"MCP mode {spec.mcp_mode!r}")
+        execution_id = str(uuid.uuid4())
+        session_id = str(spec.metadata.get("session_id") or execution_id)
+        if session_id in self._by_task_session:
+            raise ExecutionAlreadyExists(
+                f"session {session_id!r} already has execution {self._by_task_session[session_id]}"
+            )
+        session = ExecutionSession(
+            execution_id=execution_id,
+            session_id=session_id,
+            spec=spec,
+            profile=profile,
+            open_transport=lambda: executor.open(profile, spec, execution_id),
+            trace=self.trace,
+            timeouts=self.timeouts,
+            history=self.history,
+            shutting_down=lambda: self._closing,
+            agentctl_url=str(getattr(executor, "url", "")),
+        )
+        self._sessions[execution_id] = session
+        self._by_task_session[session_id] = execution_id
+        try:
+            await tg.start(session.run)
+        except BaseException:
+            self._forget(session)
+            raise
+        return ExecutionRef(
+            id=execution_id,
+            session_id=session_id,
+            agentctl_url=session.agentctl_url,
+            started_at=session.started_at,
+        )
+
+    def _forget(self, session: ExecutionSession) -> None:
+        self._sessions.pop(session.id, None)
+        if self._by_task_session.get(session.session_id) == session.id:
+            del self._by_task_session[session.session_id]
+
+    async def resume(self, execution_id: str, prompt: str) -> PromptResult:
+        """Send ``prompt`` and wait for the turn to complete (seed ``Resume``)."""
+        return await self.prompt(execution_id, prompt)
+
+    async def stop(self, execution_id: str, reason: str, *, force: bool = False) -> Execution:
+        """Stop the agent and remove the execution; returns its final snapshot."""
+        session = self._session(execution_id)
+        try:
+            return await session.stop(reason, force=force)
+        finally:
+            self._forget(session)
+
+    def get_execution(self, execution_id: str) -> Execution:
+        return self._session(execution_id).snapshot()
+
+    def list_executions(self) -> list[Execution]:
+        return [s.snapshot() for s in self._sessions.values()]
+
+    def subscribe_events(self, execution_id: str) -> Subscription:
+        """Every event of the execution in order, from its start; ends when it finishes.
+        Use as ``async with rt.subscribe_events(id) as events: async for e in events``."""
+        return self._session(execution_id).hub.subscribe()
+
+    async def set_mcp_mode(self, execution_id: str, mode: str) -> None:
+        """Record the MCP mode; ACP sets MCP servers at session/new, so it takes effect on the
+        next session of this task (there is no mid-session MCP change in ACP)."""
+        session = self._session(execution_id)
+        if mode not in MCP_MODES:
+            raise Unsupported(f"MCP mode {mode!r}", execution_id=execution_id)
+        session.metadata["mcp_mode"] = mode
+
+    # -------------------------------------------------------- session-manager surface --
+
+    async def prompt(
+        self,
+        execution_id: str,
+        text: str,
+        *,
+        attachments: Sequence[Attachment] = (),
+        dispatch_only: bool = False,
+        on_dispatched: Callable[[], object] | None = None,
+    ) -> PromptResult:
+        return await self._session(execution_id).prompt(
+            text, attachments=attachments, dispatch_only=dispatch_only, on_dispatched=on_dispatched
+        )
+
+    async def steer(
+        self,
+        execution_id: str,
+        text: str,
+        *,
+        attachments: Sequence[Attachment] = (),
+        on_dispatched: Callable[[], object] | None = None,
+    ) -> PromptResult:
+        return await self._session(execution_id).steer(
+            text, attachments=attachments, on_dispatched=on_dispatched
+        )
+
+    async def cancel(self, execution_id: str) -> None:
+        await self._session(execution_id).cancel()
+
+    async def set_model(self, execution_id: str, model_id: str) -> None:
+        await self._session(execution_id).set_model(model_id)
+
+    async def set_mode(self, execution_id: str, mode_id: str) -> None:
+        await self._session(execution_id).set_mode(mode_id)
+
+    async def set_config_option(self, execution_id: str, config_id: str, value: str) -> None:
+        await self._session(execution_id).set_config_option(config_id, value)

@@ -1,0 +1,1370 @@
+"""One execution: its charts, its transport, and the tasks that drive them.
+
+The chart decides, the session does. Each lifecycle decision is a transition of one of the
+execution's charts (:mod:`acpfsm.statecharts`); this module performs I/O, measures time, and
+feeds every result back as an event. It keeps data (ids, the model catalog cache, activity
+timestamps, message buffers) but no flag that duplicates a chart's state: "is there a live
+turn?" is ``PromptGeneration.is_steerable``; "may a prompt start?" is
+``Execution.accepts_prompts``; "does a dispatch-only predecessor gate us?" is
+``PromptGeneration.holds_barrier``.
+
+Concurrency (lifecycle.md §1.2): ``_prompt_lock`` is kandev's ``promptMu`` (one ordinary
+prompt at a time, held through its completion wait); ``_lifecycle_lock`` is
+``promptLifecycleMu`` (generation ownership: begin, completion claim, disconnect claim,
+handoff, steer selection + dispatch). Agent events are handled one at a time, in order, by the
+event pump; a steer holding the lifecycle lock across its RPC cannot deadlock it because the
+RPC's answer is read by the transport, not by the pump (R5).
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from acpfsm.adapters import events as ev
+from acpfsm.adapters.classify import Call, classify_error
+from acpfsm.adapters.errors import (
+    AcpfsmError,
+    AgentRequestError,
+    SteerUnsupported,
+    StreamNotConnected,
+    TransportClosed,
+)
+from acpfsm.adapters.transport import AgentTransport, Attachment, SessionResult
+from acpfsm.statecharts import (
+    AgentStream,
+    Execution,
+    PromptGeneration,
+    SessionInit,
+    StartModelPolicy,
+)
+
+from . import events as le
+from .errors import (
+    CANCEL_ESCALATED_MESSAGE,
+    CANCEL_ESCALATED_SIGNAL,
+    AgentReportedError,
+    AttachmentError,
+    CancelEscalated,
+    CancelEscalatedAgentError,
+    CancelFailed,
+    NotReadyForPrompts,
+    PendingDispatchedPromptTimeout,
+    PromptDispatchError,
+    PromptError,
+    SteerAttachmentMaterializationError,
+    SteerDispatchTimeout,
+    SteerNotDispatched,
+)
+from .history import HistoryStore
+from .hub import EventHub
+from .trace import Trace
+from .types import AgentProfile, LaunchSpec, PromptResult, Timeouts
+from .types import Execution as ExecutionSnapshot
+
+__all__ = ["ExecutionSession"]
+
+log = logging.getLogger("acpfsm.runtime")
+
+TransportFactory = Callable[[], AbstractAsyncContextManager[AgentTransport]]
+_LIVE_GENERATIONS_KEPT = 64
+_RESERVED_OPTION_KEYS = ("model", "mode")
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass
+class _ModelState:
+    """kandev's ``CachedModelState`` (lifecycle.md §1.1, §4)."""
+
+    current_model_id: str = ""
+    models: list[ev.ModelInfo] = field(default_factory=list)
+    config_options: list[ev.ConfigOption] = field(default_factory=list)
+    settled: bool = False
+
+    def copy(self) -> _ModelState:
+        return _ModelState(
+            self.current_model_id, list(self.models), list(self.config_options), self.settled
+        )
+
+    @property
+    def catalog_known(self) -> bool:
+        return self.settled or bool(self.config_options)
+
+
+@dataclass
+class _Outcome:
+    """What a claimed terminal event said (data for the waiter, not state)."""
+
+    stop_reason: str = ""
+    error: str = ""
+    agent_message: str = ""
+
+
+@dataclass
+class _Activity:
+    """Stall accounting (lifecycle.md §5.9)."""
+
+    last_at: float = 0.0
+    since_prompt: bool = False
+    epoch: int = 0
+    active_tool_id: str = ""
+    active_tool_title: str = ""
+
+
+def decision_id(
+    execution_id: str, acp_session_id: str, requested: str, reason: str, eff: str
+) -> str:
+    """Deterministic id of a model-selection warning (lifecycle.md §3.3)."""
+    raw = f"{execution_id}|{acp_session_id}|{requested}|{reason}|{eff}"
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ExecutionSession:
+    """One agent execution (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        execution_id: str,
+        session_id: str,
+        spec: LaunchSpec,
+        profile: AgentProfile,
+        open_transport: TransportFactory,
+        trace: Trace,
+        timeouts: Timeouts,
+        history: HistoryStore | None,
+        shutting_down: Callable[[], bool],
+        agentctl_url: str = "",
+    ) -> None:
+        self.id = execution_id
+        self.session_id = session_id
+        self.spec = spec
+        self.profile = profile
+        self.timeouts = timeouts
+        self.history = history
+        self.agentctl_url = agentctl_url
+        self._open_transport = open_transport
+        self._trace = trace
+        self._shutting_down = shutting_down
+        self.metadata: dict[str, Any] = dict(spec.metadata)
+        self.started_at = _utcnow()
+        self.finished_at: dt.datetime | None = None
+        self.exit_code: int | None = None
+        self.error_message = ""
+        self.acp_session_id = spec.prior_acp_session
+        self.hub = EventHub(execution_id)
+
+        obs = (trace.observer(execution_id),)
+        self.execution = Execution(tags={"execution_id": execution_id}, observers=obs)
+        self.stream = AgentStream(tags={"execution_id": execution_id}, observers=obs)
+        self.init: SessionInit | None = None
+        self._init_runs = 0
+        self.generations: collections.OrderedDict[int, PromptGeneration] = collections.OrderedDict()
+        self.current: PromptGeneration | None = None
+        self._outcomes: dict[int, _Outcome] = {}
+        self._next_generation = 0
+
+        self.transport: AgentTransport | None = None
+        self._prompt_lock = anyio.Lock()
+        self._lifecycle_lock = anyio.Lock()
+        self._changed = anyio.Event()
+        self._init_done = anyio.Event()
+        self._stop_requested = anyio.Event()
+        self._finished = anyio.Event()
+        self._stop_reason = ""
+
+        self._model_state: _ModelState | None = None
+        self._provider_default: _ModelState | None = None
+        self._authoritative: dict[str, ev.SessionModels] = {}
+        self._pending_settlement: tuple[str, _ModelState | None] | None = None
+        self._activity = _Activity()
+        self._message: list[str] = []
+        self._resume_context_consumed = False
+        self._tool_names: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ small helpers --
+
+    def _notify(self) -> None:
+        """Wake every waiter: something in a chart or in the outcome data changed."""
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _publish(self, event: le.RuntimeEvent) -> None:
+        self.hub.publish(event)
+
+    @property
+    def charts(self) -> dict[str, str]:
+        out = {
+            "execution": self.execution.leaf,
+            "agent_stream": self.stream.leaf,
+            "session_init": self.init.leaf if self.init is not None else "",
+            "prompt_generation": self.current.leaf if self.current is not None else "",
+        }
+        return out
+
+    def snapshot(self) -> ExecutionSnapshot:
+        return ExecutionSnapshot(
+            id=self.id,
+            session_id=self.session_id,
+            task_id=str(self.metadata.get("task_id", "")),
+            agent_profile_id=self.profile.id,
+            workspace_path=self.spec.workspace.path,
+            agentctl_url=self.agentctl_url,
+            status=self.execution.status,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            exit_code=self.exit_code,
+            error_message=self.error_message,
+            acp_session_id=self.acp_session_id,
+            charts=self.charts,
+            prompt_generation=self.current.generation if self.current is not None else 0,
+            metadata=dict(self.metadata),
+        )
+
+    def _transport(self) -> AgentTransport:
+        if self.transport is None:  # pragma: no cover - run() sets it before anything else
+            raise StreamNotConnected(execution_id=self.id)
+        return self.transport
+
+    def _set_failed(self, message: str) -> None:
+        self.error_message = message
+        if self.finished_at is None:
+            self.finished_at = _utcnow()
+
+    async def _history(self, fn: Callable[..., object], *args: Any) -> None:
+        if self.history is None or not self.profile.history_context_injection:
+            return
+        try:
+            await anyio.to_thread.run_sync(fn, *args)
+        except (OSError, AcpfsmError) as exc:
+            log.warning("history append failed for %s: %s", self.session_id, exc)
+
+    # ---------------------------------------------------------------------- the run --
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Start the agent (raising if that fails), then drive the execution until stopped."""
+        self.execution.fire("start_requested")
+        self.stream.fire("connect_started")
+        try:
+            async with self._open_transport() as transport:
+                self.transport = transport
+                task_status.started()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._pump)
+                    tg.start_soon(self._initialize_then_dispatch, tg)
+                    await self._stop_requested.wait()
+                    tg.cancel_scope.cancel()
+        finally:
+            self._init_done.set()
+            self.hub.close()
+            self._finished.set()
+
+    async def wait_finished(self) -> None:
+        await self._finished.wait()
+
+    # ------------------------------------------------------------------ session init --
+
+    async def _initialize_then_dispatch(self, tg: anyio.abc.TaskGroup) -> None:
+        try:
+            await self._initialize()
+        finally:
+            self._init_done.set()
+            self._notify()
+        init = self.init
+        assert init is not None
+        if init.leaf == "prompting":
+            tg.start_soon(self._initial_prompt)
+        elif init.leaf in ("ready", "ready_resume_context_pending"):
+            self.execution.fire("booted")
+            self._publish(
+                le.AgentBootReady(
+                    execution_id=self.id,
+                    resume_context_pending=init.leaf == "ready_resume_context_pending",
+                )
+            )
+
+    async def _initialize(self) -> None:
+        self._init_runs += 1
+        init = SessionInit(
+            tags={"execution_id": self.id},
+            observers=(self._trace.observer(self.id, instance=self._init_runs - 1),),
+        )
+        self.init = init
+        transport = self._transport()
+        t = self.timeouts
+        error = ""
+        model_requested = bool(self.profile.model or self.metadata.get("runtime_model"))
+        decision_handled = False
+        applied_model = ""
+        final_config_id = ""
+        failures: list[str] = []
+        resumed = False
+        try:
+            while not init.is_terminated:
+                state = init.leaf
+                if state == "connecting_stream":
+                    with anyio.move_on_after(t.stream_connect) as scope:
+                        while not transport.is_connected():  # noqa: ASYNC110 - a bounded poll
+                            await anyio.sleep(t.catalog_poll)
+                    if scope.cancelled_caught:
+                        error = "timeout waiting for agent stream to connect"
+                        self.stream.fire("connect_timed_out")
+                        init.fire("stream_connect_timed_out")
+                    else:
+                        self.stream.fire("connect_succeeded")
+                        init.fire("stream_ready")
+                elif state == "handshaking":
+                    try:
+                        with anyio.fail_after(t.request):
+                            await transport.initialize()
+                    except (AcpfsmError, TimeoutError) as exc:
+                        error = f"initialize failed: {exc}"
+                        init.fire("initialize_failed")
+                    else:
+                        init.fire(
+                            "initialize_succeeded",
+                            native_session_resume=self.profile.native_session_resume,
+                            prior_session_id=self.spec.prior_acp_session,
+                        )
+                elif state == "loading":
+                    prior = self.spec.prior_acp_session
+                    try:
+                        with anyio.fail_after(t.request):
+                            result = await transport.load_session(prior, self.spec.workspace.path)
+                    except (AcpfsmError, TimeoutError) as exc:
+                        cls = classify_error(exc, call=Call.SESSION_LOAD, loading_session_id=prior)
+                        error = f"session/load failed: {exc}"
+                        log.warning("session/load failed (%s): %s", cls.kind, exc)
+                        init.fire("load_failed", error_class=cls.kind)
+                    else:
+                        # the existing id is kept whatever the response says (§2.1 step 4)
+                        self._establish(prior, result)
+                        resumed = True
+                        init.fire("load_succeeded")
+                elif state == "creating":
+                    try:
+                        with anyio.fail_after(t.request):
+                            result = await transport.new_session(self.spec.workspace.path)
+                    except (AcpfsmError, TimeoutError) as exc:
+                        error = f"session/new failed: {exc}"
+                        init.fire("new_session_failed")
+                    else:
+                        self._establish(result.session_id, result)
+                        init.fire("new_session_succeeded")
+                elif state == "awaiting_catalog":
+                    init.fire(
+                        "catalog_checked",
+                        snapshot_available=self._model_state is not None,
+                        model_requested=model_requested,
+                    )
+                elif state == "waiting_for_catalog":
+                    with anyio.move_on_after(t.catalog_wait):
+                        while not self._catalog_present():  # noqa: ASYNC110 - §2.1: 10 ms polls
+                            await anyio.sleep(t.catalog_poll)
+                    init.fire(
+                        "catalog_arrived" if self._catalog_present() else "catalog_wait_timed_out"
+                    )
+                elif state == "applying_start_model":
+                    self._provider_default = (
+                        self._model_state.copy() if self._model_state is not None else None
+                    )
+                    decision_handled, applied_model, policy_error = await self._start_model()
+                    if policy_error:
+                        error = policy_error
+                        init.fire("start_model_failed")
+                    else:
+                        init.fire("start_model_settled")
+                elif state == "applying_profile_layer":
+                    final_config_id, profile_applied = await self._profile_layer(
+                        decision_handled, applied_model
+                    )
+                    init.fire("profile_layer_applied")
+                elif state == "original_snapshot":
+                    self._publish_original_snapshot(applied_model, profile_applied)
+                    known = self._model_state is not None and self._model_state.catalog_known
+                    init.fire("original_snapshot_published", catalog_known=known)
+                elif state == "applying_runtime_layer":
+                    final_config_id, failures = await self._runtime_layer(
+                        final_config_id, profile_applied
+                    )
+                    init.fire("runtime_layer_applied")
+                elif state == "settling":
+                    if self._settle(final_config_id):
+                        init.fire("settlement_published")
+                    else:
+                        init.fire("settlement_deferred")
+                elif state == "announcing":
+                    if failures:
+                        self._publish(le.ConfigFailures(execution_id=self.id, failures=failures))
+                    self._publish(
+                        le.AcpSessionCreated(
+                            execution_id=self.id,
+                            session_id=self.session_id,
+                            task_id=str(self.metadata.get("task_id", "")),
+                            acp_session_id=self.acp_session_id,
+                            resumed=resumed,
+                        )
+                    )
+                    init.fire(
+                        "session_announced",
+                        has_initial_prompt=bool(self.spec.prompt or self.spec.attachments),
+                        resume_context=self._should_inject_resume_context(),
+                    )
+                else:  # pragma: no cover - every working state is handled above
+                    raise AssertionError(f"unhandled session_init state {state}")
+        except anyio.get_cancelled_exc_class():
+            if not init.is_terminated:
+                init.fire("init_abandoned")
+            raise
+        if init.leaf == "failed":
+            message = f"failed to initialize ACP: {error}"
+            self._set_failed(message)
+            self.execution.fire("init_failed")
+            self._publish(le.AgentFailed(execution_id=self.id, error=message, phase="session_init"))
+
+    def _establish(self, acp_session_id: str, result: SessionResult) -> None:
+        self.acp_session_id = acp_session_id
+        self._model_state = None
+        if result.has_model_state:
+            self._model_state = _ModelState(
+                current_model_id=result.current_model_id,
+                models=list(result.models),
+                config_options=list(result.config_options),
+            )
+
+    def _catalog_present(self) -> bool:
+        state = self._model_state
+        return state is not None and bool(state.models or state.config_options or state.settled)
+
+    async def _start_model(self) -> tuple[bool, str, str]:
+        """The start-model policy wrapper (§3.3): ``(handled, applied_model, error)``."""
+        runtime_model = str(self.metadata.get("runtime_model", ""))
+        model = runtime_model or self.profile.model
+        if not model:
+            return False, "", ""
+        policy = StartModelPolicy(
+            model=model,
+            fallback_model=self.profile.fallback_model,
+            auto_fallback=self.profile.auto_fallback,
+            tags={"execution_id": self.id},
+            observers=(self._trace.observer(self.id),),
+        )
+        state = self._model_state
+        policy.fire(
+            "policy_evaluated",
+            advertised=[m.model_id for m in state.models] if state is not None else [],
+            current_model=state.current_model_id if state is not None else "",
+        )
+        while to_set := policy.model_to_set:
+            try:
+                with anyio.fail_after(self.timeouts.request):
+                    await self._transport().set_model(to_set)
+            except (AcpfsmError, TimeoutError) as exc:
+                policy.fire(
+                    "set_model_failed",
+                    method_not_found=isinstance(exc, AgentRequestError) and exc.code == -32601,
+                    error=str(exc),
+                )
+            else:
+                policy.fire("set_model_succeeded")
+        decision = policy.decision()
+        if decision.error:
+            log.warning("start model unavailable, failing session start: %s", decision.error)
+            return True, "", decision.error
+        if decision.warning:
+            self._publish(
+                le.ModelSelectionWarning(
+                    execution_id=self.id,
+                    decision_id=decision_id(
+                        self.id,
+                        self.acp_session_id,
+                        decision.requested_model,
+                        decision.reason,
+                        decision.effective_model,
+                    ),
+                    reason=decision.reason,
+                    requested_model=decision.requested_model,
+                    effective_model=decision.effective_model,
+                    fallback_model=decision.fallback_model
+                    if decision.outcome == "explicit_fallback"
+                    else "",
+                    agent_id=self.profile.id,
+                    executor_type=self.spec.executor_id,
+                    executor_profile_id=str(self.metadata.get("executor_profile_id", "")),
+                )
+            )
+            if decision.fallback_model:
+                self._publish(
+                    le.ModelFallback(execution_id=self.id, fallback_model=decision.fallback_model)
+                )
+        applied = (
+            decision.effective_model if decision.outcome in ("applied", "explicit_fallback") else ""
+        )
+        if applied and self._model_state is not None:
+            self._model_state.current_model_id = applied
+        return True, applied, ""
+
+    def _model_config_id(self) -> str:
+        state = self._model_state
+        if state is not None:
+            for option in state.config_options:
+                if option.id == "model" or option.category == "model":
+                    return option.id
+        return "model"
+
+    async def _profile_layer(self, handled: bool, applied_model: str) -> tuple[str, dict[str, str]]:
+        """§4.1: returns ``(final_config_id, applied)`` where ``applied`` maps ``model``,
+        ``mode`` and config ids to the values that took effect."""
+        transport = self._transport()
+        applied: dict[str, str] = {}
+        final_config_id = ""
+        model = applied_model or str(self.metadata.get("runtime_model", "")) or self.profile.model
+        if model:
+            if handled:
+                if applied_model:
+                    applied["model"] = applied_model
+                    final_config_id = self._model_config_id()
+            else:  # pragma: no cover - the policy always runs when a model is set
+                try:
+                    await transport.set_model(model)
+                except AcpfsmError as exc:
+                    log.warning("profile model %s not applied: %s", model, exc)
+                else:
+                    applied["model"] = model
+                    final_config_id = self._model_config_id()
+        if self.profile.mode:
+            try:
+                with anyio.fail_after(self.timeouts.request):
+                    await transport.set_mode(self.profile.mode)
+            except (AcpfsmError, TimeoutError) as exc:
+                log.warning("profile mode %s not applied: %s", self.profile.mode, exc)
+            else:
+                applied["mode"] = self.profile.mode
+        options = {
+            k.strip(): v.strip()
+            for k, v in self.profile.config_options.items()
+            if k.strip() and v.strip() and k.strip() not in _RESERVED_OPTION_KEYS
+        }
+        for key in sorted(options):
+            try:
+                with anyio.fail_after(self.timeouts.request):
+                    await transport.set_config_option(key, options[key])
+            except (AcpfsmError, TimeoutError) as exc:
+                log.warning("profile config option %s not applied: %s", key, exc)
+            else:
+                applied[key] = options[key]
+                final_config_id = key
+        return final_config_id, applied
+
+    def _publish_original_snapshot(self, applied_model: str, applied: dict[str, str]) -> None:
+        """§4.2: the immutable "original" snapshot, once."""
+        state = self._model_state
+        if state is None:
+            return
+        options = list(state.config_options)
+        current = applied_model or state.current_model_id
+        if current:
+            for i, option in enumerate(options):
+                if option.id == "model" or option.category == "model":
+                    options[i] = _with_value(option, current)
+                    break
+            else:
+                options.append(ev.ConfigOption(id="model", category="model", current_value=current))
+        for key, value in applied.items():
+            if key in _RESERVED_OPTION_KEYS:
+                continue
+            for i, option in enumerate(options):
+                if option.id == key:
+                    options[i] = _with_value(option, value)
+                    break
+            else:
+                options.append(ev.ConfigOption(id=key, current_value=value))
+        if not current and not options:
+            return
+        self._publish(
+            ev.SessionModels(
+                current_model_id=current,
+                session_models=list(state.models),
+                config_options=options,
+                original_config_candidate=options,
+                data={"original_config_settled": True},
+            )
+        )
+
+    async def _runtime_layer(
+        self, final_config_id: str, profile_applied: dict[str, str]
+    ) -> tuple[str, list[str]]:
+        """§4.3: runs only when the catalog is known (the chart withheld it otherwise)."""
+        transport = self._transport()
+        failures: list[str] = []
+        state = self._model_state
+        runtime_model = str(self.metadata.get("runtime_model", ""))
+        mode = str(self.metadata.get("session_mode", ""))
+        # In the launch path the start-model policy consumed runtime_model (§4.3 step 1).
+        del runtime_model
+        if mode and mode != profile_applied.get("mode", ""):
+            try:
+                with anyio.fail_after(self.timeouts.request):
+                    await transport.set_mode(mode)
+            except (AcpfsmError, TimeoutError):
+                failures.append("mode")
+        requested = self.metadata.get("runtime_config_options") or {}
+        catalog = {o.id: o for o in state.config_options} if state is not None else {}
+        clean: dict[str, str] = {}
+        if isinstance(requested, dict):
+            for raw_key, raw_value in requested.items():
+                key, value = str(raw_key).strip(), str(raw_value).strip()
+                option = catalog.get(key)
+                if option is None or not value or key.lower() in _RESERVED_OPTION_KEYS:
+                    continue
+                if option.category.lower() in _RESERVED_OPTION_KEYS:
+                    continue
+                clean[key] = value
+        for key in sorted(clean):
+            try:
+                with anyio.fail_after(self.timeouts.request):
+                    await transport.set_config_option(key, clean[key])
+            except (AcpfsmError, TimeoutError):
+                failures.append(key)
+            else:
+                final_config_id = key
+        return final_config_id, failures
+
+    def _settle(self, final_config_id: str) -> bool:
+        """§4.4: publish the settled snapshot now (True) or defer it (False)."""
+        baseline = self._provider_default
+        if final_config_id == "":
+            if self._model_state is None:
+                self._pending_settlement = ("", baseline)
+                return False
+            self._publish_settled(baseline or self._model_state, self._model_state)
+            return True
+        response = self._authoritative.pop(final_config_id, None)
+        if response is not None:
+            self._apply_models_event(response)
+            assert self._model_state is not None
+            self._publish_settled(baseline or self._model_state, self._model_state)
+            return True
+        self._pending_settlement = (final_config_id, baseline)
+        return False
+
+    def _publish_settled(self, baseline: _ModelState, live: _ModelState) -> None:
+        live.settled = True
+        self._publish(
+            ev.SessionModels(
+                current_model_id=live.current_model_id,
+                session_models=list(live.models),
+                config_options=list(live.config_options),
+                config_baseline_candidate=list(baseline.config_options),
+                data={"config_options_settled": True},
+            )
+        )
+
+    def _apply_models_event(self, event: ev.SessionModels) -> None:
+        state = self._model_state or _ModelState()
+        if event.current_model_id:
+            state.current_model_id = event.current_model_id
+        if event.session_models:
+            state.models = list(event.session_models)
+        if event.config_options:
+            state.config_options = list(event.config_options)
+        self._model_state = state
+
+    def _should_inject_resume_context(self) -> bool:
+        return (
+            self.history is not None
+            and self.profile.history_context_injection
+            and self.history.has_history(self.session_id)
+        )
+
+    async def _effective_prompt(self, text: str) -> str:
+        """buildEffectivePrompt (§2.3): inject deferred resume context once."""
+        init = self.init
+        if (
+            init is None
+            or init.leaf != "ready_resume_context_pending"
+            or self._resume_context_consumed
+        ):
+            return text
+        self._resume_context_consumed = True
+        if self.history is None:
+            return text
+        prompt, err = await anyio.to_thread.run_sync(
+            self.history.generate_resume_context, self.session_id, text
+        )
+        if err is not None:
+            log.warning("resume context generation failed: %s", err)
+        return prompt
+
+    # --------------------------------------------------------------------- prompting --
+
+    async def _wait_initialized(self) -> None:
+        await self._init_done.wait()
+
+    async def _initial_prompt(self) -> None:
+        text = self.spec.prompt
+        if self._should_inject_resume_context() and self.history is not None:
+            text, err = await anyio.to_thread.run_sync(
+                self.history.generate_resume_context, self.session_id, text
+            )
+            if err is not None:
+                log.warning("resume context generation failed: %s", err)
+        try:
+            await self.prompt(
+                text, attachments=self.spec.attachments, validate_status=False, initial=True
+            )
+        except PendingDispatchedPromptTimeout:
+            pass  # a barrier failure is not reported (seed D9)
+        except AcpfsmError as exc:
+            generation = exc.generation if isinstance(exc, PromptError) else 0
+            log.warning("initial prompt failed: %s", exc)
+            self._publish(
+                le.InitialPromptFailed(
+                    execution_id=self.id,
+                    session_id=self.session_id,
+                    prompt_generation=generation,
+                    error=str(exc),
+                )
+            )
+
+    async def prompt(
+        self,
+        text: str,
+        *,
+        attachments: Sequence[Attachment] = (),
+        dispatch_only: bool = False,
+        on_dispatched: Callable[[], object] | None = None,
+        validate_status: bool = True,
+        initial: bool = False,
+    ) -> PromptResult:
+        """sendPrompt (lifecycle.md §5.3)."""
+        if not initial:
+            await self._wait_initialized()
+        async with self._prompt_lock:
+            await self._pass_dispatch_barrier()
+            if validate_status and not self.execution.accepts_prompts:
+                raise NotReadyForPrompts(self.id, self.execution.status)
+            generation = await self._begin(dispatch_only)
+            g = generation.generation
+            await self._history(self._append_user, text)
+            effective = await self._effective_prompt(text)
+            try:
+                materialized = await self._materialize(attachments)
+            except AttachmentError as exc:
+                await self._end_undelivered(generation, "materialization_failed")
+                raise AttachmentError(str(exc), execution_id=self.id, generation=g) from exc
+            await self._dispatch(generation, effective, materialized)
+            if on_dispatched is not None:
+                on_dispatched()
+            if dispatch_only:
+                return PromptResult(stop_reason="dispatched", generation=g)
+            return await self._wait_outcome(generation)
+
+    def _append_user(self, text: str) -> None:
+        assert self.history is not None
+        self.history.append_user(self.session_id, text)
+
+    async def _pass_dispatch_barrier(self) -> None:
+        """§5.3 step 3 with seed D8: wait ≤ 10 s for a dispatch-only predecessor."""
+        predecessor = self.current
+        if predecessor is None or not predecessor.holds_barrier:
+            return
+        with anyio.move_on_after(self.timeouts.pending_dispatched_prompt):
+            while predecessor.holds_barrier:
+                await self._changed.wait()
+        if predecessor.holds_barrier:  # a completion at the boundary would have released it
+            predecessor.fire("barrier_timed_out")
+            raise PendingDispatchedPromptTimeout(self.id, self.timeouts.pending_dispatched_prompt)
+
+    async def _begin(self, dispatch_only: bool) -> PromptGeneration:
+        """BeginPrompt (§5.1): supersede the previous generation, admit the next."""
+        async with self._lifecycle_lock:
+            previous = self.current
+            if previous is not None:
+                previous.fire("superseded_by_successor")
+            self._next_generation += 1
+            g = self._next_generation
+            generation = PromptGeneration(
+                g,
+                dispatch_only=dispatch_only,
+                tags={"execution_id": self.id},
+                observers=(self._trace.observer(self.id),),
+            )
+            self.generations[g] = generation
+            while len(self.generations) > _LIVE_GENERATIONS_KEPT:
+                old, _ = self.generations.popitem(last=False)
+                self._outcomes.pop(old, None)
+            self.current = generation
+            self._outcomes[g] = _Outcome()
+            self._message.clear()
+            self._activity.active_tool_id = ""
+            self._activity.active_tool_title = ""
+            self.execution.fire("prompt_began")
+            self._notify()
+            return generation
+
+    async def _materialize(self, attachments: Sequence[Attachment]) -> list[Attachment]:
+        out: list[Attachment] = []
+        for attachment in attachments:
+            if not self.acp_session_id:
+                raise AttachmentError(
+                    f'attachment "{attachment.name}" cannot be delivered: ACP session is not ready',
+                    execution_id=self.id,
+                )
+            try:
+                out.append(await self._transport().materialize_attachment(attachment))
+            except AcpfsmError as exc:
+                raise AttachmentError(
+                    f'materialize attachment "{attachment.name}": {exc}', execution_id=self.id
+                ) from exc
+        return out
+
+    async def _end_undelivered(self, generation: PromptGeneration, event: str, **data: Any) -> None:
+        async with self._lifecycle_lock:
+            if generation.accepts(event):
+                generation.fire(event, **data)
+            outcome = generation.leaf
+            if outcome in ("undelivered", "cancel_escalated") and self.execution.leaf == "running":
+                # kandev H7 left the execution RUNNING with nobody waiting: the turn never
+                # reached the agent, so the execution is ready for the next prompt again.
+                self.execution.fire("turn_completed")
+            self._notify()
+
+    async def _dispatch(
+        self, generation: PromptGeneration, text: str, attachments: list[Attachment]
+    ) -> None:
+        """triggerPrompt → dispatchPrompt with the reconnect retry (§5.3 step 8, §5.7)."""
+        transport = self._transport()
+        g = generation.generation
+        try:
+            await transport.prompt(text, attachments, g)
+        except StreamNotConnected as exc:
+            await self._retry_after_reconnect(generation, text, attachments, exc)
+        except AcpfsmError as exc:
+            await self._trigger_failed(generation, exc)
+        else:
+            await self._mark_dispatched(generation)
+
+    async def _retry_after_reconnect(
+        self,
+        generation: PromptGeneration,
+        text: str,
+        attachments: list[Attachment],
+        first: StreamNotConnected,
+    ) -> None:
+        generation.fire("dispatch_unreachable")
+        transport = self._transport()
+        last: AcpfsmError = first
+        with anyio.move_on_after(self.timeouts.reconnect_retry):
+            while True:
+                if self.stream.leaf == "closed" or not self.stream.accepts("connect_succeeded"):
+                    break  # a carrier that cannot redial (stdio pipes): nothing to wait for
+                if transport.is_connected():
+                    try:
+                        await transport.prompt(text, attachments, generation.generation)
+                    except StreamNotConnected as exc:
+                        last = exc
+                        generation.fire("dispatch_unreachable")
+                    except AcpfsmError as exc:
+                        await self._trigger_failed(generation, exc)
+                    else:
+                        await self._mark_dispatched(generation)
+                        return
+                await anyio.sleep(self.timeouts.reconnect_poll)
+        await self._end_undelivered(generation, "reconnect_timed_out")
+        raise PromptDispatchError(
+            f"failed to trigger prompt: timed out waiting for updates stream reconnect: {last}",
+            execution_id=self.id,
+            generation=generation.generation,
+        )
+
+    async def _trigger_failed(self, generation: PromptGeneration, exc: AcpfsmError) -> None:
+        cls = classify_error(exc, call=Call.PROMPT)
+        await self._end_undelivered(
+            generation, "dispatch_failed", cancel_release=cls.cancel_release
+        )
+        if cls.cancel_release:
+            raise CancelEscalated(
+                f"failed to trigger prompt: {exc}: {CANCEL_ESCALATED_MESSAGE}",
+                execution_id=self.id,
+                generation=generation.generation,
+            ) from exc
+        raise PromptDispatchError(
+            f"failed to trigger prompt: {exc}",
+            execution_id=self.id,
+            generation=generation.generation,
+        ) from exc
+
+    async def _mark_dispatched(self, generation: PromptGeneration) -> None:
+        """MarkPromptDispatched (§5.1): arms activity; ignored after completion (R23)."""
+        before = generation.leaf
+        generation.fire("dispatch_accepted")
+        if generation.is_steerable and before != generation.leaf:
+            self._activity.last_at = anyio.current_time()
+            self._activity.since_prompt = False
+            self._activity.epoch += 1
+        self._notify()
+
+    async def _wait_outcome(self, generation: PromptGeneration) -> PromptResult:
+        """waitForPromptDone (§5.4) with the stall watchdog (§5.9)."""
+        g = generation.generation
+        while True:
+            leaf = generation.leaf
+            outcome = self._outcomes.get(g, _Outcome())
+            if leaf == "completed":
+                return PromptResult(
+                    stop_reason=outcome.stop_reason or "end_turn",
+                    generation=g,
+                    agent_message=outcome.agent_message,
+                )
+            if leaf == "handed_off":
+                return PromptResult(
+                    stop_reason="foreground_idle",
+                    generation=g,
+                    agent_message=outcome.agent_message,
+                )
+            if leaf == "failed":
+                raise AgentReportedError(outcome.error, execution_id=self.id, generation=g)
+            if leaf == "cancel_escalated":
+                raise CancelEscalatedAgentError(
+                    outcome.error or CANCEL_ESCALATED_SIGNAL, execution_id=self.id, generation=g
+                )
+            if leaf == "disconnected":
+                raise AgentReportedError(outcome.error, execution_id=self.id, generation=g)
+            if leaf in ("superseded", "undelivered"):  # pragma: no cover - prompt lock held
+                raise PromptError(f"prompt generation {g} {leaf}", execution_id=self.id)
+            with anyio.move_on_after(self.timeouts.stall_tick) as tick:
+                await self._changed.wait()
+            if tick.cancelled_caught:
+                self._check_stall(generation)
+
+    def _check_stall(self, generation: PromptGeneration) -> None:
+        act = self._activity
+        quiet = anyio.current_time() - act.last_at
+        if quiet < self.timeouts.stall_threshold or not generation.accepts("stall_detected"):
+            return
+        before = generation.leaf
+        generation.fire("stall_detected")
+        if before == "awaited":  # entered stall_reported: publish once per wait
+            self._publish(
+                le.AgentStalled(
+                    execution_id=self.id,
+                    prompt_generation=generation.generation,
+                    activity_epoch=act.epoch,
+                    stalled_for=quiet,
+                    never_started=not act.since_prompt,
+                    active_tool_id=act.active_tool_id,
+                    active_tool_title=act.active_tool_title,
+                )
+            )
+
+    # ------------------------------------------------------------------------- steer --
+
+    async def steer(
+        self,
+        text: str,
+        *,
+        attachments: Sequence[Attachment] = (),
+        on_dispatched: Callable[[], object] | None = None,
+        validate_status: bool = True,
+    ) -> PromptResult:
+        """SendPromptSteerWithDispatchCallback (§5.8, seed D6-D7)."""
+        await self._wait_initialized()
+        if validate_status and not self.execution.accepts_prompts:
+            raise NotReadyForPrompts(self.id, self.execution.status)
+        if self.current is None or not self.current.is_steerable:  # pre-check (optimization)
+            raise SteerNotDispatched("no live prompt generation", execution_id=self.id)
+        try:
+            materialized = await self._materialize(attachments)
+        except AttachmentError as exc:
+            raise SteerAttachmentMaterializationError(
+                f"steer attachment materialization failed: {exc}", execution_id=self.id
+            ) from exc
+        async with self._lifecycle_lock:
+            generation = self.current
+            if generation is None or not generation.accepts("steered"):
+                raise SteerNotDispatched("no live prompt generation", execution_id=self.id)
+            effective = await self._effective_prompt(text)
+            try:
+                with anyio.fail_after(self.timeouts.steer_dispatch):
+                    await self._transport().steer(effective, materialized, generation.generation)
+            except (StreamNotConnected, SteerUnsupported) as exc:
+                raise SteerNotDispatched(str(exc), execution_id=self.id) from exc
+            except TimeoutError as exc:
+                raise SteerDispatchTimeout(
+                    f"steer dispatch timed out after {self.timeouts.steer_dispatch:g}s",
+                    execution_id=self.id,
+                    generation=generation.generation,
+                ) from exc
+            except AcpfsmError as exc:
+                raise PromptDispatchError(
+                    f"failed to steer prompt: {exc}",
+                    execution_id=self.id,
+                    generation=generation.generation,
+                ) from exc
+            generation.fire("steered")
+        await self._history(self._append_user, text)
+        self._activity.last_at = anyio.current_time()
+        if on_dispatched is not None:
+            on_dispatched()
+        return PromptResult(stop_reason="dispatched", generation=generation.generation)
+
+    # ------------------------------------------------------------------------ cancel --
+
+    async def cancel(self) -> None:
+        """CancelAgent (§5.10)."""
+        stream_disconnected = False
+        acknowledged = True
+        try:
+            result = await self._transport().cancel()
+            acknowledged = result.acknowledged
+        except (StreamNotConnected, TransportClosed):
+            stream_disconnected = True
+        except AcpfsmError as exc:
+            raise CancelFailed(f"failed to cancel agent: {exc}", execution_id=self.id) from exc
+        generation = self.current
+        if generation is None or generation.is_terminal:
+            return
+        if stream_disconnected or not acknowledged or generation.holds_barrier:
+            await self._escalate(generation)
+            return
+        with anyio.move_on_after(self.timeouts.cancel_wait):
+            while not generation.is_terminal and generation.leaf != "handed_off":
+                await self._changed.wait()
+        if not generation.is_terminal and generation.leaf != "handed_off":
+            await self._escalate(generation)
+
+    async def _escalate(self, generation: PromptGeneration) -> None:
+        """escalateStuckCancel (§5.10): release the turn, mark READY, report."""
+        async with self._lifecycle_lock:
+            if generation.accepts("escalated"):
+                outcome = self._outcomes.setdefault(generation.generation, _Outcome())
+                outcome.error = CANCEL_ESCALATED_SIGNAL
+                generation.fire("escalated")
+            self._notify()
+        with anyio.move_on_after(self.timeouts.cancel_escalation):
+            async with self._prompt_lock:  # the released waiter has returned
+                pass
+        if self.execution.accepts("cancel_escalated"):
+            self.execution.fire("cancel_escalated")
+            self._publish(
+                le.AgentReady(execution_id=self.id, prompt_generation=generation.generation)
+            )
+        raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=self.id)
+
+    # ------------------------------------------------------------------ configuration --
+
+    async def set_model(self, model_id: str) -> None:
+        await self._wait_initialized()
+        await self._transport().set_model(model_id)
+
+    async def set_mode(self, mode_id: str) -> None:
+        await self._wait_initialized()
+        await self._transport().set_mode(mode_id)
+
+    async def set_config_option(self, config_id: str, value: str) -> None:
+        await self._wait_initialized()
+        await self._transport().set_config_option(config_id, value)
+
+    # -------------------------------------------------------------------------- stop --
+
+    async def stop(self, reason: str, *, force: bool = False) -> ExecutionSnapshot:
+        """StopAgentWithReason (§5.12): release any waiter, STOPPED, close the transport."""
+        self._stop_reason = reason
+        if self.execution.accepts("stop_requested"):
+            async with self._lifecycle_lock:
+                generation = self.current
+                if generation is not None and generation.is_steerable | (
+                    generation.leaf == "handed_off"
+                ):
+                    self._outcomes.setdefault(
+                        generation.generation, _Outcome()
+                    ).error = f"agent stream disconnected: execution stopped: {reason}"
+                    generation.fire("stream_lost")
+                self.execution.fire("stop_requested")
+                if self.stream.accepts("close_requested"):
+                    self.stream.fire("close_requested")
+                self.finished_at = self.finished_at or _utcnow()
+                self._notify()
+            self._publish(le.AgentStopped(execution_id=self.id, reason=reason))
+        self._stop_requested.set()
+        with anyio.CancelScope(shield=True):
+            await self._finished.wait()
+        return self.snapshot()
+
+    # ------------------------------------------------------------------ event pump --
+
+    async def _pump(self) -> None:
+        transport = self._transport()
+        events: AsyncIterator[ev.AgentEvent] = transport.events()
+        async for event in events:
+            await self._handle(event)
+
+    async def _handle(self, event: ev.AgentEvent) -> None:
+        if isinstance(event, ev.Complete | ev.ErrorEvent):
+            await self._on_completion(event)
+            return
+        if isinstance(event, ev.StreamDisconnected):
+            await self._on_stream_lost(event)
+            return
+        self._record_activity(event)
+        if isinstance(event, ev.MessageChunk) and event.role != "user" and event.text:
+            self._message.append(event.text)
+        elif isinstance(event, ev.SessionModels):
+            self._on_models(event)
+        elif isinstance(event, ev.ToolCall):
+            self._tool_names[event.tool_call_id] = event.tool_name or event.tool_title
+            await self._history_tool_call(event)
+        elif isinstance(event, ev.ToolUpdate) and ev.is_terminal_tool_update(event):
+            await self._history_tool_result(event)
+        elif isinstance(event, ev.ForegroundIdle) and event.prompt_handoff:
+            await self._on_handoff(event)
+        self._publish(event)
+
+    def _record_activity(self, event: ev.AgentEvent) -> None:
+        act = self._activity
+        act.last_at = anyio.current_time()
+        if not ev.is_turn_content(event):
+            return
+        act.since_prompt = True
+        act.epoch += 1
+        if isinstance(event, ev.ToolCall):
+            act.active_tool_id = event.tool_call_id
+            act.active_tool_title = event.tool_title or event.tool_name
+        elif (
+            isinstance(event, ev.ToolUpdate)
+            and ev.is_terminal_tool_update(event)
+            and event.tool_call_id == act.active_tool_id
+        ):
+            act.active_tool_id = act.active_tool_title = ""
+        if (
+            self._init_done.is_set()
+            and self.execution.leaf == "ready"
+            and not ev.is_terminal_tool_update(event)
+        ):
+            # a wakeup turn (R26): content while READY flips to RUNNING
+            self.execution.fire("wakeup_content_arrived")
+            self._publish(le.AgentRunning(execution_id=self.id))
+
+    async def _history_tool_call(self, event: ev.ToolCall) -> None:
+        if self.history is not None:
+            await self._history(
+                self.history.append_tool_call,
+                self.session_id,
+                event.tool_name or event.tool_title,
+                event.tool_call_id,
+            )
+
+    async def _history_tool_result(self, event: ev.ToolUpdate) -> None:
+        if self.history is not None:
+            await self._history(
+                self.history.append_tool_result,
+                self.session_id,
+                self._tool_names.get(event.tool_call_id, ""),
+                event.tool_call_id,
+                _tool_output(event),
+            )
+
+    def _on_models(self, event: ev.SessionModels) -> None:
+        data = event.data
+        if data.get("config_options_source") == "provider_response":
+            config_id = str(data.get("config_options_config_id", ""))
+            pending = self._pending_settlement
+            if pending is not None and pending[0] == config_id:
+                self._pending_settlement = None
+                self._apply_models_event(event)
+                assert self._model_state is not None
+                self._publish_settled(pending[1] or self._model_state, self._model_state)
+                return
+            self._authoritative[config_id] = event
+        self._apply_models_event(event)
+        pending = self._pending_settlement
+        if pending is not None and pending[0] == "":
+            self._pending_settlement = None
+            assert self._model_state is not None
+            self._publish_settled(pending[1] or self._model_state, self._model_state)
+
+    def _chart_for(self, g: int) -> PromptGeneration | None:
+        if g == 0:  # the wildcard/legacy path: the current generation
+            return self.current
+        return self.generations.get(g)
+
+    async def _on_completion(self, event: ev.Complete | ev.ErrorEvent) -> None:
+        """handleCompleteEvent (§5.5): claim once per generation, then mark state."""
+        is_error = isinstance(event, ev.ErrorEvent) or bool(event.data.get("is_error"))
+        message = event.error if isinstance(event, ev.ErrorEvent) else ""
+        if is_error and not message:
+            message = "agent error completion"
+        cls = classify_error(message, call=Call.PROMPT) if is_error else None
+        cancel_release = bool(cls and cls.cancel_release)
+        async with self._lifecycle_lock:
+            generation = self._chart_for(event.prompt_generation)
+            if generation is None or not self._init_done.is_set():
+                log.debug("ignoring completion before ACP init or for an unknown generation")
+                return
+            g = generation.generation
+            before = generation.leaf
+            generation.fire("completion_received", is_error=is_error, cancel_release=cancel_release)
+            after = generation.leaf
+            if before == after or after == "superseded":
+                log.debug("ignoring completion for prompt generation %s (%s)", g, after)
+                return
+            outcome = self._outcomes.setdefault(g, _Outcome())
+            outcome.agent_message = "".join(self._message)
+            self._message.clear()
+            if after == "completed":
+                outcome.stop_reason = (
+                    event.stop_reason if isinstance(event, ev.Complete) else "end_turn"
+                )
+            else:
+                outcome.error = message
+            self._activity.last_at = anyio.current_time()
+            self._notify()  # R11: the waiter's outcome is set before agent.ready is published
+            if outcome.agent_message and self.history is not None:
+                await self._history(
+                    self.history.append_assistant, self.session_id, outcome.agent_message
+                )
+            self._publish(event)
+            if after == "completed":
+                self.execution.fire("turn_completed")
+                self._publish(
+                    le.PromptCompleted(
+                        execution_id=self.id, prompt_generation=g, stop_reason=outcome.stop_reason
+                    )
+                )
+                self._publish(
+                    le.AgentReady(
+                        execution_id=self.id, prompt_generation=g, stop_reason=outcome.stop_reason
+                    )
+                )
+            elif after == "cancel_escalated":
+                self.execution.fire("cancel_escalated")
+                self._publish(le.AgentReady(execution_id=self.id, prompt_generation=g))
+            else:  # failed
+                shutting_down = self._shutting_down()
+                self.execution.fire("turn_failed", shutting_down=shutting_down)
+                self._publish(
+                    le.PromptFailed(
+                        execution_id=self.id, prompt_generation=g, error=message, outcome=after
+                    )
+                )
+                if self.execution.leaf == "stopped":
+                    self._publish(le.AgentStopped(execution_id=self.id, reason="shutdown"))
+                elif before != "failed":
+                    self._set_failed(message)
+                    self._publish(
+                        le.AgentFailed(
+                            execution_id=self.id,
+                            error=message,
+                            prompt_generation=g,
+                            phase="prompt_send",
+                        )
+                    )
+
+    async def _on_handoff(self, event: ev.ForegroundIdle) -> None:
+        """handlePromptHandoffEvent (§5.6)."""
+        if event.prompt_generation == 0:
+            return
+        async with self._lifecycle_lock:
+            generation = self.generations.get(event.prompt_generation)
+            if generation is None or not generation.accepts("handoff_received"):
+                return
+            before = generation.leaf
+            generation.fire("handoff_received")
+            if generation.leaf == "handed_off" and before != "handed_off":
+                outcome = self._outcomes.setdefault(generation.generation, _Outcome())
+                outcome.agent_message = "".join(self._message)
+                self._message.clear()
+                self._notify()
+
+    async def _on_stream_lost(self, event: ev.StreamDisconnected) -> None:
+        """handleStreamDisconnect (§5.6) and, for a local process, its exit (§5.11)."""
+        if self.stream.accepts("connection_lost"):
+            self.stream.fire("connection_lost", reconnectable=False)
+        if not self._init_done.is_set():
+            return  # the startup caller owns that failure (R10)
+        error = f"agent stream disconnected: {event.error or 'connection closed'}"
+        if event.stderr_tail:
+            error = f"{error} (stderr: {event.stderr_tail.strip()[-500:]})"
+        async with self._lifecycle_lock:
+            generation = self.current
+            if generation is not None and generation.accepts("stream_lost"):
+                before = generation.leaf
+                generation.fire("stream_lost")
+                if generation.leaf == "disconnected" and before != "disconnected":
+                    self._outcomes.setdefault(generation.generation, _Outcome()).error = error
+                    if self.execution.accepts("stream_lost"):
+                        self.execution.fire("stream_lost")
+                        self._set_failed(error)
+                    self._publish(
+                        le.AgentctlError(
+                            execution_id=self.id,
+                            error=error,
+                            prompt_generation=generation.generation,
+                        )
+                    )
+                    self._notify()
+            if event.exit_code is not None and self.execution.accepts("process_exited"):
+                self.exit_code = event.exit_code
+                before_status = self.execution.leaf
+                self.execution.fire(
+                    "process_exited",
+                    exit_code=event.exit_code,
+                    shutting_down=self._shutting_down(),
+                )
+                after_status = self.execution.leaf
+                if after_status != before_status:
+                    self.finished_at = self.finished_at or _utcnow()
+                    if after_status == "completed":
+                        self._publish(
+                            le.AgentCompleted(execution_id=self.id, exit_code=event.exit_code)
+                        )
+                    elif after_status == "failed":
+                        message = f"agent process exited with code {event.exit_code}"
+                        self._set_failed(message)
+                        self._publish(
+                            le.AgentFailed(execution_id=self.id, error=message, phase="process")
+                        )
+                    elif after_status == "stopped":
+                        self._publish(le.AgentStopped(execution_id=self.id, reason="shutdown"))
+            elif (
+                event.exit_code is None
+                and self.execution.accepts("stream_lost")
+                and self.execution.leaf != "failed"
+            ):
+                self.execution.fire("stream_lost")
+                self._set_failed(error)
+                self._publish(le.AgentctlError(execution_id=self.id, error=error))
+            self._notify()
+        if event.exit_code is not None:
+            self.hub.close()  # the execution finished: subscriptions end
+
+
+def _with_value(option: ev.ConfigOption, value: str) -> ev.ConfigOption:
+    return ev.ConfigOption(
+        id=option.id,
+        name=option.name,
+        type=option.type,
+        category=option.category,
+        current_value=value,
+        options=option.options,
+    )
+
+
+def _tool_output(event: ev.ToolUpdate) -> str:
+    if event.raw_output is not None:
+        return event.raw_output if isinstance(event.raw_output, str) else repr(event.raw_output)
+    texts = [str(c.get("text", "")) for c in event.tool_call_contents if isinstance(c, dict)]
+    return "".join(texts) or event.tool_status

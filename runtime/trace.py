@@ -1,0 +1,103 @@
+"""The trace: every transition of every chart of every execution, as records.
+
+Schema of one record (one JSON object per line in the JSONL file; documented in the README
+because ``acpfsm check-trace`` reads it):
+
+=============  ======  ==================================================================
+field          type    meaning
+=============  ======  ==================================================================
+seq            int     1, 2, 3 … in the order transitions fired (per Trace)
+time           float   monotonic seconds (the event loop's clock, virtual under tests)
+execution_id   str     the execution the chart belongs to
+chart          str     ``session_init``, ``start_model_policy``, ``prompt_generation``,
+                       ``execution``, ``agent_stream``
+generation     int     the prompt generation (``prompt_generation`` charts), else 0
+instance       int     distinguishes several instances of one chart in one execution
+                       (e.g. a re-run SessionInit); 0 for the first
+event          str     the event name (a past-tense fact)
+source         str     the state the transition left
+target         str     the state it entered (== source for a self-transition)
+=============  ======  ==================================================================
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import IO
+
+import anyio
+import msgspec
+import sniffio
+
+from acpfsm.statecharts import TransitionObserver, TransitionRecord
+
+__all__ = ["Trace", "TraceRecord"]
+
+
+class TraceRecord(msgspec.Struct, frozen=True, kw_only=True):
+    seq: int
+    time: float
+    execution_id: str
+    chart: str
+    generation: int
+    instance: int
+    event: str
+    source: str
+    target: str
+
+
+def _now() -> float:
+    try:
+        sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return time.monotonic()
+    return anyio.current_time()
+
+
+class Trace:
+    """Keeps records in memory and, when ``path`` is given, appends them to a JSONL file."""
+
+    def __init__(self, path: str | Path | None = None, *, keep: bool = True) -> None:
+        self.records: list[TraceRecord] = []
+        self.path = Path(path) if path is not None else None
+        self._keep = keep
+        self._file: IO[bytes] | None = None
+        self._encoder = msgspec.json.Encoder()
+        self._seq = 0
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("ab")
+
+    def observer(self, execution_id: str, *, instance: int = 0) -> TransitionObserver:
+        def observe(record: TransitionRecord) -> None:
+            self._seq += 1
+            rec = TraceRecord(
+                seq=self._seq,
+                time=_now(),
+                execution_id=execution_id,
+                chart=record.chart,
+                generation=int(record.tags.get("generation", 0)),
+                instance=instance,
+                event=record.event,
+                source=record.source,
+                target=record.target,
+            )
+            if self._keep:
+                self.records.append(rec)
+            if self._file is not None:
+                self._file.write(self._encoder.encode(rec) + b"\n")
+
+        return observe
+
+    def for_execution(self, execution_id: str) -> list[TraceRecord]:
+        return [r for r in self.records if r.execution_id == execution_id]
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -1,0 +1,119 @@
+"""The facade's value types, mirroring kandev's seed ``runtime_facade.go`` in Python names."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import msgspec
+
+from acpfsm.adapters.transport import Attachment
+
+__all__ = [
+    "AgentProfile",
+    "Attachment",
+    "Execution",
+    "ExecutionRef",
+    "LaunchSpec",
+    "PromptResult",
+    "Timeouts",
+    "WorkspaceRef",
+]
+
+
+class WorkspaceRef(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the agent works. ``path`` is its cwd and the root its fs requests are confined to."""
+
+    path: str
+    repository_id: str = ""
+    is_ephemeral: bool = False
+
+
+class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What to launch. ``prior_acp_session`` asks for session/load (with NativeSessionResume).
+
+    Recognised ``metadata`` keys (all optional): ``session_id`` (the task session id; defaults
+    to the execution id), ``task_id``, ``runtime_model``, ``session_mode``,
+    ``runtime_config_options`` (a dict), ``executor_profile_id``. Other keys are kept."""
+
+    agent_profile_id: str
+    executor_id: str = "stdio"
+    workspace: WorkspaceRef
+    prompt: str = ""
+    prior_acp_session: str = ""
+    mcp_mode: str = ""
+    attachments: tuple[Attachment, ...] = ()
+    metadata: dict[str, Any] = {}
+
+
+class ExecutionRef(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    session_id: str
+    agentctl_url: str = ""
+    started_at: dt.datetime
+
+
+class Execution(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of one execution, including the current state of each of its charts."""
+
+    id: str
+    session_id: str
+    task_id: str
+    agent_profile_id: str
+    workspace_path: str
+    agentctl_url: str
+    status: str
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+    exit_code: int | None
+    error_message: str
+    acp_session_id: str
+    charts: dict[str, str]
+    prompt_generation: int
+    metadata: dict[str, Any]
+
+
+class PromptResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The end of a turn: ``stop_reason`` is the ACP stopReason, ``"dispatched"`` for a
+    dispatch-only prompt or a steer, ``"foreground_idle"`` after a handoff. ``agent_message``
+    is the assistant text streamed during this wait (unlike kandev's, which is always empty,
+    H12)."""
+
+    stop_reason: str
+    generation: int = 0
+    agent_message: str = ""
+
+
+class AgentProfile(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent and how to start a session on it (lifecycle.md §3.1, §4.1)."""
+
+    id: str
+    command: tuple[str, ...]
+    env: dict[str, str] = {}
+    native_session_resume: bool = True
+    history_context_injection: bool = False
+    model: str = ""
+    fallback_model: str = ""
+    auto_fallback: bool = False
+    mode: str = ""
+    config_options: dict[str, str] = {}
+
+
+class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
+    """Every lifecycle bound, in seconds (lifecycle.md §10). Tests shorten them."""
+
+    stream_connect: float = 10.0
+    catalog_wait: float = 2.0
+    catalog_poll: float = 0.01
+    reconnect_retry: float = 5.0
+    reconnect_poll: float = 0.1
+    steer_dispatch: float = 5.0
+    pending_dispatched_prompt: float = 10.0
+    stall_tick: float = 60.0
+    stall_threshold: float = 300.0
+    cancel_wait: float = 10.0
+    cancel_escalation: float = 2.0
+    request: float = 120.0  # session/new, session/load and other RPCs (agentctl: 2 min)
+
+    def scaled(self, factor: float) -> Timeouts:
+        return Timeouts(**{f: getattr(self, f) * factor for f in self.__struct_fields__})

@@ -1,0 +1,216 @@
+"""The runtime over the in-memory transport: launch, prompt, steer, cancel, stop."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from acpfsm.adapters.events import Complete, MessageChunk
+from acpfsm.adapters.memory import MemoryTransport
+from acpfsm.runtime import (
+    AgentReportedError,
+    CancelEscalated,
+    ExecutionNotFound,
+    NotReadyForPrompts,
+    PendingDispatchedPromptTimeout,
+    SteerNotDispatched,
+)
+from acpfsm.runtime import events as le
+
+from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+
+pytestmark = pytest.mark.both_backends
+
+
+async def test_launch_initializes_and_is_ready(time_scale: float) -> None:
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        snap = rt.get_execution(ref.id)
+        assert snap.status == "READY"
+        assert snap.acp_session_id == "mem-session-1"
+        assert snap.charts["session_init"] == "ready"
+        assert snap.charts["agent_stream"] == "connected"
+        methods = [c[0] for c in ex.last.calls]
+        assert methods[:2] == ["initialize", "session/new"]
+        await rt.stop(ref.id, "done")
+        with pytest.raises(ExecutionNotFound):
+            rt.get_execution(ref.id)
+
+
+async def test_prompt_waits_for_completion_and_collects_text(time_scale: float) -> None:
+    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        result = await rt.resume(ref.id, "hi")
+        assert result.stop_reason == "end_turn"
+        assert result.agent_message == "Hello world"
+        assert result.generation == 1
+        assert rt.get_execution(ref.id).status == "READY"
+        result2 = await rt.prompt(ref.id, "again")
+        assert result2.generation == 2
+        await rt.stop(ref.id, "done")
+
+
+async def test_initial_prompt_and_events_in_order(time_scale: float) -> None:
+    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec("do the thing"))
+        seen: list[str] = []
+        async with rt.subscribe_events(ref.id) as events:
+            async for event in events:
+                seen.append(type(event).__name__)
+                if isinstance(event, le.AgentReady):
+                    break
+        assert seen.index("AcpSessionCreated") < seen.index("MessageChunk")
+        assert seen.index("MessageChunk") < seen.index("Complete") < seen.index("AgentReady")
+        await rt.stop(ref.id, "done")
+
+
+async def test_steer_folds_into_the_live_generation(time_scale: float) -> None:
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        with pytest.raises(SteerNotDispatched):
+            await rt.steer(ref.id, "too early")
+        results = []
+
+        async def run_prompt() -> None:
+            results.append(await rt.prompt(ref.id, "long task"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_prompt)
+            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            steered = await rt.steer(ref.id, "also this")
+            assert steered.stop_reason == "dispatched"
+            assert steered.generation == 1
+            assert ("steer", ("also this", (), 1)) in ex.last.calls
+            ex.last.emit(MessageChunk(text="done", prompt_generation=1))
+            ex.last.complete(1)
+        assert results[0].stop_reason == "end_turn"
+        assert results[0].agent_message == "done"
+        assert s._next_generation == 1  # a steer never starts a generation
+        await rt.stop(ref.id, "done")
+
+
+async def test_cancel_with_cooperative_agent(time_scale: float) -> None:
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        results = []
+
+        async def run_prompt() -> None:
+            results.append(await rt.prompt(ref.id, "long task"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_prompt)
+            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            await rt.cancel(ref.id)
+        assert results[0].stop_reason == "cancelled"
+        assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
+async def test_cancel_escalates_when_the_agent_ignores_it(
+    time_scale: float, autojump_clock: object
+) -> None:
+    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        errors: list[BaseException] = []
+
+        async def run_prompt() -> None:
+            try:
+                await rt.prompt(ref.id, "long task")
+            except AgentReportedError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_prompt)
+            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            start = anyio.current_time()
+            with pytest.raises(CancelEscalated):
+                await rt.cancel(ref.id)
+            assert anyio.current_time() - start >= 10 * time_scale
+        assert isinstance(errors[0], CancelEscalated)
+        assert "cancel escalated" in str(errors[0])
+        assert s.current is not None
+        assert s.current.leaf == "cancel_escalated"
+        assert rt.get_execution(ref.id).status == "READY"
+        # a late completion of the released turn changes nothing
+        ex.last.complete(1, "cancelled")
+        await settle()
+        assert s.current.leaf == "cancel_escalated"
+        await rt.stop(ref.id, "done")
+
+
+async def test_agent_error_fails_the_turn(time_scale: float) -> None:
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        errors: list[BaseException] = []
+
+        async def run_prompt() -> None:
+            try:
+                await rt.prompt(ref.id, "x")
+            except AgentReportedError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_prompt)
+            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            ex.last.fail(1, '{"code":-32603,"message":"Internal error"}')
+        assert str(errors[0]).startswith("agent error: ")
+        assert rt.get_execution(ref.id).status == "FAILED"
+        with pytest.raises(NotReadyForPrompts):
+            await rt.prompt(ref.id, "again")
+        await rt.stop(ref.id, "done")
+
+
+async def test_dispatch_only_barrier_times_out_and_keeps_the_gate(
+    time_scale: float, autojump_clock: object
+) -> None:
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        first = await rt.prompt(ref.id, "background", dispatch_only=True)
+        assert first.stop_reason == "dispatched"
+        with pytest.raises(PendingDispatchedPromptTimeout):
+            await rt.prompt(ref.id, "next")
+        assert s.current is not None
+        assert s.current.holds_barrier
+        ex.last.complete(1)
+        await settle()
+        ex2 = ex.last
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rt.prompt, ref.id, "next")
+            await wait_until(lambda: s.current is not None and s.current.generation == 2)
+            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            ex2.emit(Complete(prompt_generation=2))
+        await rt.stop(ref.id, "done")
+
+
+async def test_unknown_execution_everywhere() -> None:
+    ex = MemoryExecutor()
+    async with make_runtime(ex) as rt:
+        for call in (
+            lambda: rt.resume("nope", "x"),
+            lambda: rt.stop("nope", "x"),
+            lambda: rt.steer("nope", "x"),
+            lambda: rt.cancel("nope"),
+            lambda: rt.set_mcp_mode("nope", "task"),
+            lambda: rt.set_model("nope", "m"),
+        ):
+            with pytest.raises(ExecutionNotFound):
+                await call()
+        with pytest.raises(ExecutionNotFound):
+            rt.get_execution("nope")
+        with pytest.raises(ExecutionNotFound):
+            rt.subscribe_events("nope")
