@@ -33,6 +33,7 @@ __all__ = [
     "PermissionRequest",
     "Plan",
     "PlanEntry",
+    "ProtocolErrorEvent",
     "Reasoning",
     "SessionInfo",
     "SessionMode",
@@ -212,6 +213,14 @@ class StreamDisconnected(_Event, tag="stream_disconnected", frozen=True):
     stderr_tail: str = ""
 
 
+class ProtocolErrorEvent(_Event, tag="protocol_error", frozen=True):
+    """The agent sent something invalid that the transport survived (malformed JSON, an
+    oversize line, a response to an unknown id, an error without id). Informational: the
+    connection keeps going."""
+
+    error: str
+
+
 class Unknown(_Event, tag="unknown", frozen=True):
     """An update kind we do not model; kept whole so nothing is lost."""
 
@@ -239,6 +248,7 @@ AgentEvent = (
     | AgentCapabilities
     | AuthRequired
     | StreamDisconnected
+    | ProtocolErrorEvent
     | Unknown
 )
 

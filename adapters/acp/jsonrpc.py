@@ -1,0 +1,467 @@
+"""A JSON-RPC 2.0 connection over anyio byte streams (newline-delimited JSON, ACP's stdio framing).
+
+Theory of operation
+-------------------
+One reader task (:meth:`JsonRpcConnection.run`) owns the receive stream. It splits lines,
+decodes each into an envelope (:func:`~.messages.decode_message`) and:
+
+* resolves a **response** by id; the waiting :meth:`PendingRequest.wait` wakes up;
+* calls the **notification** handler *inline*, so notifications are handled strictly in
+  arrival order and before any response that follows them on the wire (the handler must
+  not block: it should only enqueue);
+* answers an **incoming request** in its own task (a permission prompt may take minutes and
+  must not stall the reader), with the handler's result or a JSON-RPC error.
+
+What the peer gets wrong is a :class:`RemoteProtocolError` passed to ``on_protocol_error``
+and survived: a line longer than ``max_line_bytes`` (discarded up to its newline), malformed
+JSON, a message that is not JSON-RPC, a response to an id we never sent, an error without id.
+
+Transport death is EOF on the receive stream or a failed write (broken pipe). Every pending
+request then fails with :class:`TransportClosed` (``peer disconnected before response``, plus
+the detail and stderr tail the owner's ``peer_info`` supplies), later calls fail at once, and
+``on_close`` is called exactly once. :meth:`JsonRpcConnection.aclose` is the local close
+(``connection closed``). Every wait is cancellable; a request whose waiter is cancelled is
+abandoned (a late answer is dropped quietly) and, when ``send_cancel_requests`` is set, the
+peer is told with a ``$/cancel_request`` notification.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import msgspec
+from msgspec import UNSET, Raw
+
+from ..errors import AgentRequestError, RemoteProtocolError, TransportClosed
+from .messages import (
+    JsonRpcError,
+    JsonRpcErrorResponse,
+    JsonRpcMessage,
+    JsonRpcNotification,
+    JsonRpcRequest,
+    JsonRpcResponse,
+    RequestId,
+    decode_message,
+    encode,
+)
+
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "JsonRpcConnection",
+    "JsonRpcErrorReply",
+    "PendingRequest",
+    "method_not_found",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+_READ_CHUNK: Final = 64 * 1024
+_PREVIEW: Final = 120
+
+RequestHandler = Callable[[RequestId, str, Raw | None], Awaitable[Any]]
+NotificationHandler = Callable[[str, Raw | None], Awaitable[None]]
+ProtocolErrorHandler = Callable[[RemoteProtocolError], None]
+CloseHandler = Callable[[TransportClosed | None], None]
+PeerInfo = Callable[[], Awaitable[tuple[str, str]]]
+
+
+class JsonRpcErrorReply(Exception):
+    """Raise from a request handler to answer with a JSON-RPC error object."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{code} {message}")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+def method_not_found(method: str) -> JsonRpcErrorReply:
+    return JsonRpcErrorReply(-32601, "Method not found", {"method": method})
+
+
+def _preview(line: bytes) -> str:
+    text = line[:_PREVIEW].decode("utf-8", "replace")
+    return text + ("…" if len(line) > _PREVIEW else "")
+
+
+def _log_protocol_error(error: RemoteProtocolError) -> None:
+    log.warning("%s", error)
+
+
+class _Slot:
+    __slots__ = ("error", "event", "method", "on_response", "result")
+
+    def __init__(self, method: str, on_response: Callable[[], None] | None) -> None:
+        self.method = method
+        self.on_response = on_response
+        self.event = anyio.Event()
+        self.result: Raw | None = None
+        self.error: Exception | None = None
+
+
+class PendingRequest:
+    """A request that was written; :meth:`wait` for its result (``msgspec.Raw``)."""
+
+    def __init__(self, connection: JsonRpcConnection, request_id: int, slot: _Slot) -> None:
+        self._connection = connection
+        self._slot = slot
+        self.id: Final = request_id
+        self.method: Final = slot.method
+
+    @property
+    def done(self) -> bool:
+        return self._slot.event.is_set()
+
+    async def wait(self) -> Raw:
+        """The raw result. Raises :class:`AgentRequestError` for an error response,
+        :class:`TransportClosed` when the connection dies first. Cancelling the wait abandons
+        the request (see :meth:`abandon`)."""
+        finished = False
+        try:
+            await self._slot.event.wait()
+            finished = True
+        finally:
+            if not finished:
+                self.abandon()
+        if self._slot.error is not None:
+            raise self._slot.error
+        assert self._slot.result is not None
+        return self._slot.result
+
+    def abandon(self) -> None:
+        """Stop caring about the answer: drop it quietly when it comes, wake waiters with
+        ``TransportClosed("request abandoned")`` and tell the peer (``$/cancel_request``)."""
+        self._connection._abandon(self.id, self._slot)
+
+
+class JsonRpcConnection:
+    """See the module docstring. Start :meth:`run` in a task group (``await tg.start(conn.run)``)."""
+
+    def __init__(
+        self,
+        receive_stream: anyio.abc.ByteReceiveStream,
+        send_stream: anyio.abc.ByteSendStream,
+        *,
+        request_handler: RequestHandler | None = None,
+        notification_handler: NotificationHandler | None = None,
+        on_protocol_error: ProtocolErrorHandler | None = None,
+        on_close: CloseHandler | None = None,
+        peer_info: PeerInfo | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        send_cancel_requests: bool = True,
+        name: str = "peer",
+    ) -> None:
+        self._receive = receive_stream
+        self._send = send_stream
+        self._request_handler = request_handler
+        self._notification_handler = notification_handler
+        self._on_protocol_error = on_protocol_error or _log_protocol_error
+        self._on_close = on_close
+        self._peer_info = peer_info
+        self.max_line_bytes: Final = max_line_bytes
+        self._send_cancel_requests = send_cancel_requests
+        self.name: Final = name
+        self._send_lock = anyio.Lock()
+        self._next_id = 0
+        self._pending: dict[RequestId, _Slot] = {}
+        self._abandoned: set[RequestId] = set()
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._reader_scope: anyio.CancelScope | None = None
+        self._close_message: str | None = None
+        self._close_tail = ""
+        self._closed_locally = False
+        self.protocol_errors = 0
+
+    # ---------------------------------------------------------------------------- state
+
+    @property
+    def closed(self) -> bool:
+        return self._close_message is not None
+
+    @property
+    def closed_locally(self) -> bool:
+        return self._closed_locally
+
+    def ensure_open(self) -> None:
+        """Raise the :class:`TransportClosed` that ended the connection, if it has ended."""
+        if self.closed:
+            raise self._closed_error()
+
+    def shutdown(self) -> None:
+        """Local close that leaves the streams open: pending requests fail with
+        ``connection closed`` and the reader keeps draining (and discarding) the peer's
+        output until EOF, so a peer that is flushing on its way out never blocks on a full
+        pipe. Follow with :meth:`aclose`."""
+        self._die("connection closed", local=True, drain=True)
+
+    def abort(self, message: str) -> None:
+        """Declare the transport dead from our side for a reason that is not a local close
+        (e.g. ``notification queue overflow``): pending requests fail with ``message``."""
+        self._die(message)
+
+    def _closed_error(self) -> TransportClosed:
+        assert self._close_message is not None
+        return TransportClosed(self._close_message, stderr_tail=self._close_tail)
+
+    def _die(
+        self, message: str, stderr_tail: str = "", *, local: bool = False, drain: bool = False
+    ) -> None:
+        """Enter the closed state once: fail every pending request, tell the owner. The
+        reader stops, or with ``drain`` keeps discarding input until EOF."""
+        if self._close_message is not None:
+            return
+        self._close_message = message
+        self._close_tail = stderr_tail
+        self._closed_locally = local
+        pending, self._pending = self._pending, {}
+        for slot in pending.values():
+            slot.error = self._closed_error()
+            slot.event.set()
+        if self._reader_scope is not None and not drain:
+            self._reader_scope.cancel()
+        if self._on_close is not None:
+            self._on_close(None if local else self._closed_error())
+
+    async def _peer_died(self, base: str) -> None:
+        if self.closed:
+            return
+        detail, tail = ("", "")
+        if self._peer_info is not None:
+            with anyio.CancelScope(shield=True):
+                detail, tail = await self._peer_info()
+        self._die(f"{base}: {detail}" if detail else base, tail)
+
+    # ---------------------------------------------------------------------------- sending
+
+    async def _write(self, message: Any) -> None:
+        data = encode(message) + b"\n"
+        if self.closed:
+            raise self._closed_error()
+        async with self._send_lock:
+            if self.closed:
+                raise self._closed_error()
+            try:
+                await self._send.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                reason = type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}"
+                await self._peer_died(f"peer disconnected: write to {self.name} failed ({reason})")
+                raise self._closed_error() from None
+
+    async def send_request(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        on_response: Callable[[], None] | None = None,
+    ) -> PendingRequest:
+        """Write a request and return at once; ``on_response`` runs synchronously in the
+        reader the moment the answer (or error) is read, before any later message."""
+        if self.closed:
+            raise self._closed_error()
+        self._next_id += 1
+        request_id = self._next_id
+        slot = _Slot(method, on_response)
+        self._pending[request_id] = slot
+        try:
+            await self._write(JsonRpcRequest(id=request_id, method=method, params=params))
+        except BaseException:
+            self._pending.pop(request_id, None)
+            raise
+        return PendingRequest(self, request_id, slot)
+
+    async def request(self, method: str, params: Any = None) -> Raw:
+        """Send a request and wait for its raw result (see :meth:`PendingRequest.wait`)."""
+        pending = await self.send_request(method, params)
+        return await pending.wait()
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        await self._write(JsonRpcNotification(method=method, params=params))
+
+    def _abandon(self, request_id: int, slot: _Slot) -> None:
+        if slot.event.is_set():
+            return
+        self._pending.pop(request_id, None)
+        self._abandoned.add(request_id)
+        slot.error = TransportClosed(f"request {slot.method} abandoned")
+        slot.event.set()
+        if self._send_cancel_requests and not self.closed and self._task_group is not None:
+            self._task_group.start_soon(self._send_cancel_request, request_id)
+
+    async def _send_cancel_request(self, request_id: int) -> None:
+        try:
+            await self.notify("$/cancel_request", {"requestId": request_id})
+        except TransportClosed:
+            pass
+
+    # ---------------------------------------------------------------------------- lifecycle
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Read until EOF (transport death) or :meth:`aclose`. Incoming requests are served
+        in tasks of an internal task group that ends with the reader."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._task_group = tg
+                with anyio.CancelScope() as self._reader_scope:
+                    task_status.started()
+                    if not self.closed:
+                        await self._read_loop()
+                tg.cancel_scope.cancel()
+        finally:
+            self._task_group = None
+            self._die("connection closed", local=True)
+
+    async def aclose(self) -> None:
+        """Local close: pending requests fail with ``connection closed``; streams closed."""
+        self._die("connection closed", local=True)
+        if self._reader_scope is not None:
+            self._reader_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            for stream in (self._send, self._receive):
+                try:
+                    await stream.aclose()
+                except (anyio.BrokenResourceError, OSError):
+                    pass
+
+    # ---------------------------------------------------------------------------- reading
+
+    def _report(self, message: str) -> None:
+        self.protocol_errors += 1
+        self._on_protocol_error(RemoteProtocolError(message))
+
+    async def _read_loop(self) -> None:
+        buffer = bytearray()
+        discarding = False
+        limit = self.max_line_bytes
+        while True:
+            try:
+                chunk = await self._receive.receive(_READ_CHUNK)
+            except anyio.EndOfStream:
+                if buffer and not discarding:
+                    await self._handle_line(bytes(buffer))
+                await self._peer_died("peer disconnected before response")
+                return
+            except anyio.ClosedResourceError:
+                self._die("connection closed", local=True)
+                return
+            except (anyio.BrokenResourceError, OSError) as exc:
+                await self._peer_died(f"peer disconnected before response ({exc!r})")
+                return
+            if self.closed:  # draining after shutdown(): discard
+                buffer.clear()
+                continue
+            start = len(buffer)
+            buffer += chunk
+            while True:
+                newline = buffer.find(b"\n", start)
+                if newline < 0:
+                    break
+                line = bytes(buffer[:newline])
+                del buffer[: newline + 1]
+                start = 0
+                if discarding:
+                    discarding = False
+                    continue
+                if len(line) > limit:
+                    self._report(
+                        f"line from {self.name} exceeds {limit} bytes ({len(line)} bytes); discarded"
+                    )
+                    continue
+                await self._handle_line(line)
+                if self._close_message is not None:
+                    break
+            if not discarding and len(buffer) > limit:
+                self._report(f"line from {self.name} exceeds {limit} bytes; discarded")
+                discarding = True
+            if discarding:
+                buffer.clear()
+
+    async def _handle_line(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message = decode_message(line)
+        except msgspec.DecodeError as exc:
+            self._report(f"malformed JSON-RPC message from {self.name} ({exc}): {_preview(line)}")
+            return
+        if message.method is not UNSET:
+            await self._handle_call(message, message.method, line)
+        elif message.id is UNSET or message.id is None:
+            if message.error is not UNSET:
+                error = message.error
+                self._report(
+                    f"error response without id from {self.name}: "
+                    f"{AgentRequestError(error.code, error.message, error.data)}"
+                )
+            else:
+                self._report(f"invalid JSON-RPC message from {self.name}: {_preview(line)}")
+        else:
+            self._handle_response(message, message.id, line)
+
+    async def _handle_call(self, message: JsonRpcMessage, method: str, line: bytes) -> None:
+        params = None if message.params is UNSET else message.params
+        if message.id is UNSET:
+            if self._notification_handler is not None:
+                try:
+                    await self._notification_handler(method, params)
+                except Exception:
+                    log.exception("notification handler failed for %s", method)
+        elif message.id is None:
+            self._report(f"request with null id from {self.name}: {_preview(line)}")
+        elif self._task_group is not None:
+            self._task_group.start_soon(self._serve_request, message.id, method, params)
+
+    def _handle_response(self, message: JsonRpcMessage, request_id: RequestId, line: bytes) -> None:
+        slot = self._pending.pop(request_id, None)
+        if slot is None:
+            if request_id in self._abandoned:
+                self._abandoned.discard(request_id)
+            else:
+                self._report(f"response to unknown request id {request_id!r} from {self.name}")
+            return
+        if message.error is not UNSET:
+            error = message.error
+            slot.error = AgentRequestError(
+                error.code, error.message, error.data, method=slot.method
+            )
+        elif message.result is not UNSET:
+            slot.result = message.result
+        else:
+            slot.error = RemoteProtocolError(
+                f"response to {slot.method} from {self.name} has neither result nor error"
+            )
+            self._report(str(slot.error))
+        if slot.on_response is not None:
+            slot.on_response()
+        slot.event.set()
+
+    async def _serve_request(self, request_id: RequestId, method: str, params: Raw | None) -> None:
+        reply: JsonRpcResponse | JsonRpcErrorResponse
+        try:
+            if self._request_handler is None:
+                raise method_not_found(method)
+            result = await self._request_handler(request_id, method, params)
+            encode(result)  # fail here (→ -32603), not inside the writer
+            reply = JsonRpcResponse(id=request_id, result=result)
+        except JsonRpcErrorReply as exc:
+            reply = JsonRpcErrorResponse(
+                id=request_id, error=JsonRpcError(code=exc.code, message=exc.message, data=exc.data)
+            )
+        except Exception as exc:
+            log.exception("request handler failed for %s", method)
+            reply = JsonRpcErrorResponse(
+                id=request_id,
+                error=JsonRpcError(
+                    code=-32603, message="Internal error", data={"details": str(exc)}
+                ),
+            )
+        try:
+            await self._write(reply)
+        except TransportClosed:
+            pass

@@ -1,0 +1,1432 @@
+"""``StdioTransport``: the :class:`~acpfsm.adapters.transport.AgentTransport` over an ACP agent's
+stdin/stdout (a :class:`~.jsonrpc.JsonRpcConnection` to an :class:`~.process.AgentProcess`).
+
+Theory of operation
+-------------------
+Requests (initialize, session/new|load, set_*) are plain awaited RPCs. Turns are not:
+:meth:`StdioTransport.prompt` queues the turn and returns; one **prompt gate** (agentctl's,
+agentctl-protocol.md §3.1) lets one ``session/prompt`` own the session at a time, in the
+order the prompts were made. The RPC runs in a task of the transport's task group; its
+answer becomes ``Complete(stop_reason, prompt_generation=g)``, its JSON-RPC error
+``ErrorEvent(error=<compact JSON of the error>, prompt_generation=g)``.
+
+**Steer** (§3.2): when the agent advertised ``_meta.claudeCode.promptQueueing: true``, a
+steer is a second ``session/prompt`` sent at once while the first is still open. The gate
+passes to the successor, the predecessor is *handed off* and its early end is suppressed,
+so the pair yields exactly one ``Complete``, stamped with the generation the steer carries
+(the runtime sends the active one). Without queueing, or with no turn in flight, ``steer``
+raises :class:`SteerUnsupported` and nothing is sent.
+
+**Cancel** (§3.3): the ``session/cancel`` notification, pending permission prompts answered
+``cancelled``, open tool calls marked cancelled; then a bounded wait (``cancel_timeout``, 3 s)
+for the turn to end (a compliant agent answers ``stopReason: cancelled``). If it does not,
+the turn is abandoned: ``CancelResult(acknowledged=False)``, the gate is released, and the
+turn's later answer is suppressed (agentctl's ``prompt abandoned after cancel``).
+
+**Events** (§2.3) arrive in order on :meth:`StdioTransport.events`: ``session/update``
+notifications are mapped inline by the connection's reader, so every update the agent sent
+before answering a prompt precedes that prompt's ``Complete``. The transport adds
+``agent_capabilities`` after initialize, ``session_mode``/``session_models``/``session_status``
+after session/new|load, convergence events after set_*, ``permission_request``/
+``permission_cancelled``, ``protocol_error`` for garbage the agent wrote (survived), and, as
+the very last event, ``stream_disconnected`` (empty ``error`` for our own close). On transport
+death every turn still owed an end first gets an ``ErrorEvent`` quoting the death
+(``peer disconnected before response: agent process exited with code N; stderr: …``).
+
+**Agent → client requests**: ``session/request_permission`` goes to the permission policy
+(default :func:`allow_first_permission_policy`); ``fs/read_text_file``/``fs/write_text_file``
+are confined to the workspace (symlinks resolved; outside → ``-32602``); ``terminal/*`` go to
+``terminal_handler`` or are refused with ``-32601`` (and the capability is not advertised).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import mimetypes
+import os
+import pathlib
+import re
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from importlib import metadata
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import anyio.to_thread
+import msgspec
+from msgspec import Raw
+
+from ..errors import (
+    AcpfsmError,
+    AgentRequestError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    SteerUnsupported,
+    TransportClosed,
+)
+from ..events import (
+    AgentCapabilities,
+    AgentEvent,
+    AuthRequired,
+    AvailableCommands,
+    Complete,
+    ConfigOption,
+    ContextWindow,
+    ErrorEvent,
+    ForegroundIdle,
+    MessageChunk,
+    ModeInfo,
+    ModelInfo,
+    PermissionCancelled,
+    PermissionOption,
+    PermissionRequest,
+    Plan,
+    PlanEntry,
+    ProtocolErrorEvent,
+    Reasoning,
+    SessionInfo,
+    SessionMode,
+    SessionModels,
+    SessionStatus,
+    StreamDisconnected,
+    ToolCall,
+    ToolUpdate,
+    Unknown,
+)
+from ..transport import (
+    AgentInfo,
+    Attachment,
+    CancelResult,
+    InitializeResult,
+    McpServer,
+    SessionResult,
+)
+from . import messages as acp
+from .jsonrpc import DEFAULT_MAX_LINE_BYTES, JsonRpcConnection, JsonRpcErrorReply, method_not_found
+from .process import (
+    DEFAULT_INHERITED_ENV,
+    DEFAULT_SHUTDOWN,
+    AgentProcess,
+    ShutdownPolicy,
+    open_agent_process,
+)
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "LOAD_UNSUPPORTED_MESSAGE",
+    "PermissionPolicy",
+    "StdioConfig",
+    "StdioTransport",
+    "TerminalHandler",
+    "allow_first_permission_policy",
+    "connect_stdio_transport",
+    "open_stdio_transport",
+]
+
+log = logging.getLogger(__name__)
+
+LOAD_UNSUPPORTED_MESSAGE: Final = (
+    "agent does not support session loading (LoadSession capability is false)"
+)
+
+PermissionPolicy = Callable[[PermissionRequest], Awaitable[str | None]]
+"""Decides a permission request: the chosen ``option_id``, or ``None`` to answer ``cancelled``."""
+
+TerminalHandler = Callable[[str, Any], Awaitable[Any]]
+"""Serves ``terminal/*``: ``(method, typed params)`` → result struct; raise
+:class:`~.jsonrpc.JsonRpcErrorReply` to answer with an error."""
+
+
+async def allow_first_permission_policy(request: PermissionRequest) -> str | None:
+    """The default policy: the first ``allow_once``/``allow_always`` option, else the first
+    option, else ``None`` (answer ``cancelled``). It never asks anyone: use it only for
+    agents you trust with the workspace (the reference agent, tests, sandboxes)."""
+    for option in request.permission_options:
+        if option.kind in ("allow_once", "allow_always"):
+            return option.option_id
+    return request.permission_options[0].option_id if request.permission_options else None
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("acpfsm")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0"
+
+
+class StdioConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Tunables of a :class:`StdioTransport` (seconds, bytes, counts)."""
+
+    cancel_timeout: float = 3.0
+    """How long :meth:`StdioTransport.cancel` waits for the turn to end (agentctl: 3 s)."""
+    exit_grace: float = 0.5
+    """After the agent hung up: how long to wait for its exit code and last stderr."""
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    event_queue_limit: int = 131072
+    """Undelivered events beyond this kill the transport (``notification queue overflow``)."""
+    fs_read: bool = True
+    fs_write: bool = True
+    suppress_replay: bool = True
+    """Drop the history an agent replays during session/load (agentctl does)."""
+    inline_media_limit: int = 8 * 1024 * 1024
+    client_name: str = acp.CLIENT_INFO_NAME
+    client_version: str = ""
+
+
+DEFAULT_CONFIG: Final = StdioConfig()
+
+
+class _EventQueue:
+    """Unbounded single-consumer FIFO of events; ``close()`` ends iteration after the rest."""
+
+    def __init__(self) -> None:
+        self._items: deque[AgentEvent] = deque()
+        self._wakeup = anyio.Event()
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, event: AgentEvent) -> None:
+        self._items.append(event)
+        self._wakeup.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wakeup.set()
+
+    def __aiter__(self) -> _EventQueue:
+        return self
+
+    async def __anext__(self) -> AgentEvent:
+        while not self._items:
+            if self.closed:
+                raise StopAsyncIteration
+            if self._wakeup.is_set():
+                self._wakeup = anyio.Event()
+            await self._wakeup.wait()
+        await anyio.lowlevel.checkpoint()
+        if not self._items:  # another consumer took it meanwhile
+            return await self.__anext__()
+        return self._items.popleft()
+
+
+class _Turn:
+    """One ``session/prompt`` owed a terminal event (Complete/ErrorEvent)."""
+
+    __slots__ = (
+        "abandoned",
+        "attachments",
+        "finished",
+        "generation",
+        "handed_off",
+        "pending",
+        "settled",
+        "text",
+    )
+
+    def __init__(self, text: str, attachments: Sequence[Attachment], generation: int) -> None:
+        self.text = text
+        self.attachments = tuple(attachments)
+        self.generation = generation
+        self.handed_off = False
+        self.abandoned = False
+        self.settled = False
+        self.pending: Any = None  # jsonrpc.PendingRequest once sent
+        self.finished = anyio.Event()
+
+
+_TEXTUAL_MIME = re.compile(r"^(text/|application/(json|xml|x-yaml|yaml|javascript|toml)\b)")
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+_TERMINAL_TOOL_STATUSES = frozenset({"complete", "error", "cancelled"})
+
+
+def _snake(name: str) -> str:
+    return _CAMEL.sub("_", name).lower()
+
+
+def _block_dict(block: acp.ContentBlock) -> dict[str, Any]:
+    """A content block in agentctl's ``content_blocks`` shape (snake_case, no empties)."""
+    out: dict[str, Any] = {"type": type(block).__struct_config__.tag}
+    if isinstance(block, acp.TextContent):
+        out["text"] = block.text
+    elif isinstance(block, acp.ImageContent | acp.AudioContent):
+        out["data"] = block.data
+        out["mime_type"] = block.mime_type
+        if isinstance(block, acp.ImageContent) and block.uri:
+            out["uri"] = block.uri
+    elif isinstance(block, acp.ResourceLink):
+        for key in ("uri", "name", "mime_type", "title", "description", "size"):
+            value = getattr(block, key)
+            if value is not None:
+                out[key] = value
+    else:
+        resource = block.resource
+        out["uri"] = resource.uri
+        if resource.mime_type:
+            out["mime_type"] = resource.mime_type
+        if resource.text is not None:
+            out["text"] = resource.text
+        if resource.blob is not None:
+            out["data"] = resource.blob
+    return out
+
+
+def _tool_contents(items: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for item in items or ():
+        kind = item.get("type")
+        if kind == "content":
+            out.append({"type": "content", "content": item.get("content")})
+        elif kind == "diff":
+            entry = {"type": "diff", "path": item.get("path", "")}
+            entry["old_text"] = item.get("oldText")
+            entry["new_text"] = item.get("newText", "")
+            out.append(entry)
+        elif kind == "terminal":
+            out.append({"type": "terminal", "terminal_id": item.get("terminalId", "")})
+        else:
+            out.append(dict(item))
+    return out
+
+
+def _tool_update_status(update: acp.ToolCallProgress) -> str:
+    if update.status == "completed":
+        return "complete"
+    if update.status == "failed":
+        return "error"
+    if update.status:
+        return update.status
+    if update.title is not None or update.raw_input is not None or update.content is not None:
+        return "in_progress"
+    return ""
+
+
+def _option_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def _flat_options(options: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for option in options:
+        if isinstance(option.get("options"), list):  # a group
+            out.extend(o for o in option["options"] if isinstance(o, dict))
+        else:
+            out.append(option)
+    return out
+
+
+def _config_option(option: acp.SessionConfigOption) -> ConfigOption:
+    return ConfigOption(
+        id=option.id,
+        name=option.name,
+        type=option.type,
+        category=option.category or "",
+        current_value=_option_value(option.current_value),
+        options=list(option.options),
+    )
+
+
+def _prompt_queueing(meta: dict[str, Any] | None) -> bool:
+    claude = (meta or {}).get("claudeCode")
+    return isinstance(claude, dict) and claude.get("promptQueueing") is True
+
+
+class StdioTransport:
+    """See the module docstring. Create with :func:`open_stdio_transport` (spawns the agent)
+    or :func:`connect_stdio_transport` (any pair of byte streams)."""
+
+    def __init__(
+        self,
+        receive_stream: anyio.abc.ByteReceiveStream,
+        send_stream: anyio.abc.ByteSendStream,
+        *,
+        workspace: str | os.PathLike[str],
+        process: AgentProcess | None = None,
+        permission_policy: PermissionPolicy = allow_first_permission_policy,
+        terminal_handler: TerminalHandler | None = None,
+        config: StdioConfig = DEFAULT_CONFIG,
+    ) -> None:
+        self.config: Final = config
+        self.process: Final = process
+        self.workspace: Final = os.path.realpath(os.fspath(workspace))
+        self._permission_policy = permission_policy
+        self._terminal_handler = terminal_handler
+        self._conn = JsonRpcConnection(
+            receive_stream,
+            send_stream,
+            request_handler=self._serve_request,
+            notification_handler=self._on_notification,
+            on_protocol_error=self._on_protocol_error,
+            on_close=self._on_connection_closed,
+            peer_info=self._peer_info if process is not None else None,
+            max_line_bytes=config.max_line_bytes,
+            name="agent",
+        )
+        self._events = _EventQueue()
+        self._events_done = False
+        self._capabilities: InitializeResult | None = None
+        self._session_id: str | None = None
+        self._modes: list[ModeInfo] = []
+        self._current_mode_id = ""
+        self._models: list[ModelInfo] = []
+        self._current_model_id = ""
+        self._config_options: list[acp.SessionConfigOption] = []
+        # turns
+        self._queue: deque[_Turn] = deque()
+        self._active: _Turn | None = None
+        self._wakeup = anyio.Event()
+        # per-session bookkeeping for the event mapping
+        self._replaying = False
+        self._replayed_plan: Plan | None = None
+        self._open_tools: dict[str, int] = {}
+        self._context_size = 0
+        self._permission_scopes: dict[str, anyio.CancelScope] = {}
+        # lifecycle
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._run_scope: anyio.CancelScope | None = None
+        self._closing = False
+        self._closed = anyio.Event()
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def capabilities(self) -> InitializeResult | None:
+        return self._capabilities
+
+    @property
+    def session_id(self) -> str | None:
+        return self._session_id
+
+    @property
+    def connection(self) -> JsonRpcConnection:
+        return self._conn
+
+    def is_connected(self) -> bool:
+        return not self._closing and not self._conn.closed
+
+    def events(self) -> AsyncIterator[AgentEvent]:
+        """The ordered event stream (single consumer); ends after ``stream_disconnected``."""
+        return self._events
+
+    def stderr_tail(self, max_lines: int | None = None) -> str:
+        return "" if self.process is None else self.process.stderr.tail(max_lines)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve the connection until :meth:`aclose` (the factories start this for you)."""
+        with anyio.CancelScope() as self._run_scope:
+            async with anyio.create_task_group() as tg:
+                self._task_group = tg
+                await tg.start(self._conn.run)
+                tg.start_soon(self._turn_worker)
+                task_status.started()
+        self._task_group = None
+
+    async def aclose(self) -> None:
+        """Close the connection, shut the agent process down (close stdin → SIGTERM →
+        SIGKILL to its group), emit the final ``stream_disconnected``. Idempotent, shielded."""
+        with anyio.CancelScope(shield=True):
+            if self._closing:
+                await self._closed.wait()
+                return
+            self._closing = True
+            try:
+                self._cancel_permissions()
+                self._conn.shutdown()  # pending requests fail; stdout is drained until EOF
+                if self.process is not None:
+                    await self.process.aclose()
+                await self._conn.aclose()
+                self._finish_events("")
+            finally:
+                if self._run_scope is not None:
+                    self._run_scope.cancel()
+                self._closed.set()
+
+    # ------------------------------------------------------------------ events
+
+    def _emit(self, event: AgentEvent, *, final: bool = False) -> None:
+        if self._events_done:
+            return
+        if not final and len(self._events) >= self.config.event_queue_limit:
+            log.error("event queue overflow (%d undelivered events)", len(self._events))
+            self._conn.abort("notification queue overflow")
+            return
+        self._events.put(event)
+
+    def _finish_events(self, error: str, stderr_tail: str = "") -> None:
+        if self._events_done:
+            return
+        process = self.process
+        self._events.put(
+            StreamDisconnected(
+                session_id=self._session_id or "",
+                error=error,
+                exit_code=None if process is None else process.returncode,
+                stderr_tail=stderr_tail or ("" if process is None else process.stderr.tail(20)),
+            )
+        )
+        self._events_done = True
+        self._events.close()
+
+    def _on_connection_closed(self, error: TransportClosed | None) -> None:
+        if error is not None and not self._closing:
+            message = str(error)
+            owed = [self._active, *self._queue] if self._active else list(self._queue)
+            for turn in owed:
+                if turn is not None and not (turn.settled or turn.handed_off or turn.abandoned):
+                    turn.settled = True
+                    self._emit(
+                        ErrorEvent(
+                            session_id=self._session_id or "",
+                            prompt_generation=turn.generation,
+                            error=message,
+                            data={"transport_closed": True, "stderr_tail": error.stderr_tail},
+                        ),
+                        final=True,
+                    )
+            self._queue.clear()
+            self._finish_events(message, error.stderr_tail)
+            if self.process is not None and self._task_group is not None:
+                self._task_group.start_soon(self.process.aclose)
+        elif error is None and not self._closing:
+            self._finish_events("")
+
+    def _on_protocol_error(self, error: RemoteProtocolError) -> None:
+        log.warning("%s", error)
+        self._emit(ProtocolErrorEvent(session_id=self._session_id or "", error=str(error)))
+
+    async def _peer_info(self) -> tuple[str, str]:
+        assert self.process is not None
+        description, tail = await self.process.wait_exit_details(self.config.exit_grace)
+        if tail:
+            description += "; stderr: " + "; ".join(tail.splitlines()[-10:])
+        return description, tail
+
+    # ------------------------------------------------------------------ RPC helpers
+
+    async def _call(self, method: str, params: Any) -> Any:
+        raw = await self._conn.request(method, params)
+        return self._decode_result(method, raw)
+
+    @staticmethod
+    def _decode_result(method: str, raw: Raw) -> Any:
+        try:
+            return acp.decode_result(method, raw)
+        except msgspec.DecodeError as exc:
+            raise RemoteProtocolError(f"invalid {method} result from agent: {exc}") from None
+
+    def _require_initialized(self) -> InitializeResult:
+        if self._capabilities is None:
+            raise LocalProtocolError("initialize the agent first")
+        return self._capabilities
+
+    def _require_session(self) -> str:
+        if self._session_id is None:
+            raise LocalProtocolError("no ACP session: call new_session or load_session first")
+        return self._session_id
+
+    def _ensure_open(self) -> None:
+        if self._closing:
+            raise TransportClosed("connection closed")
+        self._conn.ensure_open()
+
+    # ------------------------------------------------------------------ initialize / sessions
+
+    async def initialize(self) -> InitializeResult:
+        self._ensure_open()
+        request = acp.InitializeRequest(
+            protocol_version=acp.PROTOCOL_VERSION,
+            client_capabilities=acp.ClientCapabilities(
+                fs=acp.FileSystemCapability(
+                    read_text_file=self.config.fs_read, write_text_file=self.config.fs_write
+                ),
+                terminal=self._terminal_handler is not None,
+            ),
+            client_info=acp.Implementation(
+                name=self.config.client_name,
+                version=self.config.client_version or _package_version(),
+            ),
+        )
+        response: acp.InitializeResponse = await self._call("initialize", request)
+        if response.protocol_version != acp.PROTOCOL_VERSION:
+            raise RemoteProtocolError(
+                f"agent answered protocolVersion {response.protocol_version}; "
+                f"acpfsm speaks {acp.PROTOCOL_VERSION}"
+            )
+        caps = response.agent_capabilities
+        info = response.agent_info
+        result = InitializeResult(
+            protocol_version=response.protocol_version,
+            agent=AgentInfo(name=info.name, version=info.version or "unknown")
+            if info is not None
+            else AgentInfo(),
+            load_session=caps.load_session,
+            prompt_queueing=_prompt_queueing(caps.meta),
+            supports_image=caps.prompt_capabilities.image,
+            supports_audio=caps.prompt_capabilities.audio,
+            supports_embedded_context=caps.prompt_capabilities.embedded_context,
+            auth_methods=list(response.auth_methods),
+        )
+        self._capabilities = result
+        self._emit(
+            AgentCapabilities(
+                supports_image=result.supports_image,
+                supports_audio=result.supports_audio,
+                supports_embedded_context=result.supports_embedded_context,
+                supports_prompt_queueing=result.prompt_queueing,
+                supports_load_session=result.load_session,
+                auth_methods=result.auth_methods,
+            )
+        )
+        return result
+
+    async def authenticate(self, method_id: str) -> None:
+        self._ensure_open()
+        await self._call("authenticate", acp.AuthenticateRequest(method_id=method_id))
+
+    @staticmethod
+    def _mcp_servers(servers: Sequence[McpServer]) -> list[Any]:
+        return [
+            acp.McpServerStdio(
+                name=server.name,
+                command=server.command,
+                args=list(server.args),
+                env=[acp.EnvVariable(name=k, value=v) for k, v in server.env.items()],
+            )
+            for server in servers
+        ]
+
+    async def new_session(self, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> SessionResult:
+        caps = self._require_initialized()
+        self._ensure_open()
+        request = acp.NewSessionRequest(cwd=cwd, mcp_servers=self._mcp_servers(mcp_servers))
+        try:
+            response: acp.NewSessionResponse = await self._call("session/new", request)
+        except AgentRequestError as exc:
+            if exc.code == -32000:
+                self._emit(AuthRequired(error=exc.error_message, auth_methods=caps.auth_methods))
+            raise
+        self._reset_session(response.session_id)
+        result = self._absorb_session_state(
+            response.session_id, response.modes, response.models, response.config_options
+        )
+        self._emit_session_snapshot(result, "new")
+        return result
+
+    async def load_session(
+        self, session_id: str, cwd: str, mcp_servers: Sequence[McpServer] = ()
+    ) -> SessionResult:
+        caps = self._require_initialized()
+        if not caps.load_session:
+            raise LocalProtocolError(LOAD_UNSUPPORTED_MESSAGE)
+        self._ensure_open()
+        previous = self._session_id
+        request = acp.LoadSessionRequest(
+            session_id=session_id, cwd=cwd, mcp_servers=self._mcp_servers(mcp_servers)
+        )
+        self._reset_session(session_id)
+        self._replaying = self.config.suppress_replay
+
+        def replay_over() -> None:  # runs in the reader: no later update is suppressed
+            self._replaying = False
+
+        try:
+            pending = await self._conn.send_request(
+                "session/load", request, on_response=replay_over
+            )
+            response: acp.LoadSessionResponse = self._decode_result(
+                "session/load", await pending.wait()
+            )
+        except BaseException:
+            self._replaying = False
+            self._session_id = previous
+            raise
+        result = self._absorb_session_state(
+            session_id, response.modes, response.models, response.config_options
+        )
+        if self._replayed_plan is not None:
+            self._emit(self._replayed_plan)
+            self._replayed_plan = None
+        self._emit_session_snapshot(result, "resumed")
+        return result
+
+    def _reset_session(self, session_id: str) -> None:
+        self._session_id = session_id
+        self._replayed_plan = None
+        self._open_tools.clear()
+        self._context_size = 0
+
+    def _model_option(self) -> acp.SessionConfigOption | None:
+        for option in self._config_options:
+            if option.category == "model":
+                return option
+        return None
+
+    def _absorb_session_state(
+        self,
+        session_id: str,
+        modes: acp.SessionModeState | None,
+        models: acp.SessionModelState | None,
+        config_options: list[acp.SessionConfigOption] | None,
+    ) -> SessionResult:
+        if modes is not None:
+            self._current_mode_id = modes.current_mode_id
+            self._modes = [
+                ModeInfo(id=m.id, name=m.name, description=m.description or "")
+                for m in modes.available_modes
+            ]
+        else:
+            self._current_mode_id, self._modes = "", []
+        self._config_options = list(config_options or ())
+        self._refresh_models(models)
+        return SessionResult(
+            session_id=session_id,
+            current_model_id=self._current_model_id,
+            models=list(self._models),
+            config_options=[_config_option(o) for o in self._config_options],
+            current_mode_id=self._current_mode_id,
+            modes=list(self._modes),
+            has_model_state=models is not None or bool(self._config_options),
+        )
+
+    def _refresh_models(self, models: acp.SessionModelState | None = None) -> None:
+        option = self._model_option()
+        if models is not None:
+            self._current_model_id = models.current_model_id
+            self._models = [
+                ModelInfo(model_id=m.model_id, name=m.name, description=m.description or "")
+                for m in models.available_models
+            ]
+        elif option is not None:
+            self._current_model_id = _option_value(option.current_value)
+            self._models = [
+                ModelInfo(
+                    model_id=str(o.get("value", "")),
+                    name=str(o.get("name", "")),
+                    description=str(o.get("description") or ""),
+                )
+                for o in _flat_options(option.options)
+            ]
+
+    def _models_event(self, source: str) -> SessionModels:
+        return SessionModels(
+            session_id=self._session_id or "",
+            current_model_id=self._current_model_id,
+            session_models=list(self._models),
+            config_options=[_config_option(o) for o in self._config_options],
+            data={"config_options_source": source},
+        )
+
+    def _emit_session_snapshot(self, result: SessionResult, status: str) -> None:
+        sid = result.session_id
+        if result.modes or result.current_mode_id:
+            self._emit(
+                SessionMode(
+                    session_id=sid,
+                    current_mode_id=result.current_mode_id,
+                    available_modes=result.modes,
+                )
+            )
+        if result.has_model_state:
+            self._emit(self._models_event("provider_response"))
+        self._emit(SessionStatus(session_id=sid, session_status=status))
+
+    # ------------------------------------------------------------------ mode / model / config
+
+    async def set_mode(self, mode_id: str) -> None:
+        sid = self._require_session()
+        self._ensure_open()
+        await self._call(
+            "session/set_mode", acp.SetSessionModeRequest(session_id=sid, mode_id=mode_id)
+        )
+        self._current_mode_id = mode_id
+        self._emit(
+            SessionMode(session_id=sid, current_mode_id=mode_id, available_modes=list(self._modes))
+        )
+
+    async def set_config_option(self, config_id: str, value: str) -> None:
+        sid = self._require_session()
+        self._ensure_open()
+        known = next((o for o in self._config_options if o.id == config_id), None)
+        wire_value: str | bool = value
+        value_type: str | None = None
+        if known is not None and known.type == "boolean":
+            wire_value, value_type = value.strip().lower() == "true", "boolean"
+        request = acp.SetSessionConfigOptionRequest(
+            session_id=sid, config_id=config_id, value=wire_value, type=value_type
+        )
+        response: acp.SetSessionConfigOptionResponse = await self._call(
+            "session/set_config_option", request
+        )
+        if response.config_options:
+            self._config_options = list(response.config_options)
+        else:
+            self._config_options = [
+                msgspec.structs.replace(o, current_value=wire_value) if o.id == config_id else o
+                for o in self._config_options
+            ]
+        self._refresh_models()
+        self._emit(self._models_event("provider_response"))
+
+    async def set_model(self, model_id: str) -> None:
+        """Model selection: through the ``category: "model"`` config option when the agent
+        has one, else (or on ``-32601``) the legacy ``session/set_model``. An agent that
+        implements neither (``-32601`` twice) leaves the model unchanged and this returns
+        quietly, with no event (agentctl's ``sessionmodel.Apply``)."""
+        sid = self._require_session()
+        self._ensure_open()
+        option = self._model_option()
+        if option is not None:
+            try:
+                await self.set_config_option(option.id, model_id)
+                return
+            except AgentRequestError as exc:
+                if exc.code != -32601:
+                    raise
+        request = acp.SetSessionModelRequest(session_id=sid, model_id=model_id)
+        try:
+            await self._call("session/set_model", request)
+        except AgentRequestError as exc:
+            if exc.code == -32601:
+                log.info("agent supports no model selection; model %r not applied", model_id)
+                return
+            raise
+        self._current_model_id = model_id
+        self._emit(self._models_event("provider_response"))
+
+    # ------------------------------------------------------------------ attachments
+
+    async def materialize_attachment(self, attachment: Attachment) -> Attachment:
+        """Read a local attachment's file into ``data``; fill ``size`` and a guessed MIME type."""
+        data = attachment.data
+        if not data and attachment.path:
+            try:
+                data = await anyio.Path(attachment.path).read_bytes()
+            except OSError as exc:
+                raise LocalProtocolError(
+                    f"cannot read attachment {attachment.name!r} at {attachment.path}: "
+                    f"{exc.strerror or exc}"
+                ) from None
+        mime = attachment.mime_type
+        if mime == "application/octet-stream":
+            guessed, _ = mimetypes.guess_type(attachment.path or attachment.name)
+            mime = guessed or mime
+        return msgspec.structs.replace(attachment, data=data, size=len(data), mime_type=mime)
+
+    def _file_uri(self, attachment: Attachment) -> str:
+        if attachment.path:
+            return pathlib.Path(os.path.abspath(attachment.path)).as_uri()
+        return f"attachment:///{attachment.attachment_id or attachment.name}"
+
+    async def _prompt_blocks(
+        self, text: str, attachments: Sequence[Attachment]
+    ) -> list[acp.ContentBlock]:
+        caps = self._capabilities or InitializeResult(protocol_version=acp.PROTOCOL_VERSION)
+        blocks: list[acp.ContentBlock] = []
+        if text or not attachments:
+            blocks.append(acp.TextContent(text=text))
+        for item in attachments:
+            if item.delivery_mode == "path" and item.path:
+                blocks.append(
+                    acp.ResourceLink(
+                        uri=self._file_uri(item),
+                        name=item.name,
+                        mime_type=item.mime_type,
+                        size=item.size or None,
+                    )
+                )
+                continue
+            att = await self.materialize_attachment(item)
+            encoded = base64.b64encode(att.data).decode("ascii")
+            small = att.size <= self.config.inline_media_limit
+            if att.mime_type.startswith("image/") and caps.supports_image and small:
+                blocks.append(acp.ImageContent(data=encoded, mime_type=att.mime_type))
+            elif att.mime_type.startswith("audio/") and caps.supports_audio and small:
+                blocks.append(acp.AudioContent(data=encoded, mime_type=att.mime_type))
+            elif caps.supports_embedded_context:
+                textual = _TEXTUAL_MIME.match(att.mime_type) is not None
+                contents = acp.ResourceContents(
+                    uri=self._file_uri(att),
+                    mime_type=att.mime_type,
+                    text=att.data.decode("utf-8", "replace") if textual else None,
+                    blob=None if textual else encoded,
+                )
+                blocks.append(acp.EmbeddedResource(resource=contents))
+            elif att.path:
+                blocks.append(
+                    acp.ResourceLink(
+                        uri=self._file_uri(att),
+                        name=att.name,
+                        mime_type=att.mime_type,
+                        size=att.size,
+                    )
+                )
+            else:
+                path = await self._save_attachment(att)
+                blocks.append(
+                    acp.ResourceLink(
+                        uri=pathlib.Path(path).as_uri(),
+                        name=att.name,
+                        mime_type=att.mime_type,
+                        size=att.size,
+                    )
+                )
+        return blocks
+
+    async def _save_attachment(self, att: Attachment) -> str:
+        """An in-memory attachment the agent cannot take inline is saved under
+        ``<workspace>/.acpfsm/attachments/<session>/`` and linked."""
+        folder = anyio.Path(self.workspace, ".acpfsm", "attachments", self._session_id or "none")
+        name = os.path.basename(att.name) or (att.attachment_id or "attachment")
+        try:
+            await folder.mkdir(parents=True, exist_ok=True)
+            await (folder / name).write_bytes(att.data)
+        except OSError as exc:
+            raise LocalProtocolError(f"cannot save attachment {att.name!r}: {exc}") from None
+        return str(folder / name)
+
+    # ------------------------------------------------------------------ turns
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
+    def _release(self, turn: _Turn) -> None:
+        if self._active is turn:
+            self._active = None
+            self._wake()
+
+    def _active_generation(self) -> int:
+        return self._active.generation if self._active is not None else 0
+
+    async def prompt(self, text: str, attachments: Sequence[Attachment], generation: int) -> None:
+        """Queue a turn and return at once; its end arrives as ``complete``/``error``."""
+        self._require_session()
+        self._ensure_open()
+        self._cancel_permissions()
+        self._queue.append(_Turn(text, attachments, generation))
+        self._wake()
+
+    async def _turn_worker(self) -> None:
+        while True:
+            while not self._queue or self._active is not None:
+                if self._wakeup.is_set():
+                    self._wakeup = anyio.Event()
+                    continue
+                await self._wakeup.wait()
+            turn = self._queue.popleft()
+            self._active = turn
+            assert self._task_group is not None
+            self._task_group.start_soon(self._run_turn, turn)
+
+    async def _run_turn(self, turn: _Turn) -> None:
+        outcome: AgentEvent | None = None
+        try:
+            if turn.pending is None:
+                try:
+                    blocks = await self._prompt_blocks(turn.text, turn.attachments)
+                    if turn.abandoned:
+                        return
+                    self._replaying = False
+                    turn.pending = await self._conn.send_request(
+                        "session/prompt",
+                        acp.PromptRequest(session_id=self._require_session(), prompt=blocks),
+                    )
+                except TransportClosed:
+                    return  # the death handler has settled this turn
+                except AcpfsmError as exc:
+                    outcome = self._error_event(turn, str(exc), {})
+                    return
+            outcome = await self._await_turn(turn)
+        finally:
+            self._settle(turn, outcome)
+            self._release(turn)
+            turn.finished.set()
+
+    async def _await_turn(self, turn: _Turn) -> AgentEvent | None:
+        try:
+            response: acp.PromptResponse = self._decode_result(
+                "session/prompt", await turn.pending.wait()
+            )
+        except AgentRequestError as exc:
+            return self._error_event(turn, exc.json_projection(), exc.as_dict())
+        except RemoteProtocolError as exc:
+            return self._error_event(turn, str(exc), {})
+        except TransportClosed:
+            return None
+        usage = None
+        if response.usage:
+            usage = {_snake(k): v for k, v in response.usage.items()}
+        return Complete(
+            session_id=self._session_id or "",
+            prompt_generation=turn.generation,
+            stop_reason=response.stop_reason,
+            usage=usage,
+        )
+
+    def _error_event(self, turn: _Turn, error: str, data: dict[str, Any]) -> ErrorEvent:
+        return ErrorEvent(
+            session_id=self._session_id or "",
+            prompt_generation=turn.generation,
+            error=error,
+            data=data,
+        )
+
+    def _settle(self, turn: _Turn, outcome: AgentEvent | None) -> None:
+        if turn.settled:
+            return
+        turn.settled = True
+        if turn.handed_off:
+            log.debug(
+                "suppressing completion from handed-off prompt (generation %d)", turn.generation
+            )
+            return
+        if turn.abandoned:
+            log.debug("prompt abandoned after cancel (generation %d)", turn.generation)
+            return
+        if outcome is None:
+            return
+        if isinstance(outcome, Complete):
+            self._sweep_tools("cancelled")
+        self._emit(outcome)
+
+    async def steer(self, text: str, attachments: Sequence[Attachment], generation: int) -> None:
+        """Deliver ``text`` into the running turn (agents with prompt queueing only). The
+        successor takes the gate; only it will emit ``complete``, stamped ``generation``."""
+        sid = self._require_session()
+        self._ensure_open()
+        caps = self._require_initialized()
+        if not caps.prompt_queueing:
+            raise SteerUnsupported(
+                "steer was not dispatched: agent does not advertise prompt queueing"
+            )
+        self._in_flight_or_raise()
+        blocks = await self._prompt_blocks(text, attachments)
+        predecessor = self._in_flight_or_raise()
+        self._cancel_permissions()
+        successor = _Turn(text, attachments, generation)
+        predecessor.handed_off = True
+        self._active = successor
+        try:
+            successor.pending = await self._conn.send_request(
+                "session/prompt", acp.PromptRequest(session_id=sid, prompt=blocks)
+            )
+        except BaseException:
+            if not successor.settled:  # not delivered: the successor owes nothing
+                successor.settled = True
+                predecessor.handed_off = False
+                if self._active is successor:
+                    self._active = predecessor
+            raise
+        assert self._task_group is not None
+        self._task_group.start_soon(self._run_turn, successor)
+
+    def _in_flight_or_raise(self) -> _Turn:
+        turn = self._active
+        if (
+            turn is None
+            or turn.settled
+            or turn.abandoned
+            or turn.pending is None
+            or turn.pending.done
+        ):
+            raise SteerUnsupported("steer was not dispatched: no prompt in flight")
+        return turn
+
+    async def cancel(self) -> CancelResult:
+        """``session/cancel`` and wait ≤ ``cancel_timeout`` for the turn to end (see module doc)."""
+        if self._session_id is None:
+            return CancelResult(acknowledged=True)
+        self._ensure_open()
+        turn = self._active
+        self._cancel_permissions()
+        self._sweep_tools("cancelled")
+        await self._conn.notify(
+            "session/cancel", acp.CancelNotification(session_id=self._session_id)
+        )
+        if turn is None:
+            return CancelResult(acknowledged=True)
+        with anyio.move_on_after(self.config.cancel_timeout):
+            await turn.finished.wait()
+        if turn.finished.is_set():
+            return CancelResult(acknowledged=True)
+        log.warning(
+            "turn cancel not acknowledged: in-flight session/prompt did not end within %ss",
+            self.config.cancel_timeout,
+        )
+        turn.abandoned = True
+        if turn.pending is not None:
+            turn.pending.abandon()
+        self._release(turn)
+        return CancelResult(acknowledged=False)
+
+    def _cancel_permissions(self) -> None:
+        """Answer every pending permission request ``cancelled`` (and emit
+        ``permission_cancelled``): on cancel, on close, and before a new prompt or steer."""
+        for scope in list(self._permission_scopes.values()):
+            scope.cancel()
+
+    def _sweep_tools(self, status: str) -> None:
+        open_tools, self._open_tools = self._open_tools, {}
+        for tool_call_id, generation in open_tools.items():
+            self._emit(
+                ToolUpdate(
+                    session_id=self._session_id or "",
+                    prompt_generation=generation,
+                    tool_call_id=tool_call_id,
+                    tool_status=status,
+                )
+            )
+
+    # ------------------------------------------------------------------ agent → client
+
+    async def _on_notification(self, method: str, params: Raw | None) -> None:
+        if method != "session/update":
+            log.debug("ignoring notification %s", method)
+            return
+        try:
+            notification: acp.SessionNotification = acp.decode_agent_params(method, params)
+        except msgspec.DecodeError as exc:
+            self._on_protocol_error(RemoteProtocolError(f"invalid session/update: {exc}"))
+            return
+        for event in self._map_update(notification):
+            self._emit(event)
+
+    def _map_update(self, notification: acp.SessionNotification) -> list[AgentEvent]:
+        sid = notification.session_id
+        gen = self._active_generation()
+        update = notification.update
+        replaying = self._replaying
+        match update:
+            case acp.AgentMessageChunk() | acp.UserMessageChunk():
+                if replaying:
+                    return []
+                role = "user" if isinstance(update, acp.UserMessageChunk) else "assistant"
+                content = update.content
+                if isinstance(content, acp.TextContent):
+                    chunk = MessageChunk(text=content.text)
+                else:
+                    chunk = MessageChunk(content_blocks=[_block_dict(content)])
+                return [
+                    msgspec.structs.replace(
+                        chunk,
+                        session_id=sid,
+                        prompt_generation=gen,
+                        role=role,
+                        protocol_message_id=update.message_id or "",
+                    )
+                ]
+            case acp.AgentThoughtChunk():
+                if replaying or not isinstance(update.content, acp.TextContent):
+                    return []
+                return [
+                    Reasoning(
+                        session_id=sid,
+                        prompt_generation=gen,
+                        reasoning_text=update.content.text,
+                        protocol_message_id=update.message_id or "",
+                    )
+                ]
+            case acp.ToolCallStart():
+                if replaying:
+                    return []
+                status = update.status or "in_progress"
+                if status not in ("completed", "failed"):
+                    self._open_tools[update.tool_call_id] = gen
+                return [
+                    ToolCall(
+                        session_id=sid,
+                        prompt_generation=gen,
+                        tool_call_id=update.tool_call_id,
+                        tool_name=update.kind or "",
+                        tool_title=update.title or "",
+                        tool_status=status,
+                        raw_input=update.raw_input,
+                        tool_call_contents=_tool_contents(update.content),
+                    )
+                ]
+            case acp.ToolCallProgress():
+                if replaying:
+                    return []
+                status = _tool_update_status(update)
+                if status in _TERMINAL_TOOL_STATUSES:
+                    self._open_tools.pop(update.tool_call_id, None)
+                return [
+                    ToolUpdate(
+                        session_id=sid,
+                        prompt_generation=gen,
+                        tool_call_id=update.tool_call_id,
+                        tool_status=status,
+                        tool_title=update.title or "",
+                        raw_output=update.raw_output,
+                        tool_call_contents=_tool_contents(update.content),
+                    )
+                ]
+            case acp.AgentPlanUpdate():
+                plan = Plan(
+                    session_id=sid,
+                    prompt_generation=gen,
+                    plan_entries=[
+                        PlanEntry(description=e.content, status=e.status, priority=e.priority)
+                        for e in update.entries
+                    ],
+                )
+                if replaying:
+                    self._replayed_plan = plan
+                    return []
+                return [plan]
+            case acp.AvailableCommandsUpdate():
+                commands: dict[str, dict[str, Any]] = {}
+                for command in update.available_commands:
+                    if command.name in commands:
+                        continue
+                    entry: dict[str, Any] = {"name": command.name}
+                    if command.description:
+                        entry["description"] = command.description
+                    hint = (command.input or {}).get("hint")
+                    if hint:
+                        entry["input_hint"] = hint
+                    commands[command.name] = entry
+                return [
+                    AvailableCommands(session_id=sid, available_commands=list(commands.values()))
+                ]
+            case acp.CurrentModeUpdate():
+                if replaying:
+                    return []
+                self._current_mode_id = update.current_mode_id
+                return [
+                    SessionMode(
+                        session_id=sid,
+                        current_mode_id=update.current_mode_id,
+                        available_modes=list(self._modes),
+                    )
+                ]
+            case acp.ConfigOptionUpdate():
+                if replaying:
+                    return []
+                self._config_options = list(update.config_options)
+                self._refresh_models()
+                return [
+                    msgspec.structs.replace(self._models_event("provider_update"), session_id=sid)
+                ]
+            case acp.SessionInfoUpdate():
+                return [
+                    SessionInfo(
+                        session_id=sid,
+                        session_title=update.title or "",
+                        session_updated_at=update.updated_at or "",
+                    )
+                ]
+            case acp.UsageUpdate():
+                return self._map_usage(sid, gen, update)
+            case acp.UnknownUpdate():
+                return [
+                    Unknown(
+                        session_id=sid,
+                        prompt_generation=gen,
+                        kind=update.kind,
+                        payload=update.payload,
+                    )
+                ]
+
+    def _map_usage(self, sid: str, gen: int, update: acp.UsageUpdate) -> list[AgentEvent]:
+        out: list[AgentEvent] = []
+        if update.size > 0:
+            self._context_size = max(self._context_size, update.size)
+            out.append(
+                ContextWindow(
+                    session_id=sid,
+                    context_window_size=self._context_size,
+                    context_window_used=update.used,
+                )
+            )
+        origin = (update.meta or {}).get("_claude/origin")
+        if isinstance(origin, dict) and origin.get("kind") == "human":
+            caps = self._capabilities
+            if gen == 0 or (caps is not None and caps.prompt_queueing):
+                out.append(ForegroundIdle(session_id=sid, prompt_generation=gen))
+        return out
+
+    async def _serve_request(
+        self, request_id: acp.RequestId, method: str, params: Raw | None
+    ) -> Any:
+        if method.startswith("terminal/"):
+            if self._terminal_handler is None:
+                raise method_not_found(method)
+            return await self._terminal_handler(method, self._typed_params(method, params))
+        if method == "session/request_permission":
+            return await self._ask_permission(str(request_id), self._typed_params(method, params))
+        if method == "fs/read_text_file" and self.config.fs_read:
+            return await self._read_text_file(self._typed_params(method, params))
+        if method == "fs/write_text_file" and self.config.fs_write:
+            return await self._write_text_file(self._typed_params(method, params))
+        raise method_not_found(method)
+
+    @staticmethod
+    def _typed_params(method: str, params: Raw | None) -> Any:
+        try:
+            return acp.decode_agent_params(method, params)
+        except msgspec.DecodeError as exc:
+            raise JsonRpcErrorReply(-32602, "Invalid params", {"details": str(exc)}) from None
+
+    async def _ask_permission(
+        self, request_id: str, params: acp.RequestPermissionRequest
+    ) -> acp.RequestPermissionResponse:
+        event = PermissionRequest(
+            session_id=params.session_id,
+            prompt_generation=self._active_generation(),
+            request_id=request_id,
+            tool_call_id=params.tool_call.tool_call_id,
+            permission_title=params.tool_call.title or "",
+            permission_options=[
+                PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind)
+                for o in params.options
+            ],
+        )
+        self._emit(event)
+        choice: str | None = None
+        with anyio.CancelScope() as scope:
+            self._permission_scopes[request_id] = scope
+            try:
+                choice = await self._permission_policy(event)
+            finally:
+                self._permission_scopes.pop(request_id, None)
+        if scope.cancelled_caught:
+            self._emit(PermissionCancelled(session_id=params.session_id, request_id=request_id))
+            choice = None
+        outcome: acp.PermissionOutcome = (
+            acp.DeniedOutcome() if choice is None else acp.SelectedOutcome(option_id=choice)
+        )
+        return acp.RequestPermissionResponse(outcome=outcome)
+
+    def _confine(self, path: str) -> str:
+        """The real path of ``path`` if it lies inside the workspace (symlinks resolved)."""
+        if not os.path.isabs(path):
+            raise JsonRpcErrorReply(-32602, "Invalid params: path must be absolute", {"path": path})
+        real = os.path.realpath(path)
+        root = self.workspace
+        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+            raise JsonRpcErrorReply(
+                -32602, "Invalid params: path is outside the workspace", {"path": path}
+            )
+        return real
+
+    async def _read_text_file(self, params: acp.ReadTextFileRequest) -> acp.ReadTextFileResponse:
+        def read() -> str:
+            real = self._confine(params.path)
+            with open(real, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+            if params.line is None and params.limit is None:
+                return text
+            lines = text.splitlines(keepends=True)
+            start = max((params.line or 1) - 1, 0)
+            stop = len(lines) if params.limit is None else start + max(params.limit, 0)
+            return "".join(lines[start:stop])
+
+        try:
+            content = await anyio.to_thread.run_sync(read)
+        except FileNotFoundError:
+            raise JsonRpcErrorReply(-32002, "Resource not found", {"uri": params.path}) from None
+        except OSError as exc:
+            raise JsonRpcErrorReply(
+                -32603, "Internal error", {"details": exc.strerror or str(exc)}
+            ) from None
+        return acp.ReadTextFileResponse(content=content)
+
+    async def _write_text_file(self, params: acp.WriteTextFileRequest) -> None:
+        def write() -> None:
+            real = self._confine(params.path)
+            os.makedirs(os.path.dirname(real), exist_ok=True)
+            with open(real, "w", encoding="utf-8") as handle:
+                handle.write(params.content)
+
+        try:
+            await anyio.to_thread.run_sync(write)
+        except OSError as exc:
+            raise JsonRpcErrorReply(
+                -32603, "Internal error", {"details": exc.strerror or str(exc)}
+            ) from None
+
+
+# ---------------------------------------------------------------------------------------- factories
+
+
+@contextlib.asynccontextmanager
+async def connect_stdio_transport(
+    receive_stream: anyio.abc.ByteReceiveStream,
+    send_stream: anyio.abc.ByteSendStream,
+    *,
+    workspace: str | os.PathLike[str],
+    process: AgentProcess | None = None,
+    permission_policy: PermissionPolicy = allow_first_permission_policy,
+    terminal_handler: TerminalHandler | None = None,
+    config: StdioConfig = DEFAULT_CONFIG,
+) -> AsyncIterator[StdioTransport]:
+    """A :class:`StdioTransport` over an existing pair of byte streams (``receive`` is the
+    agent's stdout, ``send`` its stdin), served until the block exits (then :meth:`aclose`)."""
+    transport = StdioTransport(
+        receive_stream,
+        send_stream,
+        workspace=workspace,
+        process=process,
+        permission_policy=permission_policy,
+        terminal_handler=terminal_handler,
+        config=config,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(transport.run)
+        try:
+            yield transport
+        finally:
+            await transport.aclose()
+
+
+@contextlib.asynccontextmanager
+async def open_stdio_transport(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    inherit_env: Sequence[str] = DEFAULT_INHERITED_ENV,
+    workspace: str | os.PathLike[str] | None = None,
+    permission_policy: PermissionPolicy = allow_first_permission_policy,
+    terminal_handler: TerminalHandler | None = None,
+    config: StdioConfig = DEFAULT_CONFIG,
+    shutdown: ShutdownPolicy = DEFAULT_SHUTDOWN,
+    stderr_max_bytes: int = 64 * 1024,
+    stderr_max_lines: int = 200,
+) -> AsyncIterator[StdioTransport]:
+    """Spawn the agent (``argv``, no shell, its own process group, ``cwd`` as working
+    directory, environment per :func:`~.process.build_agent_env`) and yield a connected,
+    not yet initialized :class:`StdioTransport`. The workspace (fs confinement root)
+    defaults to ``cwd``. Leaving the block closes everything; no process survives."""
+    async with (
+        open_agent_process(
+            argv,
+            cwd=cwd,
+            env=env,
+            inherit_env=inherit_env,
+            stderr_max_bytes=stderr_max_bytes,
+            stderr_max_lines=stderr_max_lines,
+            shutdown=shutdown,
+        ) as process,
+        connect_stdio_transport(
+            process.stdout,
+            process.stdin,
+            workspace=cwd if workspace is None else workspace,
+            process=process,
+            permission_policy=permission_policy,
+            terminal_handler=terminal_handler,
+            config=config,
+        ) as transport,
+    ):
+        yield transport

@@ -1,0 +1,423 @@
+"""JSON-RPC 2.0 over newline-delimited byte streams, against a scripted peer in memory."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import anyio.abc
+import msgspec
+import pytest
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from acpfsm.adapters.acp.jsonrpc import JsonRpcConnection, JsonRpcErrorReply
+from acpfsm.adapters.errors import (
+    AgentRequestError,
+    RemoteProtocolError,
+    TransportClosed,
+)
+
+pytestmark = pytest.mark.both_backends
+
+
+class PipeWriter(anyio.abc.ByteSendStream):
+    def __init__(self, stream: MemoryObjectSendStream[bytes]) -> None:
+        self._stream = stream
+
+    async def send(self, item: bytes) -> None:
+        await self._stream.send(item)
+
+    async def aclose(self) -> None:
+        self._stream.close()
+
+
+class PipeReader(anyio.abc.ByteReceiveStream):
+    def __init__(self, stream: MemoryObjectReceiveStream[bytes]) -> None:
+        self._stream = stream
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        return await self._stream.receive()
+
+    async def aclose(self) -> None:
+        self._stream.close()
+
+
+def pipe() -> tuple[PipeWriter, PipeReader]:
+    send, receive = anyio.create_memory_object_stream[bytes](math.inf)
+    return PipeWriter(send), PipeReader(receive)
+
+
+class Peer:
+    """The far end: reads what the connection wrote, writes raw lines back."""
+
+    def __init__(self, inbox: PipeReader, outbox: PipeWriter) -> None:
+        self.inbox = inbox
+        self.outbox = outbox
+        self._buffer = b""
+
+    async def read(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            self._buffer += await self.inbox.receive()
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        message = json.loads(line)
+        assert isinstance(message, dict)
+        return message
+
+    async def write(self, obj: Any) -> None:
+        await self.outbox.send(json.dumps(obj).encode() + b"\n")
+
+    async def write_raw(self, data: bytes) -> None:
+        await self.outbox.send(data)
+
+    async def respond(self, request: dict[str, Any], result: Any) -> None:
+        await self.write({"jsonrpc": "2.0", "id": request["id"], "result": result})
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.protocol_errors: list[RemoteProtocolError] = []
+        self.closes: list[TransportClosed | None] = []
+        self.notifications: list[tuple[str, Any]] = []
+
+
+@contextlib.asynccontextmanager
+async def wired(
+    *,
+    request_handler: Any = None,
+    max_line_bytes: int = 1024,
+    peer_info: Any = None,
+) -> AsyncIterator[tuple[JsonRpcConnection, Peer, Recorder]]:
+    to_peer_w, to_peer_r = pipe()
+    from_peer_w, from_peer_r = pipe()
+    record = Recorder()
+
+    async def on_notification(method: str, params: msgspec.Raw | None) -> None:
+        record.notifications.append((method, None if params is None else json.loads(bytes(params))))
+
+    conn = JsonRpcConnection(
+        from_peer_r,
+        to_peer_w,
+        request_handler=request_handler,
+        notification_handler=on_notification,
+        on_protocol_error=record.protocol_errors.append,
+        on_close=record.closes.append,
+        peer_info=peer_info,
+        max_line_bytes=max_line_bytes,
+    )
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(conn.run)
+            yield conn, Peer(to_peer_r, from_peer_w), record
+            await conn.aclose()
+    finally:
+        for stream in (to_peer_w, to_peer_r, from_peer_w, from_peer_r):
+            await stream.aclose()
+
+
+async def test_concurrent_requests_are_correlated_by_id() -> None:
+    async with wired() as (conn, peer, _):
+        results: dict[str, Any] = {}
+
+        async def call(name: str) -> None:
+            results[name] = json.loads(bytes(await conn.request("echo", {"name": name})))
+
+        async with anyio.create_task_group() as tg:
+            for name in ("a", "b", "c"):
+                tg.start_soon(call, name)
+            requests = [await peer.read() for _ in range(3)]
+            assert len({r["id"] for r in requests}) == 3
+            assert all(r["jsonrpc"] == "2.0" and r["method"] == "echo" for r in requests)
+            for request in reversed(requests):
+                await peer.respond(request, {"echo": request["params"]["name"]})
+        assert results == {"a": {"echo": "a"}, "b": {"echo": "b"}, "c": {"echo": "c"}}
+
+
+async def test_notifications_are_handled_in_order_before_the_response() -> None:
+    async with wired() as (conn, peer, record):
+        async with anyio.create_task_group() as tg:
+            seen_at_response: list[Any] = []
+
+            async def call() -> None:
+                await conn.request("session/prompt", {})
+                seen_at_response.extend(record.notifications)
+
+            tg.start_soon(call)
+            request = await peer.read()
+            for i in range(3):
+                await peer.write({"jsonrpc": "2.0", "method": "session/update", "params": {"i": i}})
+            await peer.respond(request, {"stopReason": "end_turn"})
+        assert seen_at_response == [("session/update", {"i": i}) for i in range(3)]
+        await conn.notify("session/cancel", {"sessionId": "s"})
+        assert await peer.read() == {
+            "jsonrpc": "2.0",
+            "method": "session/cancel",
+            "params": {"sessionId": "s"},
+        }
+
+
+async def test_error_response_raises_agent_request_error() -> None:
+    async with wired() as (conn, peer, _):
+        async with anyio.create_task_group() as tg:
+
+            async def answer() -> None:
+                request = await peer.read()
+                error = {"code": -32002, "message": "Resource not found", "data": {"uri": "x"}}
+                await peer.write({"jsonrpc": "2.0", "id": request["id"], "error": error})
+
+            tg.start_soon(answer)
+            with pytest.raises(AgentRequestError) as caught:
+                await conn.request("session/load", {"sessionId": "x"})
+        error = caught.value
+        assert (error.code, error.error_message, error.data) == (
+            -32002,
+            "Resource not found",
+            {"uri": "x"},
+        )
+        assert error.method == "session/load"
+        assert str(error) == '{"code":-32002,"message":"Resource not found","data":{"uri":"x"}}'
+
+
+async def test_incoming_requests_are_served_without_blocking_the_reader() -> None:
+    release = anyio.Event()
+
+    async def handler(request_id: Any, method: str, params: msgspec.Raw | None) -> Any:
+        if method == "slow":
+            await release.wait()
+            return {"slow": True}
+        if method == "refuse":
+            raise JsonRpcErrorReply(-32602, "Invalid params", {"why": "no"})
+        if method == "bug":
+            raise ValueError("oops")
+        if method == "echo":
+            return {"id": request_id, "params": json.loads(bytes(params)) if params else None}
+        raise JsonRpcErrorReply(-32601, "Method not found", {"method": method})
+
+    async with wired(request_handler=handler) as (_, peer, record):
+        await peer.write({"jsonrpc": "2.0", "id": 1, "method": "slow"})
+        await peer.write({"jsonrpc": "2.0", "id": 2, "method": "echo", "params": [1]})
+        await peer.write({"jsonrpc": "2.0", "id": "three", "method": "refuse"})
+        await peer.write({"jsonrpc": "2.0", "id": 4, "method": "bug"})
+        await peer.write({"jsonrpc": "2.0", "id": 5, "method": "terminal/create"})
+        await peer.write({"jsonrpc": "2.0", "method": "note"})
+        answers = {}
+        for _ in range(4):
+            answer = await peer.read()
+            answers[answer["id"]] = answer
+        assert record.notifications == [("note", None)]  # the slow handler blocked nothing
+        assert answers[2]["result"] == {"id": 2, "params": [1]}
+        assert answers["three"]["error"] == {
+            "code": -32602,
+            "message": "Invalid params",
+            "data": {"why": "no"},
+        }
+        assert answers[4]["error"] == {
+            "code": -32603,
+            "message": "Internal error",
+            "data": {"details": "oops"},
+        }
+        assert answers[5]["error"]["code"] == -32601
+        release.set()
+        assert await peer.read() == {"jsonrpc": "2.0", "id": 1, "result": {"slow": True}}
+
+
+async def test_requests_without_handler_get_method_not_found() -> None:
+    async with wired() as (_, peer, _record):
+        await peer.write({"jsonrpc": "2.0", "id": 9, "method": "fs/read_text_file"})
+        answer = await peer.read()
+        assert answer["error"] == {
+            "code": -32601,
+            "message": "Method not found",
+            "data": {"method": "fs/read_text_file"},
+        }
+
+
+async def test_protocol_errors_are_reported_and_survived() -> None:
+    async with wired(max_line_bytes=64) as (conn, peer, record):
+        await peer.write_raw(b"this is not json\n")
+        await peer.write_raw(b"[1, 2, 3]\n")
+        await peer.write({"jsonrpc": "2.0", "id": 4242, "result": {}})
+        await peer.write({"jsonrpc": "2.0", "error": {"code": -32602, "message": "bad"}})
+        await peer.write({"jsonrpc": "2.0", "id": None, "method": "x"})
+        await peer.write_raw(b'{"jsonrpc":"2.0","method":"big","params":"' + b"x" * 100 + b'"}\n')
+        # an oversize line arriving in pieces is discarded up to its newline
+        await peer.write_raw(b'{"jsonrpc":"2.0","method":"huge","params":"' + b"y" * 80)
+        await peer.write_raw(b"y" * 80)
+        await peer.write_raw(b'"}\n{"jsonrpc":"2.0","method":"after"}\n')
+        await peer.write_raw(b"\n   \n")  # blank lines are not errors
+        async with anyio.create_task_group() as tg:
+
+            async def answer() -> None:
+                request = await peer.read()
+                await peer.respond(request, "still alive")
+
+            tg.start_soon(answer)
+            assert json.loads(bytes(await conn.request("ping"))) == "still alive"
+        messages = [str(e) for e in record.protocol_errors]
+        assert len(messages) == 7, messages
+        assert "malformed JSON-RPC message" in messages[0]
+        assert "malformed JSON-RPC message" in messages[1]
+        assert messages[2] == "response to unknown request id 4242 from peer"
+        assert messages[3].startswith("error response without id from peer")
+        assert '"code":-32602' in messages[3]
+        assert messages[4].startswith("request with null id")
+        assert "exceeds 64 bytes" in messages[5]
+        assert "exceeds 64 bytes" in messages[6]
+        assert all(isinstance(e, RemoteProtocolError) for e in record.protocol_errors)
+        assert record.notifications == [("after", None)]
+        assert conn.protocol_errors == 7
+        assert not conn.closed and record.closes == []
+
+
+async def test_response_without_result_or_error_fails_that_request() -> None:
+    async with wired() as (conn, peer, record):
+        async with anyio.create_task_group() as tg:
+
+            async def answer() -> None:
+                request = await peer.read()
+                await peer.write({"jsonrpc": "2.0", "id": request["id"]})
+
+            tg.start_soon(answer)
+            with pytest.raises(RemoteProtocolError, match="neither result nor error"):
+                await conn.request("x")
+        assert len(record.protocol_errors) == 1
+
+
+async def test_eof_fails_pending_requests_with_peer_disconnected() -> None:
+    async def peer_info() -> tuple[str, str]:
+        return "agent process exited with code 3", "fatal: boom"
+
+    async with wired(peer_info=peer_info) as (conn, peer, record):
+        failures: list[TransportClosed] = []
+
+        async def call() -> None:
+            with pytest.raises(TransportClosed) as caught:
+                await conn.request("session/prompt", {})
+            failures.append(caught.value)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            tg.start_soon(call)
+            await peer.read()
+            await peer.read()
+            await peer.write({"jsonrpc": "2.0", "method": "last words"})
+            await peer.write_raw(b'{"jsonrpc":"2.0","method":"unterminated"}')
+            await peer.outbox.aclose()  # EOF
+        assert len(failures) == 2
+        for failure in failures:
+            assert "peer disconnected" in str(failure)
+            assert str(failure) == (
+                "peer disconnected before response: agent process exited with code 3"
+            )
+            assert failure.stderr_tail == "fatal: boom"
+        assert [m for m, _ in record.notifications] == ["last words", "unterminated"]
+        assert len(record.closes) == 1 and record.closes[0] is not None
+        assert "peer disconnected" in str(record.closes[0])
+        assert conn.closed and not conn.closed_locally
+        with pytest.raises(TransportClosed, match="peer disconnected"):
+            await conn.request("again")
+        with pytest.raises(TransportClosed, match="peer disconnected"):
+            await conn.notify("again")
+        with pytest.raises(TransportClosed, match="peer disconnected"):
+            conn.ensure_open()
+
+
+async def test_broken_pipe_on_write_is_transport_death() -> None:
+    async with wired() as (conn, peer, record):
+        async with anyio.create_task_group() as tg:
+            failures: list[TransportClosed] = []
+
+            async def pending_call() -> None:
+                with pytest.raises(TransportClosed) as caught:
+                    await conn.request("first")
+                failures.append(caught.value)
+
+            tg.start_soon(pending_call)
+            await peer.read()
+            await peer.inbox.aclose()  # the peer stops reading: our next write breaks
+            with pytest.raises(TransportClosed, match="peer disconnected: write to peer failed"):
+                await conn.request("second")
+        assert len(failures) == 1 and "peer disconnected" in str(failures[0])
+        assert len(record.closes) == 1 and conn.closed
+
+
+async def test_cancelled_wait_abandons_the_request_and_tells_the_peer(
+    autojump_clock: Any, time_scale: float
+) -> None:
+    async with wired() as (conn, peer, record):
+        with anyio.move_on_after(5 * time_scale) as scope:
+            await conn.request("session/prompt", {"x": 1})
+        assert scope.cancelled_caught
+        request = await peer.read()
+        cancel = await peer.read()
+        assert cancel == {
+            "jsonrpc": "2.0",
+            "method": "$/cancel_request",
+            "params": {"requestId": request["id"]},
+        }
+        await peer.respond(request, {"stopReason": "cancelled"})  # late answer: dropped quietly
+        async with anyio.create_task_group() as tg:
+
+            async def answer() -> None:
+                req = await peer.read()
+                await peer.respond(req, 1)
+
+            tg.start_soon(answer)
+            assert json.loads(bytes(await conn.request("next"))) == 1
+        assert record.protocol_errors == []
+
+
+async def test_explicit_abandon_wakes_the_waiter() -> None:
+    async with wired() as (conn, peer, _):
+        pending = await conn.send_request("session/prompt", {})
+        assert not pending.done
+        await peer.read()
+        pending.abandon()
+        with pytest.raises(TransportClosed, match="abandoned"):
+            await pending.wait()
+        assert (await peer.read())["method"] == "$/cancel_request"
+
+
+async def test_on_response_runs_before_later_messages_are_read() -> None:
+    async with wired() as (conn, peer, record):
+        marks: list[str] = []
+
+        def on_response() -> None:
+            marks.append(f"response after {len(record.notifications)} notifications")
+
+        pending = await conn.send_request("session/load", {}, on_response=on_response)
+        request = await peer.read()
+        await peer.write({"jsonrpc": "2.0", "method": "replay"})
+        await peer.respond(request, {})
+        await peer.write({"jsonrpc": "2.0", "method": "live"})
+        assert bytes(await pending.wait()) == b"{}"
+        assert marks == ["response after 1 notifications"]
+
+
+async def test_local_close_fails_pending_with_connection_closed() -> None:
+    async with wired() as (conn, peer, record):
+        async with anyio.create_task_group() as tg:
+
+            async def call() -> None:
+                with pytest.raises(TransportClosed, match=r"^connection closed$"):
+                    await conn.request("x")
+
+            tg.start_soon(call)
+            await peer.read()
+            await conn.aclose()
+        assert record.closes == [None]
+        assert conn.closed_locally
+        await conn.aclose()  # idempotent
+        assert record.closes == [None]
+
+
+async def test_abort_is_transport_death_with_the_given_reason() -> None:
+    async with wired() as (conn, _peer, record):
+        conn.abort("notification queue overflow")
+        assert len(record.closes) == 1
+        assert str(record.closes[0]) == "notification queue overflow"
+        with pytest.raises(TransportClosed, match="notification queue overflow"):
+            await conn.request("x")
