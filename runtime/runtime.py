@@ -27,6 +27,7 @@ from typing import Any, Protocol, Self
 
 import anyio
 import anyio.abc
+import msgspec
 
 from acpfsm.adapters.transport import AgentTransport, Attachment
 
@@ -50,9 +51,42 @@ from .types import (
     Timeouts,
 )
 
-__all__ = ["BUILTIN_PROFILES", "Executor", "Runtime", "StdioExecutor", "reference_profile"]
+__all__ = [
+    "BUILTIN_PROFILES",
+    "Executor",
+    "Runtime",
+    "StdioExecutor",
+    "launch_spec_from_request",
+    "reference_profile",
+]
 
 MCP_MODES = ("task", "config", "office")
+LAUNCH_REQUEST_KEY = "launch_request"
+_BASE_SPEC_FIELDS = ("agent_profile_id", "executor_id", "prompt", "prior_acp_session", "mcp_mode")
+
+
+def launch_spec_from_request(spec: LaunchSpec) -> LaunchSpec:
+    """kandev's ``launchRequestFromSpec`` in Python terms: the spec actually launched.
+
+    ``spec.metadata["launch_request"]``, when a mapping, is the base request: its keys become
+    metadata, except those naming a typed spec field (``prompt``, ``prior_acp_session``,
+    ``mcp_mode`` …), which fill that field only when the spec leaves it empty. The spec's own
+    metadata keys override the base, and the ``launch_request`` key itself is dropped. The MCP
+    mode is recorded as metadata ``mcp_mode``. Unlike kandev's shallow copy (lifecycle.md §6,
+    H11), nothing the caller passed is written to: the base mapping is copied."""
+    base = spec.metadata.get(LAUNCH_REQUEST_KEY)
+    metadata: dict[str, Any] = dict(base) if isinstance(base, Mapping) else {}
+    typed: dict[str, Any] = {}
+    for name in _BASE_SPEC_FIELDS:
+        if name in metadata:
+            value = metadata.pop(name)
+            if not getattr(spec, name) and value:
+                typed[name] = str(value)
+    metadata.update((k, v) for k, v in spec.metadata.items() if k != LAUNCH_REQUEST_KEY)
+    mcp_mode = typed.get("mcp_mode", spec.mcp_mode)
+    if mcp_mode:
+        metadata["mcp_mode"] = mcp_mode
+    return msgspec.structs.replace(spec, metadata=metadata, **typed)
 
 
 class Executor(Protocol):
@@ -172,11 +206,15 @@ class Runtime:
                     await session.stop("runtime closed")
                     self._forget(session)
         except BaseException as stop_error:
-            await self._tg.__aexit__(type(stop_error), stop_error, stop_error.__traceback__)
-            self.trace.close()
+            try:
+                await self._tg.__aexit__(type(stop_error), stop_error, stop_error.__traceback__)
+            finally:
+                self.trace.close()
             raise
-        result = await self._tg.__aexit__(exc_type, exc, tb)
-        self.trace.close()
+        try:
+            result = await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            self.trace.close()
         return result
 
     def _task_group(self) -> anyio.abc.TaskGroup:
@@ -199,6 +237,7 @@ class Runtime:
         initialization (and the initial prompt) continue in the background: watch them with
         :meth:`subscribe_events`, or just call :meth:`prompt`, which waits for them."""
         tg = self._task_group()
+        spec = launch_spec_from_request(spec)
         profile = self.profiles.get(spec.agent_profile_id)
         if profile is None:
             raise ProfileNotFound(f"unknown agent profile {spec.agent_profile_id!r}")
@@ -304,6 +343,12 @@ class Runtime:
 
     async def cancel(self, execution_id: str) -> None:
         await self._session(execution_id).cancel()
+
+    async def recover_stream(self, execution_id: str) -> None:
+        """Revive a FAILED execution whose agent stream is back (kandev's
+        ``RecoverAgentPromptStream``): READY and ``agent.boot_ready``, or
+        ``TransportClosed`` when the agent is not running; a no-op unless FAILED."""
+        await self._session(execution_id).recover_stream()
 
     async def set_model(self, execution_id: str, model_id: str) -> None:
         await self._session(execution_id).set_model(model_id)

@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import msgspec
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.classify import Call, classify_error
@@ -277,23 +278,32 @@ class ExecutionSession:
     # ------------------------------------------------------------------ session init --
 
     async def _initialize_then_dispatch(self, tg: anyio.abc.TaskGroup) -> None:
+        """Session init, then the dispatch its final state names (§2.3).
+
+        ``_init_done`` opens admission for callers' prompts: right after init for a boot
+        without prompt, and only once the initial prompt's generation is admitted otherwise,
+        so that a caller's ``prompt``/``resume`` queues behind the initial turn."""
         try:
             await self._initialize()
-        finally:
+            init = self.init
+            assert init is not None
+            if init.leaf == "prompting":
+                tg.start_soon(self._initial_prompt)
+                return
+            if init.leaf in ("ready", "ready_resume_context_pending"):
+                self.execution.fire("booted")
+                self._publish(
+                    le.AgentBootReady(
+                        execution_id=self.id,
+                        resume_context_pending=init.leaf == "ready_resume_context_pending",
+                    )
+                )
             self._init_done.set()
             self._notify()
-        init = self.init
-        assert init is not None
-        if init.leaf == "prompting":
-            tg.start_soon(self._initial_prompt)
-        elif init.leaf in ("ready", "ready_resume_context_pending"):
-            self.execution.fire("booted")
-            self._publish(
-                le.AgentBootReady(
-                    execution_id=self.id,
-                    resume_context_pending=init.leaf == "ready_resume_context_pending",
-                )
-            )
+        except BaseException:
+            self._init_done.set()
+            self._notify()
+            raise
 
     async def _initialize(self) -> None:
         self._init_runs += 1
@@ -311,6 +321,12 @@ class ExecutionSession:
         final_config_id = ""
         failures: list[str] = []
         resumed = False
+        snapshot_cached = False
+
+        def why(exc: BaseException) -> str:
+            # our request bound raises a bare TimeoutError; say what Go's deadline says
+            return str(exc) or "context deadline exceeded"
+
         try:
             while not init.is_terminated:
                 state = init.leaf
@@ -330,7 +346,7 @@ class ExecutionSession:
                         with anyio.fail_after(t.request):
                             await transport.initialize()
                     except (AcpfsmError, TimeoutError) as exc:
-                        error = f"initialize failed: {exc}"
+                        error = f"initialize failed: {why(exc)}"
                         init.fire("initialize_failed")
                     else:
                         init.fire(
@@ -345,12 +361,12 @@ class ExecutionSession:
                             result = await transport.load_session(prior, self.spec.workspace.path)
                     except (AcpfsmError, TimeoutError) as exc:
                         cls = classify_error(exc, call=Call.SESSION_LOAD, loading_session_id=prior)
-                        error = f"session/load failed: {exc}"
+                        error = f"session/load failed: {why(exc)}"
                         log.warning("session/load failed (%s): %s", cls.kind, exc)
                         init.fire("load_failed", error_class=cls.kind)
                     else:
                         # the existing id is kept whatever the response says (§2.1 step 4)
-                        self._establish(prior, result)
+                        snapshot_cached = self._establish(prior, result)
                         resumed = True
                         init.fire("load_succeeded")
                 elif state == "creating":
@@ -358,15 +374,15 @@ class ExecutionSession:
                         with anyio.fail_after(t.request):
                             result = await transport.new_session(self.spec.workspace.path)
                     except (AcpfsmError, TimeoutError) as exc:
-                        error = f"session/new failed: {exc}"
+                        error = f"session/new failed: {why(exc)}"
                         init.fire("new_session_failed")
                     else:
-                        self._establish(result.session_id, result)
+                        snapshot_cached = self._establish(result.session_id, result)
                         init.fire("new_session_succeeded")
                 elif state == "awaiting_catalog":
                     init.fire(
                         "catalog_checked",
-                        snapshot_available=self._model_state is not None,
+                        snapshot_available=snapshot_cached,
                         model_requested=model_requested,
                     )
                 elif state == "waiting_for_catalog":
@@ -434,15 +450,22 @@ class ExecutionSession:
             self.execution.fire("init_failed")
             self._publish(le.AgentFailed(execution_id=self.id, error=message, phase="session_init"))
 
-    def _establish(self, acp_session_id: str, result: SessionResult) -> None:
+    def _establish(self, acp_session_id: str, result: SessionResult) -> bool:
+        """Record the session; cache the synchronous catalog snapshot of the response, if it
+        carried one (``cacheFreshSessionModelState``, §2.1 step 6). Returns whether it did.
+
+        Without a snapshot the cache keeps what the agent's ``session_models`` updates already
+        put there: a state holding only a current model id is not a catalog, so the catalog
+        wait still runs for it (scenario s43)."""
         self.acp_session_id = acp_session_id
-        self._model_state = None
-        if result.has_model_state:
-            self._model_state = _ModelState(
-                current_model_id=result.current_model_id,
-                models=list(result.models),
-                config_options=list(result.config_options),
-            )
+        if not result.has_model_state:
+            return False
+        self._model_state = _ModelState(
+            current_model_id=result.current_model_id,
+            models=list(result.models),
+            config_options=list(result.config_options),
+        )
+        return True
 
     def _catalog_present(self) -> bool:
         state = self._model_state
@@ -505,7 +528,9 @@ class ExecutionSession:
                     executor_profile_id=str(self.metadata.get("executor_profile_id", "")),
                 )
             )
-            if decision.fallback_model:
+            if decision.outcome == "explicit_fallback":
+                # the legacy event follows only a warning that names a fallback (seed
+                # publishModelSelectionWarningEvent: warning.FallbackModel != "")
                 self._publish(
                     le.ModelFallback(execution_id=self.id, fallback_model=decision.fallback_model)
                 )
@@ -651,9 +676,9 @@ class ExecutionSession:
                 return False
             self._publish_settled(baseline or self._model_state, self._model_state)
             return True
-        response = self._authoritative.pop(final_config_id, None)
-        if response is not None:
-            self._apply_models_event(response)
+        if self._authoritative.pop(final_config_id, None) is not None:
+            # The response was applied to the cache when it arrived; a newer provider update
+            # since then is the live state (scenario s62 b), so it is not applied again.
             assert self._model_state is not None
             self._publish_settled(baseline or self._model_state, self._model_state)
             return True
@@ -681,6 +706,11 @@ class ExecutionSession:
         if event.config_options:
             state.config_options = list(event.config_options)
         self._model_state = state
+        if self._provider_default is None and state.config_options:
+            # SettleConfigOptions' baseline when no provider default was captured before the
+            # policy (§2.1 step 7): the first cached state that had config options (§4.4,
+            # scenario s62 d). The capture at step 7 overwrites this when it runs later.
+            self._provider_default = state.copy()
 
     def _should_inject_resume_context(self) -> bool:
         return (
@@ -714,6 +744,13 @@ class ExecutionSession:
         await self._init_done.wait()
 
     async def _initial_prompt(self) -> None:
+        try:
+            await self._send_initial_prompt()
+        finally:
+            self._init_done.set()  # also when it failed before its generation was admitted
+            self._notify()
+
+    async def _send_initial_prompt(self) -> None:
         text = self.spec.prompt
         if self._should_inject_resume_context() and self.history is not None:
             text, err = await anyio.to_thread.run_sync(
@@ -758,12 +795,14 @@ class ExecutionSession:
                 raise NotReadyForPrompts(self.id, self.execution.status)
             generation = await self._begin(dispatch_only)
             g = generation.generation
+            if initial:  # callers' prompts may queue behind the initial turn from now on
+                self._init_done.set()
             await self._history(self._append_user, text)
             effective = await self._effective_prompt(text)
             try:
                 materialized = await self._materialize(attachments)
             except AttachmentError as exc:
-                await self._end_undelivered(generation, "materialization_failed")
+                await self._end_undelivered(generation, "materialization_failed", error=str(exc))
                 raise AttachmentError(str(exc), execution_id=self.id, generation=g) from exc
             await self._dispatch(generation, effective, materialized)
             if on_dispatched is not None:
@@ -808,39 +847,70 @@ class ExecutionSession:
                 self._outcomes.pop(old, None)
             self.current = generation
             self._outcomes[g] = _Outcome()
+            # resetStreamingStateWithHistory (§5.3 step 6c, R20): detach the unclaimed
+            # partial text and reset the buffer in one step; what was detached is persisted
+            # once, below; a chunk arriving meanwhile belongs to the new buffer (s104)
+            partial = "".join(self._message)
             self._message.clear()
             self._activity.active_tool_id = ""
             self._activity.active_tool_title = ""
             self.execution.fire("prompt_began")
             self._notify()
-            return generation
+        if partial and self.history is not None:
+            await self._history(self.history.append_assistant, self.session_id, partial)
+        return generation
 
     async def _materialize(self, attachments: Sequence[Attachment]) -> list[Attachment]:
+        """materializeAttachments (§5.3 step 7): every attachment goes through the carrier
+        before anything is sent; errors name the attachment id (else its name)."""
         out: list[Attachment] = []
         for attachment in attachments:
+            label = attachment.attachment_id or attachment.name
             if not self.acp_session_id:
                 raise AttachmentError(
-                    f'attachment "{attachment.name}" cannot be delivered: ACP session is not ready',
+                    f'attachment "{label}" cannot be delivered: ACP session is not ready',
                     execution_id=self.id,
                 )
             try:
                 out.append(await self._transport().materialize_attachment(attachment))
             except AcpfsmError as exc:
                 raise AttachmentError(
-                    f'materialize attachment "{attachment.name}": {exc}', execution_id=self.id
+                    f'materialize attachment "{label}": {exc}', execution_id=self.id
                 ) from exc
         return out
 
-    async def _end_undelivered(self, generation: PromptGeneration, event: str, **data: Any) -> None:
+    async def _end_undelivered(
+        self, generation: PromptGeneration, event: str, *, error: str = "", **data: Any
+    ) -> None:
+        """The turn never reached the agent (§5.3 steps 7-8): end the generation and report it.
+
+        kandev H7 left the execution RUNNING with an admitted generation and nobody waiting;
+        here the generation ends ``undelivered`` (or ``cancel_escalated``), the execution is
+        ready for the next prompt again, and subscribers see ``prompt.failed`` (with that
+        outcome) followed by ``agent.ready``."""
+        g = generation.generation
         async with self._lifecycle_lock:
+            ended_here = False
             if generation.accepts(event):
+                leaf = generation.leaf
                 generation.fire(event, **data)
+                ended_here = generation.leaf != leaf
             outcome = generation.leaf
-            if outcome in ("undelivered", "cancel_escalated") and self.execution.leaf == "running":
-                # kandev H7 left the execution RUNNING with nobody waiting: the turn never
-                # reached the agent, so the execution is ready for the next prompt again.
+            before = self.execution.leaf
+            if outcome in ("undelivered", "cancel_escalated") and before == "running":
                 self.execution.fire("turn_completed")
             self._notify()
+        if ended_here and outcome in ("undelivered", "cancel_escalated"):
+            self._publish(
+                le.PromptFailed(
+                    execution_id=self.id,
+                    prompt_generation=g,
+                    error=error or f"prompt generation {g} was not delivered",
+                    outcome=outcome,
+                )
+            )
+        if self.execution.leaf != before:
+            self._publish(le.AgentReady(execution_id=self.id, prompt_generation=g))
 
     async def _dispatch(
         self, generation: PromptGeneration, text: str, attachments: list[Attachment]
@@ -851,6 +921,10 @@ class ExecutionSession:
         try:
             await transport.prompt(text, attachments, g)
         except StreamNotConnected as exc:
+            if exc.while_waiting:
+                # kandev H2: the request was written and the stream dropped before the ack,
+                # so the agent may have it: never re-send (at most once); the caller decides
+                await self._trigger_failed(generation, exc)
             await self._retry_after_reconnect(generation, text, attachments, exc)
         except AcpfsmError as exc:
             await self._trigger_failed(generation, exc)
@@ -864,25 +938,43 @@ class ExecutionSession:
         attachments: list[Attachment],
         first: StreamNotConnected,
     ) -> None:
-        generation.fire("dispatch_unreachable")
+        """retryPromptAfterReconnect (§5.7): within 5 s, wait (100 ms polls) for a carrier that
+        can redial to come back and resend the same generation. The AgentStream chart follows
+        the carrier (``reconnecting`` only when it is ``reconnectable``); a carrier that cannot
+        redial (stdio pipes) has nothing to wait for, so the first error is the trigger's."""
         transport = self._transport()
+        reconnectable = bool(getattr(transport, "reconnectable", False))
+        if not reconnectable:
+            await self._trigger_failed(generation, first)  # raises
+            return
+        generation.fire("dispatch_unreachable")
         last: AcpfsmError = first
         with anyio.move_on_after(self.timeouts.reconnect_retry):
-            while True:
-                if self.stream.leaf == "closed" or not self.stream.accepts("connect_succeeded"):
-                    break  # a carrier that cannot redial (stdio pipes): nothing to wait for
-                if transport.is_connected():
+            # a cancel escalation releases the generation while we wait (§5.10)
+            while generation.leaf == "reconnecting":
+                if self._follow_carrier(transport.is_connected(), reconnectable):
                     try:
                         await transport.prompt(text, attachments, generation.generation)
                     except StreamNotConnected as exc:
                         last = exc
-                        generation.fire("dispatch_unreachable")
+                        if generation.accepts("dispatch_unreachable"):
+                            generation.fire("dispatch_unreachable")
                     except AcpfsmError as exc:
                         await self._trigger_failed(generation, exc)
                     else:
                         await self._mark_dispatched(generation)
                         return
+                elif self.stream.leaf != "reconnecting":
+                    break  # closed on purpose (stop): nothing will redial
                 await anyio.sleep(self.timeouts.reconnect_poll)
+        if self.stream.accepts("connect_timed_out") and self.stream.leaf == "reconnecting":
+            self.stream.fire("connect_timed_out")
+        if generation.leaf == "cancel_escalated":
+            raise CancelEscalated(
+                f"failed to trigger prompt: {last}: {CANCEL_ESCALATED_MESSAGE}",
+                execution_id=self.id,
+                generation=generation.generation,
+            )
         await self._end_undelivered(generation, "reconnect_timed_out")
         raise PromptDispatchError(
             f"failed to trigger prompt: timed out waiting for updates stream reconnect: {last}",
@@ -890,10 +982,28 @@ class ExecutionSession:
             generation=generation.generation,
         )
 
+    def _follow_carrier(self, carrier_up: bool, reconnectable: bool) -> bool:
+        """Bring the AgentStream chart in line with what the carrier reports (a redial the
+        event stream does not announce); True when the stream is connected."""
+        stream = self.stream
+        if carrier_up:
+            if stream.leaf == "disconnected" and reconnectable:
+                stream.fire("reconnect_requested", reconnectable=True)
+            if stream.leaf == "reconnecting":
+                stream.fire("connect_succeeded")
+        elif stream.leaf == "connected":
+            stream.fire("connection_lost", reconnectable=reconnectable)
+        elif stream.leaf == "disconnected" and reconnectable:
+            stream.fire("reconnect_requested", reconnectable=True)
+        return carrier_up and stream.leaf == "connected"
+
     async def _trigger_failed(self, generation: PromptGeneration, exc: AcpfsmError) -> None:
         cls = classify_error(exc, call=Call.PROMPT)
         await self._end_undelivered(
-            generation, "dispatch_failed", cancel_release=cls.cancel_release
+            generation,
+            "dispatch_failed",
+            error=f"failed to trigger prompt: {exc}",
+            cancel_release=cls.cancel_release,
         )
         if cls.cancel_release:
             raise CancelEscalated(
@@ -1054,14 +1164,18 @@ class ExecutionSession:
                 outcome.error = CANCEL_ESCALATED_SIGNAL
                 generation.fire("escalated")
             self._notify()
-        with anyio.move_on_after(self.timeouts.cancel_escalation):
-            async with self._prompt_lock:  # the released waiter has returned
-                pass
-        if self.execution.accepts("cancel_escalated"):
-            self.execution.fire("cancel_escalated")
-            self._publish(
-                le.AgentReady(execution_id=self.id, prompt_generation=generation.generation)
-            )
+        try:
+            with anyio.move_on_after(self.timeouts.cancel_escalation):
+                async with self._prompt_lock:  # the released waiter has returned
+                    pass
+        finally:
+            # R17: the cleanup runs even when the caller's deadline ends the post-wait (the
+            # caller then gets its own cancellation, not CancelEscalated); it never awaits.
+            if self.execution.accepts("cancel_escalated"):
+                self.execution.fire("cancel_escalated")
+                self._publish(
+                    le.AgentReady(execution_id=self.id, prompt_generation=generation.generation)
+                )
         raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=self.id)
 
     # ------------------------------------------------------------------ configuration --
@@ -1104,6 +1218,30 @@ class ExecutionSession:
             await self._finished.wait()
         return self.snapshot()
 
+    async def recover_stream(self) -> None:
+        """RecoverAgentPromptStream (§5.11): revive a FAILED execution whose stream is back.
+
+        A no-op before ACP init (the startup owns its stream, R34) and unless FAILED. When
+        the carrier is up again (a reconnectable one redialled) and the agent process has not
+        exited, the AgentStream chart follows the redial and the execution goes READY with
+        ``agent.boot_ready``; otherwise :class:`TransportClosed` (``agent process is not
+        running``) and it stays FAILED."""
+        init = self.init
+        if init is None or init.leaf not in ("prompting", "ready", "ready_resume_context_pending"):
+            return
+        if not self.execution.accepts("recovered"):
+            return
+        transport = self._transport()
+        reconnectable = bool(getattr(transport, "reconnectable", False))
+        up = self.exit_code is None and transport.is_connected()
+        if not up or not self._follow_carrier(True, reconnectable):
+            raise TransportClosed(
+                f'agent process is not running for execution "{self.id}" (stream not recovered)',
+                execution_id=self.id,
+            )
+        self.execution.fire("recovered")
+        self._publish(le.AgentBootReady(execution_id=self.id))
+
     # ------------------------------------------------------------------ event pump --
 
     async def _pump(self) -> None:
@@ -1140,7 +1278,8 @@ class ExecutionSession:
             return
         act.since_prompt = True
         act.epoch += 1
-        if isinstance(event, ev.ToolCall):
+        if isinstance(event, ev.ToolCall) and not event.parent_tool_call_id:
+            # the active *top-level* tool (§5.9): a subagent's tool call does not replace it
             act.active_tool_id = event.tool_call_id
             act.active_tool_title = event.tool_title or event.tool_name
         elif (
@@ -1186,7 +1325,8 @@ class ExecutionSession:
                 self._pending_settlement = None
                 self._apply_models_event(event)
                 assert self._model_state is not None
-                self._publish_settled(pending[1] or self._model_state, self._model_state)
+                baseline = pending[1] or self._provider_default or self._model_state
+                self._publish_settled(baseline, self._model_state)
                 return
             self._authoritative[config_id] = event
         self._apply_models_event(event)
@@ -1194,7 +1334,8 @@ class ExecutionSession:
         if pending is not None and pending[0] == "":
             self._pending_settlement = None
             assert self._model_state is not None
-            self._publish_settled(pending[1] or self._model_state, self._model_state)
+            baseline = pending[1] or self._provider_default or self._model_state
+            self._publish_settled(baseline, self._model_state)
 
     def _chart_for(self, g: int) -> PromptGeneration | None:
         if g == 0:  # the wildcard/legacy path: the current generation
@@ -1202,32 +1343,47 @@ class ExecutionSession:
         return self.generations.get(g)
 
     async def _on_completion(self, event: ev.Complete | ev.ErrorEvent) -> None:
-        """handleCompleteEvent (§5.5): claim once per generation, then mark state."""
+        """handleCompleteEvent (§5.5): claim once per generation, then mark state.
+
+        A generation-bearing event is claimed by its own generation's chart only (R6, R7); a
+        generation-0 event (the wildcard/legacy path) is offered to the current generation
+        and, when no live generation takes it, ends a wakeup turn as kandev's gen-0 path does
+        (§5.5 step 6b: READY→RUNNING for an empty wakeup, R27, then READY; or FAILED)."""
         is_error = isinstance(event, ev.ErrorEvent) or bool(event.data.get("is_error"))
         message = event.error if isinstance(event, ev.ErrorEvent) else ""
         if is_error and not message:
             message = "agent error completion"
         cls = classify_error(message, call=Call.PROMPT) if is_error else None
         cancel_release = bool(cls and cls.cancel_release)
+        stop_reason = (event.stop_reason if isinstance(event, ev.Complete) else "") or "end_turn"
         async with self._lifecycle_lock:
+            if not self._init_done.is_set():
+                log.debug("ignoring completion before ACP init (R10)")
+                return
             generation = self._chart_for(event.prompt_generation)
-            if generation is None or not self._init_done.is_set():
-                log.debug("ignoring completion before ACP init or for an unknown generation")
+            if generation is None:
+                if event.prompt_generation == 0:
+                    await self._on_wakeup_completion(event, is_error, message, stop_reason)
+                else:
+                    log.debug(
+                        "ignoring completion for unknown generation %s", event.prompt_generation
+                    )
                 return
             g = generation.generation
             before = generation.leaf
             generation.fire("completion_received", is_error=is_error, cancel_release=cancel_release)
             after = generation.leaf
             if before == after or after == "superseded":
-                log.debug("ignoring completion for prompt generation %s (%s)", g, after)
+                if event.prompt_generation == 0:
+                    await self._on_wakeup_completion(event, is_error, message, stop_reason)
+                else:
+                    log.debug("ignoring completion for prompt generation %s (%s)", g, after)
                 return
             outcome = self._outcomes.setdefault(g, _Outcome())
             outcome.agent_message = "".join(self._message)
             self._message.clear()
             if after == "completed":
-                outcome.stop_reason = (
-                    event.stop_reason if isinstance(event, ev.Complete) else "end_turn"
-                )
+                outcome.stop_reason = stop_reason
             else:
                 outcome.error = message
             self._activity.last_at = anyio.current_time()
@@ -1236,45 +1392,90 @@ class ExecutionSession:
                 await self._history(
                     self.history.append_assistant, self.session_id, outcome.agent_message
                 )
+            if event.prompt_generation == 0:  # like kandev's turn id: name the turn it ended
+                event = msgspec.structs.replace(event, prompt_generation=g)
             self._publish(event)
+            # a stopped execution (stop raced this event) takes no further status change
             if after == "completed":
-                self.execution.fire("turn_completed")
+                ready = self.execution.accepts("turn_completed")
+                if ready:
+                    self.execution.fire("turn_completed")
                 self._publish(
                     le.PromptCompleted(
                         execution_id=self.id, prompt_generation=g, stop_reason=outcome.stop_reason
                     )
                 )
-                self._publish(
-                    le.AgentReady(
-                        execution_id=self.id, prompt_generation=g, stop_reason=outcome.stop_reason
+                if ready:
+                    self._publish(
+                        le.AgentReady(
+                            execution_id=self.id,
+                            prompt_generation=g,
+                            stop_reason=outcome.stop_reason,
+                        )
                     )
-                )
             elif after == "cancel_escalated":
-                self.execution.fire("cancel_escalated")
-                self._publish(le.AgentReady(execution_id=self.id, prompt_generation=g))
+                if self.execution.accepts("cancel_escalated"):
+                    self.execution.fire("cancel_escalated")
+                    self._publish(le.AgentReady(execution_id=self.id, prompt_generation=g))
             else:  # failed
-                shutting_down = self._shutting_down()
-                self.execution.fire("turn_failed", shutting_down=shutting_down)
                 self._publish(
                     le.PromptFailed(
                         execution_id=self.id, prompt_generation=g, error=message, outcome=after
                     )
                 )
-                if self.execution.leaf == "stopped":
-                    self._publish(le.AgentStopped(execution_id=self.id, reason="shutdown"))
-                elif before != "failed":
-                    self._set_failed(message)
-                    self._publish(
-                        le.AgentFailed(
-                            execution_id=self.id,
-                            error=message,
-                            prompt_generation=g,
-                            phase="prompt_send",
-                        )
+                self._mark_turn_failed(message, g)
+
+    def _mark_turn_failed(self, message: str, g: int) -> None:
+        """handleCompleteEventMarkState, error (§5.5): FAILED + agent.failed, or STOPPED +
+        agent.stopped while shutting down (R32); an already-FAILED execution keeps its first
+        message and publishes nothing (R7)."""
+        status = self.execution.leaf
+        if not self.execution.accepts("turn_failed"):
+            return  # stopped: final
+        self.execution.fire("turn_failed", shutting_down=self._shutting_down())
+        if self.execution.leaf == status:
+            return
+        if self.execution.leaf == "stopped":
+            self.finished_at = self.finished_at or _utcnow()
+            self._publish(le.AgentStopped(execution_id=self.id, reason="shutdown"))
+        else:
+            self._set_failed(message)
+            self._publish(
+                le.AgentFailed(
+                    execution_id=self.id, error=message, prompt_generation=g, phase="prompt_send"
+                )
+            )
+
+    async def _on_wakeup_completion(
+        self, event: ev.Complete | ev.ErrorEvent, is_error: bool, message: str, stop_reason: str
+    ) -> None:
+        """A generation-0 terminal event no live generation claimed: the end of a wakeup (or
+        legacy) turn (§5.5 step 6b). Called under the lifecycle lock."""
+        text = "".join(self._message)
+        self._message.clear()
+        self._activity.last_at = anyio.current_time()
+        if text and self.history is not None:
+            await self._history(self.history.append_assistant, self.session_id, text)
+        self._publish(event)
+        if is_error:
+            self._mark_turn_failed(message, 0)
+            return
+        if self.execution.leaf == "ready":  # an empty wakeup turn (R27): show it ran
+            self.execution.fire("wakeup_content_arrived")
+            self._publish(le.AgentRunning(execution_id=self.id))
+        if self.execution.accepts("turn_completed"):
+            status = self.execution.leaf
+            self.execution.fire("turn_completed")
+            if self.execution.leaf != status:
+                self._publish(
+                    le.AgentReady(
+                        execution_id=self.id, prompt_generation=0, stop_reason=stop_reason
                     )
+                )
 
     async def _on_handoff(self, event: ev.ForegroundIdle) -> None:
-        """handlePromptHandoffEvent (§5.6)."""
+        """handlePromptHandoffEvent (§5.6): only the owning generation's waiter is released
+        (R22); the buffer is flushed into its result and into the history, once."""
         if event.prompt_generation == 0:
             return
         async with self._lifecycle_lock:
@@ -1288,6 +1489,10 @@ class ExecutionSession:
                 outcome.agent_message = "".join(self._message)
                 self._message.clear()
                 self._notify()
+                if outcome.agent_message and self.history is not None:
+                    await self._history(
+                        self.history.append_assistant, self.session_id, outcome.agent_message
+                    )
 
     async def _on_stream_lost(self, event: ev.StreamDisconnected) -> None:
         """handleStreamDisconnect (§5.6) and, for a local process, its exit (§5.11)."""
@@ -1299,12 +1504,19 @@ class ExecutionSession:
         if event.stderr_tail:
             error = f"{error} (stderr: {event.stderr_tail.strip()[-500:]})"
         async with self._lifecycle_lock:
+            # flush the partial text once (R20): detached here, so a later reset finds nothing
+            partial = "".join(self._message)
+            self._message.clear()
+            if partial and self.history is not None:
+                await self._history(self.history.append_assistant, self.session_id, partial)
             generation = self.current
             if generation is not None and generation.accepts("stream_lost"):
                 before = generation.leaf
                 generation.fire("stream_lost")
                 if generation.leaf == "disconnected" and before != "disconnected":
-                    self._outcomes.setdefault(generation.generation, _Outcome()).error = error
+                    outcome = self._outcomes.setdefault(generation.generation, _Outcome())
+                    outcome.error = error
+                    outcome.agent_message = partial
                     if self.execution.accepts("stream_lost"):
                         self.execution.fire("stream_lost")
                         self._set_failed(error)
