@@ -93,6 +93,7 @@ class PlanEntry(msgspec.Struct, frozen=True, kw_only=True):
 
 class Plan(_Event, tag="plan", frozen=True):
     plan_entries: list[PlanEntry] = []
+    replayed: bool = False  # re-emitted after session/load: history, not turn activity
 
 
 class Complete(_Event, tag="complete", frozen=True):
@@ -271,7 +272,10 @@ def encode_event(event: AgentEvent) -> bytes:
 
 
 def is_turn_content(event: AgentEvent) -> bool:
-    """Turn-content events mark prompt activity (lifecycle.md §5.9)."""
+    """Turn-content events mark prompt activity (lifecycle.md §5.9); a plan re-emitted after
+    session/load is history, not activity."""
+    if isinstance(event, Plan) and event.replayed:
+        return False
     return isinstance(event, _TURN_CONTENT)
 
 

@@ -7,6 +7,11 @@ activity with :meth:`emit`, :meth:`complete`, :meth:`fail` and :meth:`disconnect
 each prompt is acknowledged and left running until the test completes it
 (``auto_complete=False``); with ``auto_complete=True`` it streams ``reply`` and ends with
 ``end_turn`` right away.
+
+A carrier that can redial (agentctl's WebSocket) is played with ``reconnectable=True``:
+:meth:`drop` loses the connection (requests fail with ``StreamNotConnected``; announced or
+silent) and :meth:`restore` brings it back, on the same event stream. :meth:`disconnect`
+remains the final loss of a carrier that cannot redial (stdio pipes, process exit).
 """
 
 from __future__ import annotations
@@ -62,8 +67,10 @@ class MemoryTransport:
         auto_complete: bool = False,
         reply: Sequence[str] = ("Hello", " world"),
         cancel_completes: bool = True,
+        reconnectable: bool = False,
     ) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.reconnectable = reconnectable
         self.handlers: dict[str, Handler] = {}
         self.auto_complete = auto_complete
         self.reply = tuple(reply)
@@ -85,6 +92,7 @@ class MemoryTransport:
         self._recv: MemoryObjectReceiveStream[AgentEvent]
         self._send, self._recv = anyio.create_memory_object_stream[AgentEvent](10_000)
         self._counter = 0
+        self._gone = False  # disconnect() or aclose(): the carrier is gone for good
 
     # --- test controls -----------------------------------------------------------------
 
@@ -109,7 +117,29 @@ class MemoryTransport:
             return
         self._send.send_nowait(StreamDisconnected(error=error, exit_code=exit_code))
         self.connected = False
+        self._gone = True
         self._send.close()
+
+    def drop(self, error: str = "agent stream not connected", *, announce: bool = True) -> None:
+        """A reconnectable carrier lost its connection (a WebSocket drop). Requests fail with
+        ``StreamNotConnected`` until :meth:`restore`. With ``announce`` a
+        ``StreamDisconnected(error)`` is delivered (agentctl's disconnect callback with an
+        error); without, the loss is silent (a normal close, kandev H9). The event stream stays
+        open: the redialled connection's events follow on it."""
+        if not self.reconnectable:
+            raise RuntimeError("drop() needs reconnectable=True; use disconnect()")
+        if not self.connected or self._gone:
+            return
+        if announce:
+            self._send.send_nowait(StreamDisconnected(error=error))
+        self.connected = False
+
+    def restore(self) -> None:
+        """The carrier redialled: requests and events flow again."""
+        if not self.reconnectable:
+            raise RuntimeError("restore() needs reconnectable=True")
+        if not self._gone:
+            self.connected = True
 
     # --- plumbing ----------------------------------------------------------------------
 
@@ -233,5 +263,6 @@ class MemoryTransport:
     async def aclose(self) -> None:
         self.calls.append(("aclose", ()))
         self.connected = False
+        self._gone = True
         self._send.close()
         self._recv.close()

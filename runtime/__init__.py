@@ -1,5 +1,11 @@
 """The anyio runtime that drives the charts, and the :class:`Runtime` facade."""
 
+import logging as _logging
+
+# a library logs but never prints: the application decides where records go
+_logging.getLogger("acpfsm").addHandler(_logging.NullHandler())
+
+
 from . import events as events
 from .errors import AcpfsmError as AcpfsmError
 from .errors import AgentReportedError as AgentReportedError
@@ -9,6 +15,7 @@ from .errors import CancelEscalatedAgentError as CancelEscalatedAgentError
 from .errors import CancelFailed as CancelFailed
 from .errors import ExecutionAlreadyExists as ExecutionAlreadyExists
 from .errors import ExecutionNotFound as ExecutionNotFound
+from .errors import LaunchSpecError as LaunchSpecError
 from .errors import NotReadyForPrompts as NotReadyForPrompts
 from .errors import PendingDispatchedPromptTimeout as PendingDispatchedPromptTimeout
 from .errors import ProfileNotFound as ProfileNotFound
@@ -52,6 +59,7 @@ __all__ = [
     "ExecutionRef",
     "Executor",
     "LaunchSpec",
+    "LaunchSpecError",
     "NotReadyForPrompts",
     "PendingDispatchedPromptTimeout",
     "ProfileNotFound",

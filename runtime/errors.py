@@ -4,7 +4,8 @@
     ├── (adapters: TransportError, ProtocolError, AgentRequestError, SteerUnsupported …)
     ├── ExecutionNotFound            no execution with that id (runtime: execution not found)
     ├── ExecutionAlreadyExists       a second execution for one task session (R31)
-    ├── ProfileNotFound              no agent profile / executor with that id
+    ├── LaunchSpecError              the launch spec cannot be honoured (e.g. no workspace)
+    │   └── ProfileNotFound          no agent profile / executor with that id
     ├── Unsupported                  the operation is not supported (runtime: operation not supported)
     ├── SessionInitError             failed to initialize ACP (the launch failed)
     ├── NotReadyForPrompts           status is not RUNNING or READY
@@ -53,6 +54,7 @@ __all__ = [
     "CancelFailed",
     "ExecutionAlreadyExists",
     "ExecutionNotFound",
+    "LaunchSpecError",
     "LocalProtocolError",
     "NotReadyForPrompts",
     "PendingDispatchedPromptTimeout",
@@ -89,7 +91,11 @@ class ExecutionAlreadyExists(AcpfsmError):
     """A task session already has an execution (R31)."""
 
 
-class ProfileNotFound(AcpfsmError):
+class LaunchSpecError(AcpfsmError):
+    """The launch spec cannot be honoured (unknown profile or executor, no workspace …)."""
+
+
+class ProfileNotFound(LaunchSpecError):
     """No agent profile or executor with that id."""
 
 

@@ -35,6 +35,7 @@ from .errors import (
     AcpfsmError,
     ExecutionAlreadyExists,
     ExecutionNotFound,
+    LaunchSpecError,
     ProfileNotFound,
     Unsupported,
 )
@@ -109,6 +110,10 @@ class StdioExecutor:
     ) -> AbstractAsyncContextManager[AgentTransport]:
         from acpfsm.adapters.acp.stdio import open_stdio_transport
 
+        if not Path(spec.workspace.path).is_dir():
+            raise LaunchSpecError(
+                f"workspace {spec.workspace.path!r} is not a directory", execution_id=execution_id
+            )
         env = {**self.env, **profile.env}
         return open_stdio_transport(
             list(profile.command),

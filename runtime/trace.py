@@ -23,6 +23,7 @@ target         str     the state it entered (== source for a self-transition)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -65,6 +66,8 @@ class Trace:
         self._file: IO[bytes] | None = None
         self._encoder = msgspec.json.Encoder()
         self._seq = 0
+        #: Called with every record as it is made (e.g. a live progress display).
+        self.listeners: list[Callable[[TraceRecord], None]] = []
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("ab")
@@ -87,6 +90,8 @@ class Trace:
                 self.records.append(rec)
             if self._file is not None:
                 self._file.write(self._encoder.encode(rec) + b"\n")
+            for listener in self.listeners:
+                listener(rec)
 
         return observe
 

@@ -655,7 +655,8 @@ class StdioTransport:
             session_id, response.modes, response.models, response.config_options
         )
         if self._replayed_plan is not None:
-            self._emit(self._replayed_plan)
+            # the last replayed plan is re-emitted (as agentctl does), marked as history
+            self._emit(msgspec.structs.replace(self._replayed_plan, replayed=True))
             self._replayed_plan = None
         self._emit_session_snapshot(result, "resumed")
         return result

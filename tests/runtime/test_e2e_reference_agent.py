@@ -14,7 +14,7 @@ import pytest
 
 from acpfsm.adapters.acp.process import ShutdownPolicy
 from acpfsm.adapters.acp.stdio import StdioConfig
-from acpfsm.adapters.events import MessageChunk
+from acpfsm.adapters.events import MessageChunk, SessionStatus
 from acpfsm.runtime import (
     CancelEscalated,
     LaunchSpec,
@@ -117,6 +117,13 @@ async def test_full_life_launch_prompt_steer_cancel_stop_relaunch(tmp_path: Path
 
         # relaunch resumed with session/load: same ACP session, history replayed by the agent
         ref2 = await rt.launch(launch_spec(tmp_path, prior=acp_id))
+        s2 = rt._session(ref2.id)
+        with anyio.fail_after(10):
+            await s2._init_done.wait()
+            while not any(isinstance(e, SessionStatus) for e in s2.hub._backlog):
+                await anyio.sleep(0.01)
+        # the plan re-emitted after the load is history: no wakeup turn, still READY
+        assert rt.get_execution(ref2.id).status == "READY"
         again = await rt.resume(ref2.id, "are you back?")
         assert again.stop_reason == "end_turn"
         snap2 = rt.get_execution(ref2.id)
