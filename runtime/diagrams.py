@@ -443,17 +443,23 @@ def render_dot(
 
     block(_top_states(cls), None, "    ")
 
+    # Parallel transitions (same source and target) are drawn as one edge with one label line
+    # per transition, so the many declared "ignored" self-transitions stay readable.
+    grouped: dict[tuple[str, str], list[Edge]] = {}
     for edge in edges(cls):
+        grouped.setdefault((edge.source, edge.target), []).append(edge)
+    for group in grouped.values():
+        edge = group[0]
         source, target = by_id[edge.source], by_id[edge.target]
-        attrs = [f"label={_q(_label(edge))}"]
+        attrs = [f"label={_q(chr(10).join(_label(e) for e in group))}"]
         if source is not target:
             if _children(target) and not source.is_descendant(target):
                 attrs.append(f"lhead={_q('cluster_' + edge.target)}")
             if _children(source) and not target.is_descendant(source):
                 attrs.append(f"ltail={_q('cluster_' + edge.source)}")
-        if edge.internal:
+        if all(e.internal for e in group):
             attrs.append("style=dashed")
-        if _edge_is_highlighted(edge, hl_transitions):
+        if any(_edge_is_highlighted(e, hl_transitions) for e in group):
             attrs += [f'color="{_HL_EDGE}"', f'fontcolor="{_HL_EDGE}"', "penwidth=2.5"]
         lines.append(f"    {_endpoint(source)} -> {_endpoint(target)} [{', '.join(attrs)}];")
     lines.append("}")

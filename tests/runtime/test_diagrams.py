@@ -152,8 +152,8 @@ def test_dot_shapes_compounds_initial_and_final_states() -> None:
     assert '"done" [peripheries=2' in dot
     assert '"idle" -> "@initial:working" [label="began", lhead="cluster_working"];' in dot
     assert (
-        '"@initial:working" -> "failed" [label="finished [not is_ok]", '
-        'ltail="cluster_working"];' in dot
+        '"@initial:working" -> "failed" [label="finished [not is_ok]\\ncrashed", '
+        'ltail="cluster_working"];' in dot  # parallel transitions share one edge
     )
     assert '"running" -> "running" [label="ticked", style=dashed];' in dot
 
