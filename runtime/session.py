@@ -409,13 +409,15 @@ class ExecutionSession:
                     init.fire("profile_layer_applied")
                 elif state == "original_snapshot":
                     self._publish_original_snapshot(applied_model, profile_applied)
+                    init.fire("original_snapshot_published")
+                elif state == "applying_runtime_mode":
+                    failures = await self._runtime_mode(profile_applied)
                     known = self._model_state is not None and self._model_state.catalog_known
-                    init.fire("original_snapshot_published", catalog_known=known)
-                elif state == "applying_runtime_layer":
-                    final_config_id, failures = await self._runtime_layer(
-                        final_config_id, profile_applied
-                    )
-                    init.fire("runtime_layer_applied")
+                    init.fire("runtime_mode_applied", catalog_known=known)
+                elif state == "applying_runtime_options":
+                    final_config_id, option_failures = await self._runtime_options(final_config_id)
+                    failures += option_failures
+                    init.fire("runtime_options_applied")
                 elif state == "settling":
                     if self._settle(final_config_id):
                         init.fire("settlement_published")
@@ -628,23 +630,25 @@ class ExecutionSession:
             )
         )
 
-    async def _runtime_layer(
-        self, final_config_id: str, profile_applied: dict[str, str]
-    ) -> tuple[str, list[str]]:
-        """§4.3: runs only when the catalog is known (the chart withheld it otherwise)."""
+    async def _runtime_mode(self, profile_applied: dict[str, str]) -> list[str]:
+        """§4.3 step 2: the persisted session mode, unless the profile already applied it.
+        (Step 1, the runtime model, was consumed by the start-model policy at launch.)"""
+        mode = str(self.metadata.get("session_mode", ""))
+        if not mode or mode == profile_applied.get("mode", ""):
+            return []
+        try:
+            with anyio.fail_after(self.timeouts.request):
+                await self._transport().set_mode(mode)
+        except (AcpfsmError, TimeoutError):
+            return ["mode"]
+        return []
+
+    async def _runtime_options(self, final_config_id: str) -> tuple[str, list[str]]:
+        """§4.3 step 3: runtime config options, only reached when the catalog is known (the
+        SessionInit chart withholds them otherwise); sanitized against that catalog."""
         transport = self._transport()
         failures: list[str] = []
         state = self._model_state
-        runtime_model = str(self.metadata.get("runtime_model", ""))
-        mode = str(self.metadata.get("session_mode", ""))
-        # In the launch path the start-model policy consumed runtime_model (§4.3 step 1).
-        del runtime_model
-        if mode and mode != profile_applied.get("mode", ""):
-            try:
-                with anyio.fail_after(self.timeouts.request):
-                    await transport.set_mode(mode)
-            except (AcpfsmError, TimeoutError):
-                failures.append("mode")
         requested = self.metadata.get("runtime_config_options") or {}
         catalog = {o.id: o for o in state.config_options} if state is not None else {}
         clean: dict[str, str] = {}
@@ -1245,10 +1249,16 @@ class ExecutionSession:
     # ------------------------------------------------------------------ event pump --
 
     async def _pump(self) -> None:
-        transport = self._transport()
-        events: AsyncIterator[ev.AgentEvent] = transport.events()
-        async for event in events:
-            await self._handle(event)
+        """Handle the transport's events one at a time, in order (lifecycle.md §1.3)."""
+        events: AsyncIterator[ev.AgentEvent] = self._transport().events()
+        try:
+            async for event in events:
+                await self._handle(event)
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:  # an async generator: finish it now, not at GC time
+                with anyio.CancelScope(shield=True):
+                    await aclose()
 
     async def _handle(self, event: ev.AgentEvent) -> None:
         if isinstance(event, ev.Complete | ev.ErrorEvent):

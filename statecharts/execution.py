@@ -14,7 +14,8 @@ there but never assigned, so it is not a state here). Every transition below is 
   (or ``stopped`` while shutting down, R32); an owning stream disconnect makes it ``failed``
   without ``agent.failed``.
 * Cancel escalation and context reset make it ``ready`` from any live status.
-* Process exit: 0 → ``completed``; non-zero → ``failed``; during shutdown → ``stopped``.
+* Process exit: 0 → ``completed`` (also during shutdown); non-zero → ``failed``, or
+  ``stopped`` during shutdown.
 * ``stopped`` (StopAgentWithReason) is reachable from every status and is final.
 
 Terminal guard (§5.11, R7, R32): ``completed`` and ``failed`` absorb duplicate terminal facts as
@@ -89,14 +90,15 @@ class Execution(Chart):
     stream_lost = running.to(failed) | ready.to(failed) | starting.to(failed) | failed.to.itself()
     # any → FAILED: UpdateError (startup, restart and reset-restore failures)
     init_failed = starting.to(failed) | running.to(failed) | ready.to(failed) | failed.to.itself()
-    # non-terminal → COMPLETED / FAILED / STOPPED: the agent process exited
+    # non-terminal → COMPLETED / FAILED / STOPPED: the agent process exited; a clean exit is
+    # COMPLETED even during shutdown, only a failing one becomes STOPPED (§5.11, R32)
     process_exited = (
-        running.to(stopped, cond="shutting_down")
-        | ready.to(stopped, cond="shutting_down")
-        | starting.to(stopped, cond="shutting_down")
-        | running.to(completed, cond="clean_exit")
+        running.to(completed, cond="clean_exit")
         | ready.to(completed, cond="clean_exit")
         | starting.to(completed, cond="clean_exit")
+        | running.to(stopped, cond="shutting_down")
+        | ready.to(stopped, cond="shutting_down")
+        | starting.to(stopped, cond="shutting_down")
         | running.to(failed)
         | ready.to(failed)
         | starting.to(failed)

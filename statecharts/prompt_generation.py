@@ -92,6 +92,7 @@ class PromptGeneration(Chart):
         | reconnecting.to(dispatched.awaited)
         | completed.to.itself()  # R23: completion claimed before MarkPromptDispatched
         | failed.to.itself()
+        | cancel_escalated.to.itself()  # a late ack after a cancel released the trigger
         | superseded.to.itself()  # R23
     )
     dispatch_unreachable = admitted.to(reconnecting) | reconnecting.to.itself()

@@ -25,9 +25,10 @@ names the one thing the runtime must do next; the runtime does it and reports th
    and whether a model is requested; only "no snapshot and a model requested" waits
    (``waiting_for_catalog``, 10 ms polls ≤ 2 s, §2.1 step 6, R30). Expiry is not a failure.
 6. ``applying_start_model`` - the StartModelPolicy chart runs (§3); an error fails the init.
-7. ``applying_profile_layer`` → ``original_snapshot`` → ``applying_runtime_layer`` →
-   ``settling`` (§4.1-§4.4). The runtime layer is applied only when the catalog is known (the
-   catalog-known fail-safe, §4.3); otherwise it is withheld and nothing is reported as failed.
+7. ``applying_profile_layer`` → ``original_snapshot`` → ``applying_runtime_mode`` →
+   ``applying_runtime_options`` → ``settling`` (§4.1-§4.4). The runtime mode is always applied;
+   the runtime config options only when the catalog is known (the catalog-known fail-safe,
+   §4.3); otherwise they are withheld and nothing is reported as failed.
 8. ``announcing`` - publish failures and ``acp_session_created`` (§4.5, §2.1 step 12), then
    dispatch (§2.3): an initial prompt → ``prompting``; no prompt but resume context to inject
    → ``ready_resume_context_pending``; otherwise ``ready``.
@@ -62,7 +63,8 @@ class SessionInit(Chart):
         applying_start_model = State("applying_start_model")
         applying_profile_layer = State("applying_profile_layer")
         original_snapshot = State("original_snapshot")
-        applying_runtime_layer = State("applying_runtime_layer")
+        applying_runtime_mode = State("applying_runtime_mode")
+        applying_runtime_options = State("applying_runtime_options")
         settling = State("settling")
         announcing = State("announcing")
 
@@ -102,9 +104,12 @@ class SessionInit(Chart):
     # 7. layers and snapshots (§4)
     profile_layer_applied = initializing.applying_profile_layer.to(initializing.original_snapshot)
     original_snapshot_published = initializing.original_snapshot.to(
-        initializing.applying_runtime_layer, cond="catalog_known"
-    ) | initializing.original_snapshot.to(initializing.settling)  # fail-safe: withheld
-    runtime_layer_applied = initializing.applying_runtime_layer.to(initializing.settling)
+        initializing.applying_runtime_mode
+    )
+    runtime_mode_applied = initializing.applying_runtime_mode.to(
+        initializing.applying_runtime_options, cond="catalog_known"
+    ) | initializing.applying_runtime_mode.to(initializing.settling)  # fail-safe: withheld
+    runtime_options_applied = initializing.applying_runtime_options.to(initializing.settling)
     settlement_published = initializing.settling.to(initializing.announcing)
     settlement_deferred = initializing.settling.to(initializing.announcing)
     # 8. announce and dispatch (§2.1 step 12-13, §2.3)

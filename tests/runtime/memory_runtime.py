@@ -81,5 +81,5 @@ async def settle() -> None:
 
 async def wait_until(predicate: Callable[[], bool], *, limit: float = 30.0) -> None:
     with anyio.fail_after(limit):
-        while not predicate():  # noqa: ASYNC110 - test helper
+        while not predicate():
             await anyio.sleep(0.001)

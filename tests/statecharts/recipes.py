@@ -34,8 +34,9 @@ _TO_WAITING: list[Step] = [
 _TO_POLICY: list[Step] = [*_TO_AWAITING, ("catalog_checked", {})]
 _TO_PROFILE: list[Step] = [*_TO_POLICY, ("start_model_settled", {})]
 _TO_ORIGINAL: list[Step] = [*_TO_PROFILE, ("profile_layer_applied", {})]
-_TO_RUNTIME: list[Step] = [*_TO_ORIGINAL, ("original_snapshot_published", {"catalog_known": True})]
-_TO_SETTLING: list[Step] = [*_TO_RUNTIME, ("runtime_layer_applied", {})]
+_TO_MODE: list[Step] = [*_TO_ORIGINAL, ("original_snapshot_published", {})]
+_TO_OPTIONS: list[Step] = [*_TO_MODE, ("runtime_mode_applied", {"catalog_known": True})]
+_TO_SETTLING: list[Step] = [*_TO_OPTIONS, ("runtime_options_applied", {})]
 _TO_ANNOUNCING: list[Step] = [*_TO_SETTLING, ("settlement_published", {})]
 
 SESSION_INIT_RECIPES: dict[str, list[Step]] = {
@@ -49,7 +50,8 @@ SESSION_INIT_RECIPES: dict[str, list[Step]] = {
     "applying_start_model": _TO_POLICY,
     "applying_profile_layer": _TO_PROFILE,
     "original_snapshot": _TO_ORIGINAL,
-    "applying_runtime_layer": _TO_RUNTIME,
+    "applying_runtime_mode": _TO_MODE,
+    "applying_runtime_options": _TO_OPTIONS,
     "settling": _TO_SETTLING,
     "announcing": _TO_ANNOUNCING,
 }
@@ -113,7 +115,7 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
         {"error_class": ErrorClass.INCONCLUSIVE},
     ],
     "catalog_checked": [{}, {"snapshot_available": False, "model_requested": True}],
-    "original_snapshot_published": [{"catalog_known": True}, {"catalog_known": False}],
+    "runtime_mode_applied": [{"catalog_known": True}, {"catalog_known": False}],
     "session_announced": [{"has_initial_prompt": True}, {"resume_context": True}, {}],
     # StartModelPolicy (fresh instances use model "m", fallback "fb")
     "policy_evaluated": [

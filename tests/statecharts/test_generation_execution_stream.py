@@ -66,6 +66,20 @@ def test_completion_before_dispatch_then_late_dispatch_is_ignored() -> None:
     assert gen.leaf == "completed" and not gen.is_steerable
 
 
+@pytest.mark.parametrize("start", [[], [("dispatch_unreachable", {})]])
+def test_escalated_before_dispatch_then_late_ack_is_ignored(
+    start: list[tuple[str, dict[str, object]]],
+) -> None:
+    """§5.10: a cancel escalates a generation whose trigger is still waiting for its ack (or
+    retrying after a reconnect); the late ack is then ignored: the turn stays released and
+    never becomes steerable."""
+    gen = walk(PromptGeneration(1), start)
+    gen.fire("escalated")
+    assert gen.leaf == "cancel_escalated"
+    gen.fire("dispatch_accepted")
+    assert gen.leaf == "cancel_escalated" and not gen.is_steerable
+
+
 @pytest.mark.parametrize("second_is_error", [False, True])
 def test_duplicate_terminal_events_are_ignored(second_is_error: bool) -> None:
     """R7: a second terminal event cannot replace the first outcome."""
@@ -179,7 +193,8 @@ def test_failed_is_never_downgraded_to_stopped() -> None:
     [
         ({"exit_code": 0}, "COMPLETED"),
         ({"exit_code": 3}, "FAILED"),
-        ({"exit_code": 0, "shutting_down": True}, "STOPPED"),
+        ({"exit_code": 0, "shutting_down": True}, "COMPLETED"),  # s95: success unaffected
+        ({"exit_code": 1, "shutting_down": True}, "STOPPED"),  # R32
     ],
 )
 def test_process_exit(data: dict[str, object], status: str) -> None:

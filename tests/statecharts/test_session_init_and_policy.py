@@ -122,13 +122,17 @@ def _to_original_snapshot() -> SessionInit:
     return init
 
 
-def test_runtime_layer_is_withheld_when_the_catalog_is_unknown() -> None:
-    """The catalog-known fail-safe (§4.3)."""
+def test_runtime_options_are_withheld_when_the_catalog_is_unknown() -> None:
+    """The catalog-known fail-safe (§4.3): the runtime mode is always applied, the runtime
+    config options only with a known catalog."""
     known = _to_original_snapshot()
-    known.fire("original_snapshot_published", catalog_known=True)
-    assert known.leaf == "applying_runtime_layer"
+    known.fire("original_snapshot_published")
+    assert known.leaf == "applying_runtime_mode"
+    known.fire("runtime_mode_applied", catalog_known=True)
+    assert known.leaf == "applying_runtime_options"
     unknown = _to_original_snapshot()
-    unknown.fire("original_snapshot_published", catalog_known=False)
+    unknown.fire("original_snapshot_published")
+    unknown.fire("runtime_mode_applied", catalog_known=False)
     assert unknown.leaf == "settling"
 
 
@@ -142,8 +146,9 @@ def test_runtime_layer_is_withheld_when_the_catalog_is_unknown() -> None:
 )
 def test_dispatch_after_announcement(data: dict[str, Any], expected: str) -> None:
     init = _to_original_snapshot()
-    init.fire("original_snapshot_published", catalog_known=True)
-    init.fire("runtime_layer_applied")
+    init.fire("original_snapshot_published")
+    init.fire("runtime_mode_applied", catalog_known=True)
+    init.fire("runtime_options_applied")
     init.fire("settlement_deferred")
     init.fire("session_announced", **data)
     assert init.leaf == expected
