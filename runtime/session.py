@@ -1507,7 +1507,10 @@ class ExecutionSession:
     async def _on_stream_lost(self, event: ev.StreamDisconnected) -> None:
         """handleStreamDisconnect (§5.6) and, for a local process, its exit (§5.11)."""
         if self.stream.accepts("connection_lost"):
-            self.stream.fire("connection_lost", reconnectable=False)
+            reconnectable = event.exit_code is None and bool(
+                getattr(self.transport, "reconnectable", False)
+            )
+            self.stream.fire("connection_lost", reconnectable=reconnectable)
         if not self._init_done.is_set():
             return  # the startup caller owns that failure (R10)
         error = f"agent stream disconnected: {event.error or 'connection closed'}"
