@@ -1254,6 +1254,9 @@ class ExecutionSession:
         try:
             async for event in events:
                 await self._handle(event)
+            if self.stream.leaf in ("connecting", "connected"):
+                # the stream ended without saying why: still a loss, so nobody waits forever
+                await self._on_stream_lost(ev.StreamDisconnected(error="agent event stream ended"))
         finally:
             aclose = getattr(events, "aclose", None)
             if aclose is not None:  # an async generator: finish it now, not at GC time

@@ -1,0 +1,124 @@
+"""Helpers for the prompt-lifecycle scenario and anomaly tests (over the memory transport)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+
+from acpfsm.adapters.errors import AcpfsmError
+from acpfsm.runtime import AgentProfile, PromptResult, Runtime
+from acpfsm.runtime.events import RuntimeEvent
+from acpfsm.runtime.history import AssistantEntry, HistoryStore, UserEntry
+from acpfsm.runtime.session import ExecutionSession
+
+T = TypeVar("T")
+
+#: the memory profile with the history store switched on (resume-context injection)
+HISTORY_PROFILE = AgentProfile(id="mem", command=("unused",), history_context_injection=True)
+
+
+class Pending:
+    """A prompt/steer/cancel call running in the background: its result or its error."""
+
+    def __init__(self) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = anyio.Event()
+
+    async def wait(self, limit: float = 30.0) -> None:
+        with anyio.fail_after(limit):
+            await self.done.wait()
+
+    @property
+    def prompt_result(self) -> PromptResult:
+        assert isinstance(self.result, PromptResult), (self.result, self.error)
+        return self.result
+
+
+def start(
+    tg: anyio.abc.TaskGroup, fn: Callable[..., Awaitable[Any]], *args: Any, **kw: Any
+) -> Pending:
+    """Run ``fn(*args, **kw)`` in ``tg``; its acpfsm error (if any) is kept, not raised."""
+    pending = Pending()
+
+    async def run() -> None:
+        try:
+            pending.result = await fn(*args, **kw)
+        except AcpfsmError as exc:
+            pending.error = exc
+        finally:
+            pending.done.set()
+
+    tg.start_soon(run)
+    return pending
+
+
+def published(s: ExecutionSession) -> list[RuntimeEvent]:
+    """Every event the execution published so far, in order (what a subscriber replays)."""
+    return list(s.hub._backlog)
+
+
+def of_type(s: ExecutionSession, cls: type[T]) -> list[T]:
+    return [e for e in published(s) if isinstance(e, cls)]
+
+
+def names(s: ExecutionSession) -> list[str]:
+    return [type(e).__name__ for e in published(s)]
+
+
+def live(s: ExecutionSession, g: int) -> bool:
+    """Generation ``g`` is current and dispatched (kandev's ActivePromptGeneration == g)."""
+    return s.current is not None and s.current.generation == g and s.current.is_steerable
+
+
+def steps(s: ExecutionSession, g: int) -> list[tuple[str, str, str]]:
+    """The transitions of generation ``g``'s chart: (event, source, target)."""
+    return [(r.event, r.source, r.target) for r in s.generations[g].history]
+
+
+def execution_steps(s: ExecutionSession) -> list[tuple[str, str, str]]:
+    return [(r.event, r.source, r.target) for r in s.execution.history]
+
+
+def sent(transport: Any, method: str) -> list[Any]:
+    """The arguments of every ``method`` request the memory agent received."""
+    return [args for m, args in transport.calls if m == method]
+
+
+def history(rt: Runtime, s: ExecutionSession) -> list[tuple[str, str]]:
+    """The session's history as (kandev entry type, text)."""
+    assert rt.history is not None
+    out: list[tuple[str, str]] = []
+    for entry in rt.history.read(s.session_id):
+        if isinstance(entry, AssistantEntry):
+            out.append(("agent_message", entry.text))
+        elif isinstance(entry, UserEntry):
+            out.append(("user_message", entry.text))
+    return out
+
+
+def history_root(tmp_path: Path) -> Path:
+    root = tmp_path / "history"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+__all__ = [
+    "HISTORY_PROFILE",
+    "HistoryStore",
+    "Pending",
+    "execution_steps",
+    "history",
+    "history_root",
+    "live",
+    "names",
+    "of_type",
+    "published",
+    "sent",
+    "start",
+    "steps",
+]
