@@ -1,0 +1,53 @@
+"""The distribution: one import package ``acpfsm`` with its three subpackages, typed, and no
+top-level ``runtime``/``adapters``/``statecharts`` module; the README example runs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.integration
+def test_wheel_installs_only_the_acpfsm_package(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = tmp_path.glob("acpfsm-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top == {"acpfsm"}
+    for sub in ("statecharts", "runtime", "adapters"):
+        assert f"acpfsm/{sub}/__init__.py" in names
+        assert f"acpfsm/{sub}/py.typed" in names
+    assert "acpfsm/adapters/reference_agent/__main__.py" in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "acpfsm = acpfsm.runtime.cli:main" in text
+
+
+def test_readme_example_runs(tmp_path: Path) -> None:
+    """The API example in README.md, as written, against the reference agent."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+    example = next(b for b in blocks if "Runtime()" in b)
+    example = example.replace('WorkspaceRef(path="/tmp")', f"WorkspaceRef(path={str(tmp_path)!r})")
+    for backend in ("asyncio", "trio"):
+        code = example.replace("anyio.run(main)", f"anyio.run(main, backend={backend!r})")
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "end_turn" in proc.stdout
+        assert "AgentReady" in proc.stdout
