@@ -43,6 +43,8 @@ class Subscription:
     def __init__(self, hub: EventHub, backlog: list[RuntimeEvent]) -> None:
         self._hub = hub
         self._queue: collections.deque[RuntimeEvent] = collections.deque(backlog)
+        # room for the replayed backlog plus ``buffer`` events published after subscribing
+        self._capacity = hub.buffer + len(backlog)
         self._wakeup = anyio.Event()
         self._overflowed = 0
         self._closed = False
@@ -52,7 +54,7 @@ class Subscription:
         if self._overflowed:
             self._overflowed += 1
             return
-        if len(self._queue) >= self._hub.buffer:
+        if len(self._queue) >= self._capacity:
             self._overflowed = 1
         else:
             self._queue.append(event)

@@ -1,0 +1,90 @@
+"""Event fan-out: order, replay for late subscribers, and the never-silent overflow policy."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from acpfsm.adapters.events import MessageChunk
+from acpfsm.runtime import SubscriberOverflow
+from acpfsm.runtime.events import AgentReady, EventsTruncated
+from acpfsm.runtime.hub import EventHub
+
+pytestmark = pytest.mark.both_backends
+
+
+def chunk(i: int) -> MessageChunk:
+    return MessageChunk(text=str(i))
+
+
+async def test_every_subscriber_sees_every_event_in_order() -> None:
+    hub = EventHub("x")
+    a, b = hub.subscribe(), hub.subscribe()
+    for i in range(5):
+        hub.publish(chunk(i))
+    hub.close()
+    for sub in (a, b):
+        async with sub:
+            assert [e.text async for e in sub if isinstance(e, MessageChunk)] == list("01234")
+
+
+async def test_a_late_subscriber_replays_the_backlog_and_is_told_what_was_dropped() -> None:
+    hub = EventHub("x", retain=3)
+    for i in range(5):
+        hub.publish(chunk(i))
+    late = hub.subscribe()
+    hub.publish(AgentReady(execution_id="x"))
+    hub.close()
+    seen = [e async for e in late]
+    assert isinstance(seen[0], EventsTruncated)
+    assert seen[0].missed == 2
+    assert [e.text for e in seen if isinstance(e, MessageChunk)] == ["2", "3", "4"]
+    assert isinstance(seen[-1], AgentReady)
+
+
+async def test_a_slow_subscriber_is_cut_off_loudly_without_stalling_the_publisher() -> None:
+    hub = EventHub("x", buffer=3)
+    slow = hub.subscribe()
+    for i in range(10):  # publish is synchronous: it never waits for a subscriber
+        hub.publish(chunk(i))
+    delivered: list[str] = []
+
+    async def drain() -> None:
+        async for event in slow:
+            assert isinstance(event, MessageChunk)
+            delivered.append(event.text)
+
+    with pytest.raises(SubscriberOverflow) as info:
+        await drain()
+    assert delivered == ["0", "1", "2"]  # everything it had room for, then the error
+    assert info.value.missed == 7
+    assert info.value.execution_id == "x"
+    # a subscriber that keeps up loses nothing
+    keeping_up = hub.subscribe()
+    got: list[str] = []
+    for i in range(10, 20):
+        hub.publish(chunk(i))
+        event = await keeping_up.__anext__()
+        if isinstance(event, MessageChunk) and int(event.text) >= 10:
+            got.append(event.text)
+    hub.close()
+    rest = [e.text async for e in keeping_up if isinstance(e, MessageChunk)]
+    assert got + [t for t in rest if int(t) >= 10] == [str(i) for i in range(10, 20)]
+
+
+async def test_subscription_ends_when_the_execution_finishes() -> None:
+    hub = EventHub("x")
+    sub = hub.subscribe()
+    got: list[object] = []
+
+    async def consume() -> None:
+        async for event in sub:
+            got.append(event)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(consume)
+        await anyio.lowlevel.checkpoint()
+        hub.publish(chunk(1))
+        hub.close()
+    assert len(got) == 1
