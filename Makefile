@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy -p acpfsm.statecharts -p acpfsm.runtime -p acpfsm.adapters
+	$(BIN)/mypy -p acpfsm.statecharts -p acpfsm.runtime -p acpfsm.adapters -p acpfsm.testing
 
 diagrams: $(STAMP)
 	$(BIN)/acpfsm diagrams --out diagrams
@@ -37,7 +37,7 @@ diagrams-check: $(STAMP)
 	$(BIN)/acpfsm diagrams --check --out diagrams
 
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q --acpfsm-transition-coverage=100
+	$(BIN)/python -m pytest -q --acpfsm-transition-coverage=100 --acpfsm-check-traces
 
 test: lint typecheck diagrams-check pytest
 

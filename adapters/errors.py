@@ -13,6 +13,7 @@ these at the boundary; callers never see a foreign exception type.
     │   ├── RemoteProtocolError      the agent/peer sent something invalid (bad JSON, oversize line, unknown id)
     │   └── LocalProtocolError       we asked for something the protocol does not allow here
     ├── AgentRequestError            the agent answered a request with a JSON-RPC error object
+    ├── AgentctlError                agentctl refused or failed an operation on its own account
     ├── SteerUnsupported             the transport cannot deliver a steer into a running turn
     └── (runtime errors: see acpfsm.runtime.errors)
 
@@ -28,6 +29,7 @@ from typing import Any
 __all__ = [
     "AcpfsmError",
     "AgentRequestError",
+    "AgentctlError",
     "AuthenticationFailed",
     "LocalProtocolError",
     "ProtocolError",
@@ -152,3 +154,31 @@ class AgentRequestError(AcpfsmError):
 
     def json_projection(self) -> str:
         return json.dumps(self.as_dict(), separators=(",", ":"), ensure_ascii=False)
+
+
+class AgentctlError(AcpfsmError):
+    """agentctl refused or failed an operation on its own account: an HTTP error status, or a
+    WebSocket error frame that carries no agent JSON-RPC error (``no active session - call
+    new_session first``, ``agent not running``, an attachment rejected, …).
+
+    ``code`` is the envelope code (``BAD_REQUEST``, ``INTERNAL_ERROR``, ``UNKNOWN_ACTION`` …)
+    or ``HTTP <status>``; ``status`` the HTTP status when there was one; ``action`` the
+    WebSocket action or HTTP route."""
+
+    code: str
+    status: int | None
+    action: str
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "",
+        status: int | None = None,
+        action: str = "",
+        execution_id: str | None = None,
+    ) -> None:
+        super().__init__(message, execution_id=execution_id)
+        self.code = code
+        self.status = status
+        self.action = action

@@ -40,8 +40,10 @@ __all__ = [
     "SessionModels",
     "SessionStatus",
     "StreamDisconnected",
+    "StreamReconnected",
     "ToolCall",
     "ToolUpdate",
+    "TurnStarted",
     "Unknown",
     "decode_event",
     "encode_event",
@@ -96,19 +98,32 @@ class Plan(_Event, tag="plan", frozen=True):
     replayed: bool = False  # re-emitted after session/load: history, not turn activity
 
 
+class TurnStarted(_Event, tag="turn_started", frozen=True):
+    """agentctl v0.95.1 (not kandev HEAD): a ``session/prompt`` took the prompt gate and
+    started. Informational; it is not turn content (no wakeup)."""
+
+
 class Complete(_Event, tag="complete", frozen=True):
-    """A turn ended. ``stop_reason`` is the ACP stopReason verbatim."""
+    """A turn ended. ``stop_reason`` is the ACP stopReason verbatim. ``control_turn_id`` is
+    agentctl v0.95.1's own turn counter (0 when absent: stdio, kandev HEAD)."""
 
     stop_reason: str = "end_turn"
     usage: dict[str, Any] | None = None
     data: dict[str, Any] = {}
+    control_turn_id: int = 0
 
 
 class ErrorEvent(_Event, tag="error", frozen=True):
-    """A turn or process failure; treated like a ``complete`` with is_error (lifecycle.md §5.5)."""
+    """A turn or process failure; treated like a ``complete`` with is_error (lifecycle.md §5.5).
+
+    ``provider_error`` is agentctl's structured projection when it sent one (v0.95.1:
+    ``{"source": "acp_prompt", "rpc_code": -32603, "message": …}``); ``control_turn_id`` as
+    on :class:`Complete`."""
 
     error: str
     data: dict[str, Any] = {}
+    provider_error: dict[str, Any] | None = None
+    control_turn_id: int = 0
 
 
 class PermissionOption(msgspec.Struct, frozen=True, kw_only=True):
@@ -212,6 +227,18 @@ class StreamDisconnected(_Event, tag="stream_disconnected", frozen=True):
     error: str = ""
     exit_code: int | None = None
     stderr_tail: str = ""
+    reconnecting: bool = False
+    """True when the carrier can redial and is doing so (agentctl's WebSocket): the event
+    stream goes on, and :class:`StreamReconnected` follows if the redial succeeds. False for
+    the final loss (stdio EOF, agent exit, agentctl gone for good)."""
+
+
+class StreamReconnected(_Event, tag="stream_reconnected", frozen=True):
+    """A reconnectable carrier redialled after ``StreamDisconnected(reconnecting=True)``:
+    requests flow again, and the events the peer buffered meanwhile follow. ``attempts`` is
+    the number of dials it took."""
+
+    attempts: int = 1
 
 
 class ProtocolErrorEvent(_Event, tag="protocol_error", frozen=True):
@@ -249,6 +276,8 @@ AgentEvent = (
     | AgentCapabilities
     | AuthRequired
     | StreamDisconnected
+    | StreamReconnected
+    | TurnStarted
     | ProtocolErrorEvent
     | Unknown
 )

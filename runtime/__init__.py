@@ -7,6 +7,7 @@ _logging.getLogger("acpfsm").addHandler(_logging.NullHandler())
 
 
 from . import events as events
+from .agentctl_executor import AgentctlExecutor as AgentctlExecutor
 from .errors import AcpfsmError as AcpfsmError
 from .errors import AgentReportedError as AgentReportedError
 from .errors import AttachmentError as AttachmentError
@@ -48,6 +49,7 @@ __all__ = [
     "AcpfsmError",
     "AgentProfile",
     "AgentReportedError",
+    "AgentctlExecutor",
     "Attachment",
     "AttachmentError",
     "CancelEscalated",

@@ -1,8 +1,14 @@
 """The ``acpfsm`` command line.
 
-``acpfsm diagrams [--check] [--out DIR]`` writes (or, with ``--check``, verifies) the review
-diagrams of every chart (see :mod:`acpfsm.runtime.diagrams`). ``acpfsm demo [ARGS…]`` runs
-``acpfsm.runtime.demo.main(ARGS)`` once that module exists.
+* ``acpfsm diagrams [--check] [--out DIR]`` writes (or, with ``--check``, verifies) the review
+  diagrams of every chart (see :mod:`acpfsm.runtime.diagrams`);
+  ``acpfsm diagrams --trace TRACE.jsonl [--execution ID] [--out DIR]`` draws every chart with
+  what one execution of a recorded trace did highlighted.
+* ``acpfsm check-trace TRACE.jsonl [--json] [--partial]`` replays a trace against the charts
+  (:mod:`acpfsm.runtime.check_trace`): exit 0 clean, 1 violations, 2 unreadable/malformed.
+* ``acpfsm conform [--json] [--junit-xml FILE] [--timeout S] -- AGENT_COMMAND [ARGS…]`` runs
+  the agent conformance battery (:mod:`acpfsm.runtime.conform`): exit 1 when a check fails.
+* ``acpfsm demo [ARGS…]`` runs ``acpfsm.runtime.demo.main(ARGS)``.
 """
 
 from __future__ import annotations
@@ -19,10 +25,60 @@ __all__ = ["main"]
 DEMO_MODULE = "acpfsm.runtime.demo"
 
 
+def _run_diagrams(args: argparse.Namespace) -> int:
+    from .check_trace import TraceFormatError, read_trace
+    from .diagrams import DiagramError, write_run
+
+    trace = Path(args.trace)
+    try:
+        records, _ = read_trace(trace)
+    except TraceFormatError as exc:
+        print(f"acpfsm diagrams: {exc}", file=sys.stderr)
+        return 2
+    ids = list(dict.fromkeys(r.execution_id for r in records))
+    wanted = args.execution
+    if wanted is None:
+        if len(ids) != 1:
+            listing = "".join(f"\n  {i}" for i in ids) or " (none)"
+            print(
+                f"acpfsm diagrams: {trace} has {len(ids)} executions; choose one with "
+                f"--execution ID:{listing}",
+                file=sys.stderr,
+            )
+            return 2
+        wanted = ids[0]
+    matches = [i for i in ids if i == wanted] or [i for i in ids if i.startswith(wanted)]
+    if len(matches) != 1:
+        what = "no" if not matches else "more than one"
+        print(f"acpfsm diagrams: {what} execution {wanted!r} in {trace}", file=sys.stderr)
+        return 2
+    execution_id = matches[0]
+    out = Path(args.out) if args.out else trace.with_name(f"{trace.stem}-{execution_id[:8]}")
+    try:
+        written = write_run(out, records, execution_id, source=str(trace))
+    except DiagramError as exc:
+        print(f"acpfsm diagrams: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    if not any(p.suffix == ".svg" for p in written):
+        print("acpfsm diagrams: graphviz-pure not found: Mermaid only", file=sys.stderr)
+    print(f"acpfsm diagrams: execution {execution_id} drawn in {out}")
+    return 0
+
+
 def _diagrams(args: argparse.Namespace) -> int:
     from .diagrams import DiagramError, check, write
 
-    out = Path(args.out)
+    if args.trace is not None:
+        if args.check:
+            print("acpfsm diagrams: --check and --trace cannot be combined", file=sys.stderr)
+            return 2
+        return _run_diagrams(args)
+    if args.execution is not None:
+        print("acpfsm diagrams: --execution needs --trace", file=sys.stderr)
+        return 2
+    out = Path(args.out or "diagrams")
     try:
         if args.check:
             drifts = check(out)
@@ -79,9 +135,42 @@ def _parser() -> argparse.ArgumentParser:
         help="write nothing; exit 1 if any generated file is drifted, missing or extra",
     )
     diagrams.add_argument(
-        "--out", default="diagrams", metavar="DIR", help="output directory (default: diagrams)"
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output directory (default: diagrams; with --trace: TRACE-<execution> next to "
+        "the trace)",
+    )
+    diagrams.add_argument(
+        "--trace",
+        metavar="TRACE.jsonl",
+        help="draw what one execution of this trace did (states and transitions highlighted)",
+    )
+    diagrams.add_argument(
+        "--execution",
+        metavar="ID",
+        help="the execution to draw (a unique prefix is enough; optional when the trace has one)",
     )
     diagrams.set_defaults(handler=_diagrams)
+
+    from . import check_trace, conform
+
+    check = commands.add_parser(
+        "check-trace",
+        help="replay a recorded trace against the charts (exit 1 on violations)",
+        description="Replay a recorded trace against the charts and report every violation "
+        "with its line. Exit 0 clean, 1 violations, 2 unreadable or malformed file.",
+    )
+    check_trace.add_arguments(check)
+    check.set_defaults(handler=check_trace.run)
+
+    battery = commands.add_parser(
+        "conform",
+        help="run the conformance battery against an ACP agent (exit 1 on failures)",
+        description=conform.DESCRIPTION,
+    )
+    conform.add_arguments(battery)
+    battery.set_defaults(handler=conform.run)
 
     # Listed for --help only: main() hands everything after `demo` to the demo untouched.
     demo = commands.add_parser("demo", help="run the demo (arguments go to the demo)")

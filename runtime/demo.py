@@ -199,6 +199,18 @@ async def _run(args: argparse.Namespace, narrate: _Narrator) -> int:
     _summary(rt, narrate, executions)
     narrate.step("Trace")
     narrate.note(f"{len(rt.trace.records)} transitions written to {trace_path}")
+    from .diagrams import DiagramError, write_run
+
+    narrate.step("Diagrams of the run")
+    runs = trace_path.with_suffix("")
+    try:
+        for n, execution_id in enumerate(executions, 1):
+            out = runs / f"{n}-{execution_id[:8]}"
+            write_run(out, rt.trace.records, execution_id, source=str(trace_path))
+            narrate.note(f"execution {n}: {out}/README.md (and one .svg, .mmd per chart)")
+    except (DiagramError, OSError) as exc:
+        narrate.note(f"diagrams not written: {exc}")
+    narrate.note(f"the same for any trace: acpfsm diagrams --trace {trace_path} --execution ID")
     return 0
 
 

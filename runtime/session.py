@@ -258,15 +258,23 @@ class ExecutionSession:
         """Start the agent (raising if that fails), then drive the execution until stopped."""
         self.execution.fire("start_requested")
         self.stream.fire("connect_started")
+        started = False
         try:
             async with self._open_transport() as transport:
                 self.transport = transport
                 task_status.started()
+                started = True
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._pump)
                     tg.start_soon(self._initialize_then_dispatch, tg)
                     await self._stop_requested.wait()
                     tg.cancel_scope.cancel()
+        except BaseException:
+            if not started:  # the agent never started: FAILED, and the execution is removed
+                self.execution.fire("init_failed")
+                self.execution.fire("stop_requested")
+                self.stream.fire("connect_failed")
+            raise
         finally:
             self._init_done.set()
             self.hub.close()
@@ -1217,6 +1225,8 @@ class ExecutionSession:
                 self.finished_at = self.finished_at or _utcnow()
                 self._notify()
             self._publish(le.AgentStopped(execution_id=self.id, reason=reason))
+        elif self.stream.accepts("close_requested"):  # already STOPPED (R32): close it too
+            self.stream.fire("close_requested")
         self._stop_requested.set()
         with anyio.CancelScope(shield=True):
             await self._finished.wait()
@@ -1269,6 +1279,11 @@ class ExecutionSession:
             return
         if isinstance(event, ev.StreamDisconnected):
             await self._on_stream_lost(event)
+            return
+        if isinstance(event, ev.StreamReconnected):
+            if self.stream.accepts("connect_succeeded"):  # the carrier redialled
+                self.stream.fire("connect_succeeded")
+            self._publish(event)
             return
         self._record_activity(event)
         if isinstance(event, ev.MessageChunk) and event.role != "user" and event.text:
@@ -1509,10 +1524,12 @@ class ExecutionSession:
 
     async def _on_stream_lost(self, event: ev.StreamDisconnected) -> None:
         """handleStreamDisconnect (§5.6) and, for a local process, its exit (§5.11)."""
-        if self.stream.accepts("connection_lost"):
-            reconnectable = event.exit_code is None and bool(
-                getattr(self.transport, "reconnectable", False)
-            )
+        reconnectable = event.exit_code is None and (
+            event.reconnecting or bool(getattr(self.transport, "reconnectable", False))
+        )
+        if self.stream.leaf == "reconnecting" and not reconnectable:
+            self.stream.fire("connect_failed", reconnectable=False)  # the carrier gave up
+        elif self.stream.accepts("connection_lost"):
             self.stream.fire("connection_lost", reconnectable=reconnectable)
         if not self._init_done.is_set():
             return  # the startup caller owns that failure (R10)

@@ -10,7 +10,8 @@ import pytest
 
 from acpfsm.runtime.bench import child_pids, main, percentile
 
-pytestmark = pytest.mark.integration
+# the bench drives charts in loops through a Trace: those are not lifecycle traces
+pytestmark = [pytest.mark.integration, pytest.mark.acpfsm_unchecked_trace]
 
 LATENCY_ROWS = ("bare StdioTransport", "Runtime.prompt", "ACP SDK client (asyncio thread)")
 RATE_ROWS = (

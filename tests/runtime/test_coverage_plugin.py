@@ -7,9 +7,9 @@ import textwrap
 import pytest
 from statemachine import State
 
-from acpfsm.runtime.testing.coverage_plugin import compute_coverage
 from acpfsm.statecharts import _base
 from acpfsm.statecharts._base import Chart
+from acpfsm.testing.coverage_plugin import compute_coverage
 
 pytest_plugins = ["pytester"]
 

@@ -214,3 +214,28 @@ async def test_unknown_execution_everywhere() -> None:
             rt.get_execution("nope")
         with pytest.raises(ExecutionNotFound):
             rt.subscribe_events("nope")
+
+
+async def test_agent_stream_follows_a_carrier_that_redials_or_gives_up(time_scale: float) -> None:
+    """A redialling carrier (agentctl's WebSocket) reports the drop, the redial, and a final
+    give-up; the AgentStream chart follows: connected → reconnecting → connected →
+    reconnecting → disconnected."""
+    from acpfsm.adapters.events import StreamDisconnected, StreamReconnected
+
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        push = ex.last._send.send_nowait
+        push(StreamDisconnected(error="ws closed 1006", reconnecting=True))
+        await wait_until(lambda: s.stream.leaf == "reconnecting")
+        push(StreamReconnected())
+        await wait_until(lambda: s.stream.leaf == "connected")
+        push(StreamDisconnected(error="ws closed 1006", reconnecting=True))
+        await wait_until(lambda: s.stream.leaf == "reconnecting")
+        push(StreamDisconnected(error="redial budget exhausted", reconnecting=False))
+        await wait_until(lambda: s.stream.leaf == "disconnected")
+        path = [r.target for r in s.stream.history]
+        assert path[-4:] == ["reconnecting", "connected", "reconnecting", "disconnected"]
+        await rt.stop(ref.id, "done")

@@ -1,0 +1,39 @@
+"""The agentctl carrier: kandev's sidecar (``agentctl``) runs the ACP agent, acpfsm talks to
+it over HTTP (httpx) and one WebSocket (httpx-ws) — agentctl-protocol.md.
+
+* :class:`ControlClient` — the control port: nonce → token handshake (``POST
+  /auth/handshake``), ``POST/GET/DELETE /api/v1/instances``, ``GET /health``.
+* :class:`InstanceClient` — one instance's port, ``Authorization: Bearer`` and
+  ``X-Instance-ID`` on every request: ``configure``, ``start``, ``stop``, ``status``,
+  ``wait_ready`` (health every 0.5 s, bounded), ``materialize`` (multipart attachment upload).
+* :class:`AgentctlTransport` (:func:`open_agentctl_transport`) — the
+  :class:`~acpfsm.adapters.transport.AgentTransport` over ``/api/v1/agent/stream``:
+  request/answer by id, events, ``mcp.*`` requests, reconnect; see its module docstring.
+* :class:`AgentctlConfig` — every bound.
+
+Verified against the prebuilt agentctl v0.95.1 (``@kdlbs/runtime-linux-x64``); both its event
+format and kandev HEAD's are understood (:mod:`._wire`). The runtime side is
+``acpfsm.runtime.agentctl_executor.AgentctlExecutor``.
+"""
+
+from ._wire import error_from_text
+from .control import (
+    MAX_ATTACHMENT_BYTES,
+    AgentctlConfig,
+    ControlClient,
+    InstanceClient,
+    InstanceInfo,
+)
+from .transport import AgentctlTransport, McpHandler, open_agentctl_transport
+
+__all__ = [
+    "MAX_ATTACHMENT_BYTES",
+    "AgentctlConfig",
+    "AgentctlTransport",
+    "ControlClient",
+    "InstanceClient",
+    "InstanceInfo",
+    "McpHandler",
+    "error_from_text",
+    "open_agentctl_transport",
+]

@@ -1,0 +1,188 @@
+"""``AgentctlExecutor``: runs each execution's agent in its own agentctl instance.
+
+::
+
+    rt = Runtime(executors={
+        "agentctl": AgentctlExecutor(url="http://127.0.0.1:39429", nonce=os.environ["NONCE"]),
+        "agentctl-b": AgentctlExecutor(url="http://10.0.0.7:39429", token=token_b),
+    })
+    ref = await rt.launch(LaunchSpec(agent_profile_id="reference", executor_id="agentctl", ...))
+
+For each execution it creates an instance (``POST /api/v1/instances``, id = the execution id,
+workspace = the spec's workspace, agent = the profile's command), waits for the instance's
+health (0.5 s polls, bounded), configures and starts the agent, and yields an
+:class:`~acpfsm.adapters.agentctl.AgentctlTransport` on the instance's agent WebSocket.
+Leaving the block closes the transport and deletes the instance (which stops the agent);
+a failing delete is logged, never raised, so that a vanished agentctl cannot break the
+runtime.
+
+The workspace must be a directory; when agentctl runs on this machine (a loopback URL, or
+``check_workspace=True``) that is checked here, before anything is created, and a bad one
+raises :class:`~acpfsm.runtime.LaunchSpecError` as with the stdio executor (agentctl itself
+would start the agent anyway).
+
+Credentials: ``token`` is agentctl's bearer token; ``nonce`` is its bootstrap nonce
+(``AGENTCTL_BOOTSTRAP_NONCE``), traded once for the token on first use (``POST
+/auth/handshake``) and kept in :attr:`AgentctlExecutor.token`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import shlex
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from acpfsm.adapters.acp.stdio import PermissionPolicy, allow_first_permission_policy
+from acpfsm.adapters.agentctl import (
+    AgentctlConfig,
+    AgentctlTransport,
+    ControlClient,
+    InstanceClient,
+    McpHandler,
+    open_agentctl_transport,
+)
+from acpfsm.adapters.errors import AcpfsmError
+from acpfsm.adapters.transport import AgentTransport
+
+from .errors import LaunchSpecError
+from .types import AgentProfile, LaunchSpec
+
+__all__ = ["AgentctlExecutor"]
+
+log = logging.getLogger("acpfsm.runtime.agentctl")
+
+
+class AgentctlExecutor:
+    """An :class:`~acpfsm.runtime.Executor` backed by one agentctl control endpoint."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        nonce: str = "",
+        token: str = "",
+        config: AgentctlConfig | None = None,
+        env: Mapping[str, str] | None = None,
+        permission_policy: PermissionPolicy = allow_first_permission_policy,
+        mcp_handler: McpHandler | None = None,
+        check_workspace: bool | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.check_workspace = (
+            _is_loopback(self.url) if check_workspace is None else check_workspace
+        )
+        self.config = config or AgentctlConfig()
+        self.env = dict(env or {})
+        self.permission_policy = permission_policy
+        self.mcp_handler = mcp_handler
+        self._nonce = nonce
+        self._token = token
+        self._handshake_lock: anyio.Lock | None = None
+        self.transports: dict[str, AgentctlTransport] = {}
+        """The live transport of each open execution (by execution id)."""
+
+    @property
+    def token(self) -> str:
+        """agentctl's bearer token ("" until a nonce has been traded for it)."""
+        return self._token
+
+    async def _ensure_token(self, client: httpx.AsyncClient) -> str:
+        if self._token or not self._nonce:
+            return self._token
+        if self._handshake_lock is None:
+            self._handshake_lock = anyio.Lock()
+        async with self._handshake_lock:
+            if not self._token:
+                control = ControlClient(self.url, client, config=self.config)
+                self._token = await control.handshake(self._nonce)
+        return self._token
+
+    def open(
+        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
+    ) -> AbstractAsyncContextManager[AgentTransport]:
+        if self.check_workspace and not Path(spec.workspace.path).is_dir():
+            raise LaunchSpecError(
+                f"workspace {spec.workspace.path!r} is not a directory", execution_id=execution_id
+            )
+        return self._open(profile, spec, execution_id)
+
+    def _create_request(
+        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str, env: dict[str, str]
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "id": execution_id,
+            "workspace_path": spec.workspace.path,
+            "agent_command": shlex.join(profile.command),
+            "protocol": "acp",
+            "agent_type": profile.id,
+            "session_id": str(spec.metadata.get("session_id") or execution_id),
+        }
+        task_id = str(spec.metadata.get("task_id", ""))
+        if task_id:
+            request["task_id"] = task_id
+        if env:
+            request["env"] = env
+        if spec.mcp_mode:
+            request["mcp_mode"] = spec.mcp_mode
+        return request
+
+    @contextlib.asynccontextmanager
+    async def _open(
+        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
+    ) -> AsyncIterator[AgentTransport]:
+        async with httpx.AsyncClient() as client:
+            token = await self._ensure_token(client)
+            control = ControlClient(self.url, client, token=token, config=self.config)
+            env = {**self.env, **profile.env}
+            info = await control.create_instance(
+                self._create_request(profile, spec, execution_id, env)
+            )
+            try:
+                instance = InstanceClient(
+                    control.instance_url(info.port),
+                    client,
+                    token=token,
+                    instance_id=info.id,
+                    config=self.config,
+                )
+                await instance.wait_ready()
+                await instance.configure(list(profile.command))
+                await instance.start()
+                async with open_agentctl_transport(
+                    instance,
+                    config=self.config,
+                    permission_policy=self.permission_policy,
+                    mcp_handler=self.mcp_handler,
+                ) as transport:
+                    self.transports[execution_id] = transport
+                    try:
+                        yield transport
+                    finally:
+                        self.transports.pop(execution_id, None)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await control.delete_instance(info.id)
+                    except AcpfsmError as exc:
+                        log.warning("agentctl instance %s not deleted: %s", info.id, exc)
+
+
+def _is_loopback(url: str) -> bool:
+    try:
+        host = httpx.URL(url).host
+    except httpx.InvalidURL:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,128 @@
+"""Done when: the same end-to-end scenario runs green over ``executor_id="stdio"`` and
+``executor_id="agentctl"`` with identical chart traces.
+
+The scenario (one Runtime per carrier, the reference agent behind it): launch with an
+initial prompt → a follow-up → steer a running turn → cancel a stalled turn → stop →
+relaunch resumed with session/load and a start model (set through the model config option) →
+a prompt → stop. The (chart, generation, event, source,
+target) sequences of the two runs must be equal, execution by execution.
+
+Excluded: the ``agent_stream`` chart (transport-specific by nature: how the carrier connects
+and closes). One event name is normalized, not excluded: SessionInit's ``settling`` state
+leaves for ``announcing`` by ``settlement_published`` or ``settlement_deferred`` depending on
+whether the event pump has already applied the agent's authoritative ``session_models``
+answer to the start model's set_config_option when the init task reaches ``settling``. That
+is a race inside the runtime (pump task vs init task), seen on stdio alone under load, not a
+carrier difference; both paths publish the settled snapshot once.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import anyio
+import pytest
+
+from acpfsm.adapters.events import SessionStatus
+from acpfsm.runtime import PromptResult, Runtime
+from acpfsm.runtime.agentctl_executor import AgentctlExecutor
+
+from .agentctl_server import AgentctlServer
+from .helpers import (
+    TEST_CONFIG,
+    make_runtime,
+    published,
+    session_of,
+    spec,
+    stdio_executor,
+    wait_turn_started,
+    wait_turn_streaming,
+    wait_until,
+    workspace,
+)
+
+pytestmark = [pytest.mark.both_backends, pytest.mark.integration]
+
+EXCLUDED_CHARTS = frozenset({"agent_stream"})
+SAME_EVENT = {
+    "settlement_published": "settlement_published|deferred",
+    "settlement_deferred": "settlement_published|deferred",
+}
+
+Trace = list[tuple[str, int, str, str, str]]
+
+
+async def _scenario(rt: Runtime, executor_id: str, ws: Path) -> list[Trace]:
+    """Run the scenario; the chart trace of each execution, in launch order."""
+    ids: list[str] = []
+    with anyio.fail_after(60):
+        ref = await rt.launch(spec(ws, executor_id, prompt="hello over any carrier"))
+        ids.append(ref.id)
+        follow_up = await rt.resume(ref.id, "a follow-up")
+        assert (follow_up.generation, follow_up.stop_reason) == (2, "end_turn")
+
+        results: list[PromptResult] = []
+        async with anyio.create_task_group() as tg:
+
+            async def long_turn() -> None:
+                results.append(await rt.prompt(ref.id, "a long one [[delay:0.2]]"))
+
+            tg.start_soon(long_turn)
+            await wait_turn_started(rt, ref.id, 3)
+            await rt.steer(ref.id, "change of plan")
+        assert (results[0].generation, results[0].stop_reason) == (3, "end_turn")
+
+        async with anyio.create_task_group() as tg:
+            results.clear()
+
+            async def stalled_turn() -> None:
+                results.append(await rt.prompt(ref.id, "[[fault:stall]] stop me"))
+
+            tg.start_soon(stalled_turn)
+            await wait_turn_streaming(rt, ref.id, 4)
+            await rt.cancel(ref.id)
+        assert results[0].stop_reason == "cancelled"
+        acp_id = rt.get_execution(ref.id).acp_session_id
+        await rt.stop(ref.id, "done")
+
+        ref2 = await rt.launch(
+            spec(ws, executor_id, prior=acp_id, metadata={"runtime_model": "ref-smart"})
+        )
+        ids.append(ref2.id)
+        await session_of(rt, ref2.id)._init_done.wait()
+        await wait_until(lambda: bool(published(rt, ref2.id, SessionStatus)))
+        again = await rt.resume(ref2.id, "are you back?")
+        assert again.stop_reason == "end_turn"
+        assert rt.get_execution(ref2.id).acp_session_id == acp_id
+        await rt.stop(ref2.id, "done")
+    return [
+        [
+            (r.chart, r.generation, SAME_EVENT.get(r.event, r.event), r.source, r.target)
+            for r in rt.trace.for_execution(execution_id)
+            if r.chart not in EXCLUDED_CHARTS
+        ]
+        for execution_id in ids
+    ]
+
+
+async def test_same_scenario_same_chart_traces(agentctl: AgentctlServer, tmp_path: Path) -> None:
+    async with make_runtime({"stdio": stdio_executor()}) as rt:
+        over_stdio = await _scenario(rt, "stdio", workspace(tmp_path, "stdio"))
+    executor = AgentctlExecutor(url=agentctl.url, token=agentctl.token(), config=TEST_CONFIG)
+    async with make_runtime({"agentctl": executor}) as rt:
+        over_agentctl = await _scenario(rt, "agentctl", workspace(tmp_path, "agentctl"))
+    assert len(over_stdio) == len(over_agentctl) == 2
+    for stdio_trace, agentctl_trace in zip(over_stdio, over_agentctl, strict=True):
+        assert len(stdio_trace) > 10
+        assert agentctl_trace == stdio_trace, "\n".join(
+            difflib.unified_diff(
+                [repr(r) for r in stdio_trace],
+                [repr(r) for r in agentctl_trace],
+                "stdio",
+                "agentctl",
+                lineterm="",
+            )
+        )
+    charts = {record[0] for trace in over_agentctl for record in trace}
+    assert {"execution", "session_init", "prompt_generation", "start_model_policy"} <= charts
