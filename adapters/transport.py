@@ -11,11 +11,14 @@ them into chart events through :func:`acpfsm.adapters.classify.classify_error`.
 
 from __future__ import annotations
 
+import mimetypes
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import anyio
 import msgspec
 
+from .errors import LocalProtocolError
 from .events import AgentEvent, ConfigOption, ModeInfo, ModelInfo
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "InitializeResult",
     "McpServer",
     "SessionResult",
+    "attachment_content",
 ]
 
 
@@ -71,6 +75,26 @@ class Attachment(msgspec.Struct, frozen=True, kw_only=True):
     attachment_id: str = ""
     delivery_mode: str = "prompt"
     size: int = 0
+
+
+async def attachment_content(attachment: Attachment) -> tuple[bytes, str]:
+    """The attachment's bytes (``data``, else the file at ``path``) and its MIME type (guessed
+    from the name when it is the generic default). An unreadable file is a
+    :class:`LocalProtocolError` naming it."""
+    data = attachment.data
+    if not data and attachment.path:
+        try:
+            data = await anyio.Path(attachment.path).read_bytes()
+        except OSError as exc:
+            raise LocalProtocolError(
+                f"cannot read attachment {attachment.name!r} at {attachment.path}: "
+                f"{exc.strerror or exc}"
+            ) from None
+    mime = attachment.mime_type
+    if mime == "application/octet-stream":
+        guessed, _ = mimetypes.guess_type(attachment.path or attachment.name)
+        mime = guessed or mime
+    return data, mime
 
 
 class McpServer(msgspec.Struct, frozen=True, kw_only=True):

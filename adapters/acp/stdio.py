@@ -44,7 +44,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-import mimetypes
 import os
 import pathlib
 import re
@@ -104,6 +103,7 @@ from ..transport import (
     InitializeResult,
     McpServer,
     SessionResult,
+    attachment_content,
 )
 from . import messages as acp
 from .jsonrpc import DEFAULT_MAX_LINE_BYTES, JsonRpcConnection, JsonRpcErrorReply, method_not_found
@@ -809,19 +809,7 @@ class StdioTransport:
 
     async def materialize_attachment(self, attachment: Attachment) -> Attachment:
         """Read a local attachment's file into ``data``; fill ``size`` and a guessed MIME type."""
-        data = attachment.data
-        if not data and attachment.path:
-            try:
-                data = await anyio.Path(attachment.path).read_bytes()
-            except OSError as exc:
-                raise LocalProtocolError(
-                    f"cannot read attachment {attachment.name!r} at {attachment.path}: "
-                    f"{exc.strerror or exc}"
-                ) from None
-        mime = attachment.mime_type
-        if mime == "application/octet-stream":
-            guessed, _ = mimetypes.guess_type(attachment.path or attachment.name)
-            mime = guessed or mime
+        data, mime = await attachment_content(attachment)
         return msgspec.structs.replace(attachment, data=data, size=len(data), mime_type=mime)
 
     def _file_uri(self, attachment: Attachment) -> str:

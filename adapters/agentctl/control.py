@@ -14,7 +14,6 @@ Every call is bounded (:class:`AgentctlConfig`) and every failure is an acpfsm e
 
 from __future__ import annotations
 
-import mimetypes
 import os
 import uuid
 from typing import Any, Final
@@ -31,7 +30,7 @@ from ..errors import (
     TransportClosed,
     TransportTimeout,
 )
-from ..transport import Attachment
+from ..transport import Attachment, attachment_content
 
 __all__ = [
     "MAX_ATTACHMENT_BYTES",
@@ -329,15 +328,7 @@ class InstanceClient:
         """Upload one attachment (multipart, never base64) into
         ``<workdir>/.kandev/attachments/<acp session>/``; returns it as a descriptor (no
         data, agentctl's stored name, ``attachment_id`` set)."""
-        data = attachment.data
-        if not data and attachment.path:
-            try:
-                data = await anyio.Path(attachment.path).read_bytes()
-            except OSError as exc:
-                raise LocalProtocolError(
-                    f"cannot read attachment {attachment.name!r} at {attachment.path}: "
-                    f"{exc.strerror or exc}"
-                ) from None
+        data, mime = await attachment_content(attachment)
         if not acp_session_id or not data:
             raise AgentctlError(
                 "attachment session, id, and content are required", action="materialize"
@@ -346,10 +337,6 @@ class InstanceClient:
             raise AgentctlError("attachment size exceeds maximum", action="materialize")
         attachment_id = attachment.attachment_id or f"att-{uuid.uuid4()}"
         name = os.path.basename(attachment.name or attachment.path) or attachment_id
-        mime = attachment.mime_type
-        if mime == "application/octet-stream":
-            guessed, _ = mimetypes.guess_type(attachment.path or name)
-            mime = guessed or mime
         fields = {
             "session_id": acp_session_id,
             "attachment_id": attachment_id,
