@@ -250,6 +250,10 @@ class MemoryTransport:
         result: Attachment = await self._call("materialize", (attachment,), lambda: attachment)
         return result
 
+    async def stop_agent(self) -> None:
+        """The graceful stop a remote carrier offers (agentctl); recorded, then the default."""
+        await self._call("stop_agent", (), lambda: None)
+
     def is_connected(self) -> bool:
         return self.connected
 

@@ -1227,6 +1227,16 @@ class ExecutionSession:
             self._publish(le.AgentStopped(execution_id=self.id, reason=reason))
         elif self.stream.accepts("close_requested"):  # already STOPPED (R32): close it too
             self.stream.fire("close_requested")
+        graceful = getattr(self.transport, "stop_agent", None)
+        if not force and graceful is not None:
+            # §5.12 step 3: a graceful stop first (agentctl's /api/v1/stop); its failure is only
+            # logged. ``force`` skips it. A stdio agent has no such step: its shutdown always
+            # escalates close stdin → SIGTERM → SIGKILL to its process group, bounded.
+            with anyio.move_on_after(self.timeouts.cancel_wait):
+                try:
+                    await graceful()
+                except AcpfsmError as exc:
+                    log.warning("graceful agent stop failed for %s: %s", self.id, exc)
         self._stop_requested.set()
         with anyio.CancelScope(shield=True):
             await self._finished.wait()

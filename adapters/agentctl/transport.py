@@ -314,6 +314,10 @@ class AgentctlTransport:
                     tg.cancel_scope.cancel()
         self._tg = None
 
+    async def stop_agent(self) -> None:
+        """Ask agentctl to stop the agent process gracefully (``POST /api/v1/stop``)."""
+        await self.instance.stop()
+
     async def aclose(self) -> None:
         """Close the socket (normal close), release every waiter, end the event stream with
         ``stream_disconnected``. Idempotent, shielded. The agentctl instance is not touched:

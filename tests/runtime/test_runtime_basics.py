@@ -239,3 +239,23 @@ async def test_agent_stream_follows_a_carrier_that_redials_or_gives_up(time_scal
         path = [r.target for r in s.stream.history]
         assert path[-4:] == ["reconnecting", "connected", "reconnecting", "disconnected"]
         await rt.stop(ref.id, "done")
+
+
+async def test_stop_tries_a_graceful_agent_stop_unless_forced(time_scale: float) -> None:
+    """§5.12 step 3: without ``force`` the carrier's graceful stop runs first (its failure is
+    only logged); with ``force`` it is skipped. Either way the execution is STOPPED."""
+    from acpfsm.adapters.errors import TransportClosed
+
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        gentle = await rt.launch(spec())
+        first = ex.last
+        first.handlers["stop_agent"] = lambda: (_ for _ in ()).throw(TransportClosed("gone"))
+        snap = await rt.stop(gentle.id, "done")
+        assert snap.status == "STOPPED"
+        assert ("stop_agent", ()) in first.calls
+        forced = await rt.launch(spec())
+        second = ex.last
+        snap = await rt.stop(forced.id, "now", force=True)
+        assert snap.status == "STOPPED"
+        assert ("stop_agent", ()) not in second.calls
