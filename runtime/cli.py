@@ -7,7 +7,9 @@
 * ``acpfsm check-trace TRACE.jsonl [--json] [--partial]`` replays a trace against the charts
   (:mod:`acpfsm.runtime.check_trace`): exit 0 clean, 1 violations, 2 unreadable/malformed.
 * ``acpfsm conform [--json] [--junit-xml FILE] [--timeout S] -- AGENT_COMMAND [ARGS…]`` runs
-  the agent conformance battery (:mod:`acpfsm.runtime.conform`): exit 1 when a check fails.
+  the agent conformance battery over stdio (:mod:`acpfsm.runtime.conform`); with
+  ``--agentctl URL (--nonce N | --token T) [--workspace DIR]`` it runs the agent in an
+  instance of kandev's agentctl and checks it through agentctl: exit 1 when a check fails.
 * ``acpfsm demo [ARGS…]`` runs ``acpfsm.runtime.demo.main(ARGS)``.
 """
 
@@ -166,7 +168,8 @@ def _parser() -> argparse.ArgumentParser:
 
     battery = commands.add_parser(
         "conform",
-        help="run the conformance battery against an ACP agent (exit 1 on failures)",
+        help="run the conformance battery against an ACP agent, over stdio or through "
+        "agentctl (exit 1 on failures)",
         description=conform.DESCRIPTION,
     )
     conform.add_arguments(battery)

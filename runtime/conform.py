@@ -1,56 +1,77 @@
-"""``acpfsm conform``: a conformance battery for any ACP agent over stdio.
+"""``acpfsm conform``: a conformance battery for any ACP agent, over stdio or through agentctl.
 
 Theory of operation
 -------------------
-The battery spawns the agent (its own process group, in a fresh temporary working directory
-that is also the session ``cwd``) and speaks newline-delimited JSON-RPC to it through a small
-recording client of its own, so that every check can quote the exact lines exchanged as
-evidence and can send what a well-behaved client never would (an unknown method, a line
-that is not JSON). Shapes are validated with the same msgspec structs acpfsm's ACP client
-uses (:mod:`acpfsm.adapters.acp.messages`); session/load errors are classified by
-:mod:`acpfsm.adapters.classify` and the consequence is read off the SessionInit chart, as
-the runtime would decide it.
+**Over stdio** (``acpfsm conform -- AGENT_COMMAND [ARGS…]``) the battery spawns the agent
+(its own process group, in a fresh temporary working directory that is also the session
+``cwd``) and speaks newline-delimited JSON-RPC to it through a small recording client of its
+own, so that every check can quote the exact lines exchanged as evidence and can send what a
+well-behaved client never would (an unknown method, a line that is not JSON). Shapes are
+validated with the same msgspec structs acpfsm's ACP client uses
+(:mod:`acpfsm.adapters.acp.messages`).
+
+**Through agentctl** (``acpfsm conform --agentctl URL (--nonce N | --token T) -- AGENT…``)
+the battery creates an agentctl instance running the agent (as
+:class:`~acpfsm.runtime.agentctl_executor.AgentctlExecutor` does for the runtime: create,
+health, configure, start, the agent WebSocket), drives it through the
+:class:`~acpfsm.adapters.transport.AgentTransport` seam, and deletes the instance at the end,
+whatever happened. The evidence is then the operations and the events agentctl reported.
+
+**One set of checks.** Every check that means the same on both carriers is written once
+(:class:`_Suite`) against a small carrier interface (:class:`_Carrier`): the recording stdio
+client (:class:`_WireCarrier`) or any ``AgentTransport`` (:class:`_TransportCarrier`, used
+with agentctl's). session/load errors are classified by :mod:`acpfsm.adapters.classify` and
+the consequence is read off the SessionInit chart, as the runtime would decide it, so an
+agent's answer leads to the same lifecycle decision whichever carrier brought it. The checks
+that need the raw pipe exist only over stdio; through agentctl they are reported n/a "not
+observable through agentctl".
 
 Each check ends ``pass``, ``fail`` (with evidence) or ``n/a`` (not applicable, with the
 reason, e.g. the agent needs credentials to open a session, or does not advertise the
 capability). Every check is bounded by ``--timeout`` seconds; an agent that does not answer
 in time fails that check ("timed out") and the battery goes on. The client advertises no
 ``fs``/``terminal`` capability and answers such requests ``-32601``; a permission request
-is answered with a reject option (``cancelled`` once a cancel was sent). The agent's
-environment is the caller's (credentials included), so to run offline pass a throw-away
-``HOME`` and an unreachable proxy.
+is answered with a reject option (``cancelled`` once a cancel was sent). Over stdio the
+agent's environment is the caller's (credentials included), so to run offline pass a
+throw-away ``HOME`` and an unreachable proxy; through agentctl it is agentctl's.
 
-The checks, in order (one agent process, then a second one for version negotiation):
+The checks, in order (over stdio: one agent process, then a second one for version
+negotiation; "agentctl" says what the check observes there):
 
 ==================  ===========================================================================
 id                  what passes
 ==================  ===========================================================================
 initialize          ``initialize`` v1 is answered ``protocolVersion: 1`` in the v1 shape
-capabilities        the advertised capabilities decode (listed in the detail)
+                    (agentctl: its own ACP handshake with the agent succeeded)
+capabilities        the advertised capabilities decode (listed in the detail; agentctl does not
+                    report ``loadSession`` nor the session capabilities)
 session_new         session/new answers a ``sessionId`` (n/a: authentication required)
-unknown_method      an unknown method is answered ``-32601``
+unknown_method      an unknown method is answered ``-32601`` (stdio only)
 load_unknown        session/load of an unknown id is an error; its classification and the
                     lifecycle's decision (fall back to session/new, or fail keeping the id)
 prompt_turn         a prompt turn ends with a valid ``stopReason``; every update decodes
 load_known          session/load of the session just used answers and replays its history
+                    (agentctl does not forward the replay: the answer alone is checked)
 cancel              session/cancel during a turn ends it with ``stopReason: cancelled``
 steer               with ``promptQueueing`` advertised, a second prompt during a turn is
-                    accepted and both are answered, the first first (n/a otherwise)
+                    accepted and both are answered, the first first (agentctl: a steer into the
+                    running turn is accepted and the turn then ends once); n/a otherwise
 set_mode            session/set_mode to another advertised mode
 config_mode         session/set_config_option on the ``mode`` category option
 config_model        session/set_config_option on the ``model`` category option
-legacy_set_model    session/set_model to another advertised legacy model (n/a when none)
-malformed_input     a non-JSON line and a non-JSON-RPC object do not kill the agent
-stdout_clean        nothing but JSON was written on stdout
-stdin_close         the agent exits when its stdin is closed
-version_negotiation a fresh agent asked for protocol 999 answers a version it supports
+legacy_set_model    session/set_model to another advertised legacy model (n/a when none;
+                    agentctl's set_model picks set_config_option or set_model itself)
+malformed_input     a non-JSON line and a non-JSON-RPC object do not kill the agent (stdio only)
+stdout_clean        nothing but JSON was written on stdout (stdio only)
+stdin_close         the agent exits when its stdin is closed (stdio only)
+version_negotiation a fresh agent asked for protocol 999 answers a version it supports (stdio
+                    only: agentctl always asks for 1)
 ==================  ===========================================================================
-
-``--agentctl URL`` (the same battery through kandev's agentctl) will come with that adapter.
 """
 
 from __future__ import annotations
 
+import abc
 import argparse
 import enum
 import functools
@@ -65,7 +86,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -73,26 +94,65 @@ import msgspec
 
 from acpfsm.adapters.acp import messages as acp
 from acpfsm.adapters.acp.process import AgentProcess, ShutdownPolicy, open_agent_process
-from acpfsm.adapters.errors import AcpfsmError
+from acpfsm.adapters.errors import (
+    AcpfsmError,
+    AgentRequestError,
+    SteerUnsupported,
+    TransportClosed,
+)
+from acpfsm.adapters.events import (
+    AgentCapabilities,
+    AgentEvent,
+    Complete,
+    ErrorEvent,
+    MessageChunk,
+    PermissionRequest,
+    Plan,
+    ProtocolErrorEvent,
+    Reasoning,
+    SessionInfo,
+    SessionMode,
+    SessionModels,
+    SessionStatus,
+    StreamDisconnected,
+    StreamReconnected,
+    ToolCall,
+    ToolUpdate,
+    TurnStarted,
+    Unknown,
+    encode_event,
+    is_turn_content,
+)
+
+if TYPE_CHECKING:
+    from acpfsm.adapters.agentctl import AgentctlConfig
+    from acpfsm.adapters.transport import AgentTransport, InitializeResult
 
 __all__ = [
+    "AGENTCTL_NOT_OBSERVABLE",
+    "CHECKS",
     "DEFAULT_LONG_PROMPT",
     "DEFAULT_PROMPT",
     "DESCRIPTION",
+    "NOT_OBSERVABLE_THROUGH_AGENTCTL",
     "CheckResult",
     "ConformReport",
+    "ConformUsageError",
     "Status",
     "add_arguments",
     "main",
     "render_junit",
+    "render_markdown",
     "render_table",
     "run",
+    "run_agentctl_battery",
     "run_battery",
 ]
 
 DESCRIPTION = (
     "Run the ACP conformance battery against an agent started as AGENT_COMMAND [ARGS...] "
-    "(put it after --). Each check passes, fails (with evidence) or is not applicable. "
+    "(put it after --), over stdio or, with --agentctl URL, in an instance of kandev's "
+    "agentctl. Each check passes, fails (with evidence) or is not applicable. "
     "Exit 0 when nothing failed, 1 otherwise, 2 on a usage error."
 )
 
@@ -109,6 +169,46 @@ STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusa
 _EVIDENCE_LINES = 14
 _EVIDENCE_CHARS = 400
 _MAX_LINE = 64 * 1024 * 1024
+_SETTLE = 1.0
+"""Through agentctl: how long to wait for the events that follow an answer (agentctl's
+``session_mode``/``session_models`` convergence, ``session_status``)."""
+
+#: Every check, in report order: ``(id, title)``.
+CHECKS: tuple[tuple[str, str], ...] = (
+    ("initialize", "initialize (protocol v1)"),
+    ("capabilities", "advertised capabilities"),
+    ("session_new", "session/new"),
+    ("unknown_method", "unknown method → -32601"),
+    ("load_unknown", "session/load of an unknown session"),
+    ("prompt_turn", "prompt turn and stopReason"),
+    ("load_known", "session/load of a known session"),
+    ("cancel", "session/cancel → stopReason cancelled"),
+    ("steer", "prompt queueing for steer"),
+    ("set_mode", "mode selection (session/set_mode)"),
+    ("config_mode", "mode selection (config option)"),
+    ("config_model", "model selection (config option)"),
+    ("legacy_set_model", "legacy session/set_model"),
+    ("malformed_input", "malformed input survived"),
+    ("stdout_clean", "only JSON-RPC on stdout"),
+    ("stdin_close", "exit on stdin close"),
+    ("version_negotiation", "protocol version negotiation"),
+)
+_TITLES = dict(CHECKS)
+
+NOT_OBSERVABLE_THROUGH_AGENTCTL = "not observable through agentctl"
+#: The stdio-only checks and why agentctl hides what they look at (the n/a detail).
+AGENTCTL_NOT_OBSERVABLE: dict[str, str] = {
+    "unknown_method": "agentctl sends the agent only the ACP methods it knows, and answers an "
+    "unknown action (UNKNOWN_ACTION) itself",
+    "malformed_input": "only agentctl writes to the agent's stdin",
+    "stdout_clean": "agentctl reads the agent's stdout and forwards decoded events only",
+    "stdin_close": "agentctl owns the agent's stdin and stops the agent itself",
+    "version_negotiation": "agentctl always asks for protocolVersion 1",
+}
+
+
+class ConformUsageError(ValueError):
+    """The battery cannot run with these arguments (the CLI exits 2)."""
 
 
 class Status(enum.StrEnum):
@@ -130,6 +230,8 @@ class ConformReport(msgspec.Struct, kw_only=True):
     command: list[str]
     agent: str = ""
     """``name version`` from ``agentInfo`` ("" when initialize failed)."""
+    agentctl: str = ""
+    """The agentctl control URL the battery ran through ("" over stdio)."""
     checks: list[CheckResult] = []
     seconds: float = 0.0
 
@@ -177,11 +279,155 @@ def _short(value: Any, limit: int = _EVIDENCE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-# --------------------------------------------------------------------------- the wire
+# --------------------------------------------------------------------------- carriers
 
 
 class AgentGone(AcpfsmError):
-    """The agent's stdout ended (it exited or closed it)."""
+    """The agent is gone (its stdout ended, or the carrier reported its end)."""
+
+
+@dataclass(slots=True)
+class _Answer:
+    """One request's answer, whatever carried it. ``error`` is what the classifier reads
+    (an :class:`AgentRequestError` rebuilt from a stdio error object, or the error the
+    transport raised); ``text`` quotes it; ``code`` is its JSON-RPC code when one is known;
+    ``problem`` says why a result does not fit ACP v1 ("" when it does, or is not seen)."""
+
+    result: Any = None
+    error: BaseException | None = None
+    text: str = ""
+    code: int | None = None
+    problem: str = ""
+    at: float = 0.0
+
+
+@dataclass(slots=True)
+class _TurnEnd:
+    """How a turn ended: its ``stopReason`` (or the error answer), when. ``problem`` is a
+    carrier's own verdict (agentctl: a cancel it did not get acknowledged)."""
+
+    stop: Any
+    answer: _Answer
+    at: float
+    problem: str = ""
+
+
+@dataclass(slots=True, eq=False)
+class _Turn:
+    session_id: str
+    started: float
+    pending: _Pending | None = None
+    """stdio: the ``session/prompt`` request."""
+    generation: int = 0
+    """through a transport: the prompt generation."""
+    end: _TurnEnd | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+
+@dataclass(frozen=True, slots=True)
+class _Caps:
+    load_session: bool | None
+    """None: the carrier does not say (agentctl)."""
+    media: list[str]
+    prompt_queueing: bool
+    auth_ids: list[str]
+    session_caps: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    id: str
+    category: Any
+    type: Any
+    current: str
+    values: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _SessionView:
+    session_id: str
+    modes: list[str]
+    current_mode: str | None
+    options: list[_Option]
+    models: list[str]
+    current_model: str | None
+
+
+class _Carrier(abc.ABC):
+    """How the shared checks reach the agent: the operations they need, with answers in one
+    shape whatever carried them, and a transcript for the evidence."""
+
+    name: str
+    mode_update: str
+    """What announces a mode change on this carrier (quoted in the set_mode detail)."""
+    reflection_source: str
+    """Where a set_config_option's new value is read back (quoted in the detail)."""
+    replay_observable: bool
+    """Whether the history session/load replays reaches the client."""
+    cancel_marker: str
+    """A substring of the transcript line that sent the cancel."""
+    set_model_note: str = ""
+    models_label: str = "legacy models"
+    """How the session's model list is named in the session_new detail."""
+
+    def __init__(self) -> None:
+        self.transcript: list[str] = []
+
+    @abc.abstractmethod
+    def now(self) -> float: ...
+
+    @abc.abstractmethod
+    async def gone_text(self, exc: AgentGone) -> str: ...
+
+    @abc.abstractmethod
+    async def new_session(self, cwd: str) -> tuple[_Answer, _SessionView | None]: ...
+
+    @abc.abstractmethod
+    async def load_session(self, session_id: str, cwd: str) -> tuple[_Answer, list[str]]:
+        """The answer and the kinds of the history replayed meanwhile."""
+
+    @abc.abstractmethod
+    async def start_turn(self, session_id: str, text: str) -> _Turn: ...
+
+    @abc.abstractmethod
+    async def first_activity(self, turn: _Turn) -> bool:
+        """Wait for the turn's first update; False when it ended first."""
+
+    @abc.abstractmethod
+    async def finish(self, turn: _Turn) -> _TurnEnd: ...
+
+    @abc.abstractmethod
+    async def cancel_turn(self, turn: _Turn) -> tuple[float, _TurnEnd]:
+        """Cancel the running turn: when the cancel was sent, and how the turn ended."""
+
+    @abc.abstractmethod
+    async def steer(self, turn: _Turn, text: str) -> list[tuple[str, _TurnEnd]] | None:
+        """Queue ``text`` into the running ``turn``: every answer owed, in order, labelled;
+        None when the turn was already over (nothing steered)."""
+
+    @abc.abstractmethod
+    def updates(self, turn: _Turn, since: float, until: float) -> list[str]:
+        """The kinds of the turn's updates between ``since`` and ``until``."""
+
+    @abc.abstractmethod
+    def bad_updates(self, turn: _Turn, since: float, until: float) -> list[str]:
+        """Those updates that do not decode, described."""
+
+    @abc.abstractmethod
+    async def set_mode(self, session_id: str, mode_id: str) -> tuple[_Answer, bool]:
+        """The answer, and whether the mode change was announced."""
+
+    @abc.abstractmethod
+    async def set_config_option(
+        self, session_id: str, option: _Option, value: str
+    ) -> tuple[_Answer, str | None]:
+        """The answer, and the option's value as read back afterwards."""
+
+    @abc.abstractmethod
+    async def set_model(self, session_id: str, model_id: str) -> _Answer: ...
+
+
+# --------------------------------------------------------------------------- the stdio wire
 
 
 @dataclass(slots=True)
@@ -425,7 +671,7 @@ class _Wire:
         ]
 
 
-# --------------------------------------------------------------------------- the battery
+# --------------------------------------------------------------------------- shapes
 
 
 def _decode(method: str, value: Any) -> str:
@@ -495,26 +741,6 @@ def _lifecycle_after_load_error(error: BaseException | str, session_id: str) -> 
     return str(cls.kind), what
 
 
-def _load_error(reply: _Reply) -> BaseException:
-    from acpfsm.adapters.errors import AgentRequestError
-
-    error = reply.error or {}
-    code = reply.code if reply.code is not None else 0
-    return AgentRequestError(
-        code, str(error.get("message", "")), error.get("data"), method="session/load"
-    )
-
-
-def _select_options(config_options: Any, category: str) -> list[dict[str, Any]]:
-    if not isinstance(config_options, list):
-        return []
-    return [
-        o
-        for o in config_options
-        if isinstance(o, dict) and o.get("category") == category and o.get("type") == "select"
-    ]
-
-
 def _option_values(option: dict[str, Any]) -> list[str]:
     values: list[str] = []
     for item in option.get("options") or []:
@@ -527,7 +753,563 @@ def _option_values(option: dict[str, Any]) -> list[str]:
     return values
 
 
-class _Battery:
+def _option(raw: dict[str, Any]) -> _Option:
+    return _Option(
+        id=str(raw.get("id")),
+        category=raw.get("category"),
+        type=raw.get("type"),
+        current=str(raw.get("currentValue")),
+        values=_option_values(raw),
+    )
+
+
+# --------------------------------------------------------------------------- stdio carrier
+
+
+def _wire_answer(reply: _Reply, method: str) -> _Answer:
+    error: AgentRequestError | None = None
+    if reply.error is not None:
+        code = reply.code if reply.code is not None else 0
+        error = AgentRequestError(
+            code, str(reply.error.get("message", "")), reply.error.get("data"), method=method
+        )
+    return _Answer(
+        result=reply.result,
+        error=error,
+        text=reply.describe_error() if error is not None else "",
+        code=reply.code,
+        at=reply.at,
+    )
+
+
+class _WireCarrier(_Carrier):
+    """The shared checks over the recording stdio client: raw ACP requests, results checked
+    against the v1 shapes, updates read from the notifications."""
+
+    name = "stdio"
+    mode_update = "current_mode_update"
+    reflection_source = "the answer"
+    replay_observable = True
+    cancel_marker = '"method":"session/cancel"'
+
+    def __init__(self, wire: _Wire) -> None:
+        super().__init__()
+        self.wire = wire
+        self.transcript = wire.transcript
+
+    def now(self) -> float:
+        return self.wire._now()
+
+    async def gone_text(self, exc: AgentGone) -> str:
+        return await self.wire.gone_text()
+
+    async def new_session(self, cwd: str) -> tuple[_Answer, _SessionView | None]:
+        reply = await self.wire.request("session/new", {"cwd": cwd, "mcpServers": []})
+        answer = _wire_answer(reply, "session/new")
+        if answer.error is not None:
+            return answer, None
+        result = reply.result
+        answer.problem = _decode("session/new", result)
+        session_id = result.get("sessionId") if isinstance(result, dict) else None
+        if answer.problem or not isinstance(session_id, str) or not session_id:
+            return answer, None
+        assert isinstance(result, dict)
+        modes = result.get("modes") or {}
+        available = modes.get("availableModes") if isinstance(modes, dict) else None
+        models = result.get("models") or {}
+        legacy = models.get("availableModels") if isinstance(models, dict) else None
+        current_mode = modes.get("currentModeId") if isinstance(modes, dict) else None
+        current_model = models.get("currentModelId") if isinstance(models, dict) else None
+        view = _SessionView(
+            session_id=session_id,
+            modes=[str(m.get("id")) for m in available or [] if isinstance(m, dict)],
+            current_mode=None if current_mode is None else str(current_mode),
+            options=[_option(o) for o in result.get("configOptions") or [] if isinstance(o, dict)],
+            models=[str(m.get("modelId")) for m in legacy or [] if isinstance(m, dict)],
+            current_model=None if current_model is None else str(current_model),
+        )
+        return answer, view
+
+    async def load_session(self, session_id: str, cwd: str) -> tuple[_Answer, list[str]]:
+        wire = self.wire
+        started = wire._now()
+        reply = await wire.request(
+            "session/load", {"sessionId": session_id, "cwd": cwd, "mcpServers": []}
+        )
+        answer = _wire_answer(reply, "session/load")
+        if answer.error is None:
+            answer.problem = _decode("session/load", reply.result)
+        replayed = wire.updates(session_id, started, reply.at)
+        return answer, [_update_kind(n) for n in replayed]
+
+    async def start_turn(self, session_id: str, text: str) -> _Turn:
+        started = self.wire._now()
+        pending = await self.wire.start_request(
+            "session/prompt",
+            {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]},
+        )
+        return _Turn(session_id=session_id, started=started, pending=pending)
+
+    async def first_activity(self, turn: _Turn) -> bool:
+        wire = self.wire
+        assert turn.pending is not None
+        while not turn.pending.done.is_set():
+            if wire.updates(turn.session_id, turn.started):
+                return True
+            await wire.changed()
+        return False
+
+    async def finish(self, turn: _Turn) -> _TurnEnd:
+        assert turn.pending is not None
+        reply = await self.wire.wait(turn.pending)
+        stop = reply.result.get("stopReason") if isinstance(reply.result, dict) else None
+        return _TurnEnd(stop=stop, answer=_wire_answer(reply, "session/prompt"), at=reply.at)
+
+    async def cancel_turn(self, turn: _Turn) -> tuple[float, _TurnEnd]:
+        wire = self.wire
+        wire.cancelling = True
+        try:
+            cancelled_at = wire._now()
+            await wire.notify("session/cancel", {"sessionId": turn.session_id})
+            return cancelled_at, await self.finish(turn)
+        finally:
+            wire.cancelling = False
+
+    async def steer(self, turn: _Turn, text: str) -> list[tuple[str, _TurnEnd]] | None:
+        second = await self.start_turn(turn.session_id, text)
+        first_end = await self.finish(turn)
+        second_end = await self.finish(second)
+        return [("first", first_end), ("second", second_end)]
+
+    def updates(self, turn: _Turn, since: float, until: float) -> list[str]:
+        return [_update_kind(n) for n in self.wire.updates(turn.session_id, since, until)]
+
+    def bad_updates(self, turn: _Turn, since: float, until: float) -> list[str]:
+        return _bad_updates(self.wire.updates(turn.session_id, since, until))
+
+    async def set_mode(self, session_id: str, mode_id: str) -> tuple[_Answer, bool]:
+        wire = self.wire
+        started = wire._now()
+        reply = await wire.request("session/set_mode", {"sessionId": session_id, "modeId": mode_id})
+        told = any(
+            _update_kind(n) == "current_mode_update" for n in wire.updates(session_id, started)
+        )
+        return _wire_answer(reply, "session/set_mode"), told
+
+    async def set_config_option(
+        self, session_id: str, option: _Option, value: str
+    ) -> tuple[_Answer, str | None]:
+        method = "session/set_config_option"
+        reply = await self.wire.request(
+            method, {"sessionId": session_id, "configId": option.id, "value": value}
+        )
+        answer = _wire_answer(reply, method)
+        if answer.error is not None:
+            return answer, None
+        answer.problem = _decode(method, reply.result)
+        if answer.problem:
+            return answer, None
+        after = reply.result.get("configOptions") if isinstance(reply.result, dict) else None
+        now = next(
+            (
+                o.current
+                for o in (_option(raw) for raw in after or [] if isinstance(raw, dict))
+                if o.id == option.id and o.category == option.category and o.type == "select"
+            ),
+            None,
+        )
+        return answer, now
+
+    async def set_model(self, session_id: str, model_id: str) -> _Answer:
+        reply = await self.wire.request(
+            "session/set_model", {"sessionId": session_id, "modelId": model_id}
+        )
+        return _wire_answer(reply, "session/set_model")
+
+
+# --------------------------------------------------------------------------- transport carrier
+
+_T = TypeVar("_T")
+
+#: Events a transport makes itself, or that are about the carrier: never an agent's update.
+_NOT_UPDATES = (
+    Complete,
+    ErrorEvent,
+    TurnStarted,
+    StreamDisconnected,
+    StreamReconnected,
+    AgentCapabilities,
+    SessionStatus,
+)
+#: What session/load may replay (agentctl suppresses most of it, §2.3).
+_HISTORY = (MessageChunk, Reasoning, ToolCall, ToolUpdate, Plan, SessionInfo)
+
+
+def _event_kind(event: AgentEvent) -> str:
+    if isinstance(event, Unknown):
+        return event.kind or "unknown"
+    return str(event.__struct_config__.tag)
+
+
+def _is_update(event: AgentEvent) -> bool:
+    if isinstance(event, _NOT_UPDATES):
+        return False
+    return not (isinstance(event, Unknown) and event.kind == "mcp_attachment")
+
+
+def _rpc_code(error: BaseException | None) -> int | None:
+    """The JSON-RPC code of the first :class:`AgentRequestError` in the ``__cause__`` chain."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, AgentRequestError):
+            return error.code
+        error = error.__cause__
+    return None
+
+
+def _error_answer(error: BaseException, at: float) -> _Answer:
+    return _Answer(error=error, text=_short(str(error), 300), code=_rpc_code(error), at=at)
+
+
+def _builtins(value: Any) -> Any:
+    try:
+        return msgspec.to_builtins(value)
+    except (TypeError, msgspec.EncodeError):
+        return repr(value)
+
+
+class _Permissions:
+    """Answers the agent's permission requests as the stdio client does: a reject option,
+    or ``cancelled`` once a cancel was sent."""
+
+    def __init__(self) -> None:
+        self.cancelling = False
+
+    async def answer(self, request: PermissionRequest) -> str | None:
+        if self.cancelling:
+            return None
+        options = request.permission_options
+        return next((o.option_id for o in options if o.kind == "reject_once"), None) or next(
+            (o.option_id for o in options if o.kind.startswith("reject")), None
+        )
+
+
+class _TransportCarrier(_Carrier):
+    """The shared checks over an :class:`~acpfsm.adapters.transport.AgentTransport`: typed
+    requests, the turn's end and updates read from its events. Made for agentctl's transport
+    (its texts name agentctl, and a turn's error event is read as agentctl projects it). The
+    transcript records each operation, its answer and every event."""
+
+    name = "agentctl"
+    mode_update = "session_mode event"
+    reflection_source = "agentctl's session_models event"
+    replay_observable = False
+    cancel_marker = "→ cancel"
+    set_model_note = (
+        " (agentctl's set_model, which picks session/set_config_option or session/set_model itself)"
+    )
+    models_label = "models"  # agentctl's model_state also lists a model config option's values
+
+    def __init__(self, transport: AgentTransport, permissions: _Permissions) -> None:
+        super().__init__()
+        self.transport = transport
+        self.permissions = permissions
+        self.events: list[tuple[float, AgentEvent]] = []
+        self.gone = anyio.Event()
+        self.gone_reason = "the agent's event stream ended"
+        self._turns: dict[int, _Turn] = {}
+        self._open: list[_Turn] = []
+        self._generation = 0
+        self._changed = anyio.Event()
+        self.started = time.monotonic()
+
+    # -- bookkeeping
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    def _log(self, arrow: str, text: str) -> None:
+        self.transcript.append(f"{arrow} {_short(text)}")
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def _until(self, predicate: Callable[[], bool], limit: float = _SETTLE) -> bool:
+        """Wait ≤ ``limit`` for ``predicate`` to hold (re-tested on each event)."""
+        with anyio.move_on_after(limit):
+            while not predicate() and not self.gone.is_set():
+                await self._changed.wait()
+        return predicate()
+
+    def _since(self, mark: int) -> list[AgentEvent]:
+        return [event for _, event in self.events[mark:]]
+
+    async def gone_text(self, exc: AgentGone) -> str:
+        return str(exc) or self.gone_reason
+
+    # -- events
+    async def pump(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        try:
+            async for event in self.transport.events():
+                self._on_event(event)
+        finally:
+            self.gone.set()
+            for turn in self._open:
+                turn.done.set()
+            self._wake()
+
+    def _on_event(self, event: AgentEvent) -> None:
+        at = self.now()
+        self.events.append((at, event))
+        if not (isinstance(event, Unknown) and event.kind == "mcp_attachment"):  # agentctl's own
+            self._log("←", encode_event(event).decode(errors="replace"))
+        if isinstance(event, Complete | ErrorEvent):
+            self._turn_ended(event, at)
+        elif isinstance(event, StreamDisconnected) and not event.reconnecting:
+            reason = event.error or "the agent's event stream ended"
+            if event.exit_code is not None:
+                reason += f" (exit code {event.exit_code})"
+            self.gone_reason = reason
+        self._wake()
+
+    def _turn_ended(self, event: Complete | ErrorEvent, at: float) -> None:
+        generation = event.prompt_generation
+        turn = self._turns.get(generation) if generation else None
+        if turn is None and not generation and self._open:
+            turn = self._open[0]  # the wildcard generation ends the oldest turn
+        if turn is None or turn.end is not None:
+            return
+        if isinstance(event, Complete):
+            end = _TurnEnd(stop=event.stop_reason, answer=_Answer(at=at), at=at)
+        else:
+            from acpfsm.adapters.agentctl import error_from_text
+
+            # agentctl's projection of the agent's error, rebuilt as the stdio client would
+            # have raised it (a closing JSON-RPC error object becomes structured)
+            error = error_from_text("agent.prompt", event.error)
+            if event.data.get("transport_closed"):
+                error = TransportClosed(event.error)
+            end = _TurnEnd(stop=None, answer=_error_answer(error, at), at=at)
+        self._close(turn, end)
+
+    def _close(self, turn: _Turn, end: _TurnEnd) -> None:
+        if turn.end is None:
+            turn.end = end
+        if turn in self._open:
+            self._open.remove(turn)
+        turn.done.set()
+
+    # -- requests
+    async def _call(
+        self, op: str, params: dict[str, Any], call: Callable[[], Awaitable[_T]]
+    ) -> tuple[_T | None, _Answer]:
+        self._log("→", f"{op} {json.dumps(params, ensure_ascii=False)}" if params else op)
+        try:
+            value = await call()
+        except TransportClosed as exc:
+            self._log("←", f"{op}: {exc}")
+            raise AgentGone(str(exc)) from None
+        except AcpfsmError as exc:
+            self._log("←", f"{op} error: {exc}")
+            return None, _error_answer(exc, self.now())
+        result = _builtins(value)
+        self._log("←", f"{op}: {_short(result)}" if value is not None else f"{op}: ok")
+        return value, _Answer(result=result, at=self.now())
+
+    async def initialize(self) -> tuple[InitializeResult | None, _Answer]:
+        return await self._call("initialize", {}, self.transport.initialize)
+
+    async def new_session(self, cwd: str) -> tuple[_Answer, _SessionView | None]:
+        mark = len(self.events)
+        result, answer = await self._call(
+            "new_session", {"cwd": cwd}, lambda: self.transport.new_session(cwd)
+        )
+        if result is None:
+            return answer, None
+        # agentctl follows session/new with session_mode, session_models, session_status
+        await self._until(lambda: any(isinstance(e, SessionStatus) for e in self._since(mark)))
+        modes = [m.id for m in result.modes]
+        current_mode = result.current_mode_id or None
+        announced = [e for e in self._since(mark) if isinstance(e, SessionMode)]
+        if not modes and announced:
+            modes = [m.id for m in announced[-1].available_modes]
+            current_mode = announced[-1].current_mode_id or None
+        options = [
+            _Option(
+                id=o.id,
+                category=o.category,
+                type=o.type,
+                current=o.current_value,
+                values=_option_values({"options": o.options}),
+            )
+            for o in result.config_options
+        ]
+        view = _SessionView(
+            session_id=result.session_id,
+            modes=modes,
+            current_mode=current_mode,
+            options=options,
+            models=[m.model_id for m in result.models],
+            current_model=result.current_model_id or None,
+        )
+        return answer, view
+
+    async def load_session(self, session_id: str, cwd: str) -> tuple[_Answer, list[str]]:
+        mark = len(self.events)
+        result, answer = await self._call(
+            "load_session",
+            {"session_id": session_id},
+            lambda: self.transport.load_session(session_id, cwd),
+        )
+        if result is None:
+            return answer, []
+        await self._until(lambda: any(isinstance(e, SessionStatus) for e in self._since(mark)))
+        return answer, [_event_kind(e) for e in self._since(mark) if isinstance(e, _HISTORY)]
+
+    async def start_turn(self, session_id: str, text: str) -> _Turn:
+        self._generation += 1
+        generation = self._generation
+        turn = _Turn(session_id=session_id, started=self.now(), generation=generation)
+        self._turns[generation] = turn
+        self._open.append(turn)
+        _, answer = await self._call(
+            "prompt",
+            {"text": _short(text, 80), "prompt_generation": generation},
+            lambda: self.transport.prompt(text, (), generation),
+        )
+        if answer.error is not None:  # not even accepted: the turn is over
+            self._close(turn, _TurnEnd(stop=None, answer=answer, at=answer.at))
+        return turn
+
+    def _turn_events(self, turn: _Turn, since: float, until: float) -> list[AgentEvent]:
+        return [
+            event
+            for at, event in self.events
+            if since <= at <= until
+            and event.prompt_generation in (0, turn.generation)
+            and _is_update(event)
+        ]
+
+    async def first_activity(self, turn: _Turn) -> bool:
+        seen = 0
+        while turn.end is None and not self.gone.is_set():
+            fresh, seen = self._since(seen), len(self.events)
+            if any(is_turn_content(e) and e.prompt_generation == turn.generation for e in fresh):
+                return True
+            await self._changed.wait()
+        return False
+
+    async def finish(self, turn: _Turn) -> _TurnEnd:
+        await turn.done.wait()
+        end = turn.end
+        if end is None:
+            raise AgentGone(self.gone_reason)
+        if isinstance(end.answer.error, TransportClosed):
+            raise AgentGone(end.answer.text)
+        return end
+
+    async def cancel_turn(self, turn: _Turn) -> tuple[float, _TurnEnd]:
+        self.permissions.cancelling = True
+        try:
+            cancelled_at = self.now()
+            result, answer = await self._call("cancel", {}, self.transport.cancel)
+            if answer.error is not None:
+                return cancelled_at, _TurnEnd(stop=None, answer=answer, at=answer.at)
+            if result is not None and not result.acknowledged:
+                end = _TurnEnd(
+                    stop=None,
+                    answer=answer,
+                    at=answer.at,
+                    problem="agentctl answered the cancel not_acknowledged: the turn did not "
+                    "end within agentctl's 3 s join after session/cancel, so agentctl "
+                    "abandoned it (no stopReason)",
+                )
+                self._close(turn, end)
+                return cancelled_at, end
+            return cancelled_at, await self.finish(turn)
+        finally:
+            self.permissions.cancelling = False
+
+    async def steer(self, turn: _Turn, text: str) -> list[tuple[str, _TurnEnd]] | None:
+        _, answer = await self._call(
+            "steer",
+            {"text": _short(text, 80), "prompt_generation": turn.generation},
+            lambda: self.transport.steer(text, (), turn.generation),
+        )
+        if isinstance(answer.error, SteerUnsupported):
+            return None  # the turn was over before the steer: nothing sent
+        if answer.error is not None:
+            return [("steered", _TurnEnd(stop=None, answer=answer, at=answer.at))]
+        return [("steered", await self.finish(turn))]
+
+    def updates(self, turn: _Turn, since: float, until: float) -> list[str]:
+        return [_event_kind(e) for e in self._turn_events(turn, since, until)]
+
+    def bad_updates(self, turn: _Turn, since: float, until: float) -> list[str]:
+        return [
+            e.error
+            for e in self._turn_events(turn, since, until)
+            if isinstance(e, ProtocolErrorEvent)
+        ]
+
+    async def set_mode(self, session_id: str, mode_id: str) -> tuple[_Answer, bool]:
+        mark = len(self.events)
+        _, answer = await self._call(
+            "set_mode", {"mode_id": mode_id}, lambda: self.transport.set_mode(mode_id)
+        )
+        if answer.error is not None:
+            return answer, False
+        told = await self._until(
+            lambda: any(
+                isinstance(e, SessionMode) and e.current_mode_id == mode_id
+                for e in self._since(mark)
+            )
+        )
+        return answer, told
+
+    async def set_config_option(
+        self, session_id: str, option: _Option, value: str
+    ) -> tuple[_Answer, str | None]:
+        mark = len(self.events)
+        _, answer = await self._call(
+            "set_config_option",
+            {"config_id": option.id, "value": value},
+            lambda: self.transport.set_config_option(option.id, value),
+        )
+        if answer.error is not None:
+            return answer, None
+
+        def reported() -> str | None:
+            found: str | None = None
+            for event in self._since(mark):
+                if isinstance(event, SessionModels):
+                    for o in event.config_options:
+                        if o.id == option.id:
+                            found = o.current_value
+            return found
+
+        await self._until(lambda: reported() == value)
+        return answer, reported()
+
+    async def set_model(self, session_id: str, model_id: str) -> _Answer:
+        _, answer = await self._call(
+            "set_model", {"model_id": model_id}, lambda: self.transport.set_model(model_id)
+        )
+        return answer
+
+
+# --------------------------------------------------------------------------- the checks
+
+_Body = Callable[[], Awaitable[_Verdict]]
+
+
+class _Suite:
+    """The battery's bookkeeping and every check that is the same on both carriers."""
+
     def __init__(
         self,
         argv: Sequence[str],
@@ -545,10 +1327,9 @@ class _Battery:
         self.workspace = workspace
         self.echo = echo
         self.report = ConformReport(command=self.argv)
-        self.wire: _Wire | None = None
-        self.init: dict[str, Any] | None = None
-        self.session_id: str | None = None
-        self.session: dict[str, Any] = {}
+        self.carrier: _Carrier | None = None
+        self.caps: _Caps | None = None
+        self.session: _SessionView | None = None
         self.session_blocked = "no session"
         self.turn_ok = False
         self.turn_blocked = "no prompt turn"
@@ -559,24 +1340,22 @@ class _Battery:
         if self.echo is not None:
             self.echo(result)
 
-    async def check(
-        self, check_id: str, title: str, body: Callable[[], Awaitable[_Verdict]]
-    ) -> CheckResult:
-        wire = self.wire
-        mark = len(wire.transcript) if wire is not None else 0
+    async def check(self, check_id: str, title: str, body: _Body) -> CheckResult:
+        carrier = self.carrier
+        mark = len(carrier.transcript) if carrier is not None else 0
         started = time.monotonic()
         verdict: _Verdict | None = None
         with anyio.move_on_after(self.timeout) as scope:
             try:
                 verdict = await body()
-            except AgentGone:
-                assert wire is not None
-                verdict = _fail(f"the agent is gone: {await wire.gone_text()}")
+            except AgentGone as exc:
+                assert carrier is not None
+                verdict = _fail(f"the agent is gone: {await carrier.gone_text(exc)}")
         if verdict is None or scope.cancelled_caught:
             verdict = _fail(f"timed out after {self.timeout:g} s: the agent did not answer")
         evidence = verdict.evidence
-        if evidence is None and verdict.status is Status.FAIL and wire is not None:
-            evidence = _excerpt(wire.transcript[mark:])
+        if evidence is None and verdict.status is Status.FAIL and carrier is not None:
+            evidence = _excerpt(carrier.transcript[mark:])
         result = CheckResult(
             id=check_id,
             title=title,
@@ -591,8 +1370,322 @@ class _Battery:
     def skip(self, check_id: str, title: str, status: Status, reason: str) -> None:
         self._record(CheckResult(id=check_id, title=title, status=status, detail=reason))
 
+    def _carrier(self) -> _Carrier:
+        assert self.carrier is not None
+        return self.carrier
+
+    def _caps(self) -> _Caps:
+        assert self.caps is not None
+        return self.caps
+
+    def _shared(self) -> dict[str, _Body]:
+        return {
+            "capabilities": self._capabilities,
+            "session_new": self._session_new,
+            "load_unknown": self._load_unknown,
+            "prompt_turn": self._prompt_turn,
+            "load_known": self._load_known,
+            "cancel": self._cancel,
+            "steer": self._steer,
+            "set_mode": self._set_mode,
+            "config_mode": self._config_mode,
+            "config_model": self._config_model,
+            "legacy_set_model": self._legacy_set_model,
+        }
+
+    # -- shared checks
+    async def _capabilities(self) -> _Verdict:
+        caps = self._caps()
+        load = (
+            f"loadSession {json.dumps(caps.load_session)}"
+            if caps.load_session is not None
+            else f"loadSession not reported by {self._carrier().name}"
+        )
+        parts = [
+            load,
+            f"prompt {'+'.join(caps.media) or 'text only'}",
+            f"promptQueueing {json.dumps(caps.prompt_queueing)}",
+            f"authMethods [{', '.join(caps.auth_ids)}]",
+        ]
+        if caps.session_caps:
+            parts.append(f"session {'/'.join(caps.session_caps)}")
+        return _pass("; ".join(parts))
+
+    def _auth_reason(self, answer: _Answer, what: str) -> str:
+        ids = ", ".join(self._caps().auth_ids) or "none"
+        return (
+            f"{what} needs authentication ({answer.text}; authMethods: {ids}); "
+            f"run with credentials to check it"
+        )
+
+    async def _session_new(self) -> _Verdict:
+        carrier = self._carrier()
+        answer, view = await carrier.new_session(str(self.workspace))
+        if answer.code == -32000:
+            self.session_blocked = "session/new needs authentication"
+            return _na(self._auth_reason(answer, "session/new"))
+        if answer.error is not None:
+            self.session_blocked = "session/new failed"
+            return _fail(f"session/new answered an error: {answer.text}")
+        if view is None:
+            self.session_blocked = "session/new answered no usable session"
+            return _fail(
+                f"the session/new result does not fit ACP v1: {answer.problem or 'no sessionId'}"
+            )
+        self.session = view
+        parts = [f"sessionId {view.session_id}"]
+        if view.modes:
+            parts.append(f"modes [{', '.join(view.modes)}]")
+        if view.options:
+            parts.append(f"configOptions [{', '.join(o.id for o in view.options)}]")
+        if view.models:
+            parts.append(f"{carrier.models_label} [{', '.join(view.models)}]")
+        return _pass("; ".join(parts))
+
+    async def _load_unknown(self) -> _Verdict:
+        unknown = str(uuid.uuid4())
+        if self._caps().load_session is False:
+            from acpfsm.adapters.acp.stdio import LOAD_UNSUPPORTED_MESSAGE
+            from acpfsm.adapters.errors import LocalProtocolError
+
+            kind, what = _lifecycle_after_load_error(
+                LocalProtocolError(LOAD_UNSUPPORTED_MESSAGE), unknown
+            )
+            return _na(
+                f"loadSession not advertised: acpfsm never sends session/load ({kind}: {what})"
+            )
+        answer, _ = await self._carrier().load_session(unknown, str(self.workspace))
+        if answer.error is None:
+            return _fail(
+                f"session/load of the unknown id {unknown} succeeded: {_short(answer.result, 200)}"
+            )
+        kind, what = _lifecycle_after_load_error(answer.error, unknown)
+        detail = f"{answer.text} → {kind}: {what}"
+        if answer.code == -32000:
+            return _na(f"needs authentication: {detail}")
+        if kind == "load_unsupported":
+            return _na(f"loadSession not supported: {detail}")
+        return _pass(detail)
+
+    async def _prompt_turn(self) -> _Verdict:
+        if self.session is None:
+            self.turn_blocked = self.session_blocked
+            return _na(self.session_blocked)
+        carrier = self._carrier()
+        turn = await carrier.start_turn(self.session.session_id, self.prompt)
+        end = await carrier.finish(turn)
+        kinds = carrier.updates(turn, turn.started, end.at)
+        if end.answer.code == -32000:
+            self.turn_blocked = "the prompt needs authentication"
+            return _na(self._auth_reason(end.answer, "session/prompt"))
+        if end.answer.error is not None:
+            self.turn_blocked = "the prompt turn failed"
+            return _fail(f"session/prompt answered an error: {end.answer.text}")
+        stop = end.stop
+        if not isinstance(stop, str) or stop not in STOP_REASONS:
+            self.turn_blocked = "the prompt turn failed"
+            return _fail(f"stopReason {stop!r} is not one of {', '.join(sorted(STOP_REASONS))}")
+        bad = carrier.bad_updates(turn, turn.started, end.at)
+        if bad:
+            return _fail(f"{len(bad)} session/update(s) do not fit ACP v1", bad[:_EVIDENCE_LINES])
+        self.turn_ok = True
+        return _pass(
+            f"stopReason {stop} in {end.at - turn.started:.2f} s after {len(kinds)} update(s) "
+            f"({', '.join(sorted(set(kinds))) or 'none'})"
+        )
+
+    async def _load_known(self) -> _Verdict:
+        if self.session is None:
+            return _na(self.session_blocked)
+        if self._caps().load_session is False:
+            return _na("loadSession not advertised")
+        carrier = self._carrier()
+        session_id = self.session.session_id
+        answer, replayed = await carrier.load_session(session_id, str(self.workspace))
+        if answer.error is not None:
+            kind, what = _lifecycle_after_load_error(answer.error, session_id)
+            detail = f"{answer.text} → {kind}: {what}"
+            if answer.code == -32000:
+                return _na(f"needs authentication: {detail}")
+            if kind == "load_unsupported":
+                return _na(f"loadSession not supported: {detail}")
+            if not self.turn_ok:
+                return _na(
+                    f"the session never completed a turn ({self.turn_blocked}), so the agent "
+                    f"may not have stored it: {detail}"
+                )
+            return _fail(f"session/load of the session just used failed: {detail}")
+        if answer.problem:
+            return _fail(f"the session/load result does not fit ACP v1: {answer.problem}")
+        kinds = ", ".join(sorted(set(replayed))) or "none"
+        if not carrier.replay_observable:
+            return _pass(
+                f"answered; {carrier.name} does not forward the replayed history "
+                f"({len(replayed)} event(s) of it came through: {kinds})"
+            )
+        if self.turn_ok and not replayed:
+            return _fail("the session had a completed turn but session/load replayed nothing")
+        return _pass(f"answered after replaying {len(replayed)} update(s) ({kinds})")
+
+    async def _cancel(self) -> _Verdict:
+        if not self.turn_ok:
+            return _na(self.turn_blocked)
+        carrier = self._carrier()
+        assert self.session is not None
+        for _ in range(3):
+            mark = len(carrier.transcript)
+            turn = await carrier.start_turn(self.session.session_id, self.long_prompt)
+            if not await carrier.first_activity(turn):
+                await carrier.finish(turn)
+                continue
+            cancelled_at, end = await carrier.cancel_turn(turn)
+            after = len(carrier.updates(turn, cancelled_at, end.at))
+            if end.problem:
+                return _fail(end.problem)
+            if end.answer.error is not None:
+                return _fail(f"the cancelled prompt answered an error: {end.answer.text}")
+            took = end.at - cancelled_at
+            if end.stop == "cancelled":
+                return _pass(f"stopReason cancelled {took:.2f} s after session/cancel")
+            exchange = carrier.transcript[mark:]
+            sent = [line for line in exchange if carrier.cancel_marker in line]
+            return _fail(
+                f"stopReason {end.stop!r} {took:.2f} s after session/cancel "
+                f"({after} update(s) in between)",
+                [*exchange[:2], *sent[:1], f"… {after} session/update(s) …", exchange[-1]],
+            )
+        return _na("every turn ended before its first update, so no cancel could be sent")
+
+    async def _steer(self) -> _Verdict:
+        if not self.turn_ok:
+            return _na(self.turn_blocked)
+        if not self._caps().prompt_queueing:
+            return _na(
+                "promptQueueing not advertised (_meta.claudeCode): acpfsm does not steer this "
+                "agent (SteerUnsupported); a second prompt waits for the first"
+            )
+        carrier = self._carrier()
+        assert self.session is not None
+        for _ in range(3):
+            first = await carrier.start_turn(self.session.session_id, self.long_prompt)
+            if not await carrier.first_activity(first):
+                await carrier.finish(first)
+                continue
+            ends = await carrier.steer(first, self.prompt)
+            if ends is None:
+                await carrier.finish(first)
+                continue
+            for label, end in ends:
+                if end.answer.error is not None:
+                    return _fail(f"the {label} prompt answered an error: {end.answer.text}")
+                if not isinstance(end.stop, str) or end.stop not in STOP_REASONS:
+                    return _fail(f"the {label} prompt answered stopReason {end.stop!r}")
+            if len(ends) == 1:
+                return _pass(
+                    f"the steer was accepted into the running turn, which then ended once "
+                    f"with {ends[0][1].stop} (the queued prompt took the turn over)"
+                )
+            a, b = ends[0][1], ends[1][1]
+            if b.at < a.at:
+                return _fail("the second prompt was answered before the first")
+            return _pass(f"the first turn answered {a.stop}, then the queued one {b.stop}")
+        return _na("every turn ended before its first update, so no steer could be sent")
+
+    async def _set_mode(self) -> _Verdict:
+        if self.session is None:
+            return _na(self.session_blocked)
+        session = self.session
+        if not session.modes:
+            return _na("no modes advertised by session/new")
+        current = session.current_mode
+        others = [m for m in session.modes if m != current]
+        if not others:
+            return _na(f"only one mode advertised ({current})")
+        target = others[0]
+        carrier = self._carrier()
+        answer, told = await carrier.set_mode(session.session_id, target)
+        if answer.error is not None:
+            return _fail(f"set_mode {target!r} (advertised) answered {answer.text}")
+        note = f" with a {carrier.mode_update}" if told else f" (no {carrier.mode_update})"
+        if current is not None:
+            await carrier.set_mode(session.session_id, current)
+        return _pass(f"{current} → {target} accepted{note}")
+
+    async def _config_option(self, category: str) -> _Verdict:
+        if self.session is None:
+            return _na(self.session_blocked)
+        options = [o for o in self.session.options if o.category == category and o.type == "select"]
+        if not options:
+            return _na(f"no select config option of category {category!r} advertised")
+        option = options[0]
+        current = option.current
+        others = [v for v in option.values if v != current]
+        if not others:
+            return _na(f"config option {option.id!r} offers no other value than {current!r}")
+        target = others[0]
+        carrier = self._carrier()
+        session_id = self.session.session_id
+        answer, now = await carrier.set_config_option(session_id, option, target)
+        if answer.error is not None:
+            return _fail(
+                f"set_config_option {option.id}={target!r} (advertised) answered {answer.text}"
+            )
+        if answer.problem:
+            return _fail(f"the set_config_option result does not fit ACP v1: {answer.problem}")
+        if now != target:
+            return _fail(
+                f"set_config_option {option.id}={target!r} was accepted, but "
+                f"{carrier.reflection_source} says currentValue {now!r}"
+            )
+        await carrier.set_config_option(session_id, option, current)
+        return _pass(f"{option.id}: {current} → {target}, reflected in {carrier.reflection_source}")
+
+    async def _config_mode(self) -> _Verdict:
+        return await self._config_option("mode")
+
+    async def _config_model(self) -> _Verdict:
+        return await self._config_option("model")
+
+    async def _legacy_set_model(self) -> _Verdict:
+        if self.session is None:
+            return _na(self.session_blocked)
+        carrier = self._carrier()
+        session = self.session
+        if not session.models:
+            answer = await carrier.set_model(session.session_id, "acpfsm-conform")
+            said = answer.text if answer.error is not None else "a result"
+            return _na(
+                f"no legacy models advertised (session/set_model answered {said}); model "
+                f"selection goes through config options"
+            )
+        current = session.current_model
+        target = next((m for m in session.models if m != current), session.models[0])
+        answer = await carrier.set_model(session.session_id, target)
+        if answer.error is not None:
+            return _fail(f"set_model {target!r} (advertised) answered {answer.text}")
+        return _pass(f"{current} → {target} accepted{carrier.set_model_note}")
+
+
+# --------------------------------------------------------------------------- over stdio
+
+
+class _StdioBattery(_Suite):
+    """The whole battery over the agent's stdio: the shared checks plus those that need the
+    raw pipe (an unknown method, malformed input, stdout, stdin close, a second process for
+    version negotiation)."""
+
+    def __init__(self, argv: Sequence[str], **kwargs: Any) -> None:
+        super().__init__(argv, **kwargs)
+        self.wire: _Wire | None = None
+        self.init: dict[str, Any] | None = None
+
     def _wire(self) -> _Wire:
         assert self.wire is not None
+        return self.wire
+
+    def _attach(self, process: AgentProcess) -> _Wire:
+        self.wire = _Wire(process)
+        self.carrier = _WireCarrier(self.wire)
         return self.wire
 
     # -- the run
@@ -616,38 +1709,32 @@ class _Battery:
     async def _main_process(self) -> None:
         try:
             async with self._open() as process, anyio.create_task_group() as tg:
-                self.wire = _Wire(process)
-                await tg.start(self.wire.serve)
+                await tg.start(self._attach(process).serve)
                 await self._main_checks()
                 tg.cancel_scope.cancel()
         except AcpfsmError as exc:  # the agent could not be started
             if self.report.checks:
                 raise
-            self.skip("initialize", "initialize (protocol v1)", Status.FAIL, str(exc))
+            self.skip("initialize", _TITLES["initialize"], Status.FAIL, str(exc))
             for check_id, title, _ in self._rest():
                 self.skip(check_id, title, Status.NA, "the agent could not be started")
 
-    def _rest(self) -> list[tuple[str, str, Callable[[], Awaitable[_Verdict]]]]:
+    def _rest(self) -> list[tuple[str, str, _Body]]:
+        bodies = {
+            **self._shared(),
+            "unknown_method": self._unknown_method,
+            "malformed_input": self._malformed_input,
+            "stdout_clean": self._stdout_clean,
+            "stdin_close": self._stdin_close,
+        }
         return [
-            ("capabilities", "advertised capabilities", self._capabilities),
-            ("session_new", "session/new", self._session_new),
-            ("unknown_method", "unknown method → -32601", self._unknown_method),
-            ("load_unknown", "session/load of an unknown session", self._load_unknown),
-            ("prompt_turn", "prompt turn and stopReason", self._prompt_turn),
-            ("load_known", "session/load of a known session", self._load_known),
-            ("cancel", "session/cancel → stopReason cancelled", self._cancel),
-            ("steer", "prompt queueing for steer", self._steer),
-            ("set_mode", "mode selection (session/set_mode)", self._set_mode),
-            ("config_mode", "mode selection (config option)", self._config_mode),
-            ("config_model", "model selection (config option)", self._config_model),
-            ("legacy_set_model", "legacy session/set_model", self._legacy_set_model),
-            ("malformed_input", "malformed input survived", self._malformed_input),
-            ("stdout_clean", "only JSON-RPC on stdout", self._stdout_clean),
-            ("stdin_close", "exit on stdin close", self._stdin_close),
+            (check_id, title, bodies[check_id])
+            for check_id, title in CHECKS
+            if check_id not in ("initialize", "version_negotiation")
         ]
 
     async def _main_checks(self) -> None:
-        result = await self.check("initialize", "initialize (protocol v1)", self._initialize)
+        result = await self.check("initialize", _TITLES["initialize"], self._initialize)
         rest = self._rest()
         if result.status is not Status.PASS:
             for check_id, title, _ in rest:
@@ -659,7 +1746,7 @@ class _Battery:
         for check_id, title, body in rest:
             await self.check(check_id, title, body)
 
-    # -- checks on the main process
+    # -- checks that need the raw pipe
     def _initialize_params(self, version: int) -> dict[str, Any]:
         return {
             "protocolVersion": version,
@@ -685,6 +1772,7 @@ class _Battery:
         if problem:
             return _fail(f"the initialize result does not fit ACP v1: {problem}")
         self.init = result
+        self.caps = self._caps_of(result)
         info = result.get("agentInfo") if isinstance(result.get("agentInfo"), dict) else {}
         assert isinstance(info, dict)
         name = str(info.get("name", "")) or "(no agentInfo)"
@@ -692,78 +1780,23 @@ class _Battery:
         self.report.agent = f"{name} {version_text}".strip()
         return _pass(f"protocolVersion 1 in {reply.at:.2f} s, agent {self.report.agent}")
 
-    def _caps(self) -> dict[str, Any]:
-        caps = (self.init or {}).get("agentCapabilities")
-        return caps if isinstance(caps, dict) else {}
-
-    def _queueing(self) -> bool:
-        meta = self._caps().get("_meta")
+    @staticmethod
+    def _caps_of(result: dict[str, Any]) -> _Caps:
+        caps = result.get("agentCapabilities")
+        caps = caps if isinstance(caps, dict) else {}
+        prompt = caps.get("promptCapabilities")
+        prompt = prompt if isinstance(prompt, dict) else {}
+        meta = caps.get("_meta")
         claude = meta.get("claudeCode") if isinstance(meta, dict) else None
-        return isinstance(claude, dict) and claude.get("promptQueueing") is True
-
-    async def _capabilities(self) -> _Verdict:
-        caps = self._caps()
-        prompt = (
-            caps.get("promptCapabilities")
-            if isinstance(caps.get("promptCapabilities"), dict)
-            else {}
-        )
-        assert isinstance(prompt, dict)
-        media = [k for k in ("image", "audio", "embeddedContext") if prompt.get(k)]
-        auth = (self.init or {}).get("authMethods") or []
-        auth_ids = [str(a.get("id")) for a in auth if isinstance(a, dict)]
-        parts = [
-            f"loadSession {json.dumps(bool(caps.get('loadSession')))}",
-            f"prompt {'+'.join(media) or 'text only'}",
-            f"promptQueueing {json.dumps(self._queueing())}",
-            f"authMethods [{', '.join(auth_ids)}]",
-        ]
+        auth = result.get("authMethods") or []
         session_caps = caps.get("sessionCapabilities")
-        if isinstance(session_caps, dict) and session_caps:
-            parts.append(f"session {'/'.join(sorted(session_caps))}")
-        return _pass("; ".join(parts))
-
-    def _auth_reason(self, reply: _Reply, what: str) -> str:
-        auth = (self.init or {}).get("authMethods") or []
-        ids = ", ".join(str(a.get("id")) for a in auth if isinstance(a, dict)) or "none"
-        return (
-            f"{what} needs authentication ({reply.describe_error()}; authMethods: {ids}); "
-            f"run with credentials to check it"
+        return _Caps(
+            load_session=bool(caps.get("loadSession")),
+            media=[k for k in ("image", "audio", "embeddedContext") if prompt.get(k)],
+            prompt_queueing=isinstance(claude, dict) and claude.get("promptQueueing") is True,
+            auth_ids=[str(a.get("id")) for a in auth if isinstance(a, dict)],
+            session_caps=sorted(session_caps) if isinstance(session_caps, dict) else [],
         )
-
-    async def _session_new(self) -> _Verdict:
-        wire = self._wire()
-        reply = await wire.request("session/new", {"cwd": str(self.workspace), "mcpServers": []})
-        if reply.code == -32000:
-            self.session_blocked = "session/new needs authentication"
-            return _na(self._auth_reason(reply, "session/new"))
-        if reply.error is not None:
-            self.session_blocked = "session/new failed"
-            return _fail(f"session/new answered an error: {reply.describe_error()}")
-        result = reply.result
-        problem = _decode("session/new", result)
-        session_id = result.get("sessionId") if isinstance(result, dict) else None
-        if problem or not isinstance(session_id, str) or not session_id:
-            self.session_blocked = "session/new answered no usable session"
-            return _fail(f"the session/new result does not fit ACP v1: {problem or 'no sessionId'}")
-        assert isinstance(result, dict)
-        self.session_id = session_id
-        self.session = result
-        modes = result.get("modes") or {}
-        mode_ids = [m.get("id") for m in modes.get("availableModes", []) if isinstance(m, dict)]
-        options = [o.get("id") for o in result.get("configOptions") or [] if isinstance(o, dict)]
-        models = result.get("models") or {}
-        model_ids = [
-            m.get("modelId") for m in models.get("availableModels", []) if isinstance(m, dict)
-        ]
-        parts = [f"sessionId {session_id}"]
-        if mode_ids:
-            parts.append(f"modes [{', '.join(map(str, mode_ids))}]")
-        if options:
-            parts.append(f"configOptions [{', '.join(map(str, options))}]")
-        if model_ids:
-            parts.append(f"legacy models [{', '.join(map(str, model_ids))}]")
-        return _pass("; ".join(parts))
 
     async def _unknown_method(self) -> _Verdict:
         reply = await self._wire().request(UNKNOWN_METHOD, {})
@@ -772,273 +1805,6 @@ class _Battery:
         if reply.error is not None:
             return _fail(f"expected -32601, got {reply.describe_error()}")
         return _fail(f"expected -32601, got a result: {_short(reply.result, 200)}")
-
-    async def _load_unknown(self) -> _Verdict:
-        unknown = str(uuid.uuid4())
-        if not self._caps().get("loadSession"):
-            from acpfsm.adapters.acp.stdio import LOAD_UNSUPPORTED_MESSAGE
-            from acpfsm.adapters.errors import LocalProtocolError
-
-            kind, what = _lifecycle_after_load_error(
-                LocalProtocolError(LOAD_UNSUPPORTED_MESSAGE), unknown
-            )
-            return _na(
-                f"loadSession not advertised: acpfsm never sends session/load ({kind}: {what})"
-            )
-        reply = await self._wire().request(
-            "session/load", {"sessionId": unknown, "cwd": str(self.workspace), "mcpServers": []}
-        )
-        if reply.error is None:
-            return _fail(
-                f"session/load of the unknown id {unknown} succeeded: {_short(reply.result, 200)}"
-            )
-        kind, what = _lifecycle_after_load_error(_load_error(reply), unknown)
-        detail = f"{reply.describe_error()} → {kind}: {what}"
-        if reply.code == -32000:
-            return _na(f"needs authentication: {detail}")
-        return _pass(detail)
-
-    async def _turn(self, text: str) -> tuple[_Pending, float]:
-        wire = self._wire()
-        assert self.session_id is not None
-        started = wire._now()
-        pending = await wire.start_request(
-            "session/prompt",
-            {"sessionId": self.session_id, "prompt": [{"type": "text", "text": text}]},
-        )
-        return pending, started
-
-    async def _prompt_turn(self) -> _Verdict:
-        if self.session_id is None:
-            self.turn_blocked = self.session_blocked
-            return _na(self.session_blocked)
-        wire = self._wire()
-        pending, started = await self._turn(self.prompt)
-        reply = await wire.wait(pending)
-        notes = wire.updates(self.session_id, started, reply.at)
-        if reply.code == -32000:
-            self.turn_blocked = "the prompt needs authentication"
-            return _na(self._auth_reason(reply, "session/prompt"))
-        if reply.error is not None:
-            self.turn_blocked = "the prompt turn failed"
-            return _fail(f"session/prompt answered an error: {reply.describe_error()}")
-        stop = reply.result.get("stopReason") if isinstance(reply.result, dict) else None
-        if stop not in STOP_REASONS:
-            self.turn_blocked = "the prompt turn failed"
-            return _fail(f"stopReason {stop!r} is not one of {', '.join(sorted(STOP_REASONS))}")
-        bad = _bad_updates(notes)
-        if bad:
-            return _fail(f"{len(bad)} session/update(s) do not fit ACP v1", bad[:_EVIDENCE_LINES])
-        self.turn_ok = True
-        kinds = sorted({_update_kind(n) for n in notes})
-        return _pass(
-            f"stopReason {stop} in {reply.at - started:.2f} s after {len(notes)} update(s) "
-            f"({', '.join(kinds) or 'none'})"
-        )
-
-    async def _load_known(self) -> _Verdict:
-        if self.session_id is None:
-            return _na(self.session_blocked)
-        if not self._caps().get("loadSession"):
-            return _na("loadSession not advertised")
-        wire = self._wire()
-        started = wire._now()
-        reply = await wire.request(
-            "session/load",
-            {"sessionId": self.session_id, "cwd": str(self.workspace), "mcpServers": []},
-        )
-        replayed = wire.updates(self.session_id, started, reply.at)
-        if reply.error is not None:
-            kind, what = _lifecycle_after_load_error(_load_error(reply), self.session_id)
-            detail = f"{reply.describe_error()} → {kind}: {what}"
-            if reply.code == -32000:
-                return _na(f"needs authentication: {detail}")
-            if not self.turn_ok:
-                return _na(
-                    f"the session never completed a turn ({self.turn_blocked}), so the agent "
-                    f"may not have stored it: {detail}"
-                )
-            return _fail(f"session/load of the session just used failed: {detail}")
-        problem = _decode("session/load", reply.result)
-        if problem:
-            return _fail(f"the session/load result does not fit ACP v1: {problem}")
-        if self.turn_ok and not replayed:
-            return _fail("the session had a completed turn but session/load replayed nothing")
-        kinds = sorted({_update_kind(n) for n in replayed})
-        return _pass(
-            f"answered after replaying {len(replayed)} update(s) ({', '.join(kinds) or 'none'})"
-        )
-
-    async def _first_activity(self, pending: _Pending, started: float) -> bool:
-        """Wait for the turn's first session/update; False when it was answered first."""
-        wire = self._wire()
-        assert self.session_id is not None
-        while not pending.done.is_set():
-            if wire.updates(self.session_id, started):
-                return True
-            await wire.changed()
-        return False
-
-    async def _cancel(self) -> _Verdict:
-        if not self.turn_ok:
-            return _na(self.turn_blocked)
-        wire = self._wire()
-        assert self.session_id is not None
-        for _ in range(3):
-            mark = len(wire.transcript)
-            pending, started = await self._turn(self.long_prompt)
-            if not await self._first_activity(pending, started):
-                await wire.wait(pending)
-                continue
-            wire.cancelling = True
-            try:
-                cancelled_at = wire._now()
-                await wire.notify("session/cancel", {"sessionId": self.session_id})
-                reply = await wire.wait(pending)
-            finally:
-                wire.cancelling = False
-            after = len(wire.updates(self.session_id, cancelled_at, reply.at))
-            if reply.error is not None:
-                return _fail(f"the cancelled prompt answered an error: {reply.describe_error()}")
-            stop = reply.result.get("stopReason") if isinstance(reply.result, dict) else None
-            took = reply.at - cancelled_at
-            if stop == "cancelled":
-                return _pass(f"stopReason cancelled {took:.2f} s after session/cancel")
-            exchange = wire.transcript[mark:]
-            sent = [line for line in exchange if '"method":"session/cancel"' in line]
-            return _fail(
-                f"stopReason {stop!r} {took:.2f} s after session/cancel "
-                f"({after} update(s) in between)",
-                [*exchange[:2], *sent[:1], f"… {after} session/update(s) …", exchange[-1]],
-            )
-        return _na("every turn ended before its first update, so no cancel could be sent")
-
-    async def _steer(self) -> _Verdict:
-        if not self.turn_ok:
-            return _na(self.turn_blocked)
-        if not self._queueing():
-            return _na(
-                "promptQueueing not advertised (_meta.claudeCode): acpfsm does not steer this "
-                "agent (SteerUnsupported); a second prompt waits for the first"
-            )
-        wire = self._wire()
-        for _ in range(3):
-            first, started = await self._turn(self.long_prompt)
-            if not await self._first_activity(first, started):
-                await wire.wait(first)
-                continue
-            second, _ = await self._turn(self.prompt)
-            a = await wire.wait(first)
-            b = await wire.wait(second)
-            for label, reply in (("first", a), ("second", b)):
-                if reply.error is not None:
-                    return _fail(f"the {label} prompt answered an error: {reply.describe_error()}")
-                stop = reply.result.get("stopReason") if isinstance(reply.result, dict) else None
-                if stop not in STOP_REASONS:
-                    return _fail(f"the {label} prompt answered stopReason {stop!r}")
-            if b.at < a.at:
-                return _fail("the second prompt was answered before the first")
-            return _pass(
-                f"the first turn answered {a.result.get('stopReason')}, then the queued one "
-                f"{b.result.get('stopReason')}"
-            )
-        return _na("every turn ended before its first update, so no steer could be sent")
-
-    async def _set_mode(self) -> _Verdict:
-        if self.session_id is None:
-            return _na(self.session_blocked)
-        modes = self.session.get("modes")
-        if not isinstance(modes, dict) or not modes.get("availableModes"):
-            return _na("no modes advertised by session/new")
-        current = modes.get("currentModeId")
-        ids = [str(m.get("id")) for m in modes["availableModes"] if isinstance(m, dict)]
-        others = [m for m in ids if m != current]
-        if not others:
-            return _na(f"only one mode advertised ({current})")
-        target = others[0]
-        wire = self._wire()
-        started = wire._now()
-        reply = await wire.request(
-            "session/set_mode", {"sessionId": self.session_id, "modeId": target}
-        )
-        if reply.error is not None:
-            return _fail(f"set_mode {target!r} (advertised) answered {reply.describe_error()}")
-        updates = [
-            n
-            for n in wire.updates(self.session_id, started)
-            if _update_kind(n) == "current_mode_update"
-        ]
-        told = " with a current_mode_update" if updates else " (no current_mode_update)"
-        await wire.request("session/set_mode", {"sessionId": self.session_id, "modeId": current})
-        return _pass(f"{current} → {target} accepted{told}")
-
-    async def _config_option(self, category: str) -> _Verdict:
-        if self.session_id is None:
-            return _na(self.session_blocked)
-        options = _select_options(self.session.get("configOptions"), category)
-        if not options:
-            return _na(f"no select config option of category {category!r} advertised")
-        option = options[0]
-        current = str(option.get("currentValue"))
-        others = [v for v in _option_values(option) if v != current]
-        if not others:
-            return _na(f"config option {option.get('id')!r} offers no other value than {current!r}")
-        target = others[0]
-        reply = await self._wire().request(
-            "session/set_config_option",
-            {"sessionId": self.session_id, "configId": option.get("id"), "value": target},
-        )
-        if reply.error is not None:
-            return _fail(
-                f"set_config_option {option.get('id')}={target!r} (advertised) answered "
-                f"{reply.describe_error()}"
-            )
-        problem = _decode("session/set_config_option", reply.result)
-        if problem:
-            return _fail(f"the set_config_option result does not fit ACP v1: {problem}")
-        after = _select_options((reply.result or {}).get("configOptions"), category)
-        now = next(
-            (str(o.get("currentValue")) for o in after if o.get("id") == option.get("id")), None
-        )
-        if now != target:
-            return _fail(
-                f"set_config_option {option.get('id')}={target!r} answered currentValue {now!r}"
-            )
-        await self._wire().request(
-            "session/set_config_option",
-            {"sessionId": self.session_id, "configId": option.get("id"), "value": current},
-        )
-        return _pass(f"{option.get('id')}: {current} → {target}, reflected in the answer")
-
-    async def _config_mode(self) -> _Verdict:
-        return await self._config_option("mode")
-
-    async def _config_model(self) -> _Verdict:
-        return await self._config_option("model")
-
-    async def _legacy_set_model(self) -> _Verdict:
-        if self.session_id is None:
-            return _na(self.session_blocked)
-        models = self.session.get("models")
-        available = models.get("availableModels") if isinstance(models, dict) else None
-        if not available:
-            reply = await self._wire().request(
-                "session/set_model", {"sessionId": self.session_id, "modelId": "acpfsm-conform"}
-            )
-            answer = reply.describe_error() if reply.error is not None else "a result"
-            return _na(
-                f"no legacy models advertised (session/set_model answered {answer}); model "
-                f"selection goes through config options"
-            )
-        current = models.get("currentModelId") if isinstance(models, dict) else None
-        ids = [str(m.get("modelId")) for m in available if isinstance(m, dict)]
-        target = next((m for m in ids if m != current), ids[0] if ids else "")
-        reply = await self._wire().request(
-            "session/set_model", {"sessionId": self.session_id, "modelId": target}
-        )
-        if reply.error is not None:
-            return _fail(f"set_model {target!r} (advertised) answered {reply.describe_error()}")
-        return _pass(f"{current} → {target} accepted")
 
     async def _malformed_input(self) -> _Verdict:
         wire = self._wire()
@@ -1082,11 +1848,10 @@ class _Battery:
 
     # -- a second process
     async def _negotiation_process(self) -> None:
-        title = "protocol version negotiation"
+        title = _TITLES["version_negotiation"]
         try:
             async with self._open() as process, anyio.create_task_group() as tg:
-                self.wire = _Wire(process)
-                await tg.start(self.wire.serve)
+                await tg.start(self._attach(process).serve)
                 await self.check("version_negotiation", title, self._negotiation)
                 tg.cancel_scope.cancel()
         except AcpfsmError as exc:
@@ -1111,6 +1876,129 @@ class _Battery:
         return _pass(f"asked for {asked}: answered its latest, {version}{v1}")
 
 
+# --------------------------------------------------------------------------- through agentctl
+
+
+class _AgentctlBattery(_Suite):
+    """The shared checks through an agentctl instance running the agent; the stdio-only
+    checks are n/a. The instance is created, started and deleted by
+    :class:`~acpfsm.runtime.agentctl_executor.AgentctlExecutor`."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        url: str,
+        nonce: str,
+        token: str,
+        config: AgentctlConfig,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(argv, **kwargs)
+        self.url = url
+        self.nonce = nonce
+        self.token = token
+        self.config = config
+        self.permissions = _Permissions()
+        self.report.agentctl = url
+
+    async def run(self) -> ConformReport:
+        from acpfsm.runtime.agentctl_executor import AgentctlExecutor
+        from acpfsm.runtime.types import AgentProfile, LaunchSpec, WorkspaceRef
+
+        started = time.monotonic()
+        executor = AgentctlExecutor(
+            url=self.url,
+            nonce=self.nonce,
+            token=self.token,
+            config=self.config,
+            permission_policy=self.permissions.answer,
+        )
+        profile = AgentProfile(id="acpfsm-conform", command=tuple(self.argv))
+        spec = LaunchSpec(
+            agent_profile_id=profile.id,
+            executor_id="agentctl",
+            workspace=WorkspaceRef(path=str(self.workspace)),
+        )
+        execution_id = f"acpfsm-conform-{uuid.uuid4().hex[:12]}"
+        try:
+            async with (
+                executor.open(profile, spec, execution_id) as transport,
+                anyio.create_task_group() as tg,
+            ):
+                carrier = _TransportCarrier(transport, self.permissions)
+                self.carrier = carrier
+                await tg.start(carrier.pump)
+                await self._main_checks(carrier)
+                tg.cancel_scope.cancel()
+        except AcpfsmError as exc:  # no instance, or the agent could not be started in it
+            if self.report.checks:
+                raise
+            self.skip(
+                "initialize",
+                _TITLES["initialize"],
+                Status.FAIL,
+                f"could not start the agent in an agentctl instance at {self.url}: {exc}",
+            )
+            self._skip_rest("the agent could not be started")
+        finally:
+            self.report.seconds = round(time.monotonic() - started, 3)
+        return self.report
+
+    def _skip_rest(self, reason: str) -> None:
+        for check_id, title in CHECKS[1:]:
+            if check_id in AGENTCTL_NOT_OBSERVABLE:
+                self.skip(check_id, title, Status.NA, self._not_observable(check_id))
+            else:
+                self.skip(check_id, title, Status.NA, reason)
+
+    @staticmethod
+    def _not_observable(check_id: str) -> str:
+        return f"{NOT_OBSERVABLE_THROUGH_AGENTCTL}: {AGENTCTL_NOT_OBSERVABLE[check_id]}"
+
+    async def _main_checks(self, carrier: _TransportCarrier) -> None:
+        initialize = functools.partial(self._initialize, carrier)
+        result = await self.check("initialize", _TITLES["initialize"], initialize)
+        if result.status is not Status.PASS:
+            self._skip_rest("initialize failed")
+            return
+        shared = self._shared()
+        for check_id, title in CHECKS[1:]:
+            if check_id in shared:
+                await self.check(check_id, title, shared[check_id])
+            else:
+                self.skip(check_id, title, Status.NA, self._not_observable(check_id))
+
+    async def _initialize(self, carrier: _TransportCarrier) -> _Verdict:
+        started = carrier.now()
+        result, answer = await carrier.initialize()
+        if result is None:
+            return _fail(f"agentctl's initialize failed: {answer.text}")
+        self.caps = _Caps(
+            load_session=None,  # agentctl does not report it
+            media=[
+                name
+                for name, flag in (
+                    ("image", result.supports_image),
+                    ("audio", result.supports_audio),
+                    ("embeddedContext", result.supports_embedded_context),
+                )
+                if flag
+            ],
+            prompt_queueing=result.prompt_queueing,
+            auth_ids=[str(a.get("id")) for a in result.auth_methods if isinstance(a, dict)],
+            session_caps=[],
+        )
+        self.report.agent = f"{result.agent.name} {result.agent.version}".strip()
+        return _pass(
+            f"agentctl's ACP handshake (protocolVersion {result.protocol_version}) in "
+            f"{answer.at - started:.2f} s, agent {self.report.agent}"
+        )
+
+
+# --------------------------------------------------------------------------- entry points
+
+
 def _resolve_program(argv: Sequence[str]) -> list[str]:
     """A relative program path (``./agent``) is relative to our directory, not the agent's."""
     out = list(argv)
@@ -1128,17 +2016,17 @@ async def run_battery(
     workspace: str | Path | None = None,
     echo: Callable[[CheckResult], None] | None = None,
 ) -> ConformReport:
-    """Run every check against the agent ``argv``; ``echo`` sees each result as it is made.
-    The agent works in ``workspace`` (default: a new temporary directory, removed after); a
-    relative program path is taken from the current directory. Each check is bounded by
-    ``check_timeout`` seconds."""
+    """Run every check against the agent ``argv`` over its stdio; ``echo`` sees each result
+    as it is made. The agent works in ``workspace`` (default: a new temporary directory,
+    removed after); a relative program path is taken from the current directory. Each check
+    is bounded by ``check_timeout`` seconds."""
     if not argv:
-        raise ValueError("no agent command")
+        raise ConformUsageError("no agent command")
     argv = _resolve_program(argv)
     own = workspace is None
     path = Path(tempfile.mkdtemp(prefix="acpfsm-conform-")) if own else Path(str(workspace))
     try:
-        battery = _Battery(
+        battery = _StdioBattery(
             argv,
             timeout=check_timeout,
             prompt=prompt,
@@ -1152,13 +2040,94 @@ async def run_battery(
             shutil.rmtree(path, ignore_errors=True)
 
 
+_HTTP_FLOOR = 30.0
+
+
+def _agentctl_config(check_timeout: float) -> AgentctlConfig:
+    """agentctl client bounds above the check bound (so a check times out, not a request).
+    Each HTTP call of the instance's setup and teardown is bounded by ``check_timeout`` but
+    never by less than :data:`_HTTP_FLOOR`: deleting an instance whose agent ignores its
+    stdin takes agentctl 15 s (its graceful wait before it signals the process group)."""
+    from acpfsm.adapters.agentctl import AgentctlConfig
+
+    bound = max(check_timeout, 1.0)
+    return AgentctlConfig(
+        http_timeout=max(bound, _HTTP_FLOOR),
+        ready_timeout=bound,
+        request_timeout=bound + 5.0,
+        prompt_ack_timeout=bound,
+        cancel_timeout=bound + 5.0,
+        capabilities_wait=min(2.0, bound),
+        reconnect_budget=min(bound, 30.0),
+    )
+
+
+async def run_agentctl_battery(
+    argv: Sequence[str],
+    *,
+    url: str,
+    nonce: str = "",
+    token: str = "",
+    check_timeout: float = DEFAULT_TIMEOUT,
+    prompt: str = DEFAULT_PROMPT,
+    long_prompt: str = DEFAULT_LONG_PROMPT,
+    workspace: str | Path | None = None,
+    echo: Callable[[CheckResult], None] | None = None,
+    config: AgentctlConfig | None = None,
+) -> ConformReport:
+    """Run the battery against the agent ``argv`` in an instance of the agentctl at ``url``
+    (control port), authenticated by its bootstrap ``nonce`` (traded for the token) or its
+    bearer ``token``. ``workspace`` is the instance's workspace, a directory on agentctl's
+    machine (default when agentctl is on this machine: a new temporary directory, removed
+    after; required otherwise). The instance is deleted at the end, whatever happened. The
+    checks that need the agent's raw stdio are n/a, "not observable through agentctl".
+    ``config`` overrides the agentctl client bounds derived from ``check_timeout``."""
+    from acpfsm.runtime.agentctl_executor import AgentctlExecutor
+
+    if not argv:
+        raise ConformUsageError("no agent command")
+    if bool(nonce) == bool(token):
+        raise ConformUsageError("give agentctl's bootstrap nonce or its token (exactly one)")
+    local = AgentctlExecutor(url=url).check_workspace  # agentctl runs on this machine
+    if workspace is None and not local:
+        raise ConformUsageError(
+            f"agentctl at {url} is not on this machine: give the workspace, a directory on "
+            f"agentctl's machine"
+        )
+    argv = _resolve_program(argv) if local else list(argv)
+    own = workspace is None
+    path = Path(tempfile.mkdtemp(prefix="acpfsm-conform-")) if own else Path(str(workspace))
+    try:
+        battery = _AgentctlBattery(
+            argv,
+            url=url,
+            nonce=nonce,
+            token=token,
+            config=config or _agentctl_config(check_timeout),
+            timeout=check_timeout,
+            prompt=prompt,
+            long_prompt=long_prompt,
+            workspace=path.resolve() if local else path,
+            echo=echo,
+        )
+        return await battery.run()
+    finally:
+        if own:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------- output
+
+
+def _via(report: ConformReport) -> str:
+    return f" via agentctl {report.agentctl}" if report.agentctl else ""
 
 
 def render_table(report: ConformReport, *, evidence: bool = True) -> str:
     counts = report.counts()
     head = (
         f"acpfsm conform: {' '.join(report.command)}"
+        + _via(report)
         + (f" ({report.agent})" if report.agent else "")
         + f": {counts['pass']} pass, {counts['fail']} fail, {counts['n/a']} n/a "
         f"in {report.seconds:.1f} s"
@@ -1184,6 +2153,7 @@ def render_markdown(report: ConformReport) -> str:
     counts = report.counts()
     lines = [
         f"`{' '.join(report.command)}`"
+        + _via(report)
         + (f" ({report.agent})" if report.agent else "")
         + f": {counts['pass']} pass, {counts['fail']} fail, {counts['n/a']} n/a",
         "",
@@ -1210,6 +2180,8 @@ def render_junit(report: ConformReport) -> bytes:
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="command", value=" ".join(report.command))
     ET.SubElement(props, "property", name="agent", value=report.agent)
+    if report.agentctl:
+        ET.SubElement(props, "property", name="agentctl", value=report.agentctl)
     for c in report.checks:
         case = ET.SubElement(
             suite, "testcase", classname="acpfsm.conform", name=c.id, time=f"{c.seconds:.3f}"
@@ -1248,13 +2220,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cwd",
         metavar="DIR",
-        help="the agent's working directory and session cwd (default: a new temporary "
-        "directory; relative paths in ARGS resolve against it, so give absolute ones)",
+        help="over stdio: the agent's working directory and session cwd (default: a new "
+        "temporary directory; relative paths in ARGS resolve against it, so give absolute ones)",
+    )
+    remote = parser.add_argument_group(
+        "through agentctl",
+        "run the agent in an instance of kandev's agentctl and check it through agentctl's "
+        "WebSocket; the checks that need the agent's raw stdio are n/a",
+    )
+    remote.add_argument(
+        "--agentctl", metavar="URL", help="agentctl's control URL, e.g. http://127.0.0.1:39429"
+    )
+    credentials = remote.add_mutually_exclusive_group()
+    credentials.add_argument(
+        "--nonce", metavar="N", help="agentctl's bootstrap nonce (traded for its token)"
+    )
+    credentials.add_argument("--token", metavar="T", help="agentctl's bearer token")
+    remote.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="the instance's workspace, a directory on agentctl's machine (default when "
+        "agentctl runs on this machine: a new temporary directory)",
     )
     parser.add_argument(
         "agent", nargs=argparse.REMAINDER, metavar="-- AGENT_COMMAND [ARGS...]",
         help="the agent to check, after --",
     )  # fmt: skip
+
+
+def _usage_error(args: argparse.Namespace) -> str:
+    """Why these arguments cannot run ("" when they can)."""
+    if args.timeout <= 0:
+        return "--timeout must be positive"
+    if args.agentctl is None:
+        given = [f"--{n}" for n in ("nonce", "token", "workspace") if getattr(args, n)]
+        return f"{' and '.join(given)} need --agentctl URL" if given else ""
+    if not args.nonce and not args.token:
+        return "--agentctl needs agentctl's bootstrap --nonce N or its --token T"
+    if args.cwd:
+        return "with --agentctl, give the agent's directory as --workspace DIR"
+    return ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -1264,8 +2269,9 @@ def run(args: argparse.Namespace) -> int:
     if not argv:
         print("acpfsm conform: give the agent command after --", file=sys.stderr)
         return 2
-    if args.timeout <= 0:
-        print("acpfsm conform: --timeout must be positive", file=sys.stderr)
+    problem = _usage_error(args)
+    if problem:
+        print(f"acpfsm conform: {problem}", file=sys.stderr)
         return 2
 
     def echo(result: CheckResult) -> None:
@@ -1274,16 +2280,30 @@ def run(args: argparse.Namespace) -> int:
                 f"  {result.status.value:<4} {result.id} ({result.seconds:.2f}s)", file=sys.stderr
             )
 
-    battery = functools.partial(
-        run_battery,
-        argv,
-        check_timeout=args.timeout,
-        prompt=args.prompt,
-        long_prompt=args.long_prompt,
-        workspace=args.cwd,
-        echo=echo,
-    )
-    report = anyio.run(battery)
+    common: dict[str, Any] = {
+        "check_timeout": args.timeout,
+        "prompt": args.prompt,
+        "long_prompt": args.long_prompt,
+        "echo": echo,
+    }
+    battery: Callable[[], Awaitable[ConformReport]]
+    if args.agentctl is not None:
+        battery = functools.partial(
+            run_agentctl_battery,
+            argv,
+            url=args.agentctl,
+            nonce=args.nonce or "",
+            token=args.token or "",
+            workspace=args.workspace,
+            **common,
+        )
+    else:
+        battery = functools.partial(run_battery, argv, workspace=args.cwd, **common)
+    try:
+        report = anyio.run(battery)
+    except ConformUsageError as exc:
+        print(f"acpfsm conform: {exc}", file=sys.stderr)
+        return 2
     if args.junit_xml:
         Path(args.junit_xml).write_bytes(render_junit(report))
     if args.json:
