@@ -956,10 +956,19 @@ class ExecutionSession:
         redial (stdio pipes) has nothing to wait for, so the first error is the trigger's."""
         transport = self._transport()
         reconnectable = bool(getattr(transport, "reconnectable", False))
-        if not reconnectable:
-            await self._trigger_failed(generation, first)  # raises
-            return
-        generation.fire("dispatch_unreachable")
+        if generation.leaf == "admitted":
+            await self._end_undelivered(
+                generation,
+                "dispatch_unreachable",
+                reconnectable=reconnectable,
+                error=f"failed to trigger prompt: {first}",
+            )
+        if generation.leaf == "undelivered":  # the chart: nothing will redial this carrier
+            raise PromptDispatchError(
+                f"failed to trigger prompt: {first}",
+                execution_id=self.id,
+                generation=generation.generation,
+            ) from first
         last: AcpfsmError = first
         with anyio.move_on_after(self.timeouts.reconnect_retry):
             # a cancel escalation releases the generation while we wait (§5.10)

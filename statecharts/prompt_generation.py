@@ -95,7 +95,12 @@ class PromptGeneration(Chart):
         | cancel_escalated.to.itself()  # a late ack after a cancel released the trigger
         | superseded.to.itself()  # R23
     )
-    dispatch_unreachable = admitted.to(reconnecting) | reconnecting.to.itself()
+    # §5.7: the stream was not connected; only a carrier that can redial is waited for (5 s)
+    dispatch_unreachable = (
+        admitted.to(reconnecting, cond="carrier_reconnectable")
+        | admitted.to(undelivered)
+        | reconnecting.to.itself()
+    )
     dispatch_failed = (
         admitted.to(cancel_escalated, cond="cancel_release")
         | admitted.to(undelivered)
@@ -200,6 +205,9 @@ class PromptGeneration(Chart):
 
     def cancel_release(self, cancel_release: bool = False) -> bool:
         return cancel_release
+
+    def carrier_reconnectable(self, reconnectable: bool = False) -> bool:
+        return reconnectable
 
     def is_error(self, is_error: bool = False) -> bool:
         return is_error

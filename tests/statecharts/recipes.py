@@ -68,7 +68,7 @@ START_MODEL_RECIPES: dict[str, list[Step]] = {
 
 PROMPT_RECIPES: dict[str, list[Step]] = {
     "admitted": [],
-    "reconnecting": [("dispatch_unreachable", {})],
+    "reconnecting": [("dispatch_unreachable", {"reconnectable": True})],
     "dispatched": [("dispatch_accepted", {})],
     "awaited": [("dispatch_accepted", {})],
     "stall_reported": [("dispatch_accepted", {}), ("stall_detected", {})],
@@ -127,6 +127,7 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
     "set_model_failed": [{"method_not_found": True}, {}],
     # PromptGeneration
     "dispatch_failed": [{"cancel_release": True}, {}],
+    "dispatch_unreachable": [{"reconnectable": True}, {}],
     "completion_received": [
         {"startup_generation": 99},
         {"cancel_release": True},

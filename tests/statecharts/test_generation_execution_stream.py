@@ -66,7 +66,7 @@ def test_completion_before_dispatch_then_late_dispatch_is_ignored() -> None:
     assert gen.leaf == "completed" and not gen.is_steerable
 
 
-@pytest.mark.parametrize("start", [[], [("dispatch_unreachable", {})]])
+@pytest.mark.parametrize("start", [[], [("dispatch_unreachable", {"reconnectable": True})]])
 def test_escalated_before_dispatch_then_late_ack_is_ignored(
     start: list[tuple[str, dict[str, object]]],
 ) -> None:
@@ -118,15 +118,22 @@ def test_trigger_failure_is_undelivered_not_left_running() -> None:
         assert gen.leaf == "undelivered" and gen.is_terminal
 
 
+def test_an_unreachable_carrier_that_cannot_redial_is_not_waited_for() -> None:
+    """§5.7: stdio pipes cannot redial, so "stream not connected" ends the generation."""
+    gen = PromptGeneration(1)
+    gen.fire("dispatch_unreachable", reconnectable=False)
+    assert gen.leaf == "undelivered"
+
+
 def test_reconnect_retry_redispatches_or_times_out() -> None:
     gen = PromptGeneration(1)
-    gen.fire("dispatch_unreachable")
-    gen.fire("dispatch_unreachable")  # another 100 ms poll
+    gen.fire("dispatch_unreachable", reconnectable=True)
+    gen.fire("dispatch_unreachable", reconnectable=True)  # another 100 ms poll
     assert gen.leaf == "reconnecting"
     gen.fire("dispatch_accepted")
     assert gen.state_ids == ("dispatched", "awaited")
     late = PromptGeneration(2)
-    late.fire("dispatch_unreachable")
+    late.fire("dispatch_unreachable", reconnectable=True)
     late.fire("reconnect_timed_out")
     assert late.leaf == "undelivered"
 
