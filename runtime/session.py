@@ -1166,25 +1166,39 @@ class ExecutionSession:
         except AcpfsmError as exc:
             raise CancelFailed(f"failed to cancel agent: {exc}", execution_id=self.id) from exc
         generation = self.current
-        if generation is None or generation.is_terminal:
+        if generation is None:
             return
-        if stream_disconnected or not acknowledged or generation.holds_barrier:
-            await self._escalate(generation)
-            return
+        # the chart decides: escalate now, keep waiting, or nothing to cancel
+        if await self._fire_escalation(
+            generation,
+            "cancel_answered",
+            acknowledged=acknowledged,
+            stream_disconnected=stream_disconnected,
+        ):
+            await self._finish_escalation(generation)
         with anyio.move_on_after(self.timeouts.cancel_wait):
             while not generation.is_terminal and generation.leaf != "handed_off":
                 await self._changed.wait()
-        if not generation.is_terminal and generation.leaf != "handed_off":
-            await self._escalate(generation)
+        still_live = not generation.is_terminal and generation.leaf != "handed_off"
+        if still_live and await self._fire_escalation(generation, "escalated"):
+            await self._finish_escalation(generation)
 
-    async def _escalate(self, generation: PromptGeneration) -> None:
-        """escalateStuckCancel (§5.10): release the turn, mark READY, report."""
+    async def _fire_escalation(self, generation: PromptGeneration, event: str, **data: Any) -> bool:
+        """Send a cancel fact to the generation; True when it entered ``cancel_escalated``."""
         async with self._lifecycle_lock:
-            if generation.accepts("escalated"):
+            before = generation.leaf
+            if generation.accepts(event):
+                generation.fire(event, **data)
+            escalated = generation.leaf == "cancel_escalated" and before != "cancel_escalated"
+            if escalated:
                 outcome = self._outcomes.setdefault(generation.generation, _Outcome())
                 outcome.error = CANCEL_ESCALATED_SIGNAL
-                generation.fire("escalated")
             self._notify()
+        return escalated
+
+    async def _finish_escalation(self, generation: PromptGeneration) -> None:
+        """escalateStuckCancel (§5.10) after the chart escalated: let the released waiter
+        return (≤ 2 s), mark READY, report ``CancelEscalated``."""
         try:
             with anyio.move_on_after(self.timeouts.cancel_escalation):
                 async with self._prompt_lock:  # the released waiter has returned

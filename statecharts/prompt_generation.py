@@ -157,6 +157,30 @@ class PromptGeneration(Chart):
         | disconnected.to.itself()
     )
 
+    # --- cancel (§5.10): the agent's answer to session/cancel decides what happens ----------
+    # Escalate at once when the cancel was not acknowledged or the stream is gone, and for a
+    # dispatch-only turn (nobody waits on it); otherwise keep waiting for the turn to end (the
+    # runtime's 10 s bound then sends ``escalated``). Finished generations ignore it.
+    cancel_answered = (
+        dispatched.unawaited.to(cancel_escalated)
+        | dispatched.awaited.to(cancel_escalated, cond="cancel_unacknowledged")
+        | dispatched.awaited.to.itself()
+        | dispatched.stall_reported.to(cancel_escalated, cond="cancel_unacknowledged")
+        | dispatched.stall_reported.to.itself()
+        | admitted.to(cancel_escalated, cond="cancel_unacknowledged")
+        | admitted.to.itself()
+        | reconnecting.to(cancel_escalated, cond="cancel_unacknowledged")
+        | reconnecting.to.itself()
+        | handed_off.to(cancel_escalated, cond="cancel_unacknowledged")
+        | handed_off.to.itself()
+        | completed.to.itself()
+        | failed.to.itself()
+        | undelivered.to.itself()
+        | cancel_escalated.to.itself()
+        | disconnected.to.itself()
+        | superseded.to.itself()
+    )
+
     # --- steer folds into the dispatched generation (§5.8) ------------------------------
     steered = (
         dispatched.awaited.to.itself()
@@ -205,6 +229,11 @@ class PromptGeneration(Chart):
 
     def cancel_release(self, cancel_release: bool = False) -> bool:
         return cancel_release
+
+    def cancel_unacknowledged(
+        self, acknowledged: bool = True, stream_disconnected: bool = False
+    ) -> bool:
+        return stream_disconnected or not acknowledged
 
     def carrier_reconnectable(self, reconnectable: bool = False) -> bool:
         return reconnectable

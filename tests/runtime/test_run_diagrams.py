@@ -117,7 +117,7 @@ def test_the_demo_writes_the_diagrams_of_its_run(tmp_path: Path) -> None:
     for run in runs:
         assert (run / "README.md").is_file() and (run / "prompt_generation.svg").is_file()
     first = (runs[0] / "prompt_generation.mmd").read_text()
-    assert "✔ steered" in first and "✔ escalated" in first
+    assert "✔ steered" in first and "✔ cancel_answered" in first
     resumed = (runs[1] / "session_init.mmd").read_text()
     assert "✔ load_succeeded" in resumed
     assert check_file(trace).ok

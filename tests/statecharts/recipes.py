@@ -128,6 +128,7 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
     # PromptGeneration
     "dispatch_failed": [{"cancel_release": True}, {}],
     "dispatch_unreachable": [{"reconnectable": True}, {}],
+    "cancel_answered": [{"acknowledged": False}, {"stream_disconnected": True}, {}],
     "completion_received": [
         {"startup_generation": 99},
         {"cancel_release": True},

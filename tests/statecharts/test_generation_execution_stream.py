@@ -118,6 +118,28 @@ def test_trigger_failure_is_undelivered_not_left_running() -> None:
         assert gen.leaf == "undelivered" and gen.is_terminal
 
 
+@pytest.mark.parametrize(
+    ("recipe", "answer", "expected"),
+    [
+        ("awaited", {"acknowledged": True}, "awaited"),  # wait for the turn to end
+        ("awaited", {"acknowledged": False}, "cancel_escalated"),
+        ("stall_reported", {"stream_disconnected": True}, "cancel_escalated"),
+        ("unawaited", {"acknowledged": True}, "cancel_escalated"),  # nobody waits on it
+        ("handed_off", {"acknowledged": True}, "handed_off"),
+        ("admitted", {"stream_disconnected": True}, "cancel_escalated"),
+        ("completed", {"acknowledged": False}, "completed"),  # nothing to cancel
+    ],
+)
+def test_the_answer_to_a_cancel_decides_escalation(
+    recipe: str, answer: dict[str, bool], expected: str
+) -> None:
+    """§5.10: escalate at once when the cancel was not acknowledged, the stream is gone, or
+    the turn is dispatch-only; otherwise the runtime keeps waiting (then ``escalated``)."""
+    gen = walk(PromptGeneration(1, dispatch_only=recipe == "unawaited"), PROMPT_RECIPES[recipe])
+    gen.fire("cancel_answered", **answer)
+    assert gen.leaf == expected
+
+
 def test_an_unreachable_carrier_that_cannot_redial_is_not_waited_for() -> None:
     """§5.7: stdio pipes cannot redial, so "stream not connected" ends the generation."""
     gen = PromptGeneration(1)
