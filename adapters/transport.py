@@ -47,6 +47,8 @@ class InitializeResult(msgspec.Struct, frozen=True, kw_only=True):
     supports_audio: bool = False
     supports_embedded_context: bool = False
     auth_methods: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {}
+    """The agent's ``_meta`` extensions (initialize response and its capabilities), as sent."""
 
 
 class SessionResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -216,6 +216,7 @@ class ExecutionSession:
         return out
 
     def snapshot(self) -> ExecutionSnapshot:
+        caps = self.transport.capabilities if self.transport is not None else None
         return ExecutionSnapshot(
             id=self.id,
             session_id=self.session_id,
@@ -229,6 +230,8 @@ class ExecutionSession:
             exit_code=self.exit_code,
             error_message=self.error_message,
             acp_session_id=self.acp_session_id,
+            agent_name=caps.agent.name if caps is not None else "",
+            agent_version=caps.agent.version if caps is not None else "",
             charts=self.charts,
             prompt_generation=self.current.generation if self.current is not None else 0,
             metadata=dict(self.metadata),

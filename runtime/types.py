@@ -68,6 +68,8 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None
     error_message: str
     acp_session_id: str
+    agent_name: str
+    agent_version: str
     charts: dict[str, str]
     prompt_generation: int
     metadata: dict[str, Any]

@@ -576,6 +576,10 @@ class StdioTransport:
             supports_audio=caps.prompt_capabilities.audio,
             supports_embedded_context=caps.prompt_capabilities.embedded_context,
             auth_methods=list(response.auth_methods),
+            meta={
+                **({"agentCapabilities": caps.meta} if caps.meta else {}),
+                **(response.meta or {}),
+            },
         )
         self._capabilities = result
         self._emit(

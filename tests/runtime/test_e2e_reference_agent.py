@@ -65,6 +65,13 @@ async def test_full_life_launch_prompt_steer_cancel_stop_relaunch(tmp_path: Path
         assert "a follow-up" in first.agent_message
         snap = rt.get_execution(ref.id)
         assert snap.status == "READY"
+        assert snap.agent_name == "acpfsm-reference-agent"
+        transport = rt._session(ref.id).transport
+        assert transport is not None
+        caps = transport.capabilities
+        assert caps is not None
+        assert caps.meta["agentCapabilities"] == {"claudeCode": {"promptQueueing": True}}
+        assert caps.meta["acpfsmReference"]["pid"] > 0  # the agent's own _meta, kept
         acp_id = snap.acp_session_id
         assert acp_id
 
