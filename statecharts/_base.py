@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 Every chart is a python-statemachine ``StateChart`` that runs on the **sync engine** only
-(acp-and-agents.md §1.6): no ``async def`` callback, guard or listener, no ``delay=``, no
-``invoke=``. The runtime owns I/O and time and feeds results in as events.
+(acp-and-agents.md §1.6): no ``async def`` callback, guard or listener, no delayed events and
+no invoked services. The runtime owns I/O and time and feeds results in as events.
 
 Two engine defaults are flipped on purpose (acp-and-agents.md §1.1):
 
