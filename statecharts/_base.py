@@ -84,28 +84,6 @@ class IllegalTransition(TransitionNotAllowed):
         self.configuration = set()
 
 
-class _Reporter:
-    """Listener that forwards each transition to the registered observers."""
-
-    def __init__(self, chart: Chart) -> None:
-        self._chart = chart
-
-    def after_transition(self, event: str, source: State, target: State | None) -> None:
-        chart = self._chart
-        record = TransitionRecord(
-            chart=chart.chart_name,
-            source=source.id,
-            event=str(event),
-            target=target.id if target is not None else source.id,
-            tags=chart.tags,
-        )
-        chart.history.append(record)
-        for observer in chart.observers:
-            observer(record)
-        for observer in tuple(_observers):
-            observer(record)
-
-
 class Chart(StateChart[Any]):
     """Base of the five lifecycle charts (sync engine, loud on illegal events)."""
 
@@ -124,7 +102,43 @@ class Chart(StateChart[Any]):
         self.tags: dict[str, Any] = dict(tags or {})
         self.observers = observers
         self.history: list[TransitionRecord] = []
-        super().__init__(listeners=[_Reporter(self)], **kwargs)
+        super().__init__(**kwargs)
+        self._observe_microsteps()
+
+    def _observe_microsteps(self) -> None:
+        """Report each fired transition once its microstep is done.
+
+        A listener's ``after_transition`` would do the same, but python-statemachine then
+        resolves that callback for every declared transition of every new instance, which
+        doubles the cost of creating a chart (one PromptGeneration per prompt). Wrapping the
+        sync engine's ``microstep`` (python-statemachine 3.2, pinned) costs nothing at
+        creation; the exhaustive transition tests pin the records it produces."""
+        engine = self._engine
+        step = engine.microstep
+
+        def microstep(transitions: list[Any], trigger_data: Any) -> Any:
+            result = step(transitions, trigger_data)
+            event = trigger_data.event
+            name = str(event.id if event is not None else "")
+            for transition in transitions:
+                self._report(name, transition.source, transition.target)
+            return result
+
+        engine.microstep = microstep
+
+    def _report(self, event: str, source: State, target: State | None) -> None:
+        record = TransitionRecord(
+            chart=self.chart_name,
+            source=source.id,
+            event=event,
+            target=target.id if target is not None else source.id,
+            tags=self.tags,
+        )
+        self.history.append(record)
+        for observer in self.observers:
+            observer(record)
+        for observer in tuple(_observers):
+            observer(record)
 
     # --- sending -------------------------------------------------------------------------
 

@@ -128,6 +128,6 @@ def test_every_declared_transition_is_takeable(
                 continue
             last = instance.history[-1]
             seen.append(instance.state_ids)
-            if last.event == event and last.target == target:
+            if (last.source, last.event, last.target) == (source, event, target):
                 return
     pytest.fail(f"{chart.chart_name}: {source} --{event}--> {target} never taken; saw {seen}")
