@@ -12,25 +12,33 @@ them into chart events through :func:`acpfsm.adapters.classify.classify_error`.
 from __future__ import annotations
 
 import mimetypes
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from .errors import LocalProtocolError
-from .events import AgentEvent, ConfigOption, ModeInfo, ModelInfo
+from .events import AgentEvent, ConfigOption, ModeInfo, ModelInfo, PermissionRequest
 
 __all__ = [
     "AgentInfo",
     "AgentTransport",
     "Attachment",
     "CancelResult",
+    "EventQueue",
     "InitializeResult",
     "McpServer",
+    "PermissionPolicy",
+    "PermissionPrompts",
     "SessionResult",
+    "allow_first_permission_policy",
     "attachment_content",
 ]
+
+_T = TypeVar("_T")
 
 
 class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -111,6 +119,89 @@ class CancelResult(msgspec.Struct, frozen=True, kw_only=True):
     bound (agentctl's ``not_acknowledged``); the lifecycle then escalates at once."""
 
     acknowledged: bool = True
+
+
+PermissionPolicy = Callable[[PermissionRequest], Awaitable[str | None]]
+"""Decides a permission request: the chosen ``option_id``, or ``None`` to answer ``cancelled``."""
+
+
+async def allow_first_permission_policy(request: PermissionRequest) -> str | None:
+    """The default policy: the first ``allow_once``/``allow_always`` option, else the first
+    option, else ``None`` (answer ``cancelled``). It never asks anyone: use it only for
+    agents you trust with the workspace (the reference agent, tests, sandboxes)."""
+    for option in request.permission_options:
+        if option.kind in ("allow_once", "allow_always"):
+            return option.option_id
+    return request.permission_options[0].option_id if request.permission_options else None
+
+
+class PermissionPrompts:
+    """The permission questions a transport has put to its policy and not had answered yet;
+    any of them can be withdrawn (the policy is cancelled, the answer is ``cancelled``)."""
+
+    def __init__(self, policy: PermissionPolicy) -> None:
+        self.policy = policy
+        self._scopes: dict[str, anyio.CancelScope] = {}
+
+    async def ask(self, request: PermissionRequest) -> tuple[str | None, bool]:
+        """The policy's choice, and whether the question was withdrawn meanwhile (the
+        choice is then ``None``)."""
+        choice: str | None = None
+        with anyio.CancelScope() as scope:
+            self._scopes[request.request_id] = scope
+            try:
+                choice = await self.policy(request)
+            finally:
+                self._scopes.pop(request.request_id, None)
+        return (None, True) if scope.cancelled_caught else (choice, False)
+
+    def withdraw(self, request_id: str) -> None:
+        scope = self._scopes.get(request_id)
+        if scope is not None:
+            scope.cancel()
+
+    def withdraw_all(self) -> None:
+        for scope in list(self._scopes.values()):
+            scope.cancel()
+
+
+class EventQueue(Generic[_T]):
+    """Unbounded single-consumer FIFO; ``close()`` ends iteration after what is queued."""
+
+    def __init__(self) -> None:
+        self.items: deque[_T] = deque()
+        self._wakeup = anyio.Event()
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def put(self, item: _T) -> None:
+        self.items.append(item)
+        self._wakeup.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wakeup.set()
+
+    async def changed(self) -> None:
+        """Wait for the next ``put`` or ``close``."""
+        if self._wakeup.is_set():
+            self._wakeup = anyio.Event()
+        await self._wakeup.wait()
+
+    def __aiter__(self) -> EventQueue[_T]:
+        return self
+
+    async def __anext__(self) -> _T:
+        while not self.items:
+            if self.closed:
+                raise StopAsyncIteration
+            await self.changed()
+        await anyio.lowlevel.checkpoint()
+        if not self.items:  # another consumer took it meanwhile
+            return await self.__anext__()
+        return self.items.popleft()
 
 
 @runtime_checkable

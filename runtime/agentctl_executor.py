@@ -40,7 +40,6 @@ from typing import Any
 import anyio
 import httpx
 
-from acpfsm.adapters.acp.stdio import PermissionPolicy, allow_first_permission_policy
 from acpfsm.adapters.agentctl import (
     AgentctlConfig,
     AgentctlTransport,
@@ -50,7 +49,11 @@ from acpfsm.adapters.agentctl import (
     open_agentctl_transport,
 )
 from acpfsm.adapters.errors import AcpfsmError
-from acpfsm.adapters.transport import AgentTransport
+from acpfsm.adapters.transport import (
+    AgentTransport,
+    PermissionPolicy,
+    allow_first_permission_policy,
+)
 
 from .errors import LaunchSpecError
 from .types import AgentProfile, LaunchSpec

@@ -56,8 +56,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -69,10 +68,9 @@ from statemachine import State, StateChart
 
 from acpfsm.adapters.acp.stdio import StdioTransport, open_stdio_transport
 from acpfsm.adapters.events import Complete, ErrorEvent
-from acpfsm.adapters.memory import MemoryTransport
-from acpfsm.adapters.transport import AgentTransport
 from acpfsm.statecharts import Execution as ExecutionChart
 from acpfsm.statecharts import PromptGeneration
+from acpfsm.testing.memory import MemoryExecutor
 
 from .runtime import Runtime, reference_profile
 from .trace import Trace
@@ -529,23 +527,6 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
 # ---------------------------------------------------------------- 3. memory --
 
 
-class _MemoryExecutor:
-    """Hands out :class:`MemoryTransport` agents (the tests' MemoryExecutor, trimmed)."""
-
-    def open(
-        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
-    ) -> AbstractAsyncContextManager[AgentTransport]:
-        @asynccontextmanager
-        async def cm() -> AsyncIterator[AgentTransport]:
-            transport = MemoryTransport()
-            try:
-                yield transport
-            finally:
-                await transport.aclose()
-
-        return cm()
-
-
 async def _settle() -> None:
     """Let every ready task run (each pump reaches its idle wait)."""
     for _ in range(20):
@@ -587,7 +568,7 @@ async def bench_memory(opts: BenchOptions, root: Path) -> list[MemoryRow]:
                 executor_id="memory",
                 workspace=WorkspaceRef(path=str(root)),
             )
-            rt = Runtime(profiles=[mem_profile], executors={"memory": _MemoryExecutor()})
+            rt = Runtime(profiles=[mem_profile], executors={"memory": MemoryExecutor()})
             async with rt:
                 per, _ids = await _idle_runtime(rt, spec, opts.idle)
             rows.append(MemoryRow("Runtime over MemoryTransport (tracemalloc)", per, opts.idle))

@@ -97,7 +97,7 @@ from typing import Any
 import msgspec
 
 from acpfsm.adapters.errors import AcpfsmError
-from acpfsm.statecharts._base import Chart
+from acpfsm.statecharts._base import Chart, declared_transitions
 
 from .trace import TraceRecord
 
@@ -237,7 +237,6 @@ def compile_chart(chart: type[Chart]) -> CompiledChart:
     # per state, its evented transitions in document order: (events, target, guarded, internal)
     transitions: dict[str, list[tuple[tuple[str, ...], str | None, bool, bool]]] = {}
     unguarded: dict[str, set[str]] = {}
-    declared: set[tuple[str, str, str]] = set()
     events: set[str] = set()
     for sid, state in states.items():
         rows = []
@@ -251,8 +250,6 @@ def compile_chart(chart: type[Chart]) -> CompiledChart:
             if not guarded:
                 unguarded.setdefault(sid, set()).update(names)
             events.update(names)
-            for name in names:
-                declared.add((sid, name, target if target is not None else sid))
         transitions[sid] = rows
 
     step: dict[tuple[str, str, str, str], str] = {}
@@ -282,7 +279,7 @@ def compile_chart(chart: type[Chart]) -> CompiledChart:
         initial=default_leaf[top_initial],
         final=frozenset(sid for sid, st in states.items() if st.final),
         parent=parent,
-        declared=frozenset(declared),
+        declared=frozenset(declared_transitions(chart)),
         step=step,
         default_leaf=default_leaf,
         ancestors={sid: tuple(_chain(sid, parent)) for sid in states},

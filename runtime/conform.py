@@ -83,16 +83,17 @@ import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import anyio
 import anyio.abc
 import msgspec
 
 from acpfsm.adapters.acp import messages as acp
+from acpfsm.adapters.acp.jsonrpc import method_not_found
 from acpfsm.adapters.acp.process import AgentProcess, ShutdownPolicy, open_agent_process
 from acpfsm.adapters.errors import (
     AcpfsmError,
@@ -277,6 +278,15 @@ def _excerpt(lines: list[str]) -> list[str]:
 def _short(value: Any, limit: int = _EVIDENCE_CHARS) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _reject_option(options: Iterable[tuple[Any, Any]]) -> Any:
+    """The option the battery answers a permission request with, from ``(kind, optionId)``
+    pairs: the ``reject_once`` one, else any ``reject*`` one, else None."""
+    pairs = list(options)
+    return next((oid for kind, oid in pairs if kind == "reject_once"), None) or next(
+        (oid for kind, oid in pairs if str(kind).startswith("reject")), None
+    )
 
 
 # --------------------------------------------------------------------------- carriers
@@ -580,11 +590,8 @@ class _Wire:
             options = params.get("options", []) if isinstance(params, dict) else []
             chosen = None
             if not self.cancelling:
-                kinds = [
+                chosen = _reject_option(
                     (o.get("kind", ""), o.get("optionId")) for o in options if isinstance(o, dict)
-                ]
-                chosen = next((oid for kind, oid in kinds if kind == "reject_once"), None) or next(
-                    (oid for kind, oid in kinds if str(kind).startswith("reject")), None
                 )
             outcome: dict[str, Any] = (
                 {"outcome": "selected", "optionId": chosen}
@@ -593,17 +600,9 @@ class _Wire:
             )
             await self._send({"jsonrpc": "2.0", "id": request_id, "result": {"outcome": outcome}})
         else:
-            await self._send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": request_id,
-                    "error": {
-                        "code": -32601,
-                        "message": "Method not found",
-                        "data": {"method": method},
-                    },
-                }
-            )
+            reply = method_not_found(method)
+            error = {"code": reply.code, "message": reply.message, "data": reply.data}
+            await self._send({"jsonrpc": "2.0", "id": request_id, "error": error})
 
     # -- writing
     async def _send(self, message: Any) -> None:
@@ -705,20 +704,9 @@ def _bad_updates(notes: list[_Note]) -> list[str]:
     return out
 
 
+#: The ``sessionUpdate`` kinds acpfsm models (the tags of :data:`acp.SessionUpdate`).
 _KNOWN_UPDATE_KINDS = frozenset(
-    {
-        "user_message_chunk",
-        "agent_message_chunk",
-        "agent_thought_chunk",
-        "tool_call",
-        "tool_call_update",
-        "plan",
-        "available_commands_update",
-        "current_mode_update",
-        "config_option_update",
-        "session_info_update",
-        "usage_update",
-    }
+    str(cls.__struct_config__.tag) for cls in get_args(acp.SessionUpdate)
 )
 
 
@@ -989,10 +977,10 @@ class _Permissions:
     async def answer(self, request: PermissionRequest) -> str | None:
         if self.cancelling:
             return None
-        options = request.permission_options
-        return next((o.option_id for o in options if o.kind == "reject_once"), None) or next(
-            (o.option_id for o in options if o.kind.startswith("reject")), None
+        chosen: str | None = _reject_option(
+            (o.kind, o.option_id) for o in request.permission_options
         )
+        return chosen
 
 
 class _TransportCarrier(_Carrier):

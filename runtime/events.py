@@ -7,8 +7,6 @@ these lifecycle events (kandev's ``agent.*`` bus events). All are frozen tagged 
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from acpfsm.adapters.events import AgentEvent
@@ -153,11 +151,3 @@ LifecycleEvent = (
 )
 
 RuntimeEvent = AgentEvent | LifecycleEvent
-
-_encoder = msgspec.json.Encoder()
-
-
-def event_to_builtins(event: RuntimeEvent) -> dict[str, Any]:
-    out = msgspec.to_builtins(event)
-    assert isinstance(out, dict)
-    return out

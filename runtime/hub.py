@@ -102,10 +102,6 @@ class EventHub:
         self._subscribers: list[Subscription] = []
         self._closed = False
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def publish(self, event: RuntimeEvent) -> None:
         if self._closed:
             return

@@ -171,7 +171,6 @@ class ExecutionSession:
         self.execution = Execution(tags={"execution_id": execution_id}, observers=obs)
         self.stream = AgentStream(tags={"execution_id": execution_id}, observers=obs)
         self.init: SessionInit | None = None
-        self._init_runs = 0
         self.generations: collections.OrderedDict[int, PromptGeneration] = collections.OrderedDict()
         self.current: PromptGeneration | None = None
         self._outcomes: dict[int, _Outcome] = {}
@@ -184,11 +183,10 @@ class ExecutionSession:
         self._init_done = anyio.Event()
         self._stop_requested = anyio.Event()
         self._finished = anyio.Event()
-        self._stop_reason = ""
 
         self._model_state: _ModelState | None = None
         self._provider_default: _ModelState | None = None
-        self._authoritative: dict[str, ev.SessionModels] = {}
+        self._authoritative: set[str] = set()
         self._pending_settlement: tuple[str, _ModelState | None] | None = None
         self._activity = _Activity()
         self._message: list[str] = []
@@ -207,13 +205,12 @@ class ExecutionSession:
 
     @property
     def charts(self) -> dict[str, str]:
-        out = {
+        return {
             "execution": self.execution.leaf,
             "agent_stream": self.stream.leaf,
             "session_init": self.init.leaf if self.init is not None else "",
             "prompt_generation": self.current.leaf if self.current is not None else "",
         }
-        return out
 
     def snapshot(self) -> ExecutionSnapshot:
         caps = self.transport.capabilities if self.transport is not None else None
@@ -247,13 +244,36 @@ class ExecutionSession:
         if self.finished_at is None:
             self.finished_at = _utcnow()
 
-    async def _history(self, fn: Callable[..., object], *args: Any) -> None:
+    async def _history(self, append: Callable[[HistoryStore], object]) -> None:
+        """``append(store)`` off the event loop, when history is kept for this profile; a
+        failure is only logged."""
         if self.history is None or not self.profile.history_context_injection:
             return
         try:
-            await anyio.to_thread.run_sync(fn, *args)
+            await anyio.to_thread.run_sync(append, self.history)
         except (OSError, AcpfsmError) as exc:
             log.warning("history append failed for %s: %s", self.session_id, exc)
+
+    def _take_message(self) -> str:
+        """Detach the buffered assistant text and reset the buffer in one step (R20)."""
+        text = "".join(self._message)
+        self._message.clear()
+        return text
+
+    async def _persist_assistant(self, text: str) -> None:
+        if text:
+            await self._history(lambda h: h.append_assistant(self.session_id, text))
+
+    async def _with_resume_context(self, text: str) -> str:
+        """GenerateResumeContext off the event loop; the plain text when history is unreadable."""
+        if self.history is None:
+            return text
+        prompt, err = await anyio.to_thread.run_sync(
+            self.history.generate_resume_context, self.session_id, text
+        )
+        if err is not None:
+            log.warning("resume context generation failed: %s", err)
+        return prompt
 
     # ---------------------------------------------------------------------- the run --
 
@@ -301,7 +321,7 @@ class ExecutionSession:
             if init.leaf == "prompting":
                 tg.start_soon(self._initial_prompt)
                 return
-            if init.leaf in ("ready", "ready_resume_context_pending"):
+            if init.succeeded:  # ready, with or without resume context pending
                 self.execution.fire("booted")
                 self._publish(
                     le.AgentBootReady(
@@ -317,17 +337,14 @@ class ExecutionSession:
             raise
 
     async def _initialize(self) -> None:
-        self._init_runs += 1
         init = SessionInit(
-            tags={"execution_id": self.id},
-            observers=(self._trace.observer(self.id, instance=self._init_runs - 1),),
+            tags={"execution_id": self.id}, observers=(self._trace.observer(self.id),)
         )
         self.init = init
         transport = self._transport()
         t = self.timeouts
         error = ""
         model_requested = bool(self.profile.model or self.metadata.get("runtime_model"))
-        decision_handled = False
         applied_model = ""
         final_config_id = ""
         failures: list[str] = []
@@ -407,16 +424,14 @@ class ExecutionSession:
                     self._provider_default = (
                         self._model_state.copy() if self._model_state is not None else None
                     )
-                    decision_handled, applied_model, policy_error = await self._start_model()
+                    applied_model, policy_error = await self._start_model()
                     if policy_error:
                         error = policy_error
                         init.fire("start_model_failed")
                     else:
                         init.fire("start_model_settled")
                 elif state == "applying_profile_layer":
-                    final_config_id, profile_applied = await self._profile_layer(
-                        decision_handled, applied_model
-                    )
+                    final_config_id, profile_applied = await self._profile_layer(applied_model)
                     init.fire("profile_layer_applied")
                 elif state == "original_snapshot":
                     self._publish_original_snapshot(applied_model, profile_applied)
@@ -484,12 +499,11 @@ class ExecutionSession:
         state = self._model_state
         return state is not None and bool(state.models or state.config_options or state.settled)
 
-    async def _start_model(self) -> tuple[bool, str, str]:
-        """The start-model policy wrapper (§3.3): ``(handled, applied_model, error)``."""
-        runtime_model = str(self.metadata.get("runtime_model", ""))
-        model = runtime_model or self.profile.model
+    async def _start_model(self) -> tuple[str, str]:
+        """The start-model policy wrapper (§3.3): ``(applied_model, error)``."""
+        model = str(self.metadata.get("runtime_model", "")) or self.profile.model
         if not model:
-            return False, "", ""
+            return "", ""
         policy = StartModelPolicy(
             model=model,
             fallback_model=self.profile.fallback_model,
@@ -518,7 +532,7 @@ class ExecutionSession:
         decision = policy.decision()
         if decision.error:
             log.warning("start model unavailable, failing session start: %s", decision.error)
-            return True, "", decision.error
+            return "", decision.error
         if decision.warning:
             self._publish(
                 le.ModelSelectionWarning(
@@ -552,7 +566,7 @@ class ExecutionSession:
         )
         if applied and self._model_state is not None:
             self._model_state.current_model_id = applied
-        return True, applied, ""
+        return applied, ""
 
     def _model_config_id(self) -> str:
         state = self._model_state
@@ -562,26 +576,17 @@ class ExecutionSession:
                     return option.id
         return "model"
 
-    async def _profile_layer(self, handled: bool, applied_model: str) -> tuple[str, dict[str, str]]:
+    async def _profile_layer(self, applied_model: str) -> tuple[str, dict[str, str]]:
         """§4.1: returns ``(final_config_id, applied)`` where ``applied`` maps ``model``,
-        ``mode`` and config ids to the values that took effect."""
+        ``mode`` and config ids to the values that took effect. The profile's model is the
+        start-model policy's business (it runs whenever a model is requested); only the model
+        it applied is recorded here."""
         transport = self._transport()
         applied: dict[str, str] = {}
         final_config_id = ""
-        model = applied_model or str(self.metadata.get("runtime_model", "")) or self.profile.model
-        if model:
-            if handled:
-                if applied_model:
-                    applied["model"] = applied_model
-                    final_config_id = self._model_config_id()
-            else:  # pragma: no cover - the policy always runs when a model is set
-                try:
-                    await transport.set_model(model)
-                except AcpfsmError as exc:
-                    log.warning("profile model %s not applied: %s", model, exc)
-                else:
-                    applied["model"] = model
-                    final_config_id = self._model_config_id()
+        if applied_model:
+            applied["model"] = applied_model
+            final_config_id = self._model_config_id()
         if self.profile.mode:
             try:
                 with anyio.fail_after(self.timeouts.request):
@@ -689,18 +694,23 @@ class ExecutionSession:
             if self._model_state is None:
                 self._pending_settlement = ("", baseline)
                 return False
-            self._publish_settled(baseline or self._model_state, self._model_state)
+            self._publish_settled()
             return True
-        if self._authoritative.pop(final_config_id, None) is not None:
+        if final_config_id in self._authoritative:
             # The response was applied to the cache when it arrived; a newer provider update
             # since then is the live state (scenario s62 b), so it is not applied again.
-            assert self._model_state is not None
-            self._publish_settled(baseline or self._model_state, self._model_state)
+            self._authoritative.discard(final_config_id)
+            self._publish_settled()
             return True
         self._pending_settlement = (final_config_id, baseline)
         return False
 
-    def _publish_settled(self, baseline: _ModelState, live: _ModelState) -> None:
+    def _publish_settled(self, baseline: _ModelState | None = None) -> None:
+        """Publish the cache as settled; its config baseline is ``baseline``, else the provider
+        default, else the cache itself."""
+        live = self._model_state
+        assert live is not None
+        baseline = baseline or self._provider_default or live
         live.settled = True
         self._publish(
             ev.SessionModels(
@@ -744,14 +754,7 @@ class ExecutionSession:
         ):
             return text
         self._resume_context_consumed = True
-        if self.history is None:
-            return text
-        prompt, err = await anyio.to_thread.run_sync(
-            self.history.generate_resume_context, self.session_id, text
-        )
-        if err is not None:
-            log.warning("resume context generation failed: %s", err)
-        return prompt
+        return await self._with_resume_context(text)
 
     # --------------------------------------------------------------------- prompting --
 
@@ -767,12 +770,8 @@ class ExecutionSession:
 
     async def _send_initial_prompt(self) -> None:
         text = self.spec.prompt
-        if self._should_inject_resume_context() and self.history is not None:
-            text, err = await anyio.to_thread.run_sync(
-                self.history.generate_resume_context, self.session_id, text
-            )
-            if err is not None:
-                log.warning("resume context generation failed: %s", err)
+        if self._should_inject_resume_context():
+            text = await self._with_resume_context(text)
         try:
             await self.prompt(
                 text, attachments=self.spec.attachments, validate_status=False, initial=True
@@ -812,7 +811,7 @@ class ExecutionSession:
             g = generation.generation
             if initial:  # callers' prompts may queue behind the initial turn from now on
                 self._init_done.set()
-            await self._history(self._append_user, text)
+            await self._history(lambda h: h.append_user(self.session_id, text))
             effective = await self._effective_prompt(text)
             try:
                 materialized = await self._materialize(attachments)
@@ -825,10 +824,6 @@ class ExecutionSession:
             if dispatch_only:
                 return PromptResult(stop_reason="dispatched", generation=g)
             return await self._wait_outcome(generation)
-
-    def _append_user(self, text: str) -> None:
-        assert self.history is not None
-        self.history.append_user(self.session_id, text)
 
     async def _pass_dispatch_barrier(self) -> None:
         """§5.3 step 3 with seed D8: wait ≤ 10 s for a dispatch-only predecessor."""
@@ -865,14 +860,12 @@ class ExecutionSession:
             # resetStreamingStateWithHistory (§5.3 step 6c, R20): detach the unclaimed
             # partial text and reset the buffer in one step; what was detached is persisted
             # once, below; a chunk arriving meanwhile belongs to the new buffer (s104)
-            partial = "".join(self._message)
-            self._message.clear()
+            partial = self._take_message()
             self._activity.active_tool_id = ""
             self._activity.active_tool_title = ""
             self.execution.fire("prompt_began")
             self._notify()
-        if partial and self.history is not None:
-            await self._history(self.history.append_assistant, self.session_id, partial)
+        await self._persist_assistant(partial)
         return generation
 
     async def _materialize(self, attachments: Sequence[Attachment]) -> list[Attachment]:
@@ -1149,7 +1142,7 @@ class ExecutionSession:
                     generation=generation.generation,
                 ) from exc
             generation.fire("steered")
-        await self._history(self._append_user, text)
+        await self._history(lambda h: h.append_user(self.session_id, text))
         self._activity.last_at = anyio.current_time()
         if on_dispatched is not None:
             on_dispatched()
@@ -1209,12 +1202,14 @@ class ExecutionSession:
         finally:
             # R17: the cleanup runs even when the caller's deadline ends the post-wait (the
             # caller then gets its own cancellation, not CancelEscalated); it never awaits.
-            if self.execution.accepts("cancel_escalated"):
-                self.execution.fire("cancel_escalated")
-                self._publish(
-                    le.AgentReady(execution_id=self.id, prompt_generation=generation.generation)
-                )
+            self._ready_after_escalation(generation.generation)
         raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=self.id)
+
+    def _ready_after_escalation(self, g: int) -> None:
+        """escalateStuckCancel's status step: READY + ``agent.ready`` (not once stopped)."""
+        if self.execution.accepts("cancel_escalated"):
+            self.execution.fire("cancel_escalated")
+            self._publish(le.AgentReady(execution_id=self.id, prompt_generation=g))
 
     # ------------------------------------------------------------------ configuration --
 
@@ -1234,13 +1229,10 @@ class ExecutionSession:
 
     async def stop(self, reason: str, *, force: bool = False) -> ExecutionSnapshot:
         """StopAgentWithReason (§5.12): release any waiter, STOPPED, close the transport."""
-        self._stop_reason = reason
         if self.execution.accepts("stop_requested"):
             async with self._lifecycle_lock:
                 generation = self.current
-                if generation is not None and generation.is_steerable | (
-                    generation.leaf == "handed_off"
-                ):
+                if generation is not None and generation.is_in("dispatched", "handed_off"):
                     self._outcomes.setdefault(
                         generation.generation, _Outcome()
                     ).error = f"agent stream disconnected: execution stopped: {reason}"
@@ -1277,7 +1269,7 @@ class ExecutionSession:
         ``agent.boot_ready``; otherwise :class:`TransportClosed` (``agent process is not
         running``) and it stays FAILED."""
         init = self.init
-        if init is None or init.leaf not in ("prompting", "ready", "ready_resume_context_pending"):
+        if init is None or not init.succeeded:
             return
         if not self.execution.accepts("recovered"):
             return
@@ -1327,10 +1319,17 @@ class ExecutionSession:
         elif isinstance(event, ev.SessionModels):
             self._on_models(event)
         elif isinstance(event, ev.ToolCall):
-            self._tool_names[event.tool_call_id] = event.tool_name or event.tool_title
-            await self._history_tool_call(event)
+            name = event.tool_name or event.tool_title
+            self._tool_names[event.tool_call_id] = name
+            await self._history(
+                lambda h: h.append_tool_call(self.session_id, name, event.tool_call_id)
+            )
         elif isinstance(event, ev.ToolUpdate) and ev.is_terminal_tool_update(event):
-            await self._history_tool_result(event)
+            name = self._tool_names.get(event.tool_call_id, "")
+            output = _tool_output(event)
+            await self._history(
+                lambda h: h.append_tool_result(self.session_id, name, event.tool_call_id, output)
+            )
         elif isinstance(event, ev.ForegroundIdle) and event.prompt_handoff:
             await self._on_handoff(event)
         self._publish(event)
@@ -1352,33 +1351,13 @@ class ExecutionSession:
             and event.tool_call_id == act.active_tool_id
         ):
             act.active_tool_id = act.active_tool_title = ""
-        if (
-            self._init_done.is_set()
-            and self.execution.leaf == "ready"
-            and not ev.is_terminal_tool_update(event)
-        ):
-            # a wakeup turn (R26): content while READY flips to RUNNING
+        if self._init_done.is_set() and not ev.is_terminal_tool_update(event):
+            self._wakeup_running()  # a wakeup turn (R26): content while READY flips to RUNNING
+
+    def _wakeup_running(self) -> None:
+        if self.execution.leaf == "ready":
             self.execution.fire("wakeup_content_arrived")
             self._publish(le.AgentRunning(execution_id=self.id))
-
-    async def _history_tool_call(self, event: ev.ToolCall) -> None:
-        if self.history is not None:
-            await self._history(
-                self.history.append_tool_call,
-                self.session_id,
-                event.tool_name or event.tool_title,
-                event.tool_call_id,
-            )
-
-    async def _history_tool_result(self, event: ev.ToolUpdate) -> None:
-        if self.history is not None:
-            await self._history(
-                self.history.append_tool_result,
-                self.session_id,
-                self._tool_names.get(event.tool_call_id, ""),
-                event.tool_call_id,
-                _tool_output(event),
-            )
 
     def _on_models(self, event: ev.SessionModels) -> None:
         data = event.data
@@ -1388,18 +1367,14 @@ class ExecutionSession:
             if pending is not None and pending[0] == config_id:
                 self._pending_settlement = None
                 self._apply_models_event(event)
-                assert self._model_state is not None
-                baseline = pending[1] or self._provider_default or self._model_state
-                self._publish_settled(baseline, self._model_state)
+                self._publish_settled(pending[1])
                 return
-            self._authoritative[config_id] = event
+            self._authoritative.add(config_id)
         self._apply_models_event(event)
         pending = self._pending_settlement
         if pending is not None and pending[0] == "":
             self._pending_settlement = None
-            assert self._model_state is not None
-            baseline = pending[1] or self._provider_default or self._model_state
-            self._publish_settled(baseline, self._model_state)
+            self._publish_settled(pending[1])
 
     def _chart_for(self, g: int) -> PromptGeneration | None:
         if g == 0:  # the wildcard/legacy path: the current generation
@@ -1444,18 +1419,14 @@ class ExecutionSession:
                     log.debug("ignoring completion for prompt generation %s (%s)", g, after)
                 return
             outcome = self._outcomes.setdefault(g, _Outcome())
-            outcome.agent_message = "".join(self._message)
-            self._message.clear()
+            outcome.agent_message = self._take_message()
             if after == "completed":
                 outcome.stop_reason = stop_reason
             else:
                 outcome.error = message
             self._activity.last_at = anyio.current_time()
             self._notify()  # R11: the waiter's outcome is set before agent.ready is published
-            if outcome.agent_message and self.history is not None:
-                await self._history(
-                    self.history.append_assistant, self.session_id, outcome.agent_message
-                )
+            await self._persist_assistant(outcome.agent_message)
             if event.prompt_generation == 0:  # like kandev's turn id: name the turn it ended
                 event = msgspec.structs.replace(event, prompt_generation=g)
             self._publish(event)
@@ -1478,9 +1449,7 @@ class ExecutionSession:
                         )
                     )
             elif after == "cancel_escalated":
-                if self.execution.accepts("cancel_escalated"):
-                    self.execution.fire("cancel_escalated")
-                    self._publish(le.AgentReady(execution_id=self.id, prompt_generation=g))
+                self._ready_after_escalation(g)
             else:  # failed
                 self._publish(
                     le.PromptFailed(
@@ -1515,27 +1484,19 @@ class ExecutionSession:
     ) -> None:
         """A generation-0 terminal event no live generation claimed: the end of a wakeup (or
         legacy) turn (§5.5 step 6b). Called under the lifecycle lock."""
-        text = "".join(self._message)
-        self._message.clear()
+        text = self._take_message()
         self._activity.last_at = anyio.current_time()
-        if text and self.history is not None:
-            await self._history(self.history.append_assistant, self.session_id, text)
+        await self._persist_assistant(text)
         self._publish(event)
         if is_error:
             self._mark_turn_failed(message, 0)
             return
-        if self.execution.leaf == "ready":  # an empty wakeup turn (R27): show it ran
-            self.execution.fire("wakeup_content_arrived")
-            self._publish(le.AgentRunning(execution_id=self.id))
-        if self.execution.accepts("turn_completed"):
-            status = self.execution.leaf
+        self._wakeup_running()  # an empty wakeup turn (R27): show it ran
+        if self.execution.accepts("turn_completed"):  # never READY here: a real change
             self.execution.fire("turn_completed")
-            if self.execution.leaf != status:
-                self._publish(
-                    le.AgentReady(
-                        execution_id=self.id, prompt_generation=0, stop_reason=stop_reason
-                    )
-                )
+            self._publish(
+                le.AgentReady(execution_id=self.id, prompt_generation=0, stop_reason=stop_reason)
+            )
 
     async def _on_handoff(self, event: ev.ForegroundIdle) -> None:
         """handlePromptHandoffEvent (§5.6): only the owning generation's waiter is released
@@ -1550,13 +1511,9 @@ class ExecutionSession:
             generation.fire("handoff_received")
             if generation.leaf == "handed_off" and before != "handed_off":
                 outcome = self._outcomes.setdefault(generation.generation, _Outcome())
-                outcome.agent_message = "".join(self._message)
-                self._message.clear()
+                outcome.agent_message = self._take_message()
                 self._notify()
-                if outcome.agent_message and self.history is not None:
-                    await self._history(
-                        self.history.append_assistant, self.session_id, outcome.agent_message
-                    )
+                await self._persist_assistant(outcome.agent_message)
 
     async def _on_stream_lost(self, event: ev.StreamDisconnected) -> None:
         """handleStreamDisconnect (§5.6) and, for a local process, its exit (§5.11)."""
@@ -1574,10 +1531,8 @@ class ExecutionSession:
             error = f"{error} (stderr: {event.stderr_tail.strip()[-500:]})"
         async with self._lifecycle_lock:
             # flush the partial text once (R20): detached here, so a later reset finds nothing
-            partial = "".join(self._message)
-            self._message.clear()
-            if partial and self.history is not None:
-                await self._history(self.history.append_assistant, self.session_id, partial)
+            partial = self._take_message()
+            await self._persist_assistant(partial)
             generation = self.current
             if generation is not None and generation.accepts("stream_lost"):
                 before = generation.leaf

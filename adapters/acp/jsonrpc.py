@@ -21,8 +21,8 @@ request then fails with :class:`TransportClosed` (``peer disconnected before res
 the detail and stderr tail the owner's ``peer_info`` supplies), later calls fail at once, and
 ``on_close`` is called exactly once. :meth:`JsonRpcConnection.aclose` is the local close
 (``connection closed``). Every wait is cancellable; a request whose waiter is cancelled is
-abandoned (a late answer is dropped quietly) and, when ``send_cancel_requests`` is set, the
-peer is told with a ``$/cancel_request`` notification.
+abandoned (a late answer is dropped quietly) and the peer is told with a
+``$/cancel_request`` notification.
 """
 
 from __future__ import annotations
@@ -153,7 +153,6 @@ class JsonRpcConnection:
         on_close: CloseHandler | None = None,
         peer_info: PeerInfo | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-        send_cancel_requests: bool = True,
         name: str = "peer",
     ) -> None:
         self._receive = receive_stream
@@ -164,7 +163,6 @@ class JsonRpcConnection:
         self._on_close = on_close
         self._peer_info = peer_info
         self.max_line_bytes: Final = max_line_bytes
-        self._send_cancel_requests = send_cancel_requests
         self.name: Final = name
         self._send_lock = anyio.Lock()
         self._next_id = 0
@@ -289,7 +287,7 @@ class JsonRpcConnection:
         self._abandoned.add(request_id)
         slot.error = TransportClosed(f"request {slot.method} abandoned")
         slot.event.set()
-        if self._send_cancel_requests and not self.closed and self._task_group is not None:
+        if not self.closed and self._task_group is not None:
             self._task_group.start_soon(self._send_cancel_request, request_id)
 
     async def _send_cancel_request(self, request_id: int) -> None:

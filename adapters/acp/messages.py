@@ -613,9 +613,15 @@ class CreateTerminalResponse(_Wire, frozen=True, kw_only=True):
     terminal_id: str
 
 
-class TerminalOutputRequest(_Wire, frozen=True, kw_only=True):
+class _TerminalRef(_Wire, frozen=True, kw_only=True):
+    """The params of every ``terminal/*`` request but ``terminal/create``."""
+
     session_id: str
     terminal_id: str
+
+
+class TerminalOutputRequest(_TerminalRef, frozen=True, kw_only=True):
+    pass
 
 
 class TerminalExitStatus(_Wire, frozen=True, kw_only=True):
@@ -629,24 +635,20 @@ class TerminalOutputResponse(_Wire, frozen=True, kw_only=True):
     exit_status: TerminalExitStatus | None = None
 
 
-class ReleaseTerminalRequest(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    terminal_id: str
+class ReleaseTerminalRequest(_TerminalRef, frozen=True, kw_only=True):
+    pass
 
 
-class WaitForTerminalExitRequest(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    terminal_id: str
+class WaitForTerminalExitRequest(_TerminalRef, frozen=True, kw_only=True):
+    pass
 
 
-class WaitForTerminalExitResponse(_Wire, frozen=True, kw_only=True):
-    exit_code: int | None = None
-    signal: str | None = None
+class WaitForTerminalExitResponse(TerminalExitStatus, frozen=True, kw_only=True):
+    """The exit status itself (``exitCode``, ``signal``)."""
 
 
-class KillTerminalCommandRequest(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    terminal_id: str
+class KillTerminalCommandRequest(_TerminalRef, frozen=True, kw_only=True):
+    pass
 
 
 # --------------------------------------------------------------------------------------------

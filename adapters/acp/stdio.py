@@ -54,11 +54,11 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 from msgspec import Raw
 
+from ..classify import PHRASE_LOAD_UNSUPPORTED
 from ..errors import (
     AcpfsmError,
     AgentRequestError,
@@ -100,9 +100,13 @@ from ..transport import (
     AgentInfo,
     Attachment,
     CancelResult,
+    EventQueue,
     InitializeResult,
     McpServer,
+    PermissionPolicy,
+    PermissionPrompts,
     SessionResult,
+    allow_first_permission_policy,
     attachment_content,
 )
 from . import messages as acp
@@ -129,26 +133,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-LOAD_UNSUPPORTED_MESSAGE: Final = (
-    "agent does not support session loading (LoadSession capability is false)"
-)
-
-PermissionPolicy = Callable[[PermissionRequest], Awaitable[str | None]]
-"""Decides a permission request: the chosen ``option_id``, or ``None`` to answer ``cancelled``."""
+LOAD_UNSUPPORTED_MESSAGE: Final = PHRASE_LOAD_UNSUPPORTED
 
 TerminalHandler = Callable[[str, Any], Awaitable[Any]]
 """Serves ``terminal/*``: ``(method, typed params)`` → result struct; raise
 :class:`~.jsonrpc.JsonRpcErrorReply` to answer with an error."""
-
-
-async def allow_first_permission_policy(request: PermissionRequest) -> str | None:
-    """The default policy: the first ``allow_once``/``allow_always`` option, else the first
-    option, else ``None`` (answer ``cancelled``). It never asks anyone: use it only for
-    agents you trust with the workspace (the reference agent, tests, sandboxes)."""
-    for option in request.permission_options:
-        if option.kind in ("allow_once", "allow_always"):
-            return option.option_id
-    return request.permission_options[0].option_id if request.permission_options else None
 
 
 def _package_version() -> str:
@@ -178,41 +167,6 @@ class StdioConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 DEFAULT_CONFIG: Final = StdioConfig()
-
-
-class _EventQueue:
-    """Unbounded single-consumer FIFO of events; ``close()`` ends iteration after the rest."""
-
-    def __init__(self) -> None:
-        self._items: deque[AgentEvent] = deque()
-        self._wakeup = anyio.Event()
-        self.closed = False
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def put(self, event: AgentEvent) -> None:
-        self._items.append(event)
-        self._wakeup.set()
-
-    def close(self) -> None:
-        self.closed = True
-        self._wakeup.set()
-
-    def __aiter__(self) -> _EventQueue:
-        return self
-
-    async def __anext__(self) -> AgentEvent:
-        while not self._items:
-            if self.closed:
-                raise StopAsyncIteration
-            if self._wakeup.is_set():
-                self._wakeup = anyio.Event()
-            await self._wakeup.wait()
-        await anyio.lowlevel.checkpoint()
-        if not self._items:  # another consumer took it meanwhile
-            return await self.__anext__()
-        return self._items.popleft()
 
 
 class _Turn:
@@ -356,7 +310,7 @@ class StdioTransport:
         self.config: Final = config
         self.process: Final = process
         self.workspace: Final = os.path.realpath(os.fspath(workspace))
-        self._permission_policy = permission_policy
+        self._permissions = PermissionPrompts(permission_policy)
         self._terminal_handler = terminal_handler
         self._conn = JsonRpcConnection(
             receive_stream,
@@ -369,8 +323,7 @@ class StdioTransport:
             max_line_bytes=config.max_line_bytes,
             name="agent",
         )
-        self._events = _EventQueue()
-        self._events_done = False
+        self._events: EventQueue[AgentEvent] = EventQueue()
         self._capabilities: InitializeResult | None = None
         self._session_id: str | None = None
         self._modes: list[ModeInfo] = []
@@ -387,7 +340,6 @@ class StdioTransport:
         self._replayed_plan: Plan | None = None
         self._open_tools: dict[str, int] = {}
         self._context_size = 0
-        self._permission_scopes: dict[str, anyio.CancelScope] = {}
         # lifecycle
         self._task_group: anyio.abc.TaskGroup | None = None
         self._run_scope: anyio.CancelScope | None = None
@@ -455,7 +407,7 @@ class StdioTransport:
     # ------------------------------------------------------------------ events
 
     def _emit(self, event: AgentEvent, *, final: bool = False) -> None:
-        if self._events_done:
+        if self._events.closed:
             return
         if not final and len(self._events) >= self.config.event_queue_limit:
             log.error("event queue overflow (%d undelivered events)", len(self._events))
@@ -464,7 +416,7 @@ class StdioTransport:
         self._events.put(event)
 
     def _finish_events(self, error: str, stderr_tail: str = "") -> None:
-        if self._events_done:
+        if self._events.closed:
             return
         process = self.process
         self._events.put(
@@ -475,7 +427,6 @@ class StdioTransport:
                 stderr_tail=stderr_tail or ("" if process is None else process.stderr.tail(20)),
             )
         )
-        self._events_done = True
         self._events.close()
 
     def _on_connection_closed(self, error: TransportClosed | None) -> None:
@@ -1065,8 +1016,7 @@ class StdioTransport:
     def _cancel_permissions(self) -> None:
         """Answer every pending permission request ``cancelled`` (and emit
         ``permission_cancelled``): on cancel, on close, and before a new prompt or steer."""
-        for scope in list(self._permission_scopes.values()):
-            scope.cancel()
+        self._permissions.withdraw_all()
 
     def _sweep_tools(self, status: str) -> None:
         open_tools, self._open_tools = self._open_tools, {}
@@ -1286,16 +1236,9 @@ class StdioTransport:
             ],
         )
         self._emit(event)
-        choice: str | None = None
-        with anyio.CancelScope() as scope:
-            self._permission_scopes[request_id] = scope
-            try:
-                choice = await self._permission_policy(event)
-            finally:
-                self._permission_scopes.pop(request_id, None)
-        if scope.cancelled_caught:
+        choice, withdrawn = await self._permissions.ask(event)
+        if withdrawn:
             self._emit(PermissionCancelled(session_id=params.session_id, request_id=request_id))
-            choice = None
         outcome: acp.PermissionOutcome = (
             acp.DeniedOutcome() if choice is None else acp.SelectedOutcome(option_id=choice)
         )

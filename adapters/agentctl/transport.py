@@ -63,13 +63,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import httpx
 import msgspec
 import wsproto.events
@@ -82,7 +80,7 @@ from httpx_ws import (
     aconnect_ws,
 )
 
-from ..acp.stdio import PermissionPolicy, allow_first_permission_policy
+from ..classify import STREAM_NOT_CONNECTED_PHRASE
 from ..errors import (
     AcpfsmError,
     AgentctlError,
@@ -116,9 +114,13 @@ from ..transport import (
     AgentInfo,
     Attachment,
     CancelResult,
+    EventQueue,
     InitializeResult,
     McpServer,
+    PermissionPolicy,
+    PermissionPrompts,
     SessionResult,
+    allow_first_permission_policy,
 )
 from . import _wire
 from .control import AgentctlConfig, InstanceClient
@@ -131,7 +133,6 @@ McpHandler = Callable[[str, Any], Awaitable[Any]]
 """Serves agentctl's ``mcp.*`` requests: ``(action, payload)`` → the response payload; an
 exception answers with an ``INTERNAL_ERROR`` error envelope."""
 
-STREAM_NOT_CONNECTED: Final = "agent stream not connected"
 _CLEAN_CLOSE_CODES: Final = frozenset({1000, 1001})
 _STAMPED = (MessageChunk, Reasoning, ToolCall, ToolUpdate, Plan, PermissionRequest)
 _SEND_ERRORS: Final = (
@@ -174,44 +175,6 @@ class _Connection:
             waiter.done.set()
 
 
-class _Queue:
-    """Unbounded single-consumer FIFO; ``close()`` ends iteration after what is queued."""
-
-    def __init__(self) -> None:
-        self.items: deque[Any] = deque()
-        self._wakeup = anyio.Event()
-        self.closed = False
-
-    def put(self, item: Any) -> None:
-        self.items.append(item)
-        self._wakeup.set()
-
-    def close(self) -> None:
-        self.closed = True
-        self._wakeup.set()
-
-    async def changed(self) -> None:
-        if self._wakeup.is_set():
-            self._wakeup = anyio.Event()
-        await self._wakeup.wait()
-
-    async def get(self) -> Any:
-        while not self.items:
-            if self.closed:
-                raise StopAsyncIteration
-            await self.changed()
-        await anyio.lowlevel.checkpoint()
-        if not self.items:  # pragma: no cover - single consumer
-            return await self.get()
-        return self.items.popleft()
-
-    def __aiter__(self) -> _Queue:
-        return self
-
-    async def __anext__(self) -> Any:
-        return await self.get()
-
-
 def _decode_payload(raw: msgspec.Raw | None, action: str) -> dict[str, Any]:
     if raw is None:
         return {}
@@ -243,13 +206,13 @@ class AgentctlTransport:
     ) -> None:
         self.instance: Final = instance
         self.config: Final = config or instance.config
-        self._permission_policy = permission_policy
+        self._permissions = PermissionPrompts(permission_policy)
         self._mcp_handler = mcp_handler
         self._conn: _Connection | None = None
         self._connections = 0
-        self._inbox = _Queue()  # (WireEvent, raw frame) | an AgentEvent we made | _Fatal
-        self._events = _Queue()
-        self._events_done = False
+        # (WireEvent, raw frame) | an AgentEvent we made | _Fatal
+        self._inbox: EventQueue[Any] = EventQueue()
+        self._events: EventQueue[AgentEvent] = EventQueue()
         self._owed: list[int] = []
         self._caps: InitializeResult | None = None
         self._caps_seen = anyio.Event()
@@ -259,7 +222,6 @@ class AgentctlTransport:
         self._models_seq = 0
         self._models_changed = anyio.Event()
         self._pending_ids: dict[str, str] = {}
-        self._permission_scopes: dict[str, anyio.CancelScope] = {}
         self._dead: AcpfsmError | None = None
         self._closing = False
         self._closed = anyio.Event()
@@ -328,8 +290,7 @@ class AgentctlTransport:
                 return
             self._closing = True
             try:
-                for scope in list(self._permission_scopes.values()):
-                    scope.cancel()
+                self._permissions.withdraw_all()
                 conn = self._conn
                 if conn is not None:
                     conn.release(TransportClosed("agent stream closed"))
@@ -468,7 +429,7 @@ class AgentctlTransport:
             self._conn = None
         conn.release(
             StreamNotConnected(
-                f"{STREAM_NOT_CONNECTED} while waiting for response", while_waiting=True
+                f"{STREAM_NOT_CONNECTED_PHRASE} while waiting for response", while_waiting=True
             )
         )
 
@@ -561,13 +522,13 @@ class AgentctlTransport:
     # ------------------------------------------------------------------ events
 
     def _emit(self, event: AgentEvent) -> None:
-        if not self._events_done:
+        if not self._events.closed:
             if isinstance(event, StreamDisconnected | StreamReconnected):
                 self.carrier_events.append(event)
             self._events.put(event)
 
     def _finish(self, error: str, *, exit_code: int | None = None, stderr_tail: str = "") -> None:
-        if self._events_done:
+        if self._events.closed:
             return
         self._emit(
             StreamDisconnected(
@@ -577,7 +538,6 @@ class AgentctlTransport:
                 stderr_tail=stderr_tail,
             )
         )
-        self._events_done = True
         self._events.close()
 
     def _active_generation(self) -> int:
@@ -590,11 +550,7 @@ class AgentctlTransport:
             self._owed.pop(0)
 
     async def _event_worker(self) -> None:
-        while True:
-            try:
-                item = await self._inbox.get()
-            except StopAsyncIteration:  # pragma: no cover - the inbox is never closed
-                return
+        async for item in self._inbox:  # never closed: the worker ends with the task group
             await self._process(item)
 
     async def _process(self, item: Any) -> None:
@@ -675,8 +631,7 @@ class AgentctlTransport:
                 )
             )
         self._owed.clear()
-        for scope in list(self._permission_scopes.values()):
-            scope.cancel()
+        self._permissions.withdraw_all()
         self._finish(fatal.message, exit_code=fatal.exit_code, stderr_tail=fatal.stderr_tail)
         log.warning("agent carrier ended: %s", fatal.message)
 
@@ -703,22 +658,14 @@ class AgentctlTransport:
             assert self._tg is not None
             self._tg.start_soon(self._ask_permission, event)
         elif isinstance(event, PermissionCancelled):
-            scope = self._permission_scopes.get(event.request_id)
-            if scope is not None:
-                scope.cancel()
+            self._permissions.withdraw(event.request_id)
         self._emit(event)
 
     async def _ask_permission(self, event: PermissionRequest) -> None:
         pending_id = self._pending_ids.get(event.request_id, event.request_id)
-        choice: str | None = None
-        with anyio.CancelScope() as scope:
-            self._permission_scopes[event.request_id] = scope
-            try:
-                choice = await self._permission_policy(event)
-            finally:
-                self._permission_scopes.pop(event.request_id, None)
+        choice, withdrawn = await self._permissions.ask(event)
         self._pending_ids.pop(event.request_id, None)
-        if scope.cancelled_caught or self._closing:
+        if withdrawn or self._closing:
             return
         payload: dict[str, Any] = {"pending_id": pending_id}
         if choice is None:
@@ -745,7 +692,7 @@ class AgentctlTransport:
         self._check_open()
         conn = self._conn
         if conn is None:
-            raise StreamNotConnected(STREAM_NOT_CONNECTED)
+            raise StreamNotConnected()
         request_id, frame = _wire.encode_request(action, payload)
         waiter = _Pending(action)
         conn.pending[request_id] = waiter
@@ -757,7 +704,7 @@ class AgentctlTransport:
             log.info("agent stream write failed (%r): dropping the socket", exc)
             conn.drop_reason = conn.drop_reason or f"websocket write failed: {exc!r}"
             conn.scope.cancel()
-            raise StreamNotConnected(STREAM_NOT_CONNECTED) from None
+            raise StreamNotConnected() from None
         bound = self.config.request_timeout if bound is None else bound
         try:
             with anyio.fail_after(bound):
@@ -930,8 +877,7 @@ class AgentctlTransport:
     async def cancel(self) -> CancelResult:
         if self._session_id is None:
             return CancelResult(acknowledged=True)
-        for scope in list(self._permission_scopes.values()):
-            scope.cancel()
+        self._permissions.withdraw_all()
         data = await self._request("agent.cancel", None, bound=self.config.cancel_timeout)
         if data.get("success") is True:
             return CancelResult(acknowledged=True)

@@ -288,7 +288,7 @@ class ReferenceAgent:
 
     async def handle_line(self, line: bytes | None) -> None:
         if line is None:
-            await self._error(None, w.RpcError(-32700, "Parse error", {"details": "line too long"}))
+            await self._error(None, w.RpcError.parse_error("line too long"))
             return
         if not line.strip():
             return
@@ -296,11 +296,11 @@ class ReferenceAgent:
             env = w.decode_envelope(line)
         except msgspec.ValidationError as exc:
             log.warning("invalid request: %s", exc)
-            await self._error(None, w.RpcError(-32600, "Invalid Request", {"details": str(exc)}))
+            await self._error(None, w.RpcError.invalid_request(str(exc)))
             return
         except msgspec.DecodeError as exc:
             log.warning("parse error: %s", exc)
-            await self._error(None, w.RpcError(-32700, "Parse error", {"details": str(exc)}))
+            await self._error(None, w.RpcError.parse_error(str(exc)))
             return
         if log.isEnabledFor(logging.DEBUG):
             log.debug("<< %s", line[:500].decode(errors="replace"))
@@ -315,12 +315,7 @@ class ReferenceAgent:
             self._response(env)
         else:
             rid = None if isinstance(env.id, UnsetType) else env.id
-            await self._error(
-                rid,
-                w.RpcError(
-                    -32600, "Invalid Request", {"details": "neither a request nor a response"}
-                ),
-            )
+            await self._error(rid, w.RpcError.invalid_request("neither a request nor a response"))
 
     async def _request(self, rid: w.JsonId, method: str, params: msgspec.Raw | UnsetType) -> None:
         handler = self._requests.get(method)

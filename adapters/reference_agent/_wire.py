@@ -86,6 +86,14 @@ class RpcError(Exception):
         return ErrorBody(code=self.code, message=self.message, data=self.data)
 
     @classmethod
+    def parse_error(cls, details: str) -> RpcError:
+        return cls(-32700, "Parse error", {"details": details})
+
+    @classmethod
+    def invalid_request(cls, details: str) -> RpcError:
+        return cls(-32600, "Invalid Request", {"details": details})
+
+    @classmethod
     def method_not_found(cls, method: str) -> RpcError:
         return cls(-32601, "Method not found", {"method": method})
 

@@ -2,44 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 
-from acpfsm.adapters.memory import MemoryTransport
-from acpfsm.adapters.transport import AgentTransport
 from acpfsm.runtime import AgentProfile, LaunchSpec, Runtime, Timeouts, WorkspaceRef
 from acpfsm.runtime.session import ExecutionSession
-
-
-class MemoryExecutor:
-    """Hands out MemoryTransports; ``make`` customises each new one."""
-
-    def __init__(self, make: Callable[[], MemoryTransport] | None = None) -> None:
-        self.make = make or MemoryTransport
-        self.transports: list[MemoryTransport] = []
-
-    def open(
-        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
-    ) -> AbstractAsyncContextManager[AgentTransport]:
-        @asynccontextmanager
-        async def cm() -> AsyncIterator[AgentTransport]:
-            transport = self.make()
-            self.transports.append(transport)
-            try:
-                yield transport
-            finally:
-                await transport.aclose()
-
-        return cm()
-
-    @property
-    def last(self) -> MemoryTransport:
-        return self.transports[-1]
-
+from acpfsm.testing.memory import MemoryExecutor
 
 PROFILE = AgentProfile(id="mem", command=("unused",))
 
