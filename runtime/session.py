@@ -1173,10 +1173,9 @@ class ExecutionSession:
         ):
             await self._finish_escalation(generation)
         with anyio.move_on_after(self.timeouts.cancel_wait):
-            while not generation.is_terminal and generation.leaf != "handed_off":
+            while generation.awaits_turn_end:
                 await self._changed.wait()
-        still_live = not generation.is_terminal and generation.leaf != "handed_off"
-        if still_live and await self._fire_escalation(generation, "escalated"):
+        if generation.awaits_turn_end and await self._fire_escalation(generation, "escalated"):
             await self._finish_escalation(generation)
 
     async def _fire_escalation(self, generation: PromptGeneration, event: str, **data: Any) -> bool:
@@ -1515,14 +1514,21 @@ class ExecutionSession:
                 self._notify()
                 await self._persist_assistant(outcome.agent_message)
 
+    def _execution_lost_stream(self) -> bool:
+        """Tell the Execution chart the owning stream is gone; True when that made it FAILED
+        (an already-FAILED execution absorbs the fact and keeps its first error, R7)."""
+        if not self.execution.accepts("stream_lost"):
+            return False  # stopped: final
+        before = self.execution.leaf
+        self.execution.fire("stream_lost")
+        return self.execution.leaf != before
+
     async def _on_stream_lost(self, event: ev.StreamDisconnected) -> None:
         """handleStreamDisconnect (§5.6) and, for a local process, its exit (§5.11)."""
         reconnectable = event.exit_code is None and (
             event.reconnecting or bool(getattr(self.transport, "reconnectable", False))
         )
-        if self.stream.leaf == "reconnecting" and not reconnectable:
-            self.stream.fire("connect_failed", reconnectable=False)  # the carrier gave up
-        elif self.stream.accepts("connection_lost"):
+        if self.stream.accepts("connection_lost"):
             self.stream.fire("connection_lost", reconnectable=reconnectable)
         if not self._init_done.is_set():
             return  # the startup caller owns that failure (R10)
@@ -1541,8 +1547,7 @@ class ExecutionSession:
                     outcome = self._outcomes.setdefault(generation.generation, _Outcome())
                     outcome.error = error
                     outcome.agent_message = partial
-                    if self.execution.accepts("stream_lost"):
-                        self.execution.fire("stream_lost")
+                    if self._execution_lost_stream():
                         self._set_failed(error)
                     self._publish(
                         le.AgentctlError(
@@ -1575,12 +1580,7 @@ class ExecutionSession:
                         )
                     elif after_status == "stopped":
                         self._publish(le.AgentStopped(execution_id=self.id, reason="shutdown"))
-            elif (
-                event.exit_code is None
-                and self.execution.accepts("stream_lost")
-                and self.execution.leaf != "failed"
-            ):
-                self.execution.fire("stream_lost")
+            elif event.exit_code is None and self._execution_lost_stream():
                 self._set_failed(error)
                 self._publish(le.AgentctlError(execution_id=self.id, error=error))
             self._notify()

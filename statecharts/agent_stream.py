@@ -50,7 +50,8 @@ class AgentStream(Chart):
         connected.to(reconnecting, cond="reconnectable")
         | connected.to(disconnected)
         | connecting.to(disconnected)
-        | reconnecting.to.itself()
+        | reconnecting.to.itself(cond="reconnectable")  # another drop while redialling
+        | reconnecting.to(disconnected)  # the carrier gave up redialling
         | disconnected.to.itself()
     )
     reconnect_requested = disconnected.to(reconnecting, cond="reconnectable")

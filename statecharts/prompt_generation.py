@@ -255,6 +255,11 @@ class PromptGeneration(Chart):
         return self.is_in("dispatched")
 
     @property
+    def awaits_turn_end(self) -> bool:
+        """The agent still owes this generation the end of its turn (a cancel waits for it)."""
+        return not self.is_terminal and self.leaf != "handed_off"
+
+    @property
     def holds_barrier(self) -> bool:
         """True while this dispatch-only generation gates its successor (§5.3 step 3)."""
         return self.is_in("unawaited")
