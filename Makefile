@@ -45,7 +45,7 @@ demo: $(STAMP)
 	$(BIN)/acpfsm demo
 
 bench: $(STAMP)
-	$(BIN)/python -m acpfsm.runtime.bench
+	$(BIN)/python -m acpfsm.runtime.tools.bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -31,6 +31,7 @@ __all__ = [
     "AgentRequestError",
     "AgentctlError",
     "AuthenticationFailed",
+    "LaunchSpecError",
     "LocalProtocolError",
     "ProtocolError",
     "RemoteProtocolError",
@@ -54,6 +55,10 @@ class AcpfsmError(Exception):
     @property
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class LaunchSpecError(AcpfsmError):
+    """The launch cannot be honoured (unknown profile or executor, no workspace …)."""
 
 
 class TransportError(AcpfsmError):

@@ -6,8 +6,12 @@ import logging as _logging
 _logging.getLogger("acpfsm").addHandler(_logging.NullHandler())
 
 
+from acpfsm.adapters.acp.executor import StdioExecutor as StdioExecutor
+from acpfsm.adapters.agentctl.executor import AgentctlExecutor as AgentctlExecutor
+from acpfsm.adapters.executor import AgentLaunch as AgentLaunch
+from acpfsm.adapters.executor import Executor as Executor
+
 from . import events as events
-from .agentctl_executor import AgentctlExecutor as AgentctlExecutor
 from .errors import AcpfsmError as AcpfsmError
 from .errors import AgentReportedError as AgentReportedError
 from .errors import AttachmentError as AttachmentError
@@ -29,9 +33,7 @@ from .errors import SteerNotDispatched as SteerNotDispatched
 from .errors import Unsupported as Unsupported
 from .hub import SubscriberOverflow as SubscriberOverflow
 from .runtime import BUILTIN_PROFILES as BUILTIN_PROFILES
-from .runtime import Executor as Executor
 from .runtime import Runtime as Runtime
-from .runtime import StdioExecutor as StdioExecutor
 from .runtime import reference_profile as reference_profile
 from .trace import Trace as Trace
 from .trace import TraceRecord as TraceRecord
@@ -47,6 +49,7 @@ from .types import WorkspaceRef as WorkspaceRef
 __all__ = [
     "BUILTIN_PROFILES",
     "AcpfsmError",
+    "AgentLaunch",
     "AgentProfile",
     "AgentReportedError",
     "AgentctlExecutor",

@@ -33,6 +33,7 @@ from acpfsm.adapters.errors import (
     AcpfsmError,
     AgentRequestError,
     AuthenticationFailed,
+    LaunchSpecError,
     LocalProtocolError,
     ProtocolError,
     RemoteProtocolError,
@@ -89,10 +90,6 @@ class ExecutionNotFound(AcpfsmError):
 
 class ExecutionAlreadyExists(AcpfsmError):
     """A task session already has an execution (R31)."""
-
-
-class LaunchSpecError(AcpfsmError):
-    """The launch spec cannot be honoured (unknown profile or executor, no workspace …)."""
 
 
 class ProfileNotFound(LaunchSpecError):

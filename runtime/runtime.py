@@ -20,22 +20,22 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
 import anyio
 import anyio.abc
 import msgspec
 
-from acpfsm.adapters.transport import AgentTransport, Attachment
+from acpfsm.adapters.acp.executor import StdioExecutor
+from acpfsm.adapters.executor import AgentLaunch, Executor
+from acpfsm.adapters.transport import Attachment
 
 from .errors import (
     AcpfsmError,
     ExecutionAlreadyExists,
     ExecutionNotFound,
-    LaunchSpecError,
     ProfileNotFound,
     Unsupported,
 )
@@ -54,9 +54,7 @@ from .types import (
 
 __all__ = [
     "BUILTIN_PROFILES",
-    "Executor",
     "Runtime",
-    "StdioExecutor",
     "launch_spec_from_request",
     "reference_profile",
 ]
@@ -88,39 +86,6 @@ def launch_spec_from_request(spec: LaunchSpec) -> LaunchSpec:
     if mcp_mode:
         metadata["mcp_mode"] = mcp_mode
     return msgspec.structs.replace(spec, metadata=metadata, **typed)
-
-
-class Executor(Protocol):
-    """Starts an agent somewhere and hands back a transport to it."""
-
-    def open(
-        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
-    ) -> AbstractAsyncContextManager[AgentTransport]: ...
-
-
-class StdioExecutor:
-    """Runs the agent as a local child process and speaks ACP over its stdio."""
-
-    def __init__(self, *, env: Mapping[str, str] | None = None, **transport_options: Any) -> None:
-        self.env = dict(env or {})
-        self.transport_options = transport_options
-
-    def open(
-        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
-    ) -> AbstractAsyncContextManager[AgentTransport]:
-        from acpfsm.adapters.acp.stdio import open_stdio_transport
-
-        if not Path(spec.workspace.path).is_dir():
-            raise LaunchSpecError(
-                f"workspace {spec.workspace.path!r} is not a directory", execution_id=execution_id
-            )
-        env = {**self.env, **profile.env}
-        return open_stdio_transport(
-            list(profile.command),
-            cwd=spec.workspace.path,
-            env=env,
-            **self.transport_options,
-        )
 
 
 def reference_profile(*args: str, **overrides: Any) -> AgentProfile:
@@ -257,12 +222,22 @@ class Runtime:
             raise ExecutionAlreadyExists(
                 f"session {session_id!r} already has execution {self._by_task_session[session_id]}"
             )
+        launch = AgentLaunch(
+            execution_id=execution_id,
+            session_id=session_id,
+            agent_id=profile.id,
+            command=tuple(profile.command),
+            workspace=spec.workspace.path,
+            env=dict(profile.env),
+            task_id=str(spec.metadata.get("task_id", "")),
+            mcp_mode=spec.mcp_mode,
+        )
         session = ExecutionSession(
             execution_id=execution_id,
             session_id=session_id,
             spec=spec,
             profile=profile,
-            open_transport=lambda: executor.open(profile, spec, execution_id),
+            open_transport=lambda: executor.open(launch),
             trace=self.trace,
             timeouts=self.timeouts,
             history=self.history,

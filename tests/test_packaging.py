@@ -34,7 +34,7 @@ def test_wheel_installs_only_the_acpfsm_package(tmp_path: Path) -> None:
     assert "acpfsm/adapters/reference_agent/__main__.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "acpfsm = acpfsm.runtime.cli:main" in text
+    assert "acpfsm = acpfsm.runtime.tools.cli:main" in text
 
 
 def test_readme_example_runs(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ it over HTTP (httpx) and one WebSocket (httpx-ws) — agentctl-protocol.md.
 * :class:`AgentctlConfig` — every bound.
 
 Verified against the prebuilt agentctl v0.95.1 (``@kdlbs/runtime-linux-x64``); both its event
-format and kandev HEAD's are understood (:mod:`._wire`). The runtime side is
-``acpfsm.runtime.agentctl_executor.AgentctlExecutor``.
+format and kandev HEAD's are understood (:mod:`._wire`).
+:class:`AgentctlExecutor` (:mod:`.executor`) runs each execution's agent in its own instance.
 """
 
 from ._wire import error_from_text
@@ -24,11 +24,13 @@ from .control import (
     InstanceClient,
     InstanceInfo,
 )
+from .executor import AgentctlExecutor
 from .transport import AgentctlTransport, McpHandler, open_agentctl_transport
 
 __all__ = [
     "MAX_ATTACHMENT_BYTES",
     "AgentctlConfig",
+    "AgentctlExecutor",
     "AgentctlTransport",
     "ControlClient",
     "InstanceClient",

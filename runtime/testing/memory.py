@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+from acpfsm.adapters.executor import AgentLaunch
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import AgentTransport
-from acpfsm.runtime.types import AgentProfile, LaunchSpec
 
 __all__ = ["MemoryExecutor"]
 
@@ -26,9 +26,7 @@ class MemoryExecutor:
         self.make = make or MemoryTransport
         self.transports: list[MemoryTransport] = []
 
-    def open(
-        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
-    ) -> AbstractAsyncContextManager[AgentTransport]:
+    def open(self, launch: AgentLaunch) -> AbstractAsyncContextManager[AgentTransport]:
         @asynccontextmanager
         async def cm() -> AsyncIterator[AgentTransport]:
             transport = self.make()

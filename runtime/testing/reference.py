@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from acpfsm.adapters.reference_agent import FaultSpec
     from acpfsm.runtime import AgentProfile, LaunchSpec, Runtime, Timeouts, Trace
-    from acpfsm.runtime.check_trace import CheckResult
+    from acpfsm.runtime.tools.check_trace import CheckResult
     from acpfsm.runtime.trace import TraceRecord
 
 __all__ = ["ReferenceAgent", "TraceViolationError", "assert_trace_conforms", "format_violations"]
@@ -148,7 +148,7 @@ def assert_trace_conforms(trace: Trace | Sequence[TraceRecord], *, partial: bool
     """Raise :class:`TraceViolationError` listing every violation when the records of
     ``trace`` (a :class:`~acpfsm.runtime.Trace` or its records) do not follow the charts.
     ``partial``: the trace is cut out of a running one (see ``acpfsm check-trace --partial``)."""
-    from acpfsm.runtime.check_trace import check_records
+    from acpfsm.runtime.tools.check_trace import check_records
 
     records: list[TraceRecord] = list(trace if isinstance(trace, Sequence) else trace.records)
     result = check_records(records, partial=partial)

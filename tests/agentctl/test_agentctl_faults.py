@@ -28,6 +28,7 @@ from acpfsm.adapters.agentctl import (
     InstanceClient,
     open_agentctl_transport,
 )
+from acpfsm.adapters.agentctl.executor import AgentctlExecutor
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.errors import AuthenticationFailed, TransportClosed
 from acpfsm.adapters.events import StreamDisconnected, StreamReconnected
@@ -40,7 +41,6 @@ from acpfsm.runtime import (
     SteerNotDispatched,
 )
 from acpfsm.runtime import events as le
-from acpfsm.runtime.agentctl_executor import AgentctlExecutor
 from acpfsm.statecharts.vocab import ErrorClass
 
 from .agentctl_server import AgentctlServer

@@ -24,9 +24,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from acpfsm.adapters.agentctl.executor import AgentctlExecutor
 from acpfsm.adapters.events import SessionStatus
 from acpfsm.runtime import PromptResult, Runtime
-from acpfsm.runtime.agentctl_executor import AgentctlExecutor
 
 from .agentctl_server import AgentctlServer
 from .helpers import (

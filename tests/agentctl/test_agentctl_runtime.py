@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from acpfsm.adapters.agentctl.executor import AgentctlExecutor
 from acpfsm.adapters.events import (
     MessageChunk,
     PermissionRequest,
@@ -22,7 +23,6 @@ from acpfsm.adapters.events import (
 )
 from acpfsm.adapters.transport import Attachment
 from acpfsm.runtime import PromptResult, SteerNotDispatched
-from acpfsm.runtime.agentctl_executor import AgentctlExecutor
 
 from .agentctl_server import AgentctlServer
 from .helpers import (

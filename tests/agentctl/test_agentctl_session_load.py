@@ -15,8 +15,8 @@ import anyio
 import msgspec
 import pytest
 
+from acpfsm.adapters.agentctl.executor import AgentctlExecutor
 from acpfsm.runtime import NotReadyForPrompts, Runtime, reference_profile
-from acpfsm.runtime.agentctl_executor import AgentctlExecutor
 
 from .agentctl_server import AgentctlServer
 from .helpers import DELAY, TEST_CONFIG, TIMEOUTS, session_of, spec, workspace

@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from acpfsm.runtime.conform import (
+from acpfsm.runtime.tools.conform import (
     CHECKS,
     NOT_OBSERVABLE_THROUGH_AGENTCTL,
     ConformReport,

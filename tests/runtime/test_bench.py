@@ -1,4 +1,4 @@
-"""Smoke test of ``make bench`` (acpfsm.runtime.bench): a tiny run prints every row of the
+"""Smoke test of ``make bench`` (acpfsm.runtime.tools.bench): a tiny run prints every row of the
 table with numbers in it and leaves no agent process behind. Nothing about timing is asserted:
 the bench reports ratios, it does not judge them."""
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from acpfsm.runtime.bench import child_pids, main, percentile
+from acpfsm.runtime.tools.bench import child_pids, main, percentile
 
 # the bench drives charts in loops through a Trace: those are not lifecycle traces
 pytestmark = [pytest.mark.integration, pytest.mark.acpfsm_unchecked_trace]

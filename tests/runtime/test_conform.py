@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from acpfsm.runtime.conform import ConformReport, Status, main, render_table, run_battery
+from acpfsm.runtime.tools.conform import ConformReport, Status, main, render_table, run_battery
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 from statemachine import State
 
 from acpfsm import statecharts
-from acpfsm.runtime import cli, diagrams
+from acpfsm.runtime.tools import cli, diagrams
 from acpfsm.statecharts._base import Chart, declared_transitions
 
 

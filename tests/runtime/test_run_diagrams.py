@@ -11,9 +11,9 @@ import anyio
 import pytest
 
 from acpfsm.adapters.memory import MemoryTransport
-from acpfsm.runtime.check_trace import check_file, read_trace
-from acpfsm.runtime.cli import main
-from acpfsm.runtime.diagrams import HEADER, run_highlights
+from acpfsm.runtime.tools.check_trace import check_file, read_trace
+from acpfsm.runtime.tools.cli import main
+from acpfsm.runtime.tools.diagrams import HEADER, run_highlights
 from acpfsm.statecharts import ALL_CHARTS
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, wait_until
@@ -106,7 +106,7 @@ def test_cli_default_directory_and_choice_of_execution(
 def test_the_demo_writes_the_diagrams_of_its_run(tmp_path: Path) -> None:
     trace = tmp_path / "demo.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "acpfsm.runtime.cli", "demo", "--workspace", str(tmp_path / "ws"),
+        [sys.executable, "-m", "acpfsm.runtime.tools.cli", "demo", "--workspace", str(tmp_path / "ws"),
          "--trace", str(trace)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -122,7 +122,7 @@ def test_the_demo_writes_the_diagrams_of_its_run(tmp_path: Path) -> None:
     assert "✔ load_succeeded" in resumed
     assert check_file(trace).ok
     check = subprocess.run(
-        [sys.executable, "-m", "acpfsm.runtime.cli", "check-trace", "--json", str(trace)],
+        [sys.executable, "-m", "acpfsm.runtime.tools.cli", "check-trace", "--json", str(trace)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert check.returncode == 0 and json.loads(check.stdout)["ok"] is True

@@ -21,6 +21,7 @@ import pytest
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import TransportClosed
+from acpfsm.adapters.executor import AgentLaunch
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import AgentTransport
 from acpfsm.runtime import (
@@ -51,15 +52,13 @@ class RecordingExecutor(MemoryExecutor):
 
     def __init__(self, make: Callable[[], MemoryTransport] | None = None, url: str = "") -> None:
         super().__init__(make)
-        self.opened: list[tuple[AgentProfile, LaunchSpec, str]] = []
+        self.opened: list[AgentLaunch] = []
         if url:
             self.url = url
 
-    def open(
-        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
-    ) -> AbstractAsyncContextManager[AgentTransport]:
-        self.opened.append((profile, spec, execution_id))
-        return super().open(profile, spec, execution_id)
+    def open(self, launch: AgentLaunch) -> AbstractAsyncContextManager[AgentTransport]:
+        self.opened.append(launch)
+        return super().open(launch)
 
 
 def runtime(executor: MemoryExecutor, time_scale: float, name: str = "local_pc") -> Runtime:
@@ -98,15 +97,19 @@ async def test_s139_launch_translation(time_scale: float, tmp_path: Path) -> Non
                 metadata={"source": "engine"},
             )
         )
-        profile, sent, execution_id = ex.opened[0]
-        assert profile.id == "claude-acp-default"
+        launched = ex.opened[0]
+        assert launched.agent_id == "claude-acp-default"
+        assert launched.workspace == path
+        assert launched.mcp_mode == "config"
+        assert launched.session_id == ref.session_id
+        assert launched.execution_id == ref.id
+        sent = session_of(rt, ref.id).spec
         assert sent.executor_id == "local_pc"
         assert sent.workspace == WorkspaceRef(path=path, repository_id="repo-1", is_ephemeral=True)
         assert sent.prompt == "do the thing"
         assert sent.prior_acp_session == "acp-prior"
         assert sent.mcp_mode == "config"
         assert sent.metadata == {"source": "engine", "mcp_mode": "config"}
-        assert execution_id == ref.id
 
         tr = ex.last
         s = session_of(rt, ref.id)
@@ -183,8 +186,9 @@ async def test_s140_base_launch_request_is_used(time_scale: float, tmp_path: Pat
                 metadata={"launch_request": base},
             )
         )
-        profile, sent, _ = ex.opened[0]
-        assert profile.id == "p1" and sent.agent_profile_id == "p1"
+        sent = session_of(rt, ref.id).spec
+        assert ex.opened[0].agent_id == "p1" and sent.agent_profile_id == "p1"
+        assert (ex.opened[0].task_id, ex.opened[0].session_id) == ("task-1", "sess-1")
         assert sent.prompt == "hello"
         assert sent.prior_acp_session == "acp-from-base"
         assert sent.metadata == {

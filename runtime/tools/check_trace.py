@@ -97,9 +97,8 @@ from typing import Any
 import msgspec
 
 from acpfsm.adapters.errors import AcpfsmError
+from acpfsm.runtime.trace import TraceRecord
 from acpfsm.statecharts._base import Chart, declared_transitions
-
-from .trace import TraceRecord
 
 __all__ = [
     "CheckResult",

@@ -1,16 +1,16 @@
 """The ``acpfsm`` command line.
 
 * ``acpfsm diagrams [--check] [--out DIR]`` writes (or, with ``--check``, verifies) the review
-  diagrams of every chart (see :mod:`acpfsm.runtime.diagrams`);
+  diagrams of every chart (see :mod:`acpfsm.runtime.tools.diagrams`);
   ``acpfsm diagrams --trace TRACE.jsonl [--execution ID] [--out DIR]`` draws every chart with
   what one execution of a recorded trace did highlighted.
 * ``acpfsm check-trace TRACE.jsonl [--json] [--partial]`` replays a trace against the charts
-  (:mod:`acpfsm.runtime.check_trace`): exit 0 clean, 1 violations, 2 unreadable/malformed.
+  (:mod:`acpfsm.runtime.tools.check_trace`): exit 0 clean, 1 violations, 2 unreadable/malformed.
 * ``acpfsm conform [--json] [--junit-xml FILE] [--timeout S] -- AGENT_COMMAND [ARGS…]`` runs
-  the agent conformance battery over stdio (:mod:`acpfsm.runtime.conform`); with
+  the agent conformance battery over stdio (:mod:`acpfsm.runtime.tools.conform`); with
   ``--agentctl URL (--nonce N | --token T) [--workspace DIR]`` it runs the agent in an
   instance of kandev's agentctl and checks it through agentctl: exit 1 when a check fails.
-* ``acpfsm demo [ARGS…]`` runs ``acpfsm.runtime.demo.main(ARGS)``.
+* ``acpfsm demo [ARGS…]`` runs ``acpfsm.runtime.tools.demo.main(ARGS)``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import cast
 
 __all__ = ["main"]
 
-DEMO_MODULE = "acpfsm.runtime.demo"
+DEMO_MODULE = "acpfsm.runtime.tools.demo"
 
 
 def _run_diagrams(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """``make bench``: what the statecharts cost, measured side by side in one run.
 
-``python -m acpfsm.runtime.bench [--prompts N] [--warmup W] [--cycles C] [--idle K]
+``python -m acpfsm.runtime.tools.bench [--prompts N] [--warmup W] [--cycles C] [--idle K]
 [--idle-stdio K] [--backend trio|asyncio] [--no-sdk]`` prints one table in three sections:
 
 1. **Prompt round trip** against the reference agent (``python -m
@@ -68,13 +68,12 @@ from statemachine import State, StateChart
 
 from acpfsm.adapters.acp.stdio import StdioTransport, open_stdio_transport
 from acpfsm.adapters.events import Complete, ErrorEvent
+from acpfsm.runtime.runtime import Runtime, reference_profile
+from acpfsm.runtime.trace import Trace
+from acpfsm.runtime.types import AgentProfile, LaunchSpec, WorkspaceRef
 from acpfsm.statecharts import Execution as ExecutionChart
 from acpfsm.statecharts import PromptGeneration
 from acpfsm.testing.memory import MemoryExecutor
-
-from .runtime import Runtime, reference_profile
-from .trace import Trace
-from .types import AgentProfile, LaunchSpec, WorkspaceRef
 
 __all__ = [
     "AGENT_ARGS",
@@ -781,7 +780,7 @@ def _positive(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m acpfsm.runtime.bench",
+        prog="python -m acpfsm.runtime.tools.bench",
         description="Prompt latency and CPU (bare stdio transport, Runtime.prompt, ACP SDK "
         "client), chart transitions per second, memory per idle execution.",
     )

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import anyio
 
+from acpfsm.adapters.acp.executor import StdioExecutor
 from acpfsm.adapters.acp.process import ShutdownPolicy
 from acpfsm.adapters.acp.stdio import StdioConfig
 from acpfsm.adapters.events import MessageChunk
-
-from .errors import CancelEscalated
-from .events import RuntimeEvent
-from .runtime import Runtime, StdioExecutor, reference_profile
-from .trace import TraceRecord
-from .types import LaunchSpec, Timeouts, WorkspaceRef
+from acpfsm.runtime.errors import CancelEscalated
+from acpfsm.runtime.events import RuntimeEvent
+from acpfsm.runtime.runtime import Runtime, reference_profile
+from acpfsm.runtime.trace import TraceRecord
+from acpfsm.runtime.types import LaunchSpec, Timeouts, WorkspaceRef
 
 __all__ = ["main"]
 

@@ -12,7 +12,7 @@ validated with the same msgspec structs acpfsm's ACP client uses
 
 **Through agentctl** (``acpfsm conform --agentctl URL (--nonce N | --token T) -- AGENT…``)
 the battery creates an agentctl instance running the agent (as
-:class:`~acpfsm.runtime.agentctl_executor.AgentctlExecutor` does for the runtime: create,
+:class:`~acpfsm.adapters.agentctl.executor.AgentctlExecutor` does for the runtime: create,
 health, configure, start, the agent WebSocket), drives it through the
 :class:`~acpfsm.adapters.transport.AgentTransport` seam, and deletes the instance at the end,
 whatever happened. The evidence is then the operations and the events agentctl reported.
@@ -1870,7 +1870,7 @@ class _StdioBattery(_Suite):
 class _AgentctlBattery(_Suite):
     """The shared checks through an agentctl instance running the agent; the stdio-only
     checks are n/a. The instance is created, started and deleted by
-    :class:`~acpfsm.runtime.agentctl_executor.AgentctlExecutor`."""
+    :class:`~acpfsm.adapters.agentctl.executor.AgentctlExecutor`."""
 
     def __init__(
         self,
@@ -1891,8 +1891,8 @@ class _AgentctlBattery(_Suite):
         self.report.agentctl = url
 
     async def run(self) -> ConformReport:
-        from acpfsm.runtime.agentctl_executor import AgentctlExecutor
-        from acpfsm.runtime.types import AgentProfile, LaunchSpec, WorkspaceRef
+        from acpfsm.adapters.agentctl.executor import AgentctlExecutor
+        from acpfsm.adapters.executor import AgentLaunch
 
         started = time.monotonic()
         executor = AgentctlExecutor(
@@ -1902,16 +1902,17 @@ class _AgentctlBattery(_Suite):
             config=self.config,
             permission_policy=self.permissions.answer,
         )
-        profile = AgentProfile(id="acpfsm-conform", command=tuple(self.argv))
-        spec = LaunchSpec(
-            agent_profile_id=profile.id,
-            executor_id="agentctl",
-            workspace=WorkspaceRef(path=str(self.workspace)),
-        )
         execution_id = f"acpfsm-conform-{uuid.uuid4().hex[:12]}"
+        launch = AgentLaunch(
+            execution_id=execution_id,
+            session_id=execution_id,
+            agent_id="acpfsm-conform",
+            command=tuple(self.argv),
+            workspace=str(self.workspace),
+        )
         try:
             async with (
-                executor.open(profile, spec, execution_id) as transport,
+                executor.open(launch) as transport,
                 anyio.create_task_group() as tg,
             ):
                 carrier = _TransportCarrier(transport, self.permissions)
@@ -2070,7 +2071,7 @@ async def run_agentctl_battery(
     after; required otherwise). The instance is deleted at the end, whatever happened. The
     checks that need the agent's raw stdio are n/a, "not observable through agentctl".
     ``config`` overrides the agentctl client bounds derived from ``check_timeout``."""
-    from acpfsm.runtime.agentctl_executor import AgentctlExecutor
+    from acpfsm.adapters.agentctl.executor import AgentctlExecutor
 
     if not argv:
         raise ConformUsageError("no agent command")

@@ -9,7 +9,7 @@
     ref = await rt.launch(LaunchSpec(agent_profile_id="reference", executor_id="agentctl", ...))
 
 For each execution it creates an instance (``POST /api/v1/instances``, id = the execution id,
-workspace = the spec's workspace, agent = the profile's command), waits for the instance's
+workspace = the launch's workspace, agent = the profile's command), waits for the instance's
 health (0.5 s polls, bounded), configures and starts the agent, and yields an
 :class:`~acpfsm.adapters.agentctl.AgentctlTransport` on the instance's agent WebSocket.
 Leaving the block closes the transport and deletes the instance (which stops the agent);
@@ -18,7 +18,7 @@ runtime.
 
 The workspace must be a directory; when agentctl runs on this machine (a loopback URL, or
 ``check_workspace=True``) that is checked here, before anything is created, and a bad one
-raises :class:`~acpfsm.runtime.LaunchSpecError` as with the stdio executor (agentctl itself
+raises :class:`~acpfsm.adapters.errors.LaunchSpecError` as with the stdio executor (agentctl itself
 would start the agent anyway).
 
 Credentials: ``token`` is agentctl's bearer token; ``nonce`` is its bootstrap nonce
@@ -40,31 +40,19 @@ from typing import Any
 import anyio
 import httpx
 
-from acpfsm.adapters.agentctl import (
-    AgentctlConfig,
-    AgentctlTransport,
-    ControlClient,
-    InstanceClient,
-    McpHandler,
-    open_agentctl_transport,
-)
-from acpfsm.adapters.errors import AcpfsmError
-from acpfsm.adapters.transport import (
-    AgentTransport,
-    PermissionPolicy,
-    allow_first_permission_policy,
-)
-
-from .errors import LaunchSpecError
-from .types import AgentProfile, LaunchSpec
+from ..errors import AcpfsmError, LaunchSpecError
+from ..executor import AgentLaunch
+from ..transport import AgentTransport, PermissionPolicy, allow_first_permission_policy
+from .control import AgentctlConfig, ControlClient, InstanceClient
+from .transport import AgentctlTransport, McpHandler, open_agentctl_transport
 
 __all__ = ["AgentctlExecutor"]
 
-log = logging.getLogger("acpfsm.runtime.agentctl")
+log = logging.getLogger("acpfsm.adapters.agentctl")
 
 
 class AgentctlExecutor:
-    """An :class:`~acpfsm.runtime.Executor` backed by one agentctl control endpoint."""
+    """An :class:`~acpfsm.adapters.executor.Executor` backed by one agentctl control endpoint."""
 
     def __init__(
         self,
@@ -108,46 +96,39 @@ class AgentctlExecutor:
                 self._token = await control.handshake(self._nonce)
         return self._token
 
-    def open(
-        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
-    ) -> AbstractAsyncContextManager[AgentTransport]:
-        if self.check_workspace and not Path(spec.workspace.path).is_dir():
+    def open(self, launch: AgentLaunch) -> AbstractAsyncContextManager[AgentTransport]:
+        if self.check_workspace and not Path(launch.workspace).is_dir():
             raise LaunchSpecError(
-                f"workspace {spec.workspace.path!r} is not a directory", execution_id=execution_id
+                f"workspace {launch.workspace!r} is not a directory",
+                execution_id=launch.execution_id,
             )
-        return self._open(profile, spec, execution_id)
+        return self._open(launch)
 
-    def _create_request(
-        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str, env: dict[str, str]
-    ) -> dict[str, Any]:
+    def _create_request(self, launch: AgentLaunch, env: dict[str, str]) -> dict[str, Any]:
         request: dict[str, Any] = {
-            "id": execution_id,
-            "workspace_path": spec.workspace.path,
-            "agent_command": shlex.join(profile.command),
+            "id": launch.execution_id,
+            "workspace_path": launch.workspace,
+            "agent_command": shlex.join(launch.command),
             "protocol": "acp",
-            "agent_type": profile.id,
-            "session_id": str(spec.metadata.get("session_id") or execution_id),
+            "agent_type": launch.agent_id,
+            "session_id": launch.session_id or launch.execution_id,
         }
-        task_id = str(spec.metadata.get("task_id", ""))
-        if task_id:
-            request["task_id"] = task_id
+        if launch.task_id:
+            request["task_id"] = launch.task_id
         if env:
             request["env"] = env
-        if spec.mcp_mode:
-            request["mcp_mode"] = spec.mcp_mode
+        if launch.mcp_mode:
+            request["mcp_mode"] = launch.mcp_mode
         return request
 
     @contextlib.asynccontextmanager
-    async def _open(
-        self, profile: AgentProfile, spec: LaunchSpec, execution_id: str
-    ) -> AsyncIterator[AgentTransport]:
+    async def _open(self, launch: AgentLaunch) -> AsyncIterator[AgentTransport]:
+        execution_id = launch.execution_id
         async with httpx.AsyncClient() as client:
             token = await self._ensure_token(client)
             control = ControlClient(self.url, client, token=token, config=self.config)
-            env = {**self.env, **profile.env}
-            info = await control.create_instance(
-                self._create_request(profile, spec, execution_id, env)
-            )
+            env = {**self.env, **launch.env}
+            info = await control.create_instance(self._create_request(launch, env))
             try:
                 instance = InstanceClient(
                     control.instance_url(info.port),
@@ -157,7 +138,7 @@ class AgentctlExecutor:
                     config=self.config,
                 )
                 await instance.wait_ready()
-                await instance.configure(list(profile.command))
+                await instance.configure(list(launch.command))
                 await instance.start()
                 async with open_agentctl_transport(
                     instance,

@@ -1,0 +1,65 @@
+"""``StdioExecutor``: runs each execution's agent as a local child process and speaks ACP over
+its pipes (:func:`~acpfsm.adapters.acp.stdio.open_stdio_transport`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+from ..errors import LaunchSpecError
+from ..executor import AgentLaunch
+from ..transport import AgentTransport, PermissionPolicy, allow_first_permission_policy
+from .process import DEFAULT_INHERITED_ENV, DEFAULT_SHUTDOWN, ShutdownPolicy
+from .stdio import DEFAULT_CONFIG, StdioConfig, TerminalHandler
+
+__all__ = ["StdioExecutor"]
+
+
+class StdioExecutor:
+    """The built-in ``stdio`` executor. Every option is a typed keyword argument: ``env`` is
+    added to every agent's environment (the profile's own ``env`` wins), ``inherit_env`` names
+    the variables copied from this process's environment, ``config`` holds the transport's
+    bounds and ``shutdown`` the stop escalation (close stdin → SIGTERM → SIGKILL)."""
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] | None = None,
+        inherit_env: Sequence[str] = DEFAULT_INHERITED_ENV,
+        permission_policy: PermissionPolicy = allow_first_permission_policy,
+        terminal_handler: TerminalHandler | None = None,
+        config: StdioConfig = DEFAULT_CONFIG,
+        shutdown: ShutdownPolicy = DEFAULT_SHUTDOWN,
+        stderr_max_bytes: int = 64 * 1024,
+        stderr_max_lines: int = 200,
+    ) -> None:
+        self.env = dict(env or {})
+        self.inherit_env = tuple(inherit_env)
+        self.permission_policy = permission_policy
+        self.terminal_handler = terminal_handler
+        self.config = config
+        self.shutdown = shutdown
+        self.stderr_max_bytes = stderr_max_bytes
+        self.stderr_max_lines = stderr_max_lines
+
+    def open(self, launch: AgentLaunch) -> AbstractAsyncContextManager[AgentTransport]:
+        from .stdio import open_stdio_transport
+
+        if not Path(launch.workspace).is_dir():
+            raise LaunchSpecError(
+                f"workspace {launch.workspace!r} is not a directory",
+                execution_id=launch.execution_id,
+            )
+        return open_stdio_transport(
+            list(launch.command),
+            cwd=launch.workspace,
+            env={**self.env, **launch.env},
+            inherit_env=self.inherit_env,
+            permission_policy=self.permission_policy,
+            terminal_handler=self.terminal_handler,
+            config=self.config,
+            shutdown=self.shutdown,
+            stderr_max_bytes=self.stderr_max_bytes,
+            stderr_max_lines=self.stderr_max_lines,
+        )
