@@ -20,9 +20,6 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-
 from .errors import SteerUnsupported, StreamNotConnected
 from .events import (
     AgentEvent,
@@ -38,6 +35,7 @@ from .transport import (
     AgentInfo,
     Attachment,
     CancelResult,
+    EventQueue,
     InitializeResult,
     McpServer,
     SessionResult,
@@ -68,9 +66,11 @@ class MemoryTransport:
         reply: Sequence[str] = ("Hello", " world"),
         cancel_completes: bool = True,
         reconnectable: bool = False,
+        endpoint: str = "",
     ) -> None:
         self.calls: list[tuple[str, Any]] = []
         self.reconnectable = reconnectable
+        self.endpoint = endpoint
         self.handlers: dict[str, Handler] = {}
         self.auto_complete = auto_complete
         self.reply = tuple(reply)
@@ -88,9 +88,7 @@ class MemoryTransport:
         self.connected = True
         self.running: list[int] = []  # generations whose turn is running
         self._initialized: InitializeResult | None = None
-        self._send: MemoryObjectSendStream[AgentEvent]
-        self._recv: MemoryObjectReceiveStream[AgentEvent]
-        self._send, self._recv = anyio.create_memory_object_stream[AgentEvent](10_000)
+        self._events: EventQueue[AgentEvent] = EventQueue()
         self._counter = 0
         self._gone = False  # disconnect() or aclose(): the carrier is gone for good
 
@@ -99,7 +97,7 @@ class MemoryTransport:
     def emit(self, event: AgentEvent) -> None:
         if not self.connected:
             raise RuntimeError("MemoryTransport is disconnected")
-        self._send.send_nowait(event)
+        self._events.put(event)
 
     def complete(self, generation: int, stop_reason: str = "end_turn") -> None:
         if generation in self.running:
@@ -115,10 +113,10 @@ class MemoryTransport:
         """The agent went away: the stream ends with ``StreamDisconnected``."""
         if not self.connected:
             return
-        self._send.send_nowait(StreamDisconnected(error=error, exit_code=exit_code))
+        self._events.put(StreamDisconnected(error=error, exit_code=exit_code))
         self.connected = False
         self._gone = True
-        self._send.close()
+        self._events.close()
 
     def drop(self, error: str = "agent stream not connected", *, announce: bool = True) -> None:
         """A reconnectable carrier lost its connection (a WebSocket drop). Requests fail with
@@ -131,7 +129,7 @@ class MemoryTransport:
         if not self.connected or self._gone:
             return
         if announce:
-            self._send.send_nowait(StreamDisconnected(error=error))
+            self._events.put(StreamDisconnected(error=error))
         self.connected = False
 
     def restore(self) -> None:
@@ -257,16 +255,11 @@ class MemoryTransport:
     def is_connected(self) -> bool:
         return self.connected
 
-    async def events(self) -> AsyncIterator[AgentEvent]:
-        try:
-            async for event in self._recv:
-                yield event
-        except anyio.ClosedResourceError:
-            return
+    def events(self) -> AsyncIterator[AgentEvent]:
+        return self._events
 
     async def aclose(self) -> None:
         self.calls.append(("aclose", ()))
         self.connected = False
         self._gone = True
-        self._send.close()
-        self._recv.close()
+        self._events.close()

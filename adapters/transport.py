@@ -212,6 +212,16 @@ class AgentTransport(Protocol):
     @property
     def capabilities(self) -> InitializeResult | None: ...
 
+    @property
+    def reconnectable(self) -> bool:
+        """Whether a lost connection can come back (agentctl's WebSocket; never stdio pipes)."""
+        ...
+
+    @property
+    def endpoint(self) -> str:
+        """Where the agent is reached: agentctl's instance URL ("" for a local process)."""
+        ...
+
     async def initialize(self) -> InitializeResult: ...
 
     async def new_session(
@@ -242,6 +252,14 @@ class AgentTransport(Protocol):
 
     def is_connected(self) -> bool: ...
 
-    def events(self) -> AsyncIterator[AgentEvent]: ...
+    def events(self) -> AsyncIterator[AgentEvent]:
+        """The ordered event stream (single consumer); it ends after the final
+        ``stream_disconnected`` and needs no closing of its own."""
+        ...
+
+    async def stop_agent(self) -> None:
+        """Ask the agent to stop gracefully, where the carrier offers it (agentctl's
+        ``/api/v1/stop``); a no-op elsewhere."""
+        ...
 
     async def aclose(self) -> None: ...

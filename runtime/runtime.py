@@ -31,6 +31,7 @@ import msgspec
 from acpfsm.adapters.acp.executor import StdioExecutor
 from acpfsm.adapters.executor import AgentLaunch, Executor
 from acpfsm.adapters.transport import Attachment
+from acpfsm.statecharts import EngineName, default_engine
 
 from .errors import (
     AcpfsmError,
@@ -131,7 +132,9 @@ class Runtime:
     ``profiles`` are added to (and override) the built-in ones; ``executors`` map executor ids
     to :class:`Executor` objects (``stdio`` is built in). ``trace_path`` appends every chart
     transition as JSONL; ``history_root`` enables the on-disk history store used for
-    resume-context injection.
+    resume-context injection. ``engine`` runs the charts on acpfsm's compiled engine
+    (``"compiled"``, the default) or on python-statemachine's own (``"reference"``); the
+    environment variable ``ACPFSM_ENGINE`` sets the default.
     """
 
     def __init__(
@@ -142,6 +145,7 @@ class Runtime:
         timeouts: Timeouts | None = None,
         trace_path: str | Path | None = None,
         history_root: str | Path | None = None,
+        engine: EngineName | None = None,
     ) -> None:
         self.profiles: dict[str, AgentProfile] = {p.id: p for p in BUILTIN_PROFILES}
         self.profiles.update({p.id: p for p in profiles})
@@ -150,6 +154,7 @@ class Runtime:
         self.timeouts = timeouts or Timeouts()
         self.trace = Trace(trace_path)
         self.history = HistoryStore(Path(history_root)) if history_root is not None else None
+        self.engine: EngineName = engine or default_engine()
         self._sessions: dict[str, ExecutionSession] = {}
         self._by_task_session: dict[str, str] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -242,7 +247,7 @@ class Runtime:
             timeouts=self.timeouts,
             history=self.history,
             shutting_down=lambda: self._closing,
-            agentctl_url=str(getattr(executor, "url", "")),
+            engine=self.engine,
         )
         self._sessions[execution_id] = session
         self._by_task_session[session_id] = execution_id
@@ -254,7 +259,7 @@ class Runtime:
         return ExecutionRef(
             id=execution_id,
             session_id=session_id,
-            agentctl_url=session.agentctl_url,
+            agentctl_url=session.endpoint,
             started_at=session.started_at,
         )
 

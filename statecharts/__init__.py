@@ -1,27 +1,47 @@
 """Pure declarations of acpfsm's lifecycle statecharts: no I/O, no await, no clock.
 
-The five charts (each module opens with its theory of operation):
+The charts (each module opens with its theory of operation), declared with
+python-statemachine and run on acpfsm's compiled engine (:mod:`._compile`, :mod:`._machine`;
+``engine="reference"`` runs python-statemachine's own); how they move each other is
+:mod:`.coordination`:
 
 * :class:`SessionInit` - stream connect → initialize → load/new → catalog → policy → layers.
 * :class:`StartModelPolicy` - the eleven rows of the start-model decision table.
+* :class:`ConfigSettlement` - when the settled config-options snapshot is published.
 * :class:`PromptGeneration` - one prompt generation, admitted → dispatched → one outcome.
 * :class:`Execution` - the execution's status (STARTING … STOPPED).
 * :class:`AgentStream` - the transport connection (pipes or WebSocket).
 """
 
 from ._base import Chart as Chart
-from ._base import IllegalTransition as IllegalTransition
-from ._base import TransitionObserver as TransitionObserver
-from ._base import TransitionRecord as TransitionRecord
-from ._base import add_transition_observer as add_transition_observer
 from ._base import declared_transitions as declared_transitions
-from ._base import remove_transition_observer as remove_transition_observer
+from ._compile import CompiledChart as CompiledChart
+from ._compile import Effect as Effect
+from ._compile import Effects as Effects
+from ._compile import EffectSpec as EffectSpec
+from ._compile import Step as Step
+from ._compile import effect as effect
+from ._machine import ENGINE_ENV as ENGINE_ENV
+from ._machine import ChartMachine as ChartMachine
+from ._machine import EngineName as EngineName
+from ._machine import TransitionObserver as TransitionObserver
+from ._machine import TransitionRecord as TransitionRecord
+from ._machine import add_transition_observer as add_transition_observer
+from ._machine import default_engine as default_engine
+from ._machine import remove_transition_observer as remove_transition_observer
 from .agent_stream import AgentStream as AgentStream
+from .config_settlement import ConfigSettlement as ConfigSettlement
+from .errors import AcpfsmError as AcpfsmError
+from .errors import ChartDefinitionError as ChartDefinitionError
+from .errors import ChartError as ChartError
+from .errors import CoordinationError as CoordinationError
+from .errors import IllegalTransition as IllegalTransition
 from .execution import Execution as Execution
 from .prompt_generation import PromptGeneration as PromptGeneration
 from .session_init import SessionInit as SessionInit
 from .start_model import ModelSelectionDecision as ModelSelectionDecision
 from .start_model import StartModelPolicy as StartModelPolicy
+from .start_model import decision as model_decision
 from .vocab import FALLBACK_AUTHORIZING as FALLBACK_AUTHORIZING
 from .vocab import ErrorClass as ErrorClass
 
@@ -29,16 +49,23 @@ from .vocab import ErrorClass as ErrorClass
 ALL_CHARTS: tuple[type[Chart], ...] = (
     SessionInit,
     StartModelPolicy,
+    ConfigSettlement,
     PromptGeneration,
     Execution,
     AgentStream,
 )
+
+# compile every chart now: a declaration the engine cannot run fails the import, loudly
+for _chart in ALL_CHARTS:
+    _chart.compiled()
+del _chart
 
 __all__ = [
     "ALL_CHARTS",
     "FALLBACK_AUTHORIZING",
     "AgentStream",
     "Chart",
+    "ConfigSettlement",
     "ErrorClass",
     "Execution",
     "IllegalTransition",
@@ -50,5 +77,6 @@ __all__ = [
     "TransitionRecord",
     "add_transition_observer",
     "declared_transitions",
+    "model_decision",
     "remove_transition_observer",
 ]

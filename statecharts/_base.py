@@ -1,183 +1,98 @@
-"""The common base of every acpfsm chart.
+"""The common base of every acpfsm chart declaration.
 
 Theory of operation
 -------------------
-Every chart is a python-statemachine ``StateChart`` that runs on the **sync engine** only
-(acp-and-agents.md §1.6): no ``async def`` callback, guard or listener, no delayed events and
-no invoked services. The runtime owns I/O and time and feeds results in as events.
+A chart is a python-statemachine ``StateChart`` subclass: states, compound states,
+transitions, ``cond=``/``unless=`` guards naming methods, final states. python-statemachine
+validates the declaration when the class is defined, and it is the source of the diagrams and
+tables. The declaration class is not what runs: :meth:`Chart.start` returns a *machine*
+(:mod:`._machine`) on acpfsm's compiled engine, or on python-statemachine's own engine when
+``engine="reference"`` (the reference, which must agree with the compiled one).
 
-Two engine defaults are flipped on purpose (acp-and-agents.md §1.1):
+Rules every chart follows:
 
-* ``allow_event_without_transition = False``: an event the current state does not accept raises
-  :class:`IllegalTransition` naming the chart, its states and the event. Events that the
-  lifecycle *ignores* on purpose (a late completion for a superseded generation, a duplicate
-  terminal event) are declared as explicit self-transitions, so the ignoring is visible in the
-  diagrams and in the trace.
-* ``catch_errors_as_events = False``: an exception in a callback propagates instead of becoming a
-  silent ``error.execution`` event.
-
-Observation: every instance reports each fired transition to its own ``observers`` (the runtime's
-trace of one execution) and to the process-wide observers registered with
-:func:`add_transition_observer` (the test suite's transition-coverage recorder). Observers are
-plain callables; they must not block.
+* Pure and synchronous: no I/O, clock, ``await``, ``async def``, ``delay=`` or ``invoke=``
+  (a test enforces it); the runtime feeds every result in as an event, a past-tense fact.
+* Loud: an event the current state does not accept raises
+  :class:`~acpfsm.statecharts.errors.IllegalTransition` (python-statemachine's
+  ``allow_event_without_transition`` and ``catch_errors_as_events`` are off for the reference
+  engine). An event the lifecycle *ignores* on purpose in some state is declared there as a
+  targetless transition (``state.to(None)``), so the ignoring is visible in the diagrams and
+  the trace; declared on a compound parent it covers all its children at once.
+* ``to.itself()`` exits and re-enters (a compound's child is reset to its initial one): use it
+  only for that; a targetless transition changes nothing.
+* Guards are pure functions of the event's keyword data (by parameter name, with defaults)
+  and of the machine's *constants* (``constants = {"name": default}``: data fixed when the
+  machine starts, read as ``self.name``).
+* What a transition asks the runtime to do is declared as data, ``effects = Effects(...)``
+  (:class:`~._compile.Effects`), and returned by ``fire`` in the
+  :class:`~._compile.Step`; the runtime performs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
-from statemachine import State, StateChart
-from statemachine.exceptions import TransitionNotAllowed
+from statemachine import StateChart
 
-__all__ = [
-    "Chart",
-    "IllegalTransition",
-    "TransitionObserver",
-    "TransitionRecord",
-    "add_transition_observer",
-    "declared_transitions",
-    "remove_transition_observer",
-]
+from ._compile import CompiledChart, Effects, compile_chart
+from ._machine import ChartMachine, EngineName, Machine, ReferenceMachine, TransitionObserver
+from ._machine import default_engine as _default_engine
+from ._machine import machine_class as _machine_class
 
+__all__ = ["Chart", "declared_transitions"]
 
-class TransitionRecord(NamedTuple):
-    """One fired transition. ``tags`` is the chart instance's identifying data (execution id,
-    generation …) as given to its constructor."""
-
-    chart: str
-    source: str
-    event: str
-    target: str
-    tags: dict[str, Any]
-
-
-TransitionObserver = Callable[[TransitionRecord], None]
-_observers: list[TransitionObserver] = []
-
-
-def add_transition_observer(observer: TransitionObserver) -> None:
-    _observers.append(observer)
-
-
-def remove_transition_observer(observer: TransitionObserver) -> None:
-    if observer in _observers:
-        _observers.remove(observer)
-
-
-class IllegalTransition(TransitionNotAllowed):
-    """An event the chart does not accept in its current state."""
-
-    chart: str
-    states: tuple[str, ...]
-    event_name: str
-
-    def __init__(self, chart: str, states: tuple[str, ...], event_name: str) -> None:
-        Exception.__init__(
-            self,
-            f"{chart}: event {event_name!r} is not allowed in state {', '.join(states)}",
-        )
-        self.chart = chart
-        self.states = states
-        self.event_name = event_name
-        self.event = None
-        self.configuration = set()
+_compiled: dict[type[Chart], tuple[CompiledChart, type[Machine]]] = {}
 
 
 class Chart(StateChart[Any]):
-    """Base of the five lifecycle charts (sync engine, loud on illegal events)."""
+    """Base of the lifecycle chart declarations (see the module docstring)."""
 
     allow_event_without_transition = False
     catch_errors_as_events = False
 
     chart_name: ClassVar[str] = "chart"
+    constants: ClassVar[dict[str, Any]] = {}
+    effects: ClassVar[Effects] = Effects()
 
     def __init__(
-        self,
+        self, *, constants: dict[str, Any] | None = None, listeners: list[object] | None = None
+    ) -> None:
+        """The reference engine's instance (use :meth:`start`): ``constants`` become
+        attributes before python-statemachine resolves the guards."""
+        for name, value in {**type(self).constants, **(constants or {})}.items():
+            setattr(self, name, value)
+        super().__init__(listeners=listeners)
+
+    @classmethod
+    def compiled(cls) -> CompiledChart:
+        """The chart's compiled tables (built once; raises ChartDefinitionError)."""
+        return cls._compiled_entry()[0]
+
+    @classmethod
+    def _compiled_entry(cls) -> tuple[CompiledChart, type[Machine]]:
+        entry = _compiled.get(cls)
+        if entry is None:
+            compiled = compile_chart(cls)
+            entry = _compiled[cls] = (compiled, _machine_class(compiled))
+        return entry
+
+    @classmethod
+    def start(
+        cls,
         *,
+        engine: EngineName | None = None,
         tags: dict[str, Any] | None = None,
         observers: tuple[TransitionObserver, ...] = (),
-        **kwargs: Any,
-    ) -> None:
-        self.tags: dict[str, Any] = dict(tags or {})
-        self.observers = observers
-        self.history: list[TransitionRecord] = []
-        super().__init__(**kwargs)
-        self._observe_microsteps()
-
-    def _observe_microsteps(self) -> None:
-        """Report each fired transition once its microstep is done.
-
-        A listener's ``after_transition`` would do the same, but python-statemachine then
-        resolves that callback for every declared transition of every new instance, which
-        doubles the cost of creating a chart (one PromptGeneration per prompt). Wrapping the
-        sync engine's ``microstep`` (python-statemachine 3.2, pinned) costs nothing at
-        creation; the exhaustive transition tests pin the records it produces."""
-        engine = self._engine
-        step = engine.microstep
-
-        def microstep(transitions: list[Any], trigger_data: Any) -> Any:
-            result = step(transitions, trigger_data)
-            event = trigger_data.event
-            name = str(event.id if event is not None else "")
-            for transition in transitions:
-                self._report(name, transition.source, transition.target)
-            return result
-
-        engine.microstep = microstep
-
-    def _report(self, event: str, source: State, target: State | None) -> None:
-        record = TransitionRecord(
-            chart=self.chart_name,
-            source=source.id,
-            event=event,
-            target=target.id if target is not None else source.id,
-            tags=self.tags,
-        )
-        self.history.append(record)
-        for observer in self.observers:
-            observer(record)
-        for observer in tuple(_observers):
-            observer(record)
-
-    # --- sending -------------------------------------------------------------------------
-
-    def fire(self, event: str, **data: Any) -> None:
-        """Send ``event`` with keyword data; raise :class:`IllegalTransition` if not allowed."""
-        try:
-            self.send(event, **data)
-        except IllegalTransition:
-            raise
-        except TransitionNotAllowed as exc:
-            raise IllegalTransition(self.chart_name, self.state_ids, event) from exc
-
-    def accepts(self, event: str) -> bool:
-        """Whether ``event`` is declared from the current configuration (guards not evaluated)."""
-        return any(e.id == event for e in self.allowed_events)
-
-    # --- inspection ----------------------------------------------------------------------
-
-    @property
-    def state_ids(self) -> tuple[str, ...]:
-        return tuple(str(v) for v in self.configuration_values)
-
-    @property
-    def leaf(self) -> str:
-        """The innermost active state id (what a one-word status shows)."""
-        values = [str(v) for v in self.configuration_values]
-        return values[-1] if values else ""
-
-    def is_in(self, *state_ids: str) -> bool:
-        active = set(self.state_ids)
-        return any(s in active for s in state_ids)
+        **constants: Any,
+    ) -> ChartMachine:
+        """A new running instance of this chart, in its initial state."""
+        compiled, machine = cls._compiled_entry()
+        if (engine or _default_engine()) == "reference":
+            return ReferenceMachine(compiled, tags=tags, observers=observers, **constants)
+        return machine(tags=tags, observers=observers, **constants)
 
 
-def declared_transitions(chart: type[Chart]) -> set[tuple[str, str, str]]:
+def declared_transitions(chart: type[Chart]) -> frozenset[tuple[str, str, str]]:
     """Every declared ``(source, event, target)`` of ``chart`` (targetless → source)."""
-    out: set[tuple[str, str, str]] = set()
-    for state in chart.states_map.values():
-        for transition in state.transitions:
-            target = transition.target.id if transition.target is not None else state.id
-            for event in transition.events:
-                out.add((state.id, str(event), target))
-    return out
+    return chart.compiled().declared

@@ -2,12 +2,12 @@
 
 Theory of operation
 -------------------
-Both carriers report here: the agentctl WebSocket (dial, drop, redial; lifecycle.md §1.3, §2.1
-step 2, §5.7) and the stdio pipes of a local agent process (connected once spawned; EOF or a
+Both carriers report here: the agentctl WebSocket (dial, drop, redial; kandev
+agentctl/client agent.go, lifecycle/session.go ``retryPromptAfterReconnect``) and the stdio pipes of a local agent process (connected once spawned; EOF or a
 broken pipe is a loss that cannot be redialled). The runtime sends facts; the chart says
 whether to redial.
 
-* ``connecting`` is bounded by the 10 s stream-connect wait (§2.1 step 2); its expiry is the
+* ``connecting`` is bounded by the 10 s stream-connect wait; its expiry is the
   ``connect_timed_out`` event the runtime's clock sends.
 * A loss (``connection_lost``) goes to ``reconnecting`` when the carrier can redial
   (``reconnectable`` event data: agentctl yes, stdio no), else to ``disconnected``.
@@ -40,19 +40,15 @@ class AgentStream(Chart):
 
     connect_started = disconnected.to(connecting)
     connect_succeeded = connecting.to(connected) | reconnecting.to(connected)
-    connect_failed = (
-        connecting.to(disconnected)
-        | reconnecting.to.itself(cond="reconnectable")  # keep trying within the budget
-        | reconnecting.to(disconnected)
-    )
+    connect_failed = connecting.to(disconnected)
     connect_timed_out = connecting.to(disconnected) | reconnecting.to(disconnected)
     connection_lost = (
         connected.to(reconnecting, cond="reconnectable")
         | connected.to(disconnected)
         | connecting.to(disconnected)
-        | reconnecting.to.itself(cond="reconnectable")  # another drop while redialling
+        | reconnecting.to(None, cond="reconnectable")  # another drop while redialling
         | reconnecting.to(disconnected)  # the carrier gave up redialling
-        | disconnected.to.itself()
+        | disconnected.to(None)
     )
     reconnect_requested = disconnected.to(reconnecting, cond="reconnectable")
     close_requested = (
@@ -64,7 +60,3 @@ class AgentStream(Chart):
 
     def reconnectable(self, reconnectable: bool = False) -> bool:
         return reconnectable
-
-    @property
-    def is_connected(self) -> bool:
-        return self.leaf == "connected"

@@ -2,25 +2,39 @@
 
 Theory of operation
 -------------------
-The states are kandev's ``v1.AgentStatus`` values (lifecycle.md §5.11; ``PENDING`` is declared
-there but never assigned, so it is not a state here). Every transition below is one row of the
-§5.11 table, named after the fact that causes it; nothing else may change the status.
+The states are kandev's ``v1.AgentStatus`` values (apps/backend/pkg/api/v1/agent.go;
+``PENDING`` is declared there but never assigned, so it is not a state here). Every
+transition below is one row of kandev's status table, named after the fact that causes it;
+nothing else may change the status. ``active`` holds the non-terminal statuses.
 
-* An execution is built ``running`` (built from an executor instance) and goes ``starting`` when
-  the agent process is started (``start_requested``); ``booted`` / a completed initial turn make
-  it ``ready``.
-* ``prompt_began`` (BeginPrompt) makes it ``running`` from any live status.
-* A claimed successful completion makes it ``ready``; an error completion makes it ``failed``
-  (or ``stopped`` while shutting down, R32); an owning stream disconnect makes it ``failed``
-  without ``agent.failed``.
-* Cancel escalation and context reset make it ``ready`` from any live status.
-* Process exit: 0 → ``completed`` (also during shutdown); non-zero → ``failed``, or
-  ``stopped`` during shutdown.
-* ``stopped`` (StopAgentWithReason) is reachable from every status and is final.
+* An execution is built ``RUNNING`` (built from an executor instance) and goes ``STARTING``
+  when the agent process is started (``start_requested``, kandev manager_launch.go
+  ``markAgentStartPending``); ``booted`` (``MarkBootReady``) or a completed initial turn make
+  it ``READY``.
+* ``prompt_began`` (``BeginPrompt``) makes it ``RUNNING`` from any status but STOPPED.
+* The outcome of the current prompt generation moves it (the coordination table,
+  :mod:`acpfsm.statecharts.coordination`): a claimed success → ``READY``
+  (``turn_completed``), an error → ``FAILED`` (or ``STOPPED`` while shutting down, R32), an
+  owning stream disconnect → ``FAILED`` without ``agent.failed`` (``stream_lost``), a cancel
+  escalation → ``READY`` (``cancel_escalated``), a turn that never reached the agent →
+  ``READY`` again (``turn_undelivered``; kandev H7 left it RUNNING with nobody waiting).
+* A wakeup turn (content while READY, kandev manager_events.go) → ``RUNNING``; its
+  generation-0 end → ``READY`` (``wakeup_turn_completed``; an empty one shows it ran).
+* Process exit: 0 → ``COMPLETED`` (also during shutdown); non-zero → ``FAILED``, or
+  ``STOPPED`` during shutdown.
+* ``STOPPED`` (``StopAgentWithReason``) is reachable from every status and is final: the
+  execution is removed, the chart has ended.
 
-Terminal guard (§5.11, R7, R32): ``completed`` and ``failed`` absorb duplicate terminal facts as
-self-transitions (a FAILED is never downgraded to STOPPED by a shutdown-time error), while the
-paths kandev does not guard (BeginPrompt, MarkReady, a gen-0 success) may still leave them.
+Terminal guard (kandev ``isTerminalStatus``, R7, R32): ``COMPLETED`` and ``FAILED`` absorb
+duplicate terminal facts as targetless transitions (a FAILED is never downgraded to STOPPED
+by a shutdown-time error), while the paths kandev does not guard (BeginPrompt, MarkReady, a
+gen-0 success) may still leave them.
+
+Effects: ``publish_agent_ready``/``_running``/``_failed``/``_stopped``/``_completed``/
+``_boot_ready``, ``publish_stream_error`` (``agentctl.error`` when no turn owned the lost
+stream), ``record_failure`` (the execution's error message and end time),
+``record_finish`` (its end time), ``record_exit`` (the exit code), ``watch_for_wakeup``
+(the next turn content while READY is a wakeup fact).
 """
 
 from __future__ import annotations
@@ -30,88 +44,242 @@ from typing import ClassVar
 from statemachine import State
 
 from ._base import Chart
+from ._compile import EffectDecl, Effects, effect
 
 __all__ = ["Execution"]
 
+_READY = effect("publish_agent_ready", generation=0, stop_reason="")
+_FAILED_TURN: list[EffectDecl] = [
+    effect("record_failure", "error"),
+    effect("publish_agent_failed", "error", generation=0, phase="prompt_send"),
+]
+_STOPPED_SHUTDOWN: list[EffectDecl] = [
+    "record_finish",
+    effect("publish_agent_stopped", reason="shutdown"),
+]
+_EXIT_FAILED: list[EffectDecl] = [
+    effect("record_exit", "exit_code"),
+    effect("record_failure", "error"),
+    effect("publish_agent_failed", "error", generation=0, phase="process"),
+]
+
 
 class Execution(Chart):
-    """STARTING, RUNNING, READY, COMPLETED, FAILED, STOPPED and the §5.11 transitions."""
+    """STARTING, RUNNING, READY, COMPLETED, FAILED, STOPPED and kandev's status table."""
 
     chart_name: ClassVar[str] = "execution"
 
-    running = State("RUNNING", initial=True)
-    starting = State("STARTING")
-    ready = State("READY")
+    class active(State.Compound):
+        running = State("RUNNING", initial=True)
+        starting = State("STARTING")
+        ready = State("READY")
+
     completed = State("COMPLETED")
     failed = State("FAILED")
     stopped = State("STOPPED", final=True)
 
-    # any → STARTING (markAgentStartPending, restart reset, managed-runtime retry reset)
-    start_requested = (
-        running.to(starting)
-        | ready.to(starting)
-        | failed.to(starting)
-        | completed.to(starting)
-        | starting.to.itself()
-    )
+    # the agent process is being started (markAgentStartPending)
+    start_requested = active.running.to(active.starting)
+    agent_start_failed = active.starting.to(failed)
     # any → RUNNING (BeginPrompt, every prompt, any prior status)
     prompt_began = (
-        starting.to(running)
-        | ready.to(running)
-        | running.to.itself()
-        | failed.to(running)
-        | completed.to(running)
+        active.starting.to(active.running)
+        | active.ready.to(active.running)
+        | active.running.to(None)
+        | failed.to(active.running)
+        | completed.to(active.running)
     )
-    # READY → RUNNING: turn content while READY (a wakeup turn, R26/R27)
-    wakeup_content_arrived = ready.to(running) | running.to.itself()
-    # not READY → READY: a claimed successful completion (generation-bearing or gen 0)
+    # READY → RUNNING: turn content while READY (a wakeup turn, R26)
+    wakeup_content_arrived = (
+        active.ready.to(active.running) | active.to(None) | (failed.to(None)) | completed.to(None)
+    )
+    # the end of a wakeup turn that no generation claimed (generation 0, R27); before the
+    # session is initialized the startup owns the stream and such an event is ignored (R10)
+    wakeup_turn_completed = (
+        active.ready.to.itself()  # an empty wakeup turn: show it ran
+        | active.running.to(active.ready)
+        | active.starting.to(None)
+        | failed.to(active.ready)
+        | completed.to(None)
+    )
+    wakeup_turn_failed = (
+        active.starting.to(None)
+        | active.to(stopped, cond="shutting_down")
+        | active.to(failed)
+        | failed.to(None)
+        | completed.to(None)
+    )
+    # a prompt or steer asks whether prompts are accepted (validateStatus: RUNNING or READY)
+    prompt_requested = (
+        active.running.to(None)
+        | active.ready.to(None)
+        | (active.starting.to(None))
+        | failed.to(None)
+        | completed.to(None)
+    )
+    # not READY → READY: a claimed successful completion (R33: READY stays READY)
     turn_completed = (
-        running.to(ready) | starting.to(ready) | failed.to(ready) | ready.to.itself()  # R33
+        active.running.to(active.ready)
+        | active.starting.to(active.ready)
+        | failed.to(active.ready)
+        | active.ready.to(None)
     )
-    # ≠READY → READY (+boot_ready): MarkBootReady, no initial prompt
-    booted = starting.to(ready) | running.to(ready) | ready.to.itself()  # R33: no-op
+    # the turn never reached the agent: nobody waits, so READY again (kandev H7)
+    turn_undelivered = (
+        active.running.to(active.ready) | active.to(None) | failed.to(None) | (completed.to(None))
+    )
+    # ≠READY → READY (+agent.boot_ready): MarkBootReady, no initial prompt
+    booted = (
+        active.starting.to(active.ready)
+        | active.running.to(active.ready)
+        | (
+            active.ready.to(None)  # R33
+        )
+    )
     # FAILED → READY: stream recovered with a running agent process
-    recovered = failed.to(ready)
-    # any → READY: cancel escalation, context reset
-    cancel_escalated = running.to(ready) | starting.to(ready) | failed.to(ready) | ready.to.itself()
-    context_reset = running.to(ready) | starting.to(ready) | failed.to(ready) | ready.to.itself()
+    recovered = failed.to(active.ready)
+    # any → READY: cancel escalation (escalateStuckCancel)
+    cancel_escalated = (
+        active.running.to(active.ready)
+        | active.starting.to(active.ready)
+        | failed.to(active.ready)
+        | active.ready.to(None)
+    )
     # non-terminal → FAILED (+agent.failed), or STOPPED during shutdown (R32)
     turn_failed = (
-        running.to(stopped, cond="shutting_down")
-        | ready.to(stopped, cond="shutting_down")
-        | starting.to(stopped, cond="shutting_down")
-        | running.to(failed)
-        | ready.to(failed)
-        | starting.to(failed)
-        | failed.to.itself()  # terminal guard: duplicate terminal event publishes nothing
-        | completed.to.itself()
+        active.to(stopped, cond="shutting_down")
+        | active.to(failed)
+        | failed.to(None)  # terminal guard: a duplicate terminal event publishes nothing
+        | completed.to(None)
     )
-    # any → FAILED, no agent.failed (agentctl.error instead): owning stream disconnect
-    stream_lost = running.to(failed) | ready.to(failed) | starting.to(failed) | failed.to.itself()
-    # any → FAILED: UpdateError (startup, restart and reset-restore failures)
-    init_failed = starting.to(failed) | running.to(failed) | ready.to(failed) | failed.to.itself()
+    # any → FAILED, no agent.failed (agentctl.error instead): the owning stream is lost; before
+    # the session is initialized the startup owns that failure (R10)
+    stream_lost = (
+        active.starting.to(None)
+        | active.to(failed, cond="owned_by_turn")  # the turn published the error already
+        | active.to(failed)
+        | failed.to(None)
+        | completed.to(None)
+    )
+    # any → FAILED: UpdateError (startup failures)
+    init_failed = active.to(failed) | failed.to(None)
     # non-terminal → COMPLETED / FAILED / STOPPED: the agent process exited; a clean exit is
-    # COMPLETED even during shutdown, only a failing one becomes STOPPED (§5.11, R32)
+    # COMPLETED even during shutdown, only a failing one becomes STOPPED
     process_exited = (
-        running.to(completed, cond="clean_exit")
-        | ready.to(completed, cond="clean_exit")
-        | starting.to(completed, cond="clean_exit")
-        | running.to(stopped, cond="shutting_down")
-        | ready.to(stopped, cond="shutting_down")
-        | starting.to(stopped, cond="shutting_down")
-        | running.to(failed)
-        | ready.to(failed)
-        | starting.to(failed)
-        | failed.to.itself()  # a FAILED is never downgraded
-        | completed.to.itself()
+        active.starting.to(None)  # R10: the startup owns it (its requests fail)
+        | active.to(completed, cond="clean_exit")
+        | active.to(stopped, cond="shutting_down")
+        | active.to(failed)
+        | failed.to(None)  # a FAILED is never downgraded
+        | completed.to(None)
     )
     # any → STOPPED (+agent.stopped): StopAgentWithReason; the execution is removed
-    stop_requested = (
-        running.to(stopped)
-        | starting.to(stopped)
-        | ready.to(stopped)
-        | completed.to(stopped)
-        | failed.to(stopped)
+    stop_requested = active.to(stopped) | completed.to(stopped) | failed.to(stopped)
+
+    effects: ClassVar[Effects] = Effects(
+        transitions={
+            "wakeup_content_arrived: ready -> running": ["publish_agent_running"],
+            "wakeup_turn_completed: ready -> ready": [
+                "end_wakeup_turn",
+                "publish_agent_running",
+                effect("publish_agent_ready", "stop_reason", generation=0),
+            ],
+            "wakeup_turn_completed: running -> ready": [
+                "end_wakeup_turn",
+                effect("publish_agent_ready", "stop_reason", generation=0),
+            ],
+            "wakeup_turn_completed: completed": ["end_wakeup_turn"],
+            "wakeup_turn_failed: active -> stopped": ["end_wakeup_turn", *_STOPPED_SHUTDOWN],
+            "wakeup_turn_failed: active -> failed": ["end_wakeup_turn", *_FAILED_TURN],
+            "wakeup_turn_failed: failed": ["end_wakeup_turn"],
+            "wakeup_turn_failed: completed": ["end_wakeup_turn"],
+            "prompt_requested: starting": ["refuse_prompt"],
+            "prompt_requested: failed": ["refuse_prompt"],
+            "prompt_requested: completed": ["refuse_prompt"],
+            "wakeup_turn_completed: failed -> ready": [
+                "end_wakeup_turn",
+                effect("publish_agent_ready", "stop_reason", generation=0),
+            ],
+            "turn_completed: running -> ready": [
+                effect("publish_agent_ready", "generation", "stop_reason")
+            ],
+            "turn_completed: starting -> ready": [
+                effect("publish_agent_ready", "generation", "stop_reason")
+            ],
+            "turn_completed: failed -> ready": [
+                effect("publish_agent_ready", "generation", "stop_reason")
+            ],
+            "turn_completed: ready": [effect("publish_agent_ready", "generation", "stop_reason")],
+            "turn_undelivered: running -> ready": [
+                effect("publish_agent_ready", "generation", stop_reason="")
+            ],
+            "booted: starting -> ready": [
+                effect("publish_agent_boot_ready", resume_context_pending=False)
+            ],
+            "booted: running -> ready": [
+                effect("publish_agent_boot_ready", resume_context_pending=False)
+            ],
+            "booted: ready": [effect("publish_agent_boot_ready", resume_context_pending=False)],
+            "recovered: failed -> ready": [
+                effect("publish_agent_boot_ready", resume_context_pending=False)
+            ],
+            "cancel_escalated: running -> ready": [
+                effect("publish_agent_ready", "generation", stop_reason="")
+            ],
+            "cancel_escalated: starting -> ready": [
+                effect("publish_agent_ready", "generation", stop_reason="")
+            ],
+            "cancel_escalated: failed -> ready": [
+                effect("publish_agent_ready", "generation", stop_reason="")
+            ],
+            "cancel_escalated: ready": [
+                effect("publish_agent_ready", "generation", stop_reason="")
+            ],
+            "turn_failed: active -> stopped": _STOPPED_SHUTDOWN,
+            "turn_failed: active -> failed": [
+                effect("record_failure", "error"),
+                effect("publish_agent_failed", "error", "generation", phase="prompt_send"),
+            ],
+            "stream_lost: active -> failed [owned_by_turn]": [effect("record_failure", "error")],
+            "stream_lost: active -> failed []": [
+                effect("record_failure", "error"),
+                effect("publish_stream_error", "error", generation=0),
+            ],
+            "init_failed: active -> failed": [
+                effect("record_failure", "error"),
+                effect("publish_agent_failed", "error", generation=0, phase="session_init"),
+            ],
+            "process_exited: active -> completed": [
+                effect("record_exit", "exit_code"),
+                "record_finish",
+                effect("publish_agent_completed", "exit_code"),
+                "close_subscriptions",
+            ],
+            "process_exited: active -> stopped": [
+                effect("record_exit", "exit_code"),
+                *_STOPPED_SHUTDOWN,
+                "close_subscriptions",
+            ],
+            "process_exited: active -> failed": [*_EXIT_FAILED, "close_subscriptions"],
+            "process_exited: failed": [effect("record_exit", "exit_code"), "close_subscriptions"],
+            "process_exited: completed": [
+                effect("record_exit", "exit_code"),
+                "close_subscriptions",
+            ],
+            "stop_requested: active -> stopped": [
+                "record_finish",
+                effect("publish_agent_stopped", "reason"),
+            ],
+            "stop_requested: completed -> stopped": [
+                "record_finish",
+                effect("publish_agent_stopped", "reason"),
+            ],
+            "stop_requested: failed -> stopped": [
+                "record_finish",
+                effect("publish_agent_stopped", "reason"),
+            ],
+        },
+        on_enter={"ready": ["watch_for_wakeup"]},
     )
 
     # --- guards --------------------------------------------------------------------------
@@ -122,18 +290,5 @@ class Execution(Chart):
     def clean_exit(self, exit_code: int | None = None) -> bool:
         return exit_code == 0
 
-    # --- derived views -------------------------------------------------------------------
-
-    @property
-    def status(self) -> str:
-        """The kandev status name (``READY`` …)."""
-        return str(self.states_map[self.leaf].name)
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.leaf in ("completed", "failed", "stopped")
-
-    @property
-    def accepts_prompts(self) -> bool:
-        """§5.3 step 6a: RUNNING or READY (``validateStatus``)."""
-        return self.leaf in ("running", "ready")
+    def owned_by_turn(self, generation: int = 0) -> bool:
+        return generation != 0

@@ -3,229 +3,398 @@
 Theory of operation
 -------------------
 kandev derives a generation's state from three counters (P newest admitted, D dispatched,
-C completion claimed; lifecycle.md §5.1–§5.2). Here each admitted prompt gets its own chart
-instance, and the states *are* the predicates:
+C completion claimed; kandev lifecycle/execution_store.go ``BeginPrompt``,
+``MarkPromptDispatched``, ``ClaimPromptCompletion``). Here each admitted prompt gets its own
+chart instance, and the states *are* the predicates:
 
 ===================  ==========================  ===========================================
-state                kandev predicate             entered by (lifecycle.md)
+state                kandev predicate             entered by
 ===================  ==========================  ===========================================
-admitted             P==g, D!=g, C!=g             BeginPrompt (§5.1)
-reconnecting         admitted, stream down        retry after reconnect, 5 s / 100 ms (§5.7)
-dispatched.*         P==g, D==g, C!=g (steerable) MarkPromptDispatched after an accepted trigger
-completed / failed   C==g                         a claimed terminal event (§5.5)
-handed_off           foreground_idle handoff      §5.6 (the waiter is released; still claimable)
-disconnected         owning stream disconnect     §5.6
-cancel_escalated     cancel escalation            §5.10
-undelivered          trigger/materialization      §5.3 steps 7–8 (kandev: H7, left RUNNING)
-                     /reconnect failure
+live.admitted        P==g, D!=g, C!=g             BeginPrompt
+live.reconnecting    admitted, stream down        retryPromptAfterReconnect (5 s, 100 ms polls)
+live.dispatched.*    P==g, D==g, C!=g (steerable) MarkPromptDispatched after an accepted trigger
+live.handed_off      foreground_idle handoff      handlePromptHandoffEvent (waiter released;
+                                                  the turn may still complete)
+live.escalating      cancel escalated, waiter     escalateStuckCancel: the waiter is released,
+                     being released               its return awaited (≤ 2 s)
+ended.completed      C==g, success                a claimed completion
+ended.failed         C==g, error                  a claimed error completion
+ended.disconnected   owning stream lost           handleStreamDisconnect (a later completion
+                                                  may still be claimed)
+ended.cancel_escalated                            escalateStuckCancel done, or a cancel-release
+                                                  error (``prompt abandoned after cancel``)
+ended.undelivered    trigger never reached agent  a failed trigger, materialization or
+                                                  reconnect (kandev H7 left RUNNING)
 superseded           P>g                          the next BeginPrompt
 ===================  ==========================  ===========================================
 
 ``dispatched`` has three children: ``awaited`` (an ordinary prompt's waiter owns completion),
-``stall_reported`` (the same after the one ``agent.stalled`` of this wait, §5.9) and
-``unawaited`` (a dispatch-only prompt: this generation *is* the dispatch-only barrier of §5.3
-step 3; a successor waits until it leaves ``dispatched``, bounded by 10 s, seed D8).
+``stall_reported`` (the same after the one ``agent.stalled`` of this wait) and ``unawaited``
+(a dispatch-only prompt: this generation *is* the dispatch-only barrier of ``sendPrompt``; a
+successor waits until it leaves ``dispatched``, bounded by 10 s, seed D8).
 
-A steer (§5.8, seed D6) never creates a generation: it folds into the dispatched one as the
-``steered`` self-transition, declared on each ``dispatched`` child only. The runtime asks the
-chart whether ``steered`` is accepted; if not, the steer is not dispatched.
+Ignoring is declared, as targetless transitions, once per compound where it applies:
 
-Races (lifecycle.md §8) are declared, not coded around:
-
-* R6/R21/R22/R23 - every event for a superseded generation is an explicit self-transition of
-  ``superseded`` (``*_ignored`` in the trace); nothing else changes.
-* R7 - a duplicate terminal event for a completed/failed generation is a self-transition.
+* R6/R21/R22/R23 - every event for a superseded generation changes nothing.
+* R7 - a duplicate terminal event for an ended generation changes nothing (``ended`` ignores
+  completions; only ``disconnected`` still claims one).
 * completion before dispatch - ``admitted --completion_received--> completed``; the late
-  ``dispatch_accepted`` is then ignored (R23).
+  ``dispatch_accepted`` is then ignored by ``ended`` (R23).
 * R9 - a completion stamped with another startup generation is ignored (guard
   ``is_stale_startup``) and the generation keeps waiting.
 
 kandev anomalies made explicit: H6 (a handed-off, escalated or disconnected generation stays
-steerable) cannot happen since ``steered`` is declared only under ``dispatched``; H7 (a failed
-trigger leaves RUNNING with nobody waiting) becomes the ``undelivered`` state that the runtime
-reports; H4 (the barrier takes any generation's signal) cannot happen because the barrier is
-this chart's own ``unawaited`` state.
+steerable) cannot happen since only ``dispatched`` accepts a steer; H7 (a failed trigger leaves
+RUNNING with nobody waiting) becomes ``undelivered``, which the execution follows back to
+READY (``turn_undelivered``); H4 (the barrier takes any generation's signal) cannot happen
+because the barrier is this chart's own ``unawaited`` state.
+
+Effects (the runtime performs them, in order): ``arm_activity`` (stall accounting restarts),
+``claim_outcome`` (the buffered reply becomes this generation's, the agent's terminal event
+is published), ``release_waiter`` (the prompt caller's result: ``result`` names it),
+``publish_prompt_completed``/``publish_prompt_failed``/``publish_stream_error``/
+``report_stall``, ``wait_for_carrier`` (retry the dispatch while the carrier redials),
+``steer_refused``, ``await_waiter`` (escalation waits for the released waiter), ``end_cancel``
+(a cancel waiting for this turn is answered: ``result`` says escalated or not),
+``escalate_idle`` (a cancel nobody acknowledged while no turn is live), ``hold_barrier``
+(a successor must wait for this dispatch-only turn), ``barrier_failed``,
+``arm_cancel_wait`` (the cancel is acknowledged: wait ≤ 10 s for the turn to end).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from statemachine import State
 
-from ._base import Chart, TransitionObserver
+from ._base import Chart
+from ._compile import Effects, effect
 
-__all__ = ["TERMINAL_STATES", "PromptGeneration"]
+__all__ = ["PromptGeneration"]
 
-#: States after which no waiter is owed anything.
-TERMINAL_STATES = frozenset(
-    {"completed", "failed", "undelivered", "cancel_escalated", "disconnected", "superseded"}
-)
+_DONE = effect("end_cancel", result="ended")
 
 
 class PromptGeneration(Chart):
     """One prompt generation, from admission to its single terminal outcome."""
 
     chart_name: ClassVar[str] = "prompt_generation"
+    constants: ClassVar[dict[str, object]] = {
+        "generation": 0,
+        "startup_generation": 0,
+        "dispatch_only": False,
+    }
+    generation: int
+    startup_generation: int
+    dispatch_only: bool
 
-    admitted = State("admitted", initial=True)
-    reconnecting = State("reconnecting")
+    class live(State.Compound):
+        admitted = State("admitted", initial=True)
+        reconnecting = State("reconnecting")
 
-    class dispatched(State.Compound):
-        awaited = State("awaited", initial=True)
-        stall_reported = State("stall_reported")
-        unawaited = State("unawaited")
+        class dispatched(State.Compound):
+            awaited = State("awaited", initial=True)
+            stall_reported = State("stall_reported")
+            unawaited = State("unawaited")
 
-    handed_off = State("handed_off")
-    completed = State("completed")
-    failed = State("failed")
-    undelivered = State("undelivered")
-    cancel_escalated = State("cancel_escalated")
-    disconnected = State("disconnected")
+        handed_off = State("handed_off")
+        escalating = State("escalating")
+
+    class ended(State.Compound):
+        completed = State("completed", initial=True)
+        failed = State("failed")
+        disconnected = State("disconnected")
+        cancel_escalated = State("cancel_escalated")
+        undelivered = State("undelivered")
+
     superseded = State("superseded")
 
-    # --- dispatch (§5.3 steps 7-10, §5.7) ------------------------------------------------
-    dispatch_accepted = (
-        admitted.to(dispatched.unawaited, cond="dispatch_only")
-        | admitted.to(dispatched.awaited)
-        | reconnecting.to(dispatched.unawaited, cond="dispatch_only")
-        | reconnecting.to(dispatched.awaited)
-        | completed.to.itself()  # R23: completion claimed before MarkPromptDispatched
-        | failed.to.itself()
-        | cancel_escalated.to.itself()  # a late ack after a cancel released the trigger
-        | superseded.to.itself()  # R23
+    # --- admission of a successor: the dispatch-only barrier (sendPrompt step 3, seed D8) ---
+    successor_admitting = (
+        live.dispatched.unawaited.to(None)  # effect hold_barrier: the successor waits
+        | live.to(None)
+        | ended.to(None)
     )
-    # §5.7: the stream was not connected; only a carrier that can redial is waited for (5 s)
+    barrier_timed_out = live.dispatched.unawaited.to(None) | live.to(None) | ended.to(None)
+
+    # --- dispatch (sendPrompt steps 7-10, retryPromptAfterReconnect) ---------------------
+    dispatch_accepted = (
+        live.admitted.to(live.dispatched.unawaited, cond="is_dispatch_only")
+        | live.admitted.to(live.dispatched.awaited)
+        | live.reconnecting.to(live.dispatched.unawaited, cond="is_dispatch_only")
+        | live.reconnecting.to(live.dispatched.awaited)
+        | live.escalating.to(None)  # a late ack after the cancel released the trigger
+        | ended.to(None)  # R23: completion claimed before MarkPromptDispatched
+        | superseded.to(None)
+    )
+    # the stream was not connected; only a carrier that can redial is waited for (5 s)
     dispatch_unreachable = (
-        admitted.to(reconnecting, cond="carrier_reconnectable")
-        | admitted.to(undelivered)
-        | reconnecting.to.itself()
+        live.admitted.to(live.reconnecting, cond="carrier_reconnectable")
+        | live.admitted.to(ended.undelivered)
+        | live.reconnecting.to(None)
+        | live.escalating.to(None)
     )
     dispatch_failed = (
-        admitted.to(cancel_escalated, cond="cancel_release")
-        | admitted.to(undelivered)
-        | reconnecting.to(cancel_escalated, cond="cancel_release")
-        | reconnecting.to(undelivered)
+        live.admitted.to(ended.cancel_escalated, cond="cancel_release")
+        | live.admitted.to(ended.undelivered)
+        | live.reconnecting.to(ended.cancel_escalated, cond="cancel_release")
+        | live.reconnecting.to(ended.undelivered)
+        | live.escalating.to(None)
     )
-    materialization_failed = admitted.to(undelivered)
-    reconnect_timed_out = reconnecting.to(undelivered)
+    materialization_failed = live.admitted.to(ended.undelivered)
+    reconnect_timed_out = live.reconnecting.to(ended.undelivered) | live.escalating.to(None)
 
-    # --- completion (§5.4-§5.5) --------------------------------------------------------
+    # --- completion (handleCompleteEvent, ClaimPromptCompletion) ---------------------------
     completion_received = (
-        dispatched.awaited.to.itself(cond="is_stale_startup")
-        | dispatched.stall_reported.to.itself(cond="is_stale_startup")
-        | dispatched.unawaited.to.itself(cond="is_stale_startup")
-        | dispatched.to(cancel_escalated, cond="cancel_release")
-        | dispatched.to(failed, cond="is_error")
-        | dispatched.to(completed)
-        | admitted.to(failed, cond="is_error")
-        | admitted.to(completed)
-        | handed_off.to(failed, cond="is_error")
-        | handed_off.to(completed)
-        | disconnected.to(failed, cond="is_error")
-        | disconnected.to(completed)
-        | completed.to.itself()  # R7 duplicate terminal event
-        | failed.to.itself()  # R7: a second error cannot replace the first
-        | cancel_escalated.to.itself()
-        | undelivered.to.itself()
-        | superseded.to.itself()  # R6
+        live.dispatched.to(None, cond="is_stale_startup")  # R9
+        | live.dispatched.to(ended.cancel_escalated, cond="cancel_release")
+        | live.dispatched.to(ended.failed, cond="is_error")
+        | live.dispatched.to(ended.completed)
+        | live.admitted.to(ended.failed, cond="is_error")
+        | live.admitted.to(ended.completed)
+        | live.handed_off.to(ended.failed, cond="is_error")
+        | live.handed_off.to(ended.completed)
+        | live.reconnecting.to(None)  # the retry owns this wait; the agent has no turn yet
+        | live.escalating.to(None)
+        | ended.disconnected.to(ended.failed, cond="is_error")
+        | ended.disconnected.to(ended.completed)
+        | ended.to(None)  # R7: a duplicate terminal event
+        | superseded.to(None)  # R6
     )
 
-    # --- other completion-like signals (§5.6, §5.10) -----------------------------------
-    handoff_received = dispatched.to(handed_off) | superseded.to.itself()  # R22
+    # --- other completion-like signals (handlePromptHandoffEvent, handleStreamDisconnect) ---
+    handoff_received = (
+        live.dispatched.to(live.handed_off)
+        | live.to(None)
+        | ended.to(None)
+        | (
+            superseded.to(None)  # R22
+        )
+    )
     stream_lost = (
-        dispatched.to(disconnected)
-        | handed_off.to(disconnected)
-        | admitted.to.itself()  # nothing in flight yet; the dispatch reports its own failure
-        | reconnecting.to.itself()  # the retry loop owns this wait
-        | completed.to.itself()
-        | failed.to.itself()
-        | cancel_escalated.to.itself()
-        | undelivered.to.itself()
-        | disconnected.to.itself()
-        | superseded.to.itself()  # R21
+        live.dispatched.to(ended.disconnected)
+        | live.handed_off.to(ended.disconnected)
+        | live.to(None)  # admitted: the dispatch reports its own failure; reconnecting: the
+        # retry owns this wait; escalating: released already
+        | ended.to(None)
+        | superseded.to(None)  # R21
     )
-    escalated = (
-        dispatched.to(cancel_escalated)
-        | admitted.to(cancel_escalated)
-        | reconnecting.to(cancel_escalated)
-        | handed_off.to(cancel_escalated)
-        | completed.to.itself()
-        | failed.to.itself()
-        | cancel_escalated.to.itself()
-        | undelivered.to.itself()
-        | disconnected.to.itself()
+    # StopAgentWithReason: the live turn ends as if its stream were lost
+    execution_stopped = (
+        live.dispatched.to(ended.disconnected)
+        | live.handed_off.to(ended.disconnected)
+        | live.to(None)
+        | ended.to(None)
+        | superseded.to(None)
     )
 
-    # --- cancel (§5.10): the agent's answer to session/cancel decides what happens ----------
+    # --- cancel (CancelAgent, escalateStuckCancel): the agent's answer decides -------------
     # Escalate at once when the cancel was not acknowledged or the stream is gone, and for a
-    # dispatch-only turn (nobody waits on it); otherwise keep waiting for the turn to end (the
-    # runtime's 10 s bound then sends ``escalated``). Finished generations ignore it.
+    # dispatch-only turn (nobody waits on it); otherwise wait (≤ 10 s) for the turn to end.
     cancel_answered = (
-        dispatched.unawaited.to(cancel_escalated)
-        | dispatched.awaited.to(cancel_escalated, cond="cancel_unacknowledged")
-        | dispatched.awaited.to.itself()
-        | dispatched.stall_reported.to(cancel_escalated, cond="cancel_unacknowledged")
-        | dispatched.stall_reported.to.itself()
-        | admitted.to(cancel_escalated, cond="cancel_unacknowledged")
-        | admitted.to.itself()
-        | reconnecting.to(cancel_escalated, cond="cancel_unacknowledged")
-        | reconnecting.to.itself()
-        | handed_off.to(cancel_escalated, cond="cancel_unacknowledged")
-        | handed_off.to.itself()
-        | completed.to.itself()
-        | failed.to.itself()
-        | undelivered.to.itself()
-        | cancel_escalated.to.itself()
-        | disconnected.to.itself()
-        | superseded.to.itself()
+        live.dispatched.unawaited.to(live.escalating)
+        | live.dispatched.to(live.escalating, cond="cancel_unacknowledged")
+        | live.dispatched.to(None)
+        | live.admitted.to(live.escalating, cond="cancel_unacknowledged")
+        | live.admitted.to(None)
+        | live.reconnecting.to(live.escalating, cond="cancel_unacknowledged")
+        | live.reconnecting.to(None)
+        | live.handed_off.to(live.escalating, cond="cancel_unacknowledged")
+        | live.handed_off.to(None)
+        | live.escalating.to(None)
+        | ended.to(None, cond="cancel_unacknowledged")  # effect escalate_idle
+        | ended.to(None)
+        | superseded.to(None)
+    )
+    cancel_wait_timed_out = (
+        live.dispatched.to(live.escalating)
+        | live.admitted.to(live.escalating)
+        | live.reconnecting.to(live.escalating)
+        | live.handed_off.to(live.escalating)
+        | live.escalating.to(None)
+        | ended.to(None)
+        | superseded.to(None)
+    )
+    waiter_returned = (
+        live.escalating.to(ended.cancel_escalated) | ended.to(None) | (superseded.to(None))
+    )
+    escalation_wait_timed_out = (
+        live.escalating.to(ended.cancel_escalated) | ended.to(None) | (superseded.to(None))
     )
 
-    # --- steer folds into the dispatched generation (§5.8) ------------------------------
-    steered = (
-        dispatched.awaited.to.itself()
-        | dispatched.stall_reported.to.itself()
-        | dispatched.unawaited.to.itself()
+    # --- steer folds into the dispatched generation (SendPromptSteerWithDispatchCallback) ---
+    steer_requested = (
+        live.dispatched.to(None) | live.to(None) | ended.to(None) | (superseded.to(None))
     )
+    steered = live.dispatched.to(None)
 
-    # --- watchdogs (§5.3 step 3, §5.9) ---------------------------------------------------
-    stall_detected = dispatched.awaited.to(dispatched.stall_reported) | (
-        dispatched.stall_reported.to.itself()  # once per wait
+    # --- the stall watchdog (waitForPromptDone) -----------------------------------------
+    stall_detected = (
+        live.dispatched.awaited.to(live.dispatched.stall_reported)
+        | live.dispatched.stall_reported.to(None)  # once per wait
+        | live.dispatched.unawaited.to(None)
+        | live.to(None)
+        | ended.to(None)
     )
-    barrier_timed_out = dispatched.unawaited.to.itself()  # seed D8: the gate stays set
 
     # --- supersession (P>g) --------------------------------------------------------------
-    superseded_by_successor = (
-        admitted.to(superseded)
-        | reconnecting.to(superseded)
-        | dispatched.to(superseded)
-        | handed_off.to(superseded)
-        | completed.to(superseded)
-        | failed.to(superseded)
-        | undelivered.to(superseded)
-        | cancel_escalated.to(superseded)
-        | disconnected.to(superseded)
+    superseded_by_successor = live.to(superseded) | ended.to(superseded)
+
+    effects: ClassVar[Effects] = Effects(
+        transitions={
+            "successor_admitting: unawaited": ["hold_barrier"],
+            "barrier_timed_out: unawaited": ["barrier_failed"],
+            "dispatch_unreachable: admitted -> reconnecting": ["wait_for_carrier"],
+            "dispatch_unreachable: admitted -> undelivered": [
+                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
+                effect("release_waiter", "error", result="dispatch_failed"),
+            ],
+            "dispatch_failed: admitted -> cancel_escalated": [
+                effect("publish_prompt_failed", "generation", "error", outcome="cancel_escalated"),
+                effect("release_waiter", "error", result="dispatch_cancel_escalated"),
+                _DONE,
+            ],
+            "dispatch_failed: admitted -> undelivered": [
+                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
+                effect("release_waiter", "error", result="dispatch_failed"),
+            ],
+            "dispatch_failed: reconnecting -> cancel_escalated": [
+                effect("publish_prompt_failed", "generation", "error", outcome="cancel_escalated"),
+                effect("release_waiter", "error", result="dispatch_cancel_escalated"),
+                _DONE,
+            ],
+            "dispatch_failed: reconnecting -> undelivered": [
+                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
+                effect("release_waiter", "error", result="dispatch_failed"),
+            ],
+            "materialization_failed: admitted -> undelivered": [
+                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
+                effect("release_waiter", "error", result="attachment_failed"),
+            ],
+            "reconnect_timed_out: reconnecting -> undelivered": [
+                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
+                effect("release_waiter", "error", result="dispatch_failed"),
+            ],
+            # claims: the reply becomes this generation's, the waiter learns the outcome
+            # before anything else is published (R11)
+            "completion_received: dispatched -> cancel_escalated": [
+                effect("claim_outcome", "error"),
+                effect("release_waiter", result="agent_cancel_escalated"),
+                effect("publish_terminal_event", "generation"),
+                _DONE,
+            ],
+            "completion_received: dispatched -> failed": [
+                effect("claim_outcome", "error"),
+                effect("release_waiter", result="agent_error"),
+                effect("publish_terminal_event", "generation"),
+                effect("publish_prompt_failed", "generation", "error", outcome="failed"),
+            ],
+            "completion_received: dispatched -> completed": [
+                effect("claim_outcome", "stop_reason"),
+                effect("release_waiter", result="completed"),
+                effect("publish_terminal_event", "generation"),
+                effect("publish_prompt_completed", "generation", "stop_reason"),
+            ],
+            "completion_received: admitted -> failed": [
+                effect("claim_outcome", "error"),
+                effect("release_waiter", result="agent_error"),
+                effect("publish_terminal_event", "generation"),
+                effect("publish_prompt_failed", "generation", "error", outcome="failed"),
+            ],
+            "completion_received: admitted -> completed": [
+                effect("claim_outcome", "stop_reason"),
+                effect("release_waiter", result="completed"),
+                effect("publish_terminal_event", "generation"),
+                effect("publish_prompt_completed", "generation", "stop_reason"),
+            ],
+            "completion_received: handed_off -> failed": [
+                effect("claim_outcome", "error"),
+                effect("release_waiter", result="agent_error"),
+                effect("publish_terminal_event", "generation"),
+                effect("publish_prompt_failed", "generation", "error", outcome="failed"),
+            ],
+            "completion_received: handed_off -> completed": [
+                effect("claim_outcome", "stop_reason"),
+                effect("release_waiter", result="completed"),
+                effect("publish_terminal_event", "generation"),
+                effect("publish_prompt_completed", "generation", "stop_reason"),
+            ],
+            "completion_received: disconnected -> failed": [
+                effect("claim_outcome", "error"),
+                effect("publish_terminal_event", "generation"),
+                effect("publish_prompt_failed", "generation", "error", outcome="failed"),
+            ],
+            "completion_received: disconnected -> completed": [
+                effect("claim_outcome", "stop_reason"),
+                effect("publish_terminal_event", "generation"),
+                effect("publish_prompt_completed", "generation", "stop_reason"),
+            ],
+            "completion_received: dispatched": ["unclaimed"],
+            "completion_received: reconnecting": ["unclaimed"],
+            "completion_received: escalating": ["unclaimed"],
+            "completion_received: ended": ["unclaimed"],
+            "completion_received: superseded": ["unclaimed"],
+            "handoff_received: dispatched -> handed_off": [
+                "claim_handoff",
+                effect("release_waiter", result="handed_off"),
+            ],
+            "stream_lost: dispatched -> disconnected": [
+                effect("claim_disconnect", "error"),
+                effect("release_waiter", result="disconnected"),
+                effect("publish_stream_error", "generation", "error"),
+            ],
+            "stream_lost: handed_off -> disconnected": [
+                effect("claim_disconnect", "error"),
+                effect("release_waiter", result="disconnected"),
+                effect("publish_stream_error", "generation", "error"),
+            ],
+            "execution_stopped: dispatched -> disconnected": [
+                effect("claim_disconnect", "error"),
+                effect("release_waiter", result="disconnected"),
+            ],
+            "execution_stopped: handed_off -> disconnected": [
+                effect("claim_disconnect", "error"),
+                effect("release_waiter", result="disconnected"),
+            ],
+            "cancel_answered: dispatched": ["arm_cancel_wait"],
+            "cancel_answered: admitted": ["arm_cancel_wait"],
+            "cancel_answered: reconnecting": ["arm_cancel_wait"],
+            "cancel_answered: handed_off": ["arm_cancel_wait"],
+            "cancel_answered: ended": ["escalate_idle"],
+            "waiter_returned: escalating -> cancel_escalated": [
+                effect("end_cancel", result="escalated")
+            ],
+            "escalation_wait_timed_out: escalating -> cancel_escalated": [
+                effect("end_cancel", result="escalated")
+            ],
+            "steer_requested: dispatched": ["dispatch_steer"],
+            "steer_requested: live": ["steer_refused"],
+            "steer_requested: ended": ["steer_refused"],
+            "steer_requested: superseded": ["steer_refused"],
+            "stall_detected: awaited -> stall_reported": [
+                effect("report_stall", "generation", "stalled_for")
+            ],
+        },
+        on_enter={
+            "dispatched": ["arm_activity"],
+            "escalating": [
+                "record_escalation",
+                effect("release_waiter", result="cancel_escalated"),
+                "await_waiter",
+            ],
+            "handed_off": [_DONE],
+            "completed": [_DONE],
+            "failed": [_DONE],
+            "disconnected": [_DONE],
+            "undelivered": [_DONE],
+            "superseded": [_DONE],
+        },
     )
 
-    def __init__(
-        self,
-        generation: int,
-        *,
-        startup_generation: int = 0,
-        dispatch_only: bool = False,
-        tags: dict[str, Any] | None = None,
-        observers: tuple[TransitionObserver, ...] = (),
-    ) -> None:
-        self.generation = generation
-        self.startup_generation = startup_generation
-        self.is_dispatch_only = dispatch_only
-        merged = {"generation": generation, **(tags or {})}
-        super().__init__(tags=merged, observers=observers)
+    # --- guards: pure functions of event data and the chart's constants -----------------
 
-    # --- guards: pure functions of event data and the chart's constant data -------------
-
-    def dispatch_only(self) -> bool:
-        return self.is_dispatch_only
+    def is_dispatch_only(self) -> bool:
+        return bool(self.dispatch_only)
 
     def cancel_release(self, cancel_release: bool = False) -> bool:
         return cancel_release
@@ -243,23 +412,3 @@ class PromptGeneration(Chart):
 
     def is_stale_startup(self, startup_generation: int | None = None) -> bool:
         return startup_generation is not None and startup_generation != self.startup_generation
-
-    # --- derived views (no extra state) -------------------------------------------------
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.leaf in TERMINAL_STATES
-
-    @property
-    def is_steerable(self) -> bool:
-        return self.is_in("dispatched")
-
-    @property
-    def awaits_turn_end(self) -> bool:
-        """The agent still owes this generation the end of its turn (a cancel waits for it)."""
-        return not self.is_terminal and self.leaf != "handed_off"
-
-    @property
-    def holds_barrier(self) -> bool:
-        """True while this dispatch-only generation gates its successor (§5.3 step 3)."""
-        return self.is_in("unawaited")

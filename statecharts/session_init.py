@@ -2,15 +2,16 @@
 
 Theory of operation
 -------------------
-This is ``InitializeAndPromptWithLayers`` / ``initializeACPConnection`` (lifecycle.md §2.1, the
-drawing in §7.1) with the seed's three-way session/load outcome (seed D1-D5). Each working state
-names the one thing the runtime must do next; the runtime does it and reports the fact.
+This is kandev's ``InitializeAndPromptWithLayers`` / ``initializeACPConnection``
+(lifecycle/session.go) with the seed's three-way session/load outcome (seed D1-D5). Each working
+state's entry effect names the one thing the runtime must do next; the runtime does it and
+reports the fact.
 
-1. ``connecting_stream`` - stream connect, bounded by 10 s (§2.1 step 2). The dial attempt
+1. ``connecting_stream`` - stream connect, bounded by 10 s. The dial attempt
    finishing (success *or* refusal) is ``stream_ready``; a refused dial then fails at the
    handshake, as in kandev. ``stream_connect_timed_out`` fails the init.
-2. ``handshaking`` - ``initialize`` (§2.1 step 3). On success the load/new decision is taken
-   from the event data (§2.1 step 4 table): NativeSessionResume and a prior ACP session id →
+2. ``handshaking`` - ``initialize``. On success the load/new decision is taken from the
+   event data: NativeSessionResume and a prior ACP session id →
    ``loading``; otherwise ``creating`` (a prior id is ignored without NativeSessionResume).
 3. ``loading`` - session/load. ``load_failed`` carries the classification
    (:class:`~acpfsm.statecharts.vocab.ErrorClass`, computed by the adapters' table):
@@ -23,15 +24,19 @@ names the one thing the runtime must do next; the runtime does it and reports th
 4. ``creating`` - session/new.
 5. ``awaiting_catalog`` - the runtime reports whether the synchronous catalog snapshot arrived
    and whether a model is requested; only "no snapshot and a model requested" waits
-   (``waiting_for_catalog``, 10 ms polls ≤ 2 s, §2.1 step 6, R30). Expiry is not a failure.
-6. ``applying_start_model`` - the StartModelPolicy chart runs (§3); an error fails the init.
+   (``waiting_for_catalog``, 10 ms polls ≤ 2 s, R30). Expiry is not a failure.
+6. ``applying_start_model`` - the StartModelPolicy chart runs; an error fails the init.
 7. ``applying_profile_layer`` → ``original_snapshot`` → ``applying_runtime_mode`` →
-   ``applying_runtime_options`` → ``settling`` (§4.1-§4.4). The runtime mode is always applied;
-   the runtime config options only when the catalog is known (the catalog-known fail-safe,
-   §4.3); otherwise they are withheld and nothing is reported as failed.
-8. ``announcing`` - publish failures and ``acp_session_created`` (§4.5, §2.1 step 12), then
-   dispatch (§2.3): an initial prompt → ``prompting``; no prompt but resume context to inject
-   → ``ready_resume_context_pending``; otherwise ``ready``.
+   ``applying_runtime_options`` → ``settling`` (``applyProfileSessionLayers``,
+   ``publishOriginalConfigOptionsWithProfile``, ``applyRuntimeSessionLayers``,
+   ``publishSettledConfigOptions``). The runtime mode is always applied; the runtime config
+   options only when the catalog is known (the catalog-known fail-safe); otherwise they are
+   withheld and nothing is reported as failed. The settlement itself is the ConfigSettlement
+   chart's (it may be deferred until the agent's answer arrives).
+8. ``announcing`` - publish failures and ``acp_session_created``, then dispatch
+   (``InitializeAndPrompt``): an initial prompt → ``prompting``; no prompt but resume context
+   to inject → ``booted.resume_context_pending``, which the first prompt leaves on
+   ``prompt_composed`` (the context goes into that prompt once); otherwise ``ready``.
 
 ``init_abandoned`` (the launch was stopped or cancelled) leaves any working state.
 """
@@ -43,6 +48,7 @@ from typing import ClassVar
 from statemachine import State
 
 from ._base import Chart
+from ._compile import Effects
 from .vocab import FALLBACK_AUTHORIZING, ErrorClass
 
 __all__ = ["SessionInit"]
@@ -52,6 +58,9 @@ class SessionInit(Chart):
     """Stream connect → initialize → load/new → catalog → policy → layers → announce."""
 
     chart_name: ClassVar[str] = "session_init"
+    # a session that is prompting or booted is at rest, not ended: it still takes
+    # ``prompt_composed``, so only failed and abandoned are final
+    validate_final_reachability: ClassVar[bool] = False
 
     class initializing(State.Compound):
         connecting_stream = State("connecting_stream", initial=True)
@@ -68,16 +77,19 @@ class SessionInit(Chart):
         settling = State("settling")
         announcing = State("announcing")
 
-    prompting = State("prompting", final=True)
-    ready_resume_context_pending = State("ready_resume_context_pending", final=True)
-    ready = State("ready", final=True)
+    prompting = State("prompting")
+
+    class booted(State.Compound):
+        ready = State("ready", initial=True)
+        resume_context_pending = State("resume_context_pending")
+
     failed = State("failed", final=True)
     abandoned = State("abandoned", final=True)
 
-    # 1. stream connect (§2.1 step 2)
+    # 1. stream connect
     stream_ready = initializing.connecting_stream.to(initializing.handshaking)
     stream_connect_timed_out = initializing.connecting_stream.to(failed)
-    # 2. initialize (§2.1 step 3) and the load/new decision (step 4)
+    # 2. initialize and the load/new decision
     initialize_succeeded = initializing.handshaking.to(
         initializing.loading, cond="should_load"
     ) | initializing.handshaking.to(initializing.creating)
@@ -92,16 +104,16 @@ class SessionInit(Chart):
     # 4. session/new
     new_session_succeeded = initializing.creating.to(initializing.awaiting_catalog)
     new_session_failed = initializing.creating.to(failed)
-    # 5. fresh model catalog (§2.1 step 6)
+    # 5. fresh model catalog
     catalog_checked = initializing.awaiting_catalog.to(
         initializing.waiting_for_catalog, cond="needs_catalog_wait"
     ) | initializing.awaiting_catalog.to(initializing.applying_start_model)
     catalog_arrived = initializing.waiting_for_catalog.to(initializing.applying_start_model)
     catalog_wait_timed_out = initializing.waiting_for_catalog.to(initializing.applying_start_model)
-    # 6. start-model policy (§3)
+    # 6. start-model policy
     start_model_settled = initializing.applying_start_model.to(initializing.applying_profile_layer)
     start_model_failed = initializing.applying_start_model.to(failed)
-    # 7. layers and snapshots (§4)
+    # 7. layers and snapshots
     profile_layer_applied = initializing.applying_profile_layer.to(initializing.original_snapshot)
     original_snapshot_published = initializing.original_snapshot.to(
         initializing.applying_runtime_mode
@@ -110,15 +122,44 @@ class SessionInit(Chart):
         initializing.applying_runtime_options, cond="catalog_known"
     ) | initializing.applying_runtime_mode.to(initializing.settling)  # fail-safe: withheld
     runtime_options_applied = initializing.applying_runtime_options.to(initializing.settling)
-    settlement_published = initializing.settling.to(initializing.announcing)
-    settlement_deferred = initializing.settling.to(initializing.announcing)
-    # 8. announce and dispatch (§2.1 step 12-13, §2.3)
+    settlement_requested = initializing.settling.to(initializing.announcing)
+    # 8. announce and dispatch
     session_announced = (
         initializing.announcing.to(prompting, cond="has_initial_prompt")
-        | initializing.announcing.to(ready_resume_context_pending, cond="needs_resume_context")
-        | initializing.announcing.to(ready)
+        | initializing.announcing.to(booted.resume_context_pending, cond="needs_resume_context")
+        | initializing.announcing.to(booted.ready)
     )
-    init_abandoned = initializing.to(abandoned)
+    init_abandoned = initializing.to(abandoned) | prompting.to(None) | booted.to(None)
+    # every later prompt's text is composed (buildEffectivePrompt): the deferred resume
+    # context goes into the first one, once
+    prompt_composed = (
+        booted.resume_context_pending.to(booted.ready) | booted.ready.to(None) | prompting.to(None)
+    )
+
+    effects: ClassVar[Effects] = Effects(
+        on_enter={
+            "connecting_stream": ["await_stream"],
+            "handshaking": ["initialize"],
+            "loading": ["load_session"],
+            "creating": ["new_session"],
+            "awaiting_catalog": ["check_catalog"],
+            "waiting_for_catalog": ["wait_for_catalog"],
+            "applying_start_model": ["apply_start_model"],
+            "applying_profile_layer": ["apply_profile_layer"],
+            "original_snapshot": ["publish_original_snapshot"],
+            "applying_runtime_mode": ["apply_runtime_mode"],
+            "applying_runtime_options": ["apply_runtime_options"],
+            "settling": ["settle"],
+            "announcing": ["announce"],
+            "prompting": ["send_initial_prompt"],
+            "booted": ["open_admission"],
+            "failed": ["fail_init", "open_admission"],
+            "abandoned": ["open_admission"],
+        },
+        transitions={
+            "prompt_composed: resume_context_pending -> ready": ["inject_resume_context"],
+        },
+    )
 
     # --- guards: pure functions of event data ------------------------------------------
 
@@ -142,9 +183,5 @@ class SessionInit(Chart):
     def has_initial_prompt(self, has_initial_prompt: bool = False) -> bool:
         return has_initial_prompt
 
-    def needs_resume_context(self, resume_context: bool = False) -> bool:
-        return resume_context
-
-    @property
-    def succeeded(self) -> bool:
-        return self.leaf in ("prompting", "ready_resume_context_pending", "ready")
+    def needs_resume_context(self, resume_context_pending: bool = False) -> bool:
+        return resume_context_pending

@@ -2,15 +2,17 @@
 
 Theory of operation
 -------------------
-This is ``applyStartModelPolicy`` (lifecycle.md §3.2 decision table, drawn in §3.4). The runtime
-sends ``policy_evaluated`` once with the policy and the advertised catalog; the chart moves to a
-final outcome or to ``setting_requested`` / ``setting_fallback``, where the runtime performs the
-one SetModel call the state names and reports ``set_model_succeeded`` or ``set_model_failed``.
+This is kandev's ``applyStartModelPolicy`` (lifecycle/start_model.go, its decision table).
+The runtime sends ``policy_evaluated`` once with the advertised catalog; the chart moves to a
+final outcome or to ``setting_requested`` / ``setting_fallback``, whose entry effect
+``set_model`` names the one SetModel call the runtime performs before it reports
+``set_model_succeeded`` or ``set_model_failed``.
 
-"Advertised" means the ids of the catalog's models only; config options are not consulted
-(§3.2). "Method not found" is a structured -32601 (event data ``method_not_found``).
+"Advertised" means the ids of the catalog's models only; config options are not consulted.
+"Method not found" is a structured -32601 (event data ``method_not_found``).
 
-Each of the eleven rows of §3.2 is one transition into a final state:
+Each of the eleven rows of the decision table is one transition into a final state, whose
+``decided`` effect carries the outcome and reason:
 
 ====  ==============================================  =========================================
 row   transition                                      final state (outcome / reason)
@@ -29,27 +31,27 @@ row   transition                                      final state (outcome / rea
                                                       fallback is NOT tried, even if advertised)
 ====  ==============================================  =========================================
 
-The decision (:meth:`StartModelPolicy.decision`) is derived from the final state and the inputs;
-its ``warning`` flag is data of the outcome (true for every provider_default and for
-explicit_fallback).
+The decision (:func:`decision`) is built from that effect and the inputs; its ``warning`` flag
+is data of the outcome (true for every provider_default and for explicit_fallback).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from statemachine import State
 
-from ._base import Chart, TransitionObserver
+from ._base import Chart
+from ._compile import Effect, Effects, EffectSpec, effect
 
-__all__ = ["ModelSelectionDecision", "StartModelPolicy"]
+__all__ = ["ModelSelectionDecision", "StartModelPolicy", "decision"]
 
 
 @dataclass(frozen=True, slots=True)
 class ModelSelectionDecision:
-    """The outcome of the policy (``ModelSelectionDecision`` of lifecycle.md §3.1)."""
+    """The outcome of the policy (kandev's ``ModelSelectionDecision``)."""
 
     requested_model: str
     fallback_model: str
@@ -61,24 +63,26 @@ class ModelSelectionDecision:
     error: str = ""
 
 
-# final state → (outcome, reason)
-_OUTCOMES: dict[str, tuple[str, str]] = {
-    "none": ("", ""),
-    "catalog_empty": ("provider_default", "catalog_empty"),
-    "requested_not_advertised": ("provider_default", "requested_not_advertised"),
-    "fallback_not_advertised": ("provider_default", "fallback_not_advertised"),
-    "applied": ("applied", ""),
-    "explicit_fallback": ("explicit_fallback", "requested_not_advertised"),
-    "selection_unsupported": ("provider_default", "selection_unsupported"),
-    "selection_failed_auto_fallback": ("provider_default", "selection_failed_auto_fallback"),
-    "failed": ("", ""),
-}
+_SET_REQUESTED = effect("set_model", model_field="requested_model")
+_SET_FALLBACK = effect("set_model", model_field="fallback_model")
+
+
+def _decided(outcome: str, reason: str, *, set_called: bool, failed: str = "") -> EffectSpec:
+    return effect("decided", outcome=outcome, reason=reason, set_called=set_called, failed=failed)
 
 
 class StartModelPolicy(Chart):
-    """The start-model decision table as a chart (lifecycle.md §3.2, §3.4)."""
+    """The start-model decision table as a chart (kandev lifecycle/start_model.go)."""
 
     chart_name: ClassVar[str] = "start_model_policy"
+    constants: ClassVar[dict[str, object]] = {
+        "requested_model": "",
+        "fallback_model": "",
+        "auto_fallback": False,
+    }
+    requested_model: str
+    fallback_model: str
+    auto_fallback: bool
 
     evaluating = State("evaluating", initial=True)
     setting_requested = State("setting_requested")
@@ -108,37 +112,48 @@ class StartModelPolicy(Chart):
     )
     set_model_failed = (
         setting_requested.to(selection_unsupported, cond="method_not_found")  # row 9
-        | setting_requested.to(selection_failed_auto_fallback, cond="auto_fallback")  # row 10
+        | setting_requested.to(selection_failed_auto_fallback, cond="auto_fallback_on")  # row 10
         | setting_requested.to(failed)  # row 11
         | setting_fallback.to(selection_unsupported, cond="method_not_found")  # row 4
         | setting_fallback.to(failed)  # row 5 (AutoFallback is ignored here)
     )
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        fallback_model: str = "",
-        auto_fallback: bool = False,
-        tags: dict[str, Any] | None = None,
-        observers: tuple[TransitionObserver, ...] = (),
-    ) -> None:
-        self.requested_model = model
-        self.fallback_model = fallback_model
-        self.auto_fallback_enabled = auto_fallback
-        self.advertised: tuple[str, ...] = ()
-        self.current_model = ""
-        self.error = ""
-        super().__init__(tags=tags, observers=observers)
-
-    # --- actions: record event data (no I/O) ---------------------------------------------
-
-    def on_policy_evaluated(self, advertised: Sequence[str] = (), current_model: str = "") -> None:
-        self.advertised = tuple(advertised)
-        self.current_model = current_model
-
-    def on_set_model_failed(self, error: str = "") -> None:
-        self.error = error
+    effects: ClassVar[Effects] = Effects(
+        on_enter={"setting_requested": [_SET_REQUESTED], "setting_fallback": [_SET_FALLBACK]},
+        transitions={
+            "policy_evaluated: evaluating -> none": [_decided("", "", set_called=False)],
+            "policy_evaluated: evaluating -> catalog_empty": [
+                _decided("provider_default", "catalog_empty", set_called=False)
+            ],
+            "policy_evaluated: evaluating -> requested_not_advertised": [
+                _decided("provider_default", "requested_not_advertised", set_called=False)
+            ],
+            "policy_evaluated: evaluating -> fallback_not_advertised": [
+                _decided("provider_default", "fallback_not_advertised", set_called=False)
+            ],
+            "set_model_succeeded: setting_requested -> applied": [
+                _decided("applied", "", set_called=True)
+            ],
+            "set_model_succeeded: setting_fallback -> explicit_fallback": [
+                _decided("explicit_fallback", "requested_not_advertised", set_called=True)
+            ],
+            "set_model_failed: setting_requested -> selection_unsupported": [
+                _decided("provider_default", "selection_unsupported", set_called=True)
+            ],
+            "set_model_failed: setting_requested -> selection_failed_auto_fallback": [
+                _decided("provider_default", "selection_failed_auto_fallback", set_called=True)
+            ],
+            "set_model_failed: setting_requested -> failed": [
+                _decided("", "", set_called=True, failed="start")
+            ],
+            "set_model_failed: setting_fallback -> selection_unsupported": [
+                _decided("provider_default", "selection_unsupported", set_called=True)
+            ],
+            "set_model_failed: setting_fallback -> failed": [
+                _decided("", "", set_called=True, failed="fallback")
+            ],
+        },
+    )
 
     # --- guards --------------------------------------------------------------------------
 
@@ -160,56 +175,39 @@ class StartModelPolicy(Chart):
     def method_not_found(self, method_not_found: bool = False) -> bool:
         return method_not_found
 
-    def auto_fallback(self) -> bool:
-        return self.auto_fallback_enabled
+    def auto_fallback_on(self) -> bool:
+        return bool(self.auto_fallback)
 
-    # --- the decision ----------------------------------------------------------------------
 
-    @property
-    def model_to_set(self) -> str:
-        """The model the runtime must SetModel now ("" when no call is due)."""
-        if self.leaf == "setting_requested":
-            return self.requested_model
-        if self.leaf == "setting_fallback":
-            return self.fallback_model
-        return ""
-
-    def decision(self) -> ModelSelectionDecision:
-        """The decision of a finished policy (raises if still running)."""
-        state = self.leaf
-        if state not in _OUTCOMES:
-            raise ValueError(f"start-model policy not finished (state {state!r})")
-        outcome, reason = _OUTCOMES[state]
-        set_called = any(
-            r.source in ("setting_requested", "setting_fallback") for r in self.history
+def decision(
+    decided: Effect, *, requested: str, fallback: str, current: str, error: str = ""
+) -> ModelSelectionDecision:
+    """The policy's decision from its ``decided`` effect and the inputs (``current`` is the
+    session's model before the policy; ``error`` the failed SetModel call's)."""
+    outcome, reason = decided["outcome"], decided["reason"]
+    if decided["failed"]:
+        what = (
+            f'failed to set fallback model "{fallback}"'
+            if decided["failed"] == "fallback"
+            else f'failed to set start model "{requested}"'
         )
-        if state == "failed":
-            tried_fallback = any(r.source == "setting_fallback" for r in self.history)
-            what = (
-                f'failed to set fallback model "{self.fallback_model}"'
-                if tried_fallback
-                else f'failed to set start model "{self.requested_model}"'
-            )
-            error = f"{what}: {self.error}"
-            return ModelSelectionDecision(
-                self.requested_model, self.fallback_model, "", "", "", False, set_called, error
-            )
-        if outcome == "":
-            return ModelSelectionDecision(
-                self.requested_model, self.fallback_model, "", "", "", False, False
-            )
-        if outcome == "applied":
-            effective = self.requested_model
-        elif outcome == "explicit_fallback":
-            effective = self.fallback_model
-        else:
-            effective = self.current_model
         return ModelSelectionDecision(
-            requested_model=self.requested_model,
-            fallback_model=self.fallback_model,
-            effective_model=effective,
-            outcome=outcome,
-            reason=reason,
-            warning=outcome in ("provider_default", "explicit_fallback"),
-            set_model_called=set_called,
+            requested, fallback, "", "", "", False, True, f"{what}: {error}"
         )
+    if outcome == "":
+        return ModelSelectionDecision(requested, fallback, "", "", "", False, False)
+    if outcome == "applied":
+        effective = requested
+    elif outcome == "explicit_fallback":
+        effective = fallback
+    else:
+        effective = current
+    return ModelSelectionDecision(
+        requested_model=requested,
+        fallback_model=fallback,
+        effective_model=effective,
+        outcome=outcome,
+        reason=reason,
+        warning=outcome in ("provider_default", "explicit_fallback"),
+        set_model_called=bool(decided["set_called"]),
+    )

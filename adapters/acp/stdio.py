@@ -363,6 +363,19 @@ class StdioTransport:
     def is_connected(self) -> bool:
         return not self._closing and not self._conn.closed
 
+    @property
+    def reconnectable(self) -> bool:
+        """Pipes never come back."""
+        return False
+
+    @property
+    def endpoint(self) -> str:
+        return ""
+
+    async def stop_agent(self) -> None:
+        """Nothing to ask a local process: its shutdown always escalates close stdin →
+        SIGTERM → SIGKILL to its process group, bounded."""
+
     def events(self) -> AsyncIterator[AgentEvent]:
         """The ordered event stream (single consumer); ends after ``stream_disconnected``."""
         return self._events

@@ -247,6 +247,11 @@ class AgentctlTransport:
         return self._dead is None and not self._closing
 
     @property
+    def endpoint(self) -> str:
+        """The agentctl instance's URL (not the control URL)."""
+        return self.instance.base_url
+
+    @property
     def connections(self) -> int:
         """How many WebSockets this transport has dialled so far."""
         return self._connections

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
-    from acpfsm.statecharts._base import Chart, TransitionRecord
+    from acpfsm.statecharts import Chart, TransitionRecord
 
 __all__ = [
     "ChartCoverage",
@@ -82,7 +82,7 @@ class CoverageReport:
         return self.covered * 100 < threshold * self.declared
 
 
-def _canonical_events(declared: set[tuple[str, str, str]]) -> dict[str, str]:
+def _canonical_events(declared: Collection[tuple[str, str, str]]) -> dict[str, str]:
     """Map SCXML dot aliases (``done.state.x``) onto their underscore event
     (``done_state_x``) when both are declared: they name one event (the engine fires the dot
     form, the chart declares the underscore attribute)."""
@@ -93,7 +93,7 @@ def _canonical_events(declared: set[tuple[str, str, str]]) -> dict[str, str]:
 def compute_coverage(charts: Iterable[type[Chart]], fired: Iterable[Fired]) -> CoverageReport:
     """Coverage of every declared transition of ``charts`` by the ``fired`` records (matched by
     ``chart_name``). Fired transitions of other charts are ignored."""
-    from acpfsm.statecharts._base import declared_transitions
+    from acpfsm.statecharts import declared_transitions
 
     seen: dict[str, set[tuple[str, str, str]]] = {}
     for chart, source, event, target in fired:
@@ -146,14 +146,14 @@ class TransitionRecorder:
         return tuple(getattr(statecharts, "ALL_CHARTS", ()))
 
     def start(self) -> None:
-        from acpfsm.statecharts._base import add_transition_observer
+        from acpfsm.statecharts import add_transition_observer
 
         add_transition_observer(self._observe)
         self._registered = True
 
     def stop(self) -> None:
         if self._registered:
-            from acpfsm.statecharts._base import remove_transition_observer
+            from acpfsm.statecharts import remove_transition_observer
 
             remove_transition_observer(self._observe)
             self._registered = False

@@ -438,15 +438,13 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
             raw.send("turn_completed")
         return 2 * n
 
-    chart = ExecutionChart(tags={"execution_id": "bench"})
-    chart.fire("start_requested")
+    chart = ExecutionChart.start(tags={"execution_id": "bench"})
     chart.fire("booted")
 
     def execution_cycle(n: int) -> int:
         for _ in range(n):
             chart.fire("prompt_began")
             chart.fire("turn_completed")
-        chart.history.clear()
         return 2 * n
 
     raw_exec = _RawCycle()
@@ -467,24 +465,26 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
 
     trace = Trace(keep=False)
     observer = trace.observer("bench")
-    traced = ExecutionChart(tags={"execution_id": "bench"}, observers=(observer,))
-    traced.fire("start_requested")
+    traced = ExecutionChart.start(tags={"execution_id": "bench"}, observers=(observer,))
     traced.fire("booted")
 
     def prompt_cycle(n: int) -> int:
-        previous = PromptGeneration(0, tags={"execution_id": "bench"}, observers=(observer,))
+        previous = PromptGeneration.start(
+            generation=0, tags={"execution_id": "bench"}, observers=(observer,)
+        )
         previous.fire("dispatch_accepted")
         previous.fire("completion_received")
         for g in range(1, n + 1):
             # BeginPrompt: supersede, admit, RUNNING; then dispatch, claim, READY
             previous.fire("superseded_by_successor")
-            current = PromptGeneration(g, tags={"execution_id": "bench"}, observers=(observer,))
+            current = PromptGeneration.start(
+                generation=g, tags={"execution_id": "bench"}, observers=(observer,)
+            )
             traced.fire("prompt_began")
             current.fire("dispatch_accepted")
             current.fire("completion_received")
             traced.fire("turn_completed")
             previous = current
-        traced.history.clear()
         return 5 * n
 
     def raw_new(n: int) -> int:
@@ -494,7 +494,9 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
 
     def generation_new(n: int) -> int:
         for g in range(n):
-            PromptGeneration(g, tags={"execution_id": "bench"}, observers=(observer,))
+            PromptGeneration.start(
+                generation=g, tags={"execution_id": "bench"}, observers=(observer,)
+            )
         return n
 
     raw_name = "raw psm: 2-state cycle"

@@ -98,7 +98,7 @@ import msgspec
 
 from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.runtime.trace import TraceRecord
-from acpfsm.statecharts._base import Chart, declared_transitions
+from acpfsm.statecharts import Chart, ChartDefinitionError, CompiledChart
 
 __all__ = [
     "CheckResult",
@@ -159,139 +159,14 @@ class CheckResult:
 
 # --------------------------------------------------------------------------- compilation
 
-
-@dataclass(frozen=True, slots=True)
-class CompiledChart:
-    """One chart class as plain dicts (see the module docstring)."""
-
-    name: str
-    states: frozenset[str]
-    events: frozenset[str]
-    initial: str
-    """The initial leaf."""
-    final: frozenset[str]
-    parent: dict[str, str | None]
-    declared: frozenset[tuple[str, str, str]]
-    step: dict[tuple[str, str, str, str], str]
-    """``(leaf, event, source, target)`` → the leaf afterwards."""
-    default_leaf: dict[str, str]
-    """The leaf a transition into a state lands on (through initial children)."""
-    ancestors: dict[str, tuple[str, ...]]
-    """Each state and its ancestors, innermost first (a leaf's configuration)."""
-
-    def configuration(self, leaf: str) -> tuple[str, ...]:
-        """``leaf`` and its ancestors, innermost first."""
-        return self.ancestors[leaf]
-
-    def path(self, leaf: str) -> str:
-        """``dispatched.awaited`` for the leaf ``awaited``."""
-        return ".".join(reversed(self.configuration(leaf)))
-
-    def absorbing_states(self, exit_state: str) -> frozenset[str]:
-        """Leaves whose every declared transition (from them or an ancestor) goes back to
-        themselves or to ``exit_state``, and that declare at least one."""
-        out: set[str] = set()
-        for leaf in self.states:
-            if leaf == exit_state or leaf in self.parent.values():
-                continue
-            outgoing = [t for (lf, _, _, t) in self.step if lf == leaf]
-            if outgoing and all(t in (leaf, exit_state) for t in outgoing):
-                out.add(leaf)
-        return frozenset(out)
-
-
-class ChartCompileError(AcpfsmError):
-    """A chart uses a feature the checker does not model (parallel regions, history)."""
+ChartCompileError = ChartDefinitionError
+"""A chart uses a feature the compiled engine does not model (raised at import)."""
 
 
 def compile_chart(chart: type[Chart]) -> CompiledChart:
-    """Compile ``chart`` (see the module docstring)."""
-    states: dict[str, Any] = {str(sid): s for sid, s in chart.states_map.items()}
-    parent: dict[str, str | None] = {}
-    children: dict[str, list[str]] = {}
-    for sid, state in states.items():
-        if getattr(state, "parallel", False):
-            raise ChartCompileError(f"{chart.chart_name}: parallel state {sid!r} is not supported")
-        if getattr(state, "history", None):
-            raise ChartCompileError(f"{chart.chart_name}: history state in {sid!r} not supported")
-        parent[sid] = str(state.parent.id) if state.parent is not None else None
-        children[sid] = [str(c.id) for c in state.states]
-
-    def initial_child(sid: str) -> str:
-        kids = children[sid]
-        for kid in kids:
-            if states[kid].initial:
-                return kid
-        return kids[0]
-
-    default_leaf: dict[str, str] = {}
-    for sid in states:
-        leaf = sid
-        while children[leaf]:
-            leaf = initial_child(leaf)
-        default_leaf[sid] = leaf
-    tops = [sid for sid in states if parent[sid] is None]
-    top_initial = next((sid for sid in tops if states[sid].initial), tops[0])
-
-    # per state, its evented transitions in document order: (events, target, guarded, internal)
-    transitions: dict[str, list[tuple[tuple[str, ...], str | None, bool, bool]]] = {}
-    unguarded: dict[str, set[str]] = {}
-    events: set[str] = set()
-    for sid, state in states.items():
-        rows = []
-        for transition in state.transitions:
-            names = tuple(str(e) for e in transition.events)
-            if not names:
-                continue
-            target = str(transition.target.id) if transition.target is not None else None
-            guarded = bool(list(transition.cond))
-            rows.append((names, target, guarded, bool(transition.internal)))
-            if not guarded:
-                unguarded.setdefault(sid, set()).update(names)
-            events.update(names)
-        transitions[sid] = rows
-
-    step: dict[tuple[str, str, str, str], str] = {}
-    leaves = [sid for sid in states if not children[sid]]
-    for leaf in leaves:
-        chain = _chain(leaf, parent)
-        blocked: set[str] = set()  # events an inner state takes unconditionally
-        for source in chain:
-            taken: set[str] = set()  # events an earlier unguarded transition of source takes
-            for names, target, guarded, internal in transitions[source]:
-                for name in names:
-                    if name in blocked or name in taken:
-                        continue
-                    if target is None or (target == source and internal):
-                        after = leaf
-                    else:
-                        after = default_leaf[target]
-                    step.setdefault((leaf, name, source, target or source), after)
-                if not guarded:
-                    taken.update(names)
-            blocked |= unguarded.get(source, set())
-
-    return CompiledChart(
-        name=chart.chart_name,
-        states=frozenset(states),
-        events=frozenset(events),
-        initial=default_leaf[top_initial],
-        final=frozenset(sid for sid, st in states.items() if st.final),
-        parent=parent,
-        declared=frozenset(declared_transitions(chart)),
-        step=step,
-        default_leaf=default_leaf,
-        ancestors={sid: tuple(_chain(sid, parent)) for sid in states},
-    )
-
-
-def _chain(state: str, parent: dict[str, str | None]) -> list[str]:
-    out: list[str] = []
-    s: str | None = state
-    while s is not None:
-        out.append(s)
-        s = parent[s]
-    return out
+    """The chart's compiled tables: the same compiler the engine runs on
+    (:mod:`acpfsm.statecharts._compile`); ``step`` is what the replay looks up."""
+    return chart.compiled()
 
 
 def compiled_charts(charts: Iterable[type[Chart]] | None = None) -> dict[str, CompiledChart]:
@@ -316,7 +191,7 @@ class LifecycleRules:
     claim_events: frozenset[str] = frozenset({"completion_received", "handoff_received"})
     end_states: tuple[tuple[str, frozenset[str]], ...] = (
         ("execution", frozenset()),
-        ("session_init", frozenset()),
+        ("session_init", frozenset({"prompting", "ready", "resume_context_pending"})),
         ("agent_stream", frozenset({"disconnected"})),
     )
     """Charts whose instances must be at rest once their execution ended: in a final state

@@ -716,16 +716,16 @@ def _lifecycle_after_load_error(error: BaseException | str, session_id: str) -> 
     from acpfsm.statecharts import SessionInit
 
     cls = classify_error(error, call=Call.SESSION_LOAD, loading_session_id=session_id)
-    init = SessionInit()
+    init = SessionInit.start()
     init.fire("stream_ready")
     init.fire("initialize_succeeded", native_session_resume=True, prior_session_id=session_id)
-    init.fire("load_failed", error_class=cls.kind)
-    if init.leaf == "creating":
+    step = init.fire("load_failed", error_class=cls.kind)
+    if step.state == "creating":
         what = "the lifecycle falls back to session/new"
-    elif init.leaf == "failed":
+    elif step.state == "failed":
         what = "the lifecycle fails the session init and keeps the ACP session id"
     else:  # pragma: no cover - the chart changed
-        what = f"the SessionInit chart goes to {init.leaf}"
+        what = f"the SessionInit chart goes to {step.state}"
     return str(cls.kind), what
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from acpfsm.adapters.errors import AcpfsmError
-from acpfsm.statecharts._base import Chart
+from acpfsm.statecharts import Chart, ChartMachine
 
 __all__ = [
     "GRAPHVIZ_BINARY",
@@ -83,7 +83,7 @@ _HL_CLUSTER_FILL = "#fffbe6"
 _HL_EDGE = "#c0392b"
 
 Triple = tuple[str, str, str]
-ChartRef = type[Chart] | Chart
+ChartRef = type[Chart] | ChartMachine
 
 
 class DiagramError(AcpfsmError):
@@ -149,7 +149,7 @@ def default_charts() -> tuple[type[Chart], ...]:
 
 
 def _chart_class(chart: ChartRef) -> type[Chart]:
-    return chart if isinstance(chart, type) else type(chart)
+    return chart if isinstance(chart, type) else chart.compiled.cls
 
 
 def _top_states(chart: type[Chart]) -> list[Any]:
@@ -233,14 +233,11 @@ def _highlights(
     highlight_states: Collection[str] | None,
     highlight_transitions: Collection[Triple] | None,
 ) -> tuple[frozenset[str], frozenset[Triple]]:
-    """A chart *instance* highlights its active states and its fired transitions by default."""
+    """A running machine highlights its active states by default."""
     states: Collection[str] = highlight_states or ()
     transitions: Collection[Triple] = highlight_transitions or ()
-    if isinstance(chart, Chart):
-        if highlight_states is None:
-            states = chart.state_ids
-        if highlight_transitions is None:
-            transitions = [(r.source, r.event, r.target) for r in chart.history]
+    if not isinstance(chart, type) and highlight_states is None:
+        states = chart.configuration
     return frozenset(states), frozenset(transitions)
 
 

@@ -90,7 +90,7 @@ async def wait_turn_streaming(rt: Runtime, execution_id: str, generation: int) -
     s = session_of(rt, execution_id)
     await wait_until(
         lambda: (
-            s.current is not None and s.current.generation == generation and s.current.is_steerable
+            s.current is not None and s.current.generation == generation and s.current.machine.is_in("dispatched")
         )
     )
     await wait_until(
@@ -111,7 +111,7 @@ async def wait_turn_started(rt: Runtime, execution_id: str, generation: int) -> 
         lambda: (
             s.current is not None
             and s.current.generation == generation
-            and s.current.is_steerable
+            and s.current.machine.is_in("dispatched")
             and any(
                 is_turn_content(e) and getattr(e, "prompt_generation", 0) == generation
                 for e in s.hub._backlog

@@ -90,7 +90,7 @@ async def _scenario(rt: Runtime, executor_id: str, ws: Path) -> list[Trace]:
             spec(ws, executor_id, prior=acp_id, metadata={"runtime_model": "ref-smart"})
         )
         ids.append(ref2.id)
-        await session_of(rt, ref2.id)._init_done.wait()
+        await session_of(rt, ref2.id).init.admission.wait()
         await wait_until(lambda: bool(published(rt, ref2.id, SessionStatus)))
         again = await rt.resume(ref2.id, "are you back?")
         assert again.stop_reason == "end_turn"

@@ -54,9 +54,12 @@ async def test_launch_prompt_steer_cancel_stop_relaunch(
             ref = await rt.launch(spec(ws, prompt="hello agentctl"))
             agentctl.adopt_token(executor.token)  # the executor traded the nonce
             assert executor.token
-            assert ref.agentctl_url == agentctl.url
             assert [i["id"] for i in agentctl.instances()] == [ref.id]
             s = session_of(rt, ref.id)
+            # the instance's own URL (its port), not agentctl's control URL
+            assert s.transport is not None
+            assert ref.agentctl_url == s.transport.endpoint != agentctl.url
+            assert ref.agentctl_url.startswith("http://127.0.0.1:")
 
             # a prompt streams its reply in chunks, then completes (after the initial turn)
             first = await rt.resume(ref.id, "a follow-up of several words")
@@ -114,7 +117,7 @@ async def test_launch_prompt_steer_cancel_stop_relaunch(
             # relaunch resumed with session/load: same ACP session, the replayed plan is history
             ref2 = await rt.launch(spec(ws, prior=acp_id))
             s2 = session_of(rt, ref2.id)
-            await s2._init_done.wait()
+            await s2.init.admission.wait()
             await wait_until(lambda: bool(published(rt, ref2.id, SessionStatus)))
             assert [p.replayed for p in published(rt, ref2.id, Plan)] == [True]
             assert rt.get_execution(ref2.id).status == "READY"

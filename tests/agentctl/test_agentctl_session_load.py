@@ -53,7 +53,7 @@ async def test_session_load_failure_shapes(agentctl: AgentctlServer, tmp_path: P
                 launched = await rt.launch(
                     msgspec.structs.replace(spec(ws, prior=acp_id), agent_profile_id=f"ref-{fault}")
                 )
-                await session_of(rt, launched.id)._init_done.wait()
+                await session_of(rt, launched.id).init.admission.wait()
                 snap = rt.get_execution(launched.id)
                 init_events = [
                     r.event

@@ -72,16 +72,16 @@ def names(s: ExecutionSession) -> list[str]:
 
 def live(s: ExecutionSession, g: int) -> bool:
     """Generation ``g`` is current and dispatched (kandev's ActivePromptGeneration == g)."""
-    return s.current is not None and s.current.generation == g and s.current.is_steerable
+    return s.current is not None and s.current.generation == g and s.current.machine.is_in("dispatched")
 
 
 def steps(s: ExecutionSession, g: int) -> list[tuple[str, str, str]]:
     """The transitions of generation ``g``'s chart: (event, source, target)."""
-    return [(r.event, r.source, r.target) for r in s.generations[g].history]
+    return [(r.event, r.source, r.target) for r in s.transitions("prompt_generation", g)]
 
 
 def execution_steps(s: ExecutionSession) -> list[tuple[str, str, str]]:
-    return [(r.event, r.source, r.target) for r in s.execution.history]
+    return [(r.event, r.source, r.target) for r in s.transitions("execution")]
 
 
 def sent(transport: Any, method: str) -> list[Any]:

@@ -87,7 +87,7 @@ async def test_full_life_launch_prompt_steer_cancel_stop_relaunch(tmp_path: Path
             tg.start_soon(long_turn)
             s = rt._session(ref.id)
             with anyio.fail_after(10):
-                while s.current is None or s.current.generation != 3 or not s.current.is_steerable:
+                while s.current is None or s.current.generation != 3 or not s.current.machine.is_in("dispatched"):
                     await anyio.sleep(0.01)
             steer = await rt.steer(ref.id, "change of plan")
             assert steer.generation == 3
@@ -107,7 +107,7 @@ async def test_full_life_launch_prompt_steer_cancel_stop_relaunch(tmp_path: Path
 
             tg.start_soon(hung_turn)
             with anyio.fail_after(10):
-                while s.current is None or s.current.generation != 4 or not s.current.is_steerable:
+                while s.current is None or s.current.generation != 4 or not s.current.machine.is_in("dispatched"):
                     await anyio.sleep(0.01)
                 while not any(  # the agent has started (and hangs inside) its turn
                     isinstance(e, MessageChunk) and e.prompt_generation == 4 for e in s.hub._backlog
@@ -126,7 +126,7 @@ async def test_full_life_launch_prompt_steer_cancel_stop_relaunch(tmp_path: Path
         ref2 = await rt.launch(launch_spec(tmp_path, prior=acp_id))
         s2 = rt._session(ref2.id)
         with anyio.fail_after(10):
-            await s2._init_done.wait()
+            await s2.init.admission.wait()
             while not any(isinstance(e, SessionStatus) for e in s2.hub._backlog):
                 await anyio.sleep(0.01)
         # the plan re-emitted after the load is history: no wakeup turn, still READY
@@ -172,7 +172,7 @@ async def test_session_load_failure_shapes(tmp_path: Path, fault: str, falls_bac
         ref = await rt.launch(launch_spec(tmp_path, prior=acp_id))
         s = rt._session(ref.id)
         with anyio.fail_after(10):
-            await s._init_done.wait()
+            await s.init.admission.wait()
         snap = rt.get_execution(ref.id)
         init_events = [r.event for r in rt.trace.for_execution(ref.id) if r.chart == "session_init"]
         assert "load_failed" in init_events

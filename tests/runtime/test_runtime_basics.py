@@ -83,7 +83,7 @@ async def test_steer_folds_into_the_live_generation(time_scale: float) -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_prompt)
-            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
             steered = await rt.steer(ref.id, "also this")
             assert steered.stop_reason == "dispatched"
             assert steered.generation == 1
@@ -92,7 +92,7 @@ async def test_steer_folds_into_the_live_generation(time_scale: float) -> None:
             ex.last.complete(1)
         assert results[0].stop_reason == "end_turn"
         assert results[0].agent_message == "done"
-        assert s._next_generation == 1  # a steer never starts a generation
+        assert s.turns._next == 1  # a steer never starts a generation
         await rt.stop(ref.id, "done")
 
 
@@ -108,7 +108,7 @@ async def test_cancel_with_cooperative_agent(time_scale: float) -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_prompt)
-            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
             await rt.cancel(ref.id)
         assert results[0].stop_reason == "cancelled"
         assert rt.get_execution(ref.id).status == "READY"
@@ -132,7 +132,7 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_prompt)
-            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
             start = anyio.current_time()
             with pytest.raises(CancelEscalated):
                 await rt.cancel(ref.id)
@@ -164,7 +164,7 @@ async def test_agent_error_fails_the_turn(time_scale: float) -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_prompt)
-            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
             ex.last.fail(1, '{"code":-32603,"message":"Internal error"}')
         assert str(errors[0]).startswith("agent error: ")
         assert rt.get_execution(ref.id).status == "FAILED"
@@ -185,14 +185,14 @@ async def test_dispatch_only_barrier_times_out_and_keeps_the_gate(
         with pytest.raises(PendingDispatchedPromptTimeout):
             await rt.prompt(ref.id, "next")
         assert s.current is not None
-        assert s.current.holds_barrier
+        assert s.current.state == "unawaited"
         ex.last.complete(1)
         await settle()
         ex2 = ex.last
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.prompt, ref.id, "next")
             await wait_until(lambda: s.current is not None and s.current.generation == 2)
-            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
             ex2.emit(Complete(prompt_generation=2))
         await rt.stop(ref.id, "done")
 
@@ -227,16 +227,16 @@ async def test_agent_stream_follows_a_carrier_that_redials_or_gives_up(time_scal
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
         await wait_until(lambda: s.execution.status == "READY")
-        push = ex.last._send.send_nowait
+        push = ex.last._events.put
         push(StreamDisconnected(error="ws closed 1006", reconnecting=True))
-        await wait_until(lambda: s.stream.leaf == "reconnecting")
+        await wait_until(lambda: s.stream.machine.state == "reconnecting")
         push(StreamReconnected())
-        await wait_until(lambda: s.stream.leaf == "connected")
+        await wait_until(lambda: s.stream.machine.state == "connected")
         push(StreamDisconnected(error="ws closed 1006", reconnecting=True))
-        await wait_until(lambda: s.stream.leaf == "reconnecting")
+        await wait_until(lambda: s.stream.machine.state == "reconnecting")
         push(StreamDisconnected(error="redial budget exhausted", reconnecting=False))
-        await wait_until(lambda: s.stream.leaf == "disconnected")
-        path = [r.target for r in s.stream.history]
+        await wait_until(lambda: s.stream.machine.state == "disconnected")
+        path = [r.target for r in s.transitions("agent_stream")]
         assert path[-4:] == ["reconnecting", "connected", "reconnecting", "disconnected"]
         await rt.stop(ref.id, "done")
 

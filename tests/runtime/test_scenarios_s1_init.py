@@ -82,11 +82,11 @@ def prompts_sent(t: MemoryTransport) -> list[str]:
 
 def init_events(s: ExecutionSession) -> list[str]:
     assert s.init is not None
-    return [r.event for r in s.init.history]
+    return [r.event for r in s.transitions("session_init")]
 
 
 async def init_finished(s: ExecutionSession, *, limit: float = 30.0) -> None:
-    await wait_until(lambda: s.init is not None and s.init.is_terminated, limit=limit)
+    await wait_until(lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"), limit=limit)
 
 
 async def turn_settled(s: ExecutionSession, generation: int) -> None:
@@ -131,7 +131,7 @@ async def test_s1_stream_connects_before_initialize(
         t.connected = False  # the dial is still in flight
 
         def initialize() -> InitializeResult:
-            stream_state_at_initialize.append(holder[0].stream.leaf)
+            stream_state_at_initialize.append(holder[0].stream.machine.state)
             return InitializeResult(protocol_version=1, agent=AgentInfo(name="test-agent"))
 
         t.handlers["initialize"] = initialize
@@ -142,7 +142,7 @@ async def test_s1_stream_connects_before_initialize(
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
         holder.append(s)
-        await wait_until(lambda: s.init is not None and s.init.leaf == "connecting_stream")
+        await wait_until(lambda: s.init.machine is not None and s.init.machine.state == "connecting_stream")
         await anyio.sleep(0.05 * time_scale)
         assert methods(ex.last) == []  # nothing is sent before the stream is up
         ex.last.connected = True
@@ -182,7 +182,7 @@ async def test_s2_unreachable_agent_fails_init_after_the_stream_wait(
             "failed to initialize ACP: timeout waiting for agent stream to connect"
         )
         assert snap.charts["session_init"] == "failed"
-        assert s.stream.leaf != "connected"
+        assert s.stream.machine.state != "connected"
         assert init_events(s) == ["stream_connect_timed_out"]
         assert methods(ex.last) == []
         (failed,) = of_type(s, le.AgentFailed)
@@ -364,7 +364,7 @@ async def test_s8_other_load_errors_fail_and_preserve_the_session_id(
         assert snap.acp_session_id == PRIOR
         assert of_type(s, le.AcpSessionCreated) == []
         assert init_events(s)[-1] == "load_failed"
-        assert s.init is not None and s.init.leaf == "failed"
+        assert s.init.machine is not None and s.init.machine.state == "failed"
         await rt.stop(ref.id, "done")
 
 
@@ -409,7 +409,7 @@ async def test_s10_cancelled_launch_stops_the_fallback(time_scale: float) -> Non
         s = session_of(rt, ref.id)
         await loading.wait()
         snap = await rt.stop(ref.id, "user cancelled the launch")
-        assert s.init is not None and s.init.leaf == "abandoned"
+        assert s.init.machine is not None and s.init.machine.state == "abandoned"
         assert "session/new" not in methods(ex.last)
         assert snap.acp_session_id == PRIOR
         assert snap.status == "STOPPED"
@@ -496,7 +496,7 @@ async def test_s14_initialized_after_a_provider_default_decision(time_scale: flo
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(_expect_agent_error, rt, ref.id)
-            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
             ex.last.fail(1, "boom")
         (failed,) = of_type(s, le.AgentFailed)
         assert failed.phase == "prompt_send"
@@ -521,8 +521,8 @@ async def test_s16_task_description_triggers_an_async_prompt(time_scale: float) 
         await wait_until(lambda: "prompt" in methods(ex.last))
         assert methods(ex.last) == ["initialize", "session/new", "prompt"]
         assert prompts_sent(ex.last) == ["Build a feature"]
-        await wait_until(lambda: s.current is not None and s.current.is_steerable)
-        assert s.init is not None and s.init.leaf == "prompting"
+        await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+        assert s.init.machine is not None and s.init.machine.state == "prompting"
         assert rt.get_execution(ref.id).status == "RUNNING"
         announced = next(r.seq for r in rt.trace.records if r.event == "session_announced")
         ex.last.complete(1)
@@ -551,8 +551,8 @@ async def test_s17_no_prompt_and_no_history_means_boot_ready(
         await settle()
         (boot,) = of_type(s, le.AgentBootReady)
         assert boot.resume_context_pending is False
-        assert [r.event for r in s.execution.history].count("booted") == 1
-        assert s.init is not None and s.init.leaf == "ready"
+        assert [r.event for r in s.transitions("execution")].count("booted") == 1
+        assert s.init.machine is not None and s.init.machine.state == "ready"
         assert "prompt" not in methods(ex.last)
         await rt.stop(ref.id, "done")
 
@@ -576,7 +576,7 @@ async def test_s19_resume_context_is_injected_only_once(
         ref = await rt.launch(spec(metadata={"session_id": "task-1"}))
         s = session_of(rt, ref.id)
         await wait_until(lambda: s.execution.status == "READY")
-        assert s.init is not None and s.init.leaf == "ready_resume_context_pending"
+        assert s.init.machine is not None and s.init.machine.state == "resume_context_pending"
         (boot,) = of_type(s, le.AgentBootReady)
         assert boot.resume_context_pending is True
 
@@ -658,7 +658,7 @@ async def test_s23_history_presence_and_file_paths(
         ref = await rt.launch(spec(metadata={"session_id": "task-1"}))
         s = session_of(rt, ref.id)
         await wait_until(lambda: s.execution.status == "READY")
-        assert s.init is not None and s.init.leaf == "ready"
+        assert s.init.machine is not None and s.init.machine.state == "ready"
         await rt.prompt(ref.id, "hello")
         await turn_settled(s, 1)
         assert "[USER]" not in prompts_sent(ex.last)[0]
@@ -667,7 +667,7 @@ async def test_s23_history_presence_and_file_paths(
         again = await rt.launch(spec(metadata={"session_id": "task-1"}))
         s2 = session_of(rt, again.id)
         await init_finished(s2)
-        assert s2.init is not None and s2.init.leaf == "ready_resume_context_pending"
+        assert s2.init.machine is not None and s2.init.machine.state == "resume_context_pending"
         await rt.stop(again.id, "done")
 
         evil = await rt.launch(spec("x", metadata={"session_id": "../../etc/passwd"}))
@@ -693,7 +693,7 @@ async def test_s23_tool_activity_is_recorded_for_the_next_resume(
         await wait_until(lambda: s.execution.status == "READY")
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.prompt, ref.id, "edit it")
-            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
             ex.last.emit(ToolCall(tool_call_id="t1", tool_name="edit_file", prompt_generation=1))
             ex.last.emit(
                 ToolUpdate(
@@ -766,11 +766,11 @@ async def test_s26_startup_is_one_shot_and_stale_startup_signals_are_rejected(
         await wait_until(lambda: s.execution.status == "READY")
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.prompt, ref.id, "live")
-            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
             await settle()
             assert s.current is not None
             assert s.current.generation == 1
-            assert s.current.is_steerable  # the stale complete(1) did not end it
+            assert s.current.machine.is_in("dispatched")  # the stale complete(1) did not end it
             ex.last.complete(1)
         assert rt.get_execution(ref.id).status == "READY"
         await rt.stop(ref.id, "done")

@@ -26,7 +26,8 @@ from acpfsm.adapters.transport import SessionResult
 from acpfsm.runtime import AgentProfile, Runtime, Timeouts
 from acpfsm.runtime import events as le
 from acpfsm.runtime.events import RuntimeEvent
-from acpfsm.runtime.session import ExecutionSession, _ModelState
+from acpfsm.runtime.session import ExecutionSession
+from acpfsm.runtime.session.context import ModelState as _ModelState
 
 from .memory_runtime import MemoryExecutor, session_of, settle, spec, wait_until
 
@@ -114,9 +115,14 @@ def policy_state(rt: Runtime, execution_id: str) -> str:
     return records[-1].target if records else ""
 
 
+def settlement_path(s: ExecutionSession) -> list[str]:
+    """The states the ConfigSettlement chart moved to (targetless steps left out)."""
+    return [r.target for r in s.transitions("config_settlement") if r.target != r.source]
+
+
 def init_events(s: ExecutionSession) -> list[str]:
     assert s.init is not None
-    return [r.event for r in s.init.history]
+    return [r.event for r in s.transitions("session_init")]
 
 
 def the_session(rt: Runtime) -> ExecutionSession:
@@ -132,7 +138,7 @@ async def processed(rt: Runtime, event: SessionModels) -> None:
 async def launched(rt: Runtime, **kw: Any) -> tuple[str, ExecutionSession]:
     ref = await rt.launch(spec(**kw))
     s = session_of(rt, ref.id)
-    await wait_until(lambda: s.init is not None and s.init.is_terminated, limit=60)
+    await wait_until(lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"), limit=60)
     return ref.id, s
 
 
@@ -396,13 +402,13 @@ async def test_s43_catalog_wait_ends_when_the_models_arrive(time_scale: float) -
         holder.append(rt)
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
-        await wait_until(lambda: s.init is not None and s.init.leaf == "waiting_for_catalog")
-        assert s._model_state is not None
-        assert s._model_state.current_model_id == "cur"
-        assert s._model_state.models == []
+        await wait_until(lambda: s.init.machine is not None and s.init.machine.state == "waiting_for_catalog")
+        assert s.ctx.models.state is not None
+        assert s.ctx.models.state.current_model_id == "cur"
+        assert s.ctx.models.state.models == []
         await anyio.sleep(0.02 * time_scale)
         ex.last.emit(update(model="cur", model_list=["wanted", "other"]))
-        await wait_until(lambda: s.init is not None and s.init.is_terminated)
+        await wait_until(lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"))
         assert "catalog_arrived" in init_events(s)
         assert set_models(ex.last) == ["wanted"]
         assert policy_state(rt, ref.id) == "applied"
@@ -420,19 +426,19 @@ async def test_s43_config_options_alone_end_the_catalog_wait(
     async with runtime(ex, time_scale, profile(model="wanted"), catalog_wait=2.0) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
-        await wait_until(lambda: s.init is not None and s.init.leaf == "waiting_for_catalog")
+        await wait_until(lambda: s.init.machine is not None and s.init.machine.state == "waiting_for_catalog")
         start = anyio.current_time()
         ex.last.emit(update(option("effort", "low")))
-        await wait_until(lambda: s.init is not None and s.init.is_terminated)
+        await wait_until(lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"))
         assert anyio.current_time() - start < 1.0
         assert "catalog_arrived" in init_events(s)
         assert policy_state(rt, ref.id) == "catalog_empty"
 
         only_settled = _ModelState(settled=True)
-        s._model_state = only_settled
-        assert s._catalog_present()
-        s._model_state = _ModelState(current_model_id="cur")
-        assert not s._catalog_present()
+        s.ctx.models.state = only_settled
+        assert s.ctx.models.present()
+        s.ctx.models.state = _ModelState(current_model_id="cur")
+        assert not s.ctx.models.present()
         await rt.stop(ref.id, "done")
 
 
@@ -734,7 +740,7 @@ async def test_s59_settlement_waits_for_the_delayed_model_state(time_scale: floa
     ex = agent(lambda t: t.handlers.update(set_config_option=lambda *_: None), models=())
     async with runtime(ex, time_scale, profile(config_options={"effort": "high"})) as rt:
         eid, s = await launched(rt)
-        assert "settlement_deferred" in init_events(s)
+        assert settlement_path(s) == ["deferred"]
         assert settled(s) == []
         ex.last.emit(
             SessionModels(
@@ -795,7 +801,7 @@ async def test_s62_a_old_update_then_settle_then_response(time_scale: float) -> 
     async with runtime(ex, time_scale, profile(config_options={"effort": "low"})) as rt:
         holder.append(rt)
         eid, s = await launched(rt)
-        assert "settlement_deferred" in init_events(s)
+        assert settlement_path(s) == ["deferred"]
         assert settled(s) == []
         ex.last.emit(response("effort", option("effort", "low"), option("fast_mode", "off")))
         await wait_until(lambda: len(settled(s)) >= 1)
@@ -824,7 +830,7 @@ async def test_s62_b_response_then_newer_update_then_settle(time_scale: float) -
     async with runtime(ex, time_scale, profile(config_options={"effort": "low"})) as rt:
         holder.append(rt)
         eid, s = await launched(rt)
-        assert "settlement_published" in init_events(s)
+        assert settlement_path(s)[0] == "published"
         await settle()
         (event,) = settled(s)
         assert values(event.config_options) == {"effort": "max", "fast_mode": "on"}
@@ -841,7 +847,7 @@ async def test_s62_c_unrelated_updates_do_not_settle(time_scale: float) -> None:
     )
     async with runtime(ex, time_scale, profile(config_options={"effort": "low"})) as rt:
         eid, s = await launched(rt)
-        assert "settlement_deferred" in init_events(s)
+        assert settlement_path(s) == ["deferred"]
         unrelated = [
             update(option("effort", "low")),
             response("fast_mode", option("fast_mode", "on")),
@@ -874,7 +880,7 @@ async def test_s62_d_queued_initial_state_stays_the_baseline(time_scale: float) 
     async with runtime(ex, time_scale, profile(config_options={"effort": "low"})) as rt:
         holder.append(rt)
         eid, s = await launched(rt)
-        assert "settlement_deferred" in init_events(s)
+        assert settlement_path(s) == ["deferred"]
         ex.last.emit(response("effort", option("effort", "low"), option("fast_mode", "off")))
         await wait_until(lambda: len(settled(s)) >= 1)
         await settle()
@@ -890,7 +896,7 @@ async def test_s62_e_empty_config_id_settles_on_the_first_update(time_scale: flo
     ex = agent(models=())
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(rt)
-        assert "settlement_deferred" in init_events(s)
+        assert settlement_path(s) == ["deferred"]
         first = update(option("effort", "high"), model="m1", model_list=["m1"])
         ex.last.emit(first)
         await processed(rt, first)
@@ -920,9 +926,10 @@ async def test_s62_f_a_matching_response_is_consumed_once(time_scale: float) -> 
     async with runtime(ex, time_scale, profile(config_options={"effort": "low"})) as rt:
         holder.append(rt)
         eid, s = await launched(rt)
-        assert "settlement_published" in init_events(s)
+        assert settlement_path(s)[0] == "published"
         assert len(settled(s)) == 1
-        assert s._settle("effort") is False  # nothing left to consume: deferred, not published
+        # the cached response was consumed by the settlement: nothing is left for another one
+        assert "effort" not in s.ctx.models.responses_applied
         await settle()
         assert len(settled(s)) == 1
         await rt.stop(eid, "done")

@@ -130,7 +130,7 @@ async def test_s65_steerable_predicate_walkthrough(time_scale: float) -> None:
             p1 = start(tg, rt.prompt, ref.id, "one")
             await wait_until(lambda: len(sent(agent, "prompt")) == 1)
             assert s.current is not None and s.current.leaf == "admitted"
-            assert not s.current.is_steerable
+            assert not s.current.machine.is_in("dispatched")
             with pytest.raises(SteerNotDispatched):
                 await rt.steer(ref.id, "too early")  # R2: never into an undispatched turn
             gates[1].set()
@@ -140,13 +140,13 @@ async def test_s65_steerable_predicate_walkthrough(time_scale: float) -> None:
             agent.complete(1)
             await p1.wait()
         old = s.generations[1]
-        assert old.leaf == "completed" and not old.is_steerable
+        assert old.leaf == "completed" and not old.machine.is_in("dispatched")
 
         async with anyio.create_task_group() as tg:
             p2 = start(tg, rt.prompt, ref.id, "two")
             await wait_until(lambda: len(sent(agent, "prompt")) == 2)
             assert old.leaf == "superseded"
-            await s._mark_dispatched(old)  # a late MarkPromptDispatched(1): ignored
+            await s.ctx.step(old.machine, "dispatch_accepted")  # a late MarkPromptDispatched(1)
             assert old.leaf == "superseded"
             assert steps(s, 1)[-1] == ("dispatch_accepted", "superseded", "superseded")
             assert s.current is not None and s.current.generation == 2
@@ -199,18 +199,18 @@ async def test_s68_activity_epoch_ownership(time_scale: float, autojump_clock: o
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
-            armed = s._activity.epoch
+            armed = s.ctx.activity.epoch
             await anyio.sleep(361 * time_scale)  # past the 5 min threshold, on a 1 min tick
             await wait_until(lambda: bool(of_type(s, le.AgentStalled)))  # (asyncio: real time)
             (stalled,) = of_type(s, le.AgentStalled)
             assert stalled.prompt_generation == 1
-            assert stalled.activity_epoch == armed == s._activity.epoch  # owned
+            assert stalled.activity_epoch == armed == s.ctx.activity.epoch  # owned
             ex.last.emit(AvailableCommands(prompt_generation=1))
             await settle()
-            assert s._activity.epoch == stalled.activity_epoch  # metadata: still owned
+            assert s.ctx.activity.epoch == stalled.activity_epoch  # metadata: still owned
             ex.last.emit(MessageChunk(text="working", prompt_generation=1))
             await settle()
-            assert s._activity.epoch != stalled.activity_epoch  # a genuine event: not owned
+            assert s.ctx.activity.epoch != stalled.activity_epoch  # a genuine event: not owned
             ex.last.complete(1)
             await p.wait()
         await rt.stop(ref.id, "done")
@@ -247,7 +247,7 @@ async def test_s71_dispatch_only_does_not_wait(time_scale: float) -> None:
         with anyio.fail_after(2):
             result = await rt.prompt(ref.id, "background", dispatch_only=True)
         assert result.stop_reason == "dispatched" and result.generation == 1
-        assert s.current is not None and s.current.holds_barrier
+        assert s.current is not None and s.current.state == "unawaited"
         assert rt.get_execution(ref.id).status == "RUNNING"
         await rt.stop(ref.id, "done")
 
@@ -274,7 +274,7 @@ async def test_s73_barrier_times_out_after_10s(time_scale: float, autojump_clock
             f'pending dispatched prompt completion timed out for execution "{ref.id}" '
             f"after {10 * time_scale:g}s"
         )
-        assert s.current is s.generations[1] and s.current.holds_barrier
+        assert s.current is s.generations[1] and s.current.state == "unawaited"
         assert ("barrier_timed_out", "unawaited", "unawaited") in steps(s, 1)
         assert 2 not in s.generations
         assert ex.last.calls == calls
@@ -292,7 +292,7 @@ async def test_s73_shorter_caller_deadline_wins(time_scale: float, autojump_cloc
         with pytest.raises(TimeoutError):
             with anyio.fail_after(3 * time_scale):
                 await rt.prompt(ref.id, "next")
-        assert s.current is s.generations[1] and s.current.holds_barrier
+        assert s.current is s.generations[1] and s.current.state == "unawaited"
         assert all(event != "barrier_timed_out" for event, _, _ in steps(s, 1))
         assert 2 not in s.generations
         await rt.stop(ref.id, "done")
@@ -398,13 +398,13 @@ async def test_s77_partial_history_persisted_before_reset(tmp_path: Path) -> Non
         s = session_of(rt, ref.id)
         await wait_until(lambda: s.execution.status == "READY")
         ex.last.emit(MessageChunk(text="partial prior response"))
-        await wait_until(lambda: s._message == ["partial prior response"])
+        await wait_until(lambda: s.ctx.message == ["partial prior response"])
         await rt.prompt(ref.id, "next prompt", dispatch_only=True)
         assert history(rt, s) == [
             ("agent_message", "partial prior response"),
             ("user_message", "next prompt"),
         ]
-        assert s._message == []
+        assert s.ctx.message == []
         ex.last.emit(MessageChunk(text="fresh", prompt_generation=1))
         ex.last.complete(1)
         await wait_until(lambda: len(history(rt, s)) == 3)
@@ -672,7 +672,7 @@ async def test_s88_duplicate_error_completion(time_scale: float) -> None:
         await settle()
         assert rt.get_execution(ref.id).error_message == "provider error A"
         assert len(published(s)) == count
-        assert steps(s, 1)[-1] == ("completion_received", "failed", "failed")
+        assert steps(s, 1)[-1] == ("completion_received", "ended", "ended")
         assert [e.error for e in of_type(s, le.PromptFailed)] == ["provider error A"]
         assert len(of_type(s, le.AgentFailed)) == 1
         await rt.stop(ref.id, "done")
@@ -708,7 +708,7 @@ async def test_s89_delayed_complete_after_a_replacement(time_scale: float) -> No
             await settle()
             assert rt.get_execution(ref.id).status == "RUNNING"
             assert not p.done.is_set() and live(s, 2)
-            assert s._message == ["replacement output"]
+            assert s.ctx.message == ["replacement output"]
             assert len(of_type(s, le.AgentReady)) == ready_before
             assert steps(s, 1)[-1] == ("completion_received", "superseded", "superseded")
             ex.last.complete(2)
@@ -784,7 +784,7 @@ async def test_s94_error_during_shutdown(time_scale: float) -> None:
     assert isinstance(p.error, AgentReportedError)
     assert str(p.error) == "agent error: boom"
     assert sb.execution.status == "STOPPED"
-    assert ("turn_failed", "running", "stopped") in execution_steps(sb)
+    assert ("turn_failed", "active", "stopped") in execution_steps(sb)
     assert [e.reason for e in of_type(sb, le.AgentStopped)] == ["shutdown"]
     assert not of_type(sb, le.AgentFailed)
 
@@ -848,10 +848,10 @@ async def test_s95_process_exit_during_shutdown(time_scale: float) -> None:
         await wait_until(lambda: b.execution.status == c.execution.status == "READY")
         ex.transports[1].disconnect("process exited", exit_code=1)
         ex.transports[2].disconnect("process exited", exit_code=0)
-    assert ("process_exited", "ready", "stopped") in execution_steps(b)
+    assert ("process_exited", "active", "stopped") in execution_steps(b)
     assert [e.reason for e in of_type(b, le.AgentStopped)] == ["shutdown"]
     assert not of_type(b, le.AgentFailed)
-    assert ("process_exited", "ready", "completed") in execution_steps(c)
+    assert ("process_exited", "active", "completed") in execution_steps(c)
     assert [e.exit_code for e in of_type(c, le.AgentCompleted)] == [0]
 
 
@@ -939,7 +939,7 @@ async def test_s100_disconnect_is_not_claimed_by_another_generation(time_scale: 
             agent.disconnect("peer disconnected")
             await p2.wait()
         assert all(event != "stream_lost" for event, _, _ in steps(s, 1))
-        assert steps(s, 1)[-1] == ("superseded_by_successor", "handed_off", "superseded")
+        assert steps(s, 1)[-1] == ("superseded_by_successor", "live", "superseded")
         assert isinstance(p2.error, AgentReportedError) and p2.error.generation == 2
         assert [e.prompt_generation for e in of_type(s, le.AgentctlError)] == [2]
         await rt.stop(ref.id, "done")
@@ -1006,7 +1006,7 @@ async def test_s104_reset_wins_the_disconnect_race(tmp_path: Path) -> None:
         s = session_of(rt, ref.id)
         await wait_until(lambda: s.execution.status == "READY")
         ex.last.emit(MessageChunk(text="partial"))
-        await wait_until(lambda: s._message == ["partial"])
+        await wait_until(lambda: s.ctx.message == ["partial"])
         await rt.prompt(ref.id, "next", dispatch_only=True)
         ex.last.disconnect("peer disconnected")
         await wait_until(lambda: s.execution.status == "FAILED")
@@ -1045,13 +1045,13 @@ async def test_s104_chunk_during_blocked_persistence_stays_with_the_new_turn(
         s = session_of(rt, ref.id)
         await wait_until(lambda: s.execution.status == "READY")
         ex.last.emit(MessageChunk(text="old partial"))
-        await wait_until(lambda: s._message == ["old partial"])
+        await wait_until(lambda: s.ctx.message == ["old partial"])
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "next")
             try:
                 await wait_until(store.entered.is_set)
                 ex.last.emit(MessageChunk(text="new chunk", prompt_generation=1))
-                await wait_until(lambda: s._message == ["new chunk"])
+                await wait_until(lambda: s.ctx.message == ["new chunk"])
                 assert history(rt, s) == []  # still blocked
             finally:
                 store.release.set()

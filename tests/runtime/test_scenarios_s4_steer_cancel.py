@@ -92,7 +92,7 @@ async def launch_ready(
 
 def live(s: ExecutionSession, g: int = 1) -> Callable[[], bool]:
     """The generation ``g`` is dispatched (steerable)."""
-    return lambda: s.current is not None and s.current.generation == g and s.current.is_steerable
+    return lambda: s.current is not None and s.current.generation == g and s.current.machine.is_in("dispatched")
 
 
 def published(s: ExecutionSession, kind: type[Any]) -> list[Any]:
@@ -105,7 +105,7 @@ def methods(tr: MemoryTransport, *names: str) -> list[tuple[str, Any]]:
 
 
 def stream_path(s: ExecutionSession) -> list[str]:
-    return [r.target for r in s.stream.history]
+    return [r.target for r in s.transitions("agent_stream")]
 
 
 # ----------------------------------------------------------- reconnect retry (spec §5.7) --
@@ -140,7 +140,7 @@ async def test_s106_cancel_release_during_reconnect_retry(
         assert [c[1][2] for c in methods(tr, "prompt")] == [1, 1]  # same generation resent
         assert s.current is not None and s.current.leaf == "cancel_escalated"
         assert "reconnecting" in stream_path(s)
-        assert s.stream.leaf == "connected"
+        assert s.stream.machine.state == "connected"
         assert rt.get_execution(eid).status == "READY"
 
 
@@ -170,7 +170,7 @@ async def test_s106_reconnect_retry_resends_same_generation(
         prompts = methods(tr, "prompt")
         assert [c[1] for c in prompts] == [("work", (), 1), ("work", (), 1)]
         assert stream_path(s)[-2:] == ["reconnecting", "connected"]
-        assert s.generations[1].history[0].target == "reconnecting"
+        assert s.transitions("prompt_generation", 1)[0].target == "reconnecting"
         if backend == "trio":  # the resend waits for the next 100 ms poll, no longer
             dispatched_at = [r.time for r in rt.trace.records if r.event == "dispatch_accepted"]
             assert 0 <= dispatched_at[-1] - restored_at[0] <= 0.1 + 1e-6
@@ -201,7 +201,7 @@ async def test_s106_reconnect_retry_gives_up_after_5s(
             assert elapsed <= 5.0 + 0.1 + 1e-6
         assert len(methods(tr, "prompt")) == 1  # nothing is sent while the carrier is down
         assert s.generations[1].leaf == "undelivered"
-        assert s.stream.leaf == "disconnected"
+        assert s.stream.machine.state == "disconnected"
         assert rt.get_execution(eid).status == "READY"
         # the carrier comes back later: the next prompt goes out and the chart follows
         tr.restore()
@@ -297,7 +297,7 @@ async def test_s109_steer_reuses_live_generation_without_blocking(time_scale: fl
         async with anyio.create_task_group() as tg:
             run = start_prompt(tg, rt, eid, "long task")
             await wait_until(live(s))
-            assert s._prompt_lock.locked()  # promptMu is held by the waiting prompt
+            assert s.prompts.prompt_lock.locked()  # promptMu is held by the waiting prompt
             with anyio.fail_after(2):
                 steered = await rt.steer(
                     eid, "also this", on_dispatched=lambda: dispatched.append(1)
@@ -305,13 +305,13 @@ async def test_s109_steer_reuses_live_generation_without_blocking(time_scale: fl
             assert steered == PromptResult(stop_reason="dispatched", generation=1)
             assert dispatched == [1]
             assert methods(tr, "steer") == [("steer", ("also this", (), 1))]
-            assert s.current is not None and s.current.generation == 1 and s.current.is_steerable
+            assert s.current is not None and s.current.generation == 1 and s.current.machine.is_in("dispatched")
             assert not run.done
             tr.complete(1)
         assert run.result is not None and run.result.stop_reason == "end_turn"
-        assert s._next_generation == 1
+        assert s.turns._next == 1
         assert len(published(s, le.PromptCompleted)) == 1
-        assert [r.event for r in s.generations[1].history].count("completion_received") == 1
+        assert [r.event for r in s.transitions("prompt_generation", 1)].count("completion_received") == 1
 
 
 async def test_s110_idle_steer_is_not_dispatched(time_scale: float) -> None:
@@ -333,7 +333,7 @@ async def test_s110_idle_steer_is_not_dispatched(time_scale: float) -> None:
         assert str(info.value).startswith("steer was not dispatched")
         assert info.value.execution_id == eid
         assert tr.calls == before
-        assert s.current is None and s._next_generation == 0
+        assert s.current is None and s.turns._next == 0
         assert called == []
         assert rt.get_execution(eid).status == "READY"
         # after a completed turn the generation is no longer live either
@@ -469,11 +469,11 @@ async def test_s116_steer_over_a_disconnected_stream_is_not_dispatched(
             assert len(methods(tr, "steer")) == 2  # one attempt each, no re-send
             assert len(methods(tr, "prompt")) == 1  # not queued as an ordinary prompt
             assert "reconnecting" not in stream_path(s)  # the steer does not redial
-            assert s.current is not None and s.current.is_steerable
+            assert s.current is not None and s.current.machine.is_in("dispatched")
             tr.restore()
             tr.complete(1)
         assert run.result is not None and run.result.stop_reason == "end_turn"
-        assert s._next_generation == 1
+        assert s.turns._next == 1
 
 
 async def test_s116_steer_attachment_is_materialized_before_the_lock(time_scale: float) -> None:
@@ -604,7 +604,7 @@ async def test_s116_stalled_steer_ack_times_out_after_5s(
             if backend == "trio":
                 assert elapsed == pytest.approx(5.0, abs=0.01)
             assert info.value.generation == 1
-            assert not s._lifecycle_lock.locked()
+            assert not s.ctx.lifecycle_lock.locked()
             tr.complete(1)
         assert run.result is not None and run.result.stop_reason == "end_turn"
         assert len(methods(tr, "steer")) == 1
@@ -668,7 +668,7 @@ async def test_s118_silent_agent_is_never_started(
         assert first_at >= 300 * ts * (1 - 1e-9)
         if backend == "trio":
             assert first_at <= 360 + 1e-6  # found by the first tick past the threshold
-        stalled = next(r for r in s.generations[1].history if r.event == "stall_detected")
+        stalled = next(r for r in s.transitions("prompt_generation", 1) if r.event == "stall_detected")
         assert stalled.target == "stall_reported"
 
 
@@ -715,7 +715,7 @@ async def test_s121_active_tool_tracking(time_scale: float, autojump_clock: obje
             await wait_until(live(s))
             tr.emit(ev.ToolCall(tool_call_id="top", tool_name="bash", tool_title="Run tests"))
             await settle()
-            assert (s._activity.active_tool_id, s._activity.active_tool_title) == (
+            assert (s.ctx.activity.active_tool_id, s.ctx.activity.active_tool_title) == (
                 "top",
                 "Run tests",
             )
@@ -728,17 +728,17 @@ async def test_s121_active_tool_tracking(time_scale: float, autojump_clock: obje
                 )
             )
             await settle()
-            assert s._activity.active_tool_id == "top"
+            assert s.ctx.activity.active_tool_id == "top"
             await until_stalled(rt, s)
             stall = published(s, le.AgentStalled)[0]
             assert (stall.active_tool_id, stall.active_tool_title) == ("top", "Run tests")
             assert stall.never_started is False
             tr.emit(ev.ToolUpdate(tool_call_id="sub", tool_status="completed"))
             await settle()
-            assert s._activity.active_tool_id == "top"  # a subagent's end is not ours
+            assert s.ctx.activity.active_tool_id == "top"  # a subagent's end is not ours
             tr.emit(ev.ToolUpdate(tool_call_id="top", tool_status="completed"))
             await settle()
-            assert (s._activity.active_tool_id, s._activity.active_tool_title) == ("", "")
+            assert (s.ctx.activity.active_tool_id, s.ctx.activity.active_tool_title) == ("", "")
             tr.complete(1)
         assert run.result is not None
 
@@ -830,10 +830,10 @@ async def test_s125_escalation_clears_the_dispatch_only_gate(
         eid, s, tr = await launch_ready(rt, ex)
         first = await rt.prompt(eid, "background", dispatch_only=True)
         assert first.stop_reason == "dispatched"
-        assert s.generations[1].holds_barrier
+        assert s.generations[1].state == "unawaited"
         with pytest.raises(CancelEscalated):
             await rt.cancel(eid)
-        assert not s.generations[1].holds_barrier
+        assert not s.generations[1].state == "unawaited"
         assert s.generations[1].leaf == "cancel_escalated"
         start = anyio.current_time()
         with anyio.fail_after(0.5):
@@ -908,7 +908,7 @@ async def test_s128_cleanup_survives_caller_cancellation(
             start = anyio.current_time()
             tg.start_soon(cancel_with_deadline)
             with anyio.fail_after(60):  # coarse polls: the 10 s cancel wait is virtual on trio
-                while s.generations[1].leaf != "cancel_escalated":
+                while s.generations[1].leaf != "escalating":
                     await anyio.sleep(0.05 * time_scale)
             if backend == "trio":
                 assert anyio.current_time() - start >= 10  # after the cancel wait
@@ -984,7 +984,7 @@ async def test_s131_cancel_guard_errors(time_scale: float) -> None:
             await rt.cancel("")
         assert tr.calls == before
         tr.disconnect("gone")
-        await wait_until(lambda: s.stream.leaf == "disconnected")
+        await wait_until(lambda: s.stream.machine.state == "disconnected")
         await rt.cancel(eid)  # no turn, no connection: nothing to cancel
         assert methods(tr, "cancel") == [("cancel", ())]
 
@@ -1026,7 +1026,7 @@ async def test_s133_other_cancel_errors_fail_the_cancel(time_scale: float) -> No
             await wait_until(live(s))
             with pytest.raises(CancelFailed, match=r"^failed to cancel agent: .*cannot cancel now"):
                 await rt.cancel(eid)
-            assert s.generations[1].is_steerable
+            assert s.generations[1].machine.is_in("dispatched")
             assert rt.get_execution(eid).status == "RUNNING"
             tr.complete(1)
         assert run.result is not None and run.result.stop_reason == "end_turn"
@@ -1047,7 +1047,7 @@ async def test_s134_turn_is_held_until_completion(time_scale: float) -> None:
             second = start_prompt(tg, rt, eid, "second")
             await settle()
             assert rt.get_execution(eid).status == "RUNNING"
-            assert s._next_generation == 1 and len(methods(tr, "prompt")) == 1
+            assert s.turns._next == 1 and len(methods(tr, "prompt")) == 1
             assert not second.done
             tr.complete(1)
             await wait_until(live(s, 2))
@@ -1073,7 +1073,7 @@ async def test_s136_stream_recovery_revives_failed(time_scale: float) -> None:
         tr.drop("websocket: close 1006 (abnormal closure)")
         await wait_until(lambda: rt.get_execution(eid).status == "FAILED")
         assert published(s, le.AgentctlError)
-        assert s.stream.leaf == "reconnecting"  # a WebSocket-like carrier redials
+        assert s.stream.machine.state == "reconnecting"  # a WebSocket-like carrier redials
         boots = len(published(s, le.AgentBootReady))
         with pytest.raises(TransportClosed, match="agent process is not running"):
             await rt.recover_stream(eid)  # the carrier has not come back yet

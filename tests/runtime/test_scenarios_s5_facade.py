@@ -48,13 +48,11 @@ PROFILES = (
 
 class RecordingExecutor(MemoryExecutor):
     """A memory executor that records what it was asked to start (kandev's fake Backend
-    recording the LaunchRequest); ``url`` plays agentctl's address when given."""
+    recording the LaunchRequest)."""
 
-    def __init__(self, make: Callable[[], MemoryTransport] | None = None, url: str = "") -> None:
+    def __init__(self, make: Callable[[], MemoryTransport] | None = None) -> None:
         super().__init__(make)
         self.opened: list[AgentLaunch] = []
-        if url:
-            self.url = url
 
     def open(self, launch: AgentLaunch) -> AbstractAsyncContextManager[AgentTransport]:
         self.opened.append(launch)
@@ -130,7 +128,8 @@ async def test_s139_launch_translation(time_scale: float, tmp_path: Path) -> Non
         assert snap.metadata["source"] == "engine"
         assert s.spec == sent
 
-    with_url = RecordingExecutor(url="http://127.0.0.1:39001")
+    # the URL is where the agent is reached (agentctl's instance), as the transport says
+    with_url = RecordingExecutor(lambda: MemoryTransport(endpoint="http://127.0.0.1:39001"))
     async with runtime(with_url, time_scale) as rt:
         ref = await rt.launch(launch_spec(path))
         assert ref.agentctl_url == "http://127.0.0.1:39001"
@@ -227,7 +226,7 @@ async def test_s142_resume_maps_not_found(time_scale: float, tmp_path: Path) -> 
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(resume)
-            await wait_until(lambda: s.current is not None and s.current.is_steerable)
+            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
             assert done == []  # still waiting for the turn
             ex.last.complete(1)
         assert done == ["end_turn"]

@@ -1,0 +1,34 @@
+"""One execution's drivers: the chart decides, the drivers do.
+
+Theory of operation
+-------------------
+An execution runs the lifecycle charts of :mod:`acpfsm.statecharts`. Each chart has one small
+driver over a shared :class:`~.context.ExecutionContext` (the execution's identity and data,
+and the one place where charts are fired, coordinated and their effects performed):
+
+* :class:`~.status.StatusDriver` - the Execution chart: the status and the ``agent.*`` events;
+* :class:`~.stream.StreamDriver` - the AgentStream chart: the carrier's facts;
+* :class:`~.init.InitDriver` - the SessionInit chart: a table from the effect each working
+  state names to the step that performs it; with :class:`~.config.ConfigDriver` (the
+  StartModelPolicy and ConfigSettlement charts, the config layers);
+* :class:`~.turns.TurnDriver` and :class:`~.prompting.PromptDriver` - the PromptGeneration
+  charts: each admitted prompt is a :class:`~.turns.Generation` with its own chart, outcome
+  and events; the agent's facts claim it, the callers' flows (prompt, steer, cancel) act on
+  the effects its chart returns.
+
+A driver fires the facts it observes and performs the effects the charts return; where one
+chart's move is a fact for another, the coordination table says so and
+:meth:`~.context.ExecutionContext.fire` applies it. :class:`~.session.ExecutionSession` is the
+thin anyio shell: the transport, the execution's task group, the event pump.
+
+Concurrency (kandev lifecycle/types.go): ``PromptDriver.prompt_lock`` is ``promptMu`` (one
+ordinary prompt at a time, held through its completion wait); ``ExecutionContext.lifecycle_lock``
+is ``promptLifecycleMu`` (generation ownership: begin, completion claim, disconnect claim,
+handoff, steer selection + dispatch). Agent events are handled one at a time, in order, by the
+pump; a steer holding the lifecycle lock across its RPC cannot deadlock it because the RPC's
+answer is read by the transport, not by the pump (R5).
+"""
+
+from .session import ExecutionSession as ExecutionSession
+
+__all__ = ["ExecutionSession"]

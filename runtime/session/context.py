@@ -1,0 +1,250 @@
+"""What the drivers of one execution share: its identity, its data, and the one place where
+charts are fired and their effects performed.
+
+:meth:`ExecutionContext.fire` fires an event on a chart machine and applies the coordination
+table (:mod:`acpfsm.statecharts.coordination`), so the drivers never move one chart because
+another moved; :meth:`ExecutionContext.perform` performs the effects of the steps that
+followed, in order, through the handlers each driver registered for its chart's effects. An
+effect no driver handles is a bug and raises.
+
+The data here is data, not state: ids, the model-catalog cache, stall accounting, the
+buffered reply, timestamps. "Where is this execution in its life?" is always a chart's answer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from acpfsm.adapters import events as ev
+from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
+from acpfsm.adapters.transport import AgentTransport
+from acpfsm.statecharts import Chart, ChartMachine, Effect, EngineName
+from acpfsm.statecharts.coordination import Fired, fire
+
+from .. import events as le
+from ..history import HistoryStore
+from ..hub import EventHub
+from ..trace import Trace
+from ..types import AgentProfile, LaunchSpec, Timeouts
+
+__all__ = ["Activity", "ExecutionContext", "Handler", "ModelCache", "decision_id"]
+
+log = logging.getLogger("acpfsm.runtime")
+
+Handler = Callable[[Effect, ChartMachine], Awaitable[None] | None]
+"""Performs one effect of a step ``machine`` took."""
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def decision_id(
+    execution_id: str, acp_session_id: str, requested: str, reason: str, eff: str
+) -> str:
+    """Deterministic id of a model-selection warning (kandev start_model.go)."""
+    raw = f"{execution_id}|{acp_session_id}|{requested}|{reason}|{eff}"
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+@dataclass
+class ModelState:
+    """kandev's ``CachedModelState``: what the agent said about models and config options."""
+
+    current_model_id: str = ""
+    models: list[ev.ModelInfo] = field(default_factory=list)
+    config_options: list[ev.ConfigOption] = field(default_factory=list)
+    settled: bool = False
+
+    def copy(self) -> ModelState:
+        return ModelState(
+            self.current_model_id, list(self.models), list(self.config_options), self.settled
+        )
+
+    @property
+    def catalog_known(self) -> bool:
+        return self.settled or bool(self.config_options)
+
+
+@dataclass
+class ModelCache:
+    """The cached model state, the provider default captured before the start-model policy,
+    and the config ids whose provider response has already been applied."""
+
+    state: ModelState | None = None
+    provider_default: ModelState | None = None
+    responses_applied: set[str] = field(default_factory=set)
+
+    def present(self) -> bool:
+        state = self.state
+        return state is not None and bool(state.models or state.config_options or state.settled)
+
+    def apply(self, event: ev.SessionModels) -> None:
+        state = self.state or ModelState()
+        if event.current_model_id:
+            state.current_model_id = event.current_model_id
+        if event.session_models:
+            state.models = list(event.session_models)
+        if event.config_options:
+            state.config_options = list(event.config_options)
+        self.state = state
+        if self.provider_default is None and state.config_options:
+            # the settlement's baseline when no provider default was captured before the
+            # policy: the first cached state that had config options (scenario s62 d)
+            self.provider_default = state.copy()
+
+
+@dataclass
+class Activity:
+    """Stall accounting (kandev ``waitForPromptDone``, manager_events.go)."""
+
+    last_at: float = 0.0
+    since_prompt: bool = False
+    epoch: int = 0
+    active_tool_id: str = ""
+    active_tool_title: str = ""
+
+
+class ExecutionContext:
+    """One execution's shared data and its chart plumbing (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        execution_id: str,
+        session_id: str,
+        spec: LaunchSpec,
+        profile: AgentProfile,
+        timeouts: Timeouts,
+        trace: Trace,
+        history: HistoryStore | None,
+        shutting_down: Callable[[], bool],
+        engine: EngineName | None = None,
+    ) -> None:
+        self.id = execution_id
+        self.session_id = session_id
+        self.spec = spec
+        self.profile = profile
+        self.timeouts = timeouts
+        self.history = history
+        self.shutting_down = shutting_down
+        self.engine = engine
+        self.trace = trace
+        self.observers = (trace.observer(execution_id),)
+        self.hub = EventHub(execution_id)
+        self.metadata: dict[str, Any] = dict(spec.metadata)
+        self.started_at = utcnow()
+        self.finished_at: dt.datetime | None = None
+        self.exit_code: int | None = None
+        self.error_message = ""
+        self.acp_session_id = spec.prior_acp_session
+        self.endpoint = ""
+        self.transport: AgentTransport | None = None
+        self.models = ModelCache()
+        self.activity = Activity()
+        self.message: list[str] = []
+        self.lifecycle_lock = anyio.Lock()
+        """kandev's ``promptLifecycleMu``: generation ownership (begin, claims, steer)."""
+        self.machines: dict[str, ChartMachine] = {}
+        """The current machine of each chart, by chart name (what coordination reaches)."""
+        self._handlers: dict[tuple[str, str], Handler] = {}
+
+    # ------------------------------------------------------------------ charts --
+
+    def start(self, chart: type[Chart], *, current: bool = True, **constants: Any) -> ChartMachine:
+        """A new machine of ``chart`` for this execution (the current one when ``current``)."""
+        tags: dict[str, Any] = {"execution_id": self.id}
+        if "generation" in constants:
+            tags["generation"] = constants["generation"]
+        machine = chart.start(engine=self.engine, tags=tags, observers=self.observers, **constants)
+        if current:
+            self.machines[chart.chart_name] = machine
+        return machine
+
+    def handle(self, chart: str, effects: Mapping[str, Handler]) -> None:
+        """Register the handlers of ``chart``'s effects."""
+        for name, handler in effects.items():
+            self._handlers[(chart, name)] = handler
+
+    def fire(self, machine: ChartMachine, event: str, **data: Any) -> list[Fired]:
+        """Fire ``event`` and what the coordination table makes follow (nothing performed)."""
+        return fire(self.machines, machine, event, data)
+
+    async def perform(self, fired: list[Fired]) -> None:
+        """Perform the effects of ``fired``, in order."""
+        for machine, step in fired:
+            for effect in step.effects:
+                handler = self._handlers.get((step.chart, effect.name))
+                if handler is None:
+                    raise AcpfsmError(
+                        f"{step.chart}: no handler for effect {effect.name!r}", execution_id=self.id
+                    )
+                result = handler(effect, machine)
+                if result is not None:
+                    await result
+
+    async def step(self, machine: ChartMachine, event: str, **data: Any) -> list[Fired]:
+        """Fire and perform: the common case."""
+        fired = self.fire(machine, event, **data)
+        await self.perform(fired)
+        return fired
+
+    # ------------------------------------------------------------------ data --
+
+    def transport_or_raise(self) -> AgentTransport:
+        if self.transport is None:  # pragma: no cover - run() sets it before anything else
+            raise StreamNotConnected(execution_id=self.id)
+        return self.transport
+
+    def publish(self, event: le.RuntimeEvent) -> None:
+        self.hub.publish(event)
+
+    def set_failed(self, message: str) -> None:
+        self.error_message = message
+        if self.finished_at is None:
+            self.finished_at = utcnow()
+
+    def take_message(self) -> str:
+        """Detach the buffered assistant text and reset the buffer in one step (R20)."""
+        text = "".join(self.message)
+        self.message.clear()
+        return text
+
+    async def history_append(self, append: Callable[[HistoryStore], object]) -> None:
+        """``append(store)`` off the event loop, when history is kept for this profile; a
+        failure is only logged."""
+        if self.history is None or not self.profile.history_context_injection:
+            return
+        try:
+            await anyio.to_thread.run_sync(append, self.history)
+        except (OSError, AcpfsmError) as exc:
+            log.warning("history append failed for %s: %s", self.session_id, exc)
+
+    async def persist_assistant(self, text: str) -> None:
+        if text:
+            await self.history_append(lambda h: h.append_assistant(self.session_id, text))
+
+    def has_resume_context(self) -> bool:
+        return (
+            self.history is not None
+            and self.profile.history_context_injection
+            and self.history.has_history(self.session_id)
+        )
+
+    async def with_resume_context(self, text: str) -> str:
+        """GenerateResumeContext off the event loop; the plain text when history is unreadable."""
+        if self.history is None:
+            return text
+        prompt, err = await anyio.to_thread.run_sync(
+            self.history.generate_resume_context, self.session_id, text
+        )
+        if err is not None:
+            log.warning("resume context generation failed: %s", err)
+        return prompt

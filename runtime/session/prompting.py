@@ -1,0 +1,421 @@
+"""The PromptGeneration charts' driver, caller side: prompt, steer and cancel (kandev
+lifecycle/session.go ``sendPrompt``, ``SendPromptSteerWithDispatchCallback``; manager_interaction.go
+``CancelAgent``, ``escalateStuckCancel``).
+
+Each caller's flow fires the facts it observes (the trigger was accepted, the cancel was
+answered, a bound expired) and acts on the effects the chart returns: wait for a dispatch-only
+predecessor (``hold_barrier``), retry while the carrier redials (``wait_for_carrier``), wait
+for the turn to end after an acknowledged cancel (``arm_cancel_wait``), wait for a released
+waiter before finishing an escalation (``await_waiter``). What a waiter finally returns or
+raises is what its generation's ``release_waiter`` effect said.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import anyio
+
+from acpfsm.adapters.classify import Call, classify_error
+from acpfsm.adapters.errors import (
+    AcpfsmError,
+    SteerUnsupported,
+    StreamNotConnected,
+    TransportClosed,
+)
+from acpfsm.adapters.transport import Attachment
+
+from ..errors import (
+    CANCEL_ESCALATED_MESSAGE,
+    CANCEL_ESCALATED_SIGNAL,
+    AgentReportedError,
+    AttachmentError,
+    CancelEscalated,
+    CancelEscalatedAgentError,
+    CancelFailed,
+    NotReadyForPrompts,
+    PendingDispatchedPromptTimeout,
+    PromptDispatchError,
+    PromptError,
+    SteerAttachmentMaterializationError,
+    SteerDispatchTimeout,
+    SteerNotDispatched,
+)
+from ..types import PromptResult
+from .context import ExecutionContext
+from .init import InitDriver
+from .status import StatusDriver
+from .stream import StreamDriver
+from .turns import Generation, TurnDriver, wants
+
+__all__ = ["PromptDriver"]
+
+log = logging.getLogger("acpfsm.runtime")
+
+
+class PromptDriver:
+    """Callers' prompts, steers and cancels for one execution."""
+
+    def __init__(
+        self,
+        ctx: ExecutionContext,
+        turns: TurnDriver,
+        status: StatusDriver,
+        stream: StreamDriver,
+        init: InitDriver,
+    ) -> None:
+        self.ctx = ctx
+        self.turns = turns
+        self.status = status
+        self.stream = stream
+        self.init = init
+        self.prompt_lock = anyio.Lock()
+        """kandev's ``promptMu``: one ordinary prompt at a time, through its completion."""
+
+    # --- prompt ------------------------------------------------------------------------------
+
+    async def prompt(
+        self,
+        text: str,
+        *,
+        attachments: Sequence[Attachment] = (),
+        dispatch_only: bool = False,
+        on_dispatched: Callable[[], object] | None = None,
+        validate_status: bool = True,
+        initial: bool = False,
+    ) -> PromptResult:
+        """``sendPrompt``."""
+        ctx = self.ctx
+        if not initial:
+            await self.init.admission.wait()
+        async with self.prompt_lock:
+            await self._pass_barrier()
+            if validate_status:
+                await self._validate_status()
+            async with ctx.lifecycle_lock:
+                generation, fired = self.turns.admit(dispatch_only)
+                # resetStreamingStateWithHistory (R20): detach the unclaimed partial text and
+                # reset the buffer in one step; a chunk arriving meanwhile is the new turn's
+                partial = ctx.take_message()
+                ctx.activity.active_tool_id = ctx.activity.active_tool_title = ""
+                await ctx.perform(fired)
+            try:
+                await ctx.persist_assistant(partial)
+                if initial:  # callers' prompts may queue behind the initial turn from now on
+                    self.init.admission.set()
+                await ctx.history_append(lambda h: h.append_user(ctx.session_id, text))
+                effective = await self._compose(text)
+                try:
+                    materialized = await self._materialize(attachments)
+                except AttachmentError as exc:
+                    await ctx.step(generation.machine, "materialization_failed", error=str(exc))
+                    raise AttachmentError(
+                        str(exc), execution_id=ctx.id, generation=generation.number
+                    ) from exc
+                await self._dispatch(generation, effective, materialized)
+                if on_dispatched is not None:
+                    on_dispatched()
+                if dispatch_only:
+                    return PromptResult(stop_reason="dispatched", generation=generation.number)
+                return await self._wait(generation)
+            finally:
+                generation.returned.set()
+
+    async def _validate_status(self) -> None:
+        fired = await self.ctx.step(self.status.machine, "prompt_requested")
+        if wants(fired, "refuse_prompt"):
+            raise NotReadyForPrompts(self.ctx.id, self.status.status)
+
+    async def _pass_barrier(self) -> None:
+        """sendPrompt step 3 with seed D8: wait ≤ 10 s for a dispatch-only predecessor."""
+        predecessor = self.turns.current
+        if predecessor is None:
+            return
+        fired = await self.ctx.step(predecessor.machine, "successor_admitting")
+        if not wants(fired, "hold_barrier"):
+            return
+        bound = self.ctx.timeouts.pending_dispatched_prompt
+        with anyio.move_on_after(bound) as scope:
+            await predecessor.done.wait()
+        if scope.cancelled_caught:
+            fired = await self.ctx.step(predecessor.machine, "barrier_timed_out")
+            if wants(fired, "barrier_failed"):
+                raise PendingDispatchedPromptTimeout(self.ctx.id, bound)
+
+    async def _compose(self, text: str) -> str:
+        """buildEffectivePrompt: the session init's chart says whether the deferred resume
+        context goes into this prompt."""
+        init = self.init.machine
+        if init is None or init.ended:
+            return text
+        fired = await self.ctx.step(init, "prompt_composed")
+        if wants(fired, "inject_resume_context"):
+            return await self.ctx.with_resume_context(text)
+        return text
+
+    async def _materialize(self, attachments: Sequence[Attachment]) -> list[Attachment]:
+        """materializeAttachments: every attachment goes through the carrier before anything
+        is sent; errors name the attachment id (else its name)."""
+        ctx = self.ctx
+        out: list[Attachment] = []
+        for attachment in attachments:
+            label = attachment.attachment_id or attachment.name
+            if not ctx.acp_session_id:
+                raise AttachmentError(
+                    f'attachment "{label}" cannot be delivered: ACP session is not ready',
+                    execution_id=ctx.id,
+                )
+            try:
+                out.append(await ctx.transport_or_raise().materialize_attachment(attachment))
+            except AcpfsmError as exc:
+                raise AttachmentError(
+                    f'materialize attachment "{label}": {exc}', execution_id=ctx.id
+                ) from exc
+        return out
+
+    async def _dispatch(
+        self, generation: Generation, text: str, attachments: list[Attachment]
+    ) -> None:
+        """triggerPrompt → dispatchPrompt, with the retry after a reconnect."""
+        try:
+            await self.ctx.transport_or_raise().prompt(text, attachments, generation.number)
+        except StreamNotConnected as exc:
+            if exc.while_waiting:
+                # kandev H2: the request was written and the stream dropped before the ack,
+                # so the agent may have it: never re-send (at most once)
+                await self._trigger_failed(generation, exc)
+            await self._retry_after_reconnect(generation, text, attachments, exc)
+        except AcpfsmError as exc:
+            await self._trigger_failed(generation, exc)
+        else:
+            await self.ctx.step(generation.machine, "dispatch_accepted")
+
+    async def _trigger_failed(self, generation: Generation, exc: AcpfsmError) -> None:
+        cls = classify_error(exc, call=Call.PROMPT)
+        message = f"failed to trigger prompt: {exc}"
+        await self.ctx.step(
+            generation.machine, "dispatch_failed", cancel_release=cls.cancel_release, error=message
+        )
+        if cls.cancel_release:
+            raise CancelEscalated(
+                f"{message}: {CANCEL_ESCALATED_MESSAGE}",
+                execution_id=self.ctx.id,
+                generation=generation.number,
+            ) from exc
+        raise PromptDispatchError(
+            message, execution_id=self.ctx.id, generation=generation.number
+        ) from exc
+
+    async def _retry_after_reconnect(
+        self,
+        generation: Generation,
+        text: str,
+        attachments: list[Attachment],
+        first: StreamNotConnected,
+    ) -> None:
+        """retryPromptAfterReconnect: within 5 s, wait (100 ms polls) for a carrier that can
+        redial and resend the same generation; the chart decides whether to wait at all."""
+        ctx = self.ctx
+        transport = ctx.transport_or_raise()
+        message = f"failed to trigger prompt: {first}"
+        fired = await ctx.step(
+            generation.machine,
+            "dispatch_unreachable",
+            reconnectable=transport.reconnectable,
+            error=message,
+        )
+        if not wants(fired, "wait_for_carrier"):
+            if generation.result == "dispatch_failed":
+                raise PromptDispatchError(
+                    message, execution_id=ctx.id, generation=generation.number
+                ) from first
+            return await self._wait_released(generation)
+        last: AcpfsmError = first
+        with anyio.move_on_after(ctx.timeouts.reconnect_retry):
+            while not generation.done.is_set():  # a cancel escalation releases it meanwhile
+                if await self.stream.carrier_up():
+                    try:
+                        await transport.prompt(text, attachments, generation.number)
+                    except StreamNotConnected as exc:
+                        last = exc
+                        await ctx.step(
+                            generation.machine,
+                            "dispatch_unreachable",
+                            reconnectable=True,
+                            error=message,
+                        )
+                    except AcpfsmError as exc:
+                        await self._trigger_failed(generation, exc)
+                    else:
+                        await ctx.step(generation.machine, "dispatch_accepted")
+                        return None
+                elif not self.stream.redialling:
+                    break  # closed on purpose (stop): nothing will redial
+                await anyio.sleep(ctx.timeouts.reconnect_poll)
+        if self.stream.redialling:
+            await self.stream.connect_timed_out()
+        reason = f"failed to trigger prompt: timed out waiting for updates stream reconnect: {last}"
+        await ctx.step(generation.machine, "reconnect_timed_out", error=reason)
+        if generation.result == "dispatch_failed":
+            raise PromptDispatchError(reason, execution_id=ctx.id, generation=generation.number)
+        raise CancelEscalated(
+            f"failed to trigger prompt: {last}: {CANCEL_ESCALATED_MESSAGE}",
+            execution_id=ctx.id,
+            generation=generation.number,
+        )
+
+    async def _wait_released(self, generation: Generation) -> None:
+        """The generation was released by someone else (a cancel escalation): raise what its
+        release said."""
+        await generation.done.wait()
+        self._raise_for(generation)
+
+    async def _wait(self, generation: Generation) -> PromptResult:
+        """waitForPromptDone with the stall watchdog."""
+        while not generation.done.is_set():
+            with anyio.move_on_after(self.ctx.timeouts.stall_tick):
+                await generation.done.wait()
+            if not generation.done.is_set():
+                await self.ctx.perform(self.turns.check_stall(generation))
+        return self._raise_for(generation)
+
+    def _raise_for(self, generation: Generation) -> PromptResult:
+        """What the generation's ``release_waiter`` effect said, as a result or an error."""
+        g, ctx = generation.number, self.ctx
+        result = generation.result
+        if result == "completed":
+            return PromptResult(
+                stop_reason=generation.stop_reason or "end_turn",
+                generation=g,
+                agent_message=generation.agent_message,
+            )
+        if result == "handed_off":
+            return PromptResult(
+                stop_reason="foreground_idle", generation=g, agent_message=generation.agent_message
+            )
+        if result in ("agent_error", "disconnected"):
+            raise AgentReportedError(generation.error, execution_id=ctx.id, generation=g)
+        if result in ("cancel_escalated", "agent_cancel_escalated"):
+            raise CancelEscalatedAgentError(
+                generation.error or CANCEL_ESCALATED_SIGNAL, execution_id=ctx.id, generation=g
+            )
+        if result == "dispatch_failed":
+            raise PromptDispatchError(generation.error, execution_id=ctx.id, generation=g)
+        if result == "dispatch_cancel_escalated":
+            raise CancelEscalated(generation.error, execution_id=ctx.id, generation=g)
+        raise PromptError(  # pragma: no cover - every release names its result
+            f"prompt generation {g} ended without a result ({result!r})", execution_id=ctx.id
+        )
+
+    # --- steer -------------------------------------------------------------------------------
+
+    async def steer(
+        self,
+        text: str,
+        *,
+        attachments: Sequence[Attachment] = (),
+        on_dispatched: Callable[[], object] | None = None,
+        validate_status: bool = True,
+    ) -> PromptResult:
+        """SendPromptSteerWithDispatchCallback (seed D6-D7)."""
+        ctx = self.ctx
+        await self.init.admission.wait()
+        if validate_status:
+            await self._validate_status()
+        await self._steer_target()  # before materializing: nothing to steer into is cheap
+        try:
+            materialized = await self._materialize(attachments)
+        except AttachmentError as exc:
+            raise SteerAttachmentMaterializationError(
+                f"steer attachment materialization failed: {exc}", execution_id=ctx.id
+            ) from exc
+        async with ctx.lifecycle_lock:
+            generation = await self._steer_target()
+            effective = await self._compose(text)
+            try:
+                with anyio.fail_after(ctx.timeouts.steer_dispatch):
+                    await ctx.transport_or_raise().steer(effective, materialized, generation.number)
+            except (StreamNotConnected, SteerUnsupported) as exc:
+                raise SteerNotDispatched(str(exc), execution_id=ctx.id) from exc
+            except TimeoutError as exc:
+                raise SteerDispatchTimeout(
+                    f"steer dispatch timed out after {ctx.timeouts.steer_dispatch:g}s",
+                    execution_id=ctx.id,
+                    generation=generation.number,
+                ) from exc
+            except AcpfsmError as exc:
+                raise PromptDispatchError(
+                    f"failed to steer prompt: {exc}",
+                    execution_id=ctx.id,
+                    generation=generation.number,
+                ) from exc
+            await ctx.step(generation.machine, "steered")
+        await ctx.history_append(lambda h: h.append_user(ctx.session_id, text))
+        ctx.activity.last_at = anyio.current_time()
+        if on_dispatched is not None:
+            on_dispatched()
+        return PromptResult(stop_reason="dispatched", generation=generation.number)
+
+    async def _steer_target(self) -> Generation:
+        generation = self.turns.current
+        if generation is not None:
+            fired = await self.ctx.step(generation.machine, "steer_requested")
+            if wants(fired, "dispatch_steer"):
+                return generation
+        raise SteerNotDispatched("no live prompt generation", execution_id=self.ctx.id)
+
+    # --- cancel ------------------------------------------------------------------------------
+
+    async def cancel(self) -> None:
+        """CancelAgent: the agent's answer, then the chart decides (escalate now, wait for
+        the turn to end, or nothing to cancel)."""
+        ctx = self.ctx
+        stream_disconnected = False
+        acknowledged = True
+        try:
+            result = await ctx.transport_or_raise().cancel()
+            acknowledged = result.acknowledged
+        except (StreamNotConnected, TransportClosed):
+            stream_disconnected = True
+        except AcpfsmError as exc:
+            raise CancelFailed(f"failed to cancel agent: {exc}", execution_id=ctx.id) from exc
+        generation = self.turns.current
+        if generation is None:
+            return
+        async with ctx.lifecycle_lock:
+            fired = await ctx.step(
+                generation.machine,
+                "cancel_answered",
+                acknowledged=acknowledged,
+                stream_disconnected=stream_disconnected,
+            )
+        if wants(fired, "await_waiter"):
+            await self._finish_escalation(generation)
+        if not wants(fired, "arm_cancel_wait"):
+            return
+        with anyio.move_on_after(ctx.timeouts.cancel_wait):
+            await generation.turn_over.wait()
+        if generation.turn_over.is_set():
+            return
+        async with ctx.lifecycle_lock:
+            fired = await ctx.step(generation.machine, "cancel_wait_timed_out")
+        if wants(fired, "await_waiter"):
+            await self._finish_escalation(generation)
+
+    async def _finish_escalation(self, generation: Generation) -> None:
+        """escalateStuckCancel after the chart escalated: let the released waiter return
+        (≤ 2 s), then the chart ends the escalation (the execution follows to READY), and
+        the canceller learns ``CancelEscalated``."""
+        try:
+            with anyio.move_on_after(self.ctx.timeouts.cancel_escalation):
+                await generation.returned.wait()
+        finally:
+            # R17: the cleanup runs even when the caller's deadline ends the wait (the
+            # caller then gets its own cancellation, not CancelEscalated)
+            with anyio.CancelScope(shield=True):
+                returned = generation.returned.is_set()
+                event = "waiter_returned" if returned else "escalation_wait_timed_out"
+                async with self.ctx.lifecycle_lock:
+                    await self.ctx.step(generation.machine, event)
+        raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=self.ctx.id)

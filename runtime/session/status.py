@@ -1,0 +1,131 @@
+"""The Execution chart's driver: the execution's status and the ``agent.*`` events it publishes.
+
+Every status change is a transition of :class:`~acpfsm.statecharts.Execution`, most of them
+coordinated from another chart (a generation's outcome, the session init's end); this driver
+performs the Execution chart's effects and turns the runtime's own facts (the process exited,
+a wakeup turn, a stop) into its events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from acpfsm.statecharts import ChartMachine, Effect, Execution
+
+from .. import events as le
+from .context import ExecutionContext, utcnow
+
+__all__ = ["StatusDriver"]
+
+
+def _flow(effect: Effect, machine: ChartMachine) -> None:
+    """A flow effect: the caller that fired the event acts on it."""
+
+
+class StatusDriver:
+    """Owns the execution's :class:`~acpfsm.statecharts.Execution` machine."""
+
+    def __init__(self, ctx: ExecutionContext) -> None:
+        self.ctx = ctx
+        self.machine = ctx.start(Execution)
+        self._wakeup_watch = False
+        ctx.handle(
+            Execution.chart_name,
+            {
+                "publish_agent_ready": self._ready,
+                "publish_agent_running": self._running,
+                "publish_agent_failed": self._failed,
+                "publish_agent_stopped": self._stopped,
+                "publish_agent_completed": self._completed,
+                "publish_agent_boot_ready": self._boot_ready,
+                "publish_stream_error": self._stream_error,
+                "record_failure": self._record_failure,
+                "record_finish": self._record_finish,
+                "record_exit": self._record_exit,
+                "watch_for_wakeup": self._watch,
+                "refuse_prompt": _flow,
+            },
+        )
+
+    @property
+    def status(self) -> str:
+        """The kandev status name (``READY`` …)."""
+        return self.machine.compiled.display[self.machine.state]
+
+    @property
+    def ended(self) -> bool:
+        """STOPPED: the execution is removed and its chart has ended."""
+        return self.machine.ended
+
+    # --- facts ----------------------------------------------------------------------------
+
+    async def fire(self, event: str, **data: Any) -> None:
+        await self.ctx.step(self.machine, event, **data)
+
+    async def turn_content(self) -> None:
+        """Turn content arrived: the first one after the execution became READY is a wakeup
+        fact (the chart decides whether it starts a wakeup turn)."""
+        if self._wakeup_watch:
+            self._wakeup_watch = False
+            await self.fire("wakeup_content_arrived")
+
+    # --- effects ----------------------------------------------------------------------------
+
+    def _watch(self, effect: Effect, machine: ChartMachine) -> None:
+        self._wakeup_watch = True
+
+    def _ready(self, effect: Effect, machine: ChartMachine) -> None:
+        self.ctx.publish(
+            le.AgentReady(
+                execution_id=self.ctx.id,
+                prompt_generation=int(effect["generation"]),
+                stop_reason=str(effect["stop_reason"]),
+            )
+        )
+
+    def _running(self, effect: Effect, machine: ChartMachine) -> None:
+        self.ctx.publish(le.AgentRunning(execution_id=self.ctx.id))
+
+    def _failed(self, effect: Effect, machine: ChartMachine) -> None:
+        self.ctx.publish(
+            le.AgentFailed(
+                execution_id=self.ctx.id,
+                error=str(effect["error"]),
+                prompt_generation=int(effect["generation"]),
+                phase=str(effect["phase"]),
+            )
+        )
+
+    def _stopped(self, effect: Effect, machine: ChartMachine) -> None:
+        self.ctx.publish(le.AgentStopped(execution_id=self.ctx.id, reason=str(effect["reason"])))
+
+    def _completed(self, effect: Effect, machine: ChartMachine) -> None:
+        self.ctx.publish(
+            le.AgentCompleted(execution_id=self.ctx.id, exit_code=int(effect["exit_code"]))
+        )
+
+    def _boot_ready(self, effect: Effect, machine: ChartMachine) -> None:
+        self.ctx.publish(
+            le.AgentBootReady(
+                execution_id=self.ctx.id,
+                resume_context_pending=bool(effect["resume_context_pending"]),
+            )
+        )
+
+    def _stream_error(self, effect: Effect, machine: ChartMachine) -> None:
+        self.ctx.publish(
+            le.AgentctlError(
+                execution_id=self.ctx.id,
+                error=str(effect["error"]),
+                prompt_generation=int(effect["generation"]),
+            )
+        )
+
+    def _record_failure(self, effect: Effect, machine: ChartMachine) -> None:
+        self.ctx.set_failed(str(effect["error"]))
+
+    def _record_finish(self, effect: Effect, machine: ChartMachine) -> None:
+        self.ctx.finished_at = self.ctx.finished_at or utcnow()
+
+    def _record_exit(self, effect: Effect, machine: ChartMachine) -> None:
+        self.ctx.exit_code = int(effect["exit_code"])

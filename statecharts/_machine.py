@@ -1,0 +1,366 @@
+"""Running a chart: the compiled engine, and python-statemachine's own as the reference.
+
+``Chart.start(engine=..., tags=..., observers=..., **constants)`` returns a *machine*: one
+running instance of the chart. Both engines give the same interface (:class:`ChartMachine`):
+
+* ``fire(event, **data)`` takes the transition the chart selects and returns a
+  :class:`~._compile.Step`: the transition (source, target, targetless or not), the leaf
+  afterwards, the states entered and the declared effects, their fields filled from ``data``
+  and the instance's constants. An event the current state does not accept (every guard
+  false, or not declared, or the chart has ended) raises
+  :class:`~acpfsm.statecharts.errors.IllegalTransition` and changes nothing.
+* ``state`` is the active leaf, ``configuration`` the leaf and its ancestors (innermost first),
+  ``ended`` whether a top-level final state was entered; the constants are attributes.
+
+:class:`Machine` (the default, ``engine="compiled"``) is a few slots: a fire is a dict lookup
+and the candidates' guards. :class:`ReferenceMachine` (``engine="reference"``) runs the same
+declaration on python-statemachine's sync engine and looks up the effects of the transition
+it took in the compiled tables: the two must agree (the property test in
+tests/statecharts/test_engines.py). The environment variable ``ACPFSM_ENGINE`` sets the
+default engine for a whole process (``compiled`` or ``reference``).
+
+Observation: each fired transition is reported as a :class:`TransitionRecord` to the
+machine's ``observers`` (the runtime's trace) and to the process-wide observers registered
+with :func:`add_transition_observer` (the test suite's transition-coverage recorder).
+Observers are plain callables; they must not block.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol, cast
+
+from ._compile import Candidate, CompiledChart, Effect, EffectSpec, Step
+from .errors import ChartDefinitionError, IllegalTransition
+
+if TYPE_CHECKING:
+    from ._base import Chart
+
+__all__ = [
+    "ENGINE_ENV",
+    "ChartMachine",
+    "EngineName",
+    "Machine",
+    "ReferenceMachine",
+    "TransitionObserver",
+    "TransitionRecord",
+    "add_transition_observer",
+    "default_engine",
+    "remove_transition_observer",
+]
+
+EngineName = Literal["compiled", "reference"]
+ENGINE_ENV = "ACPFSM_ENGINE"
+
+
+def default_engine() -> EngineName:
+    """The engine a machine runs on when none is named: ``$ACPFSM_ENGINE`` or compiled."""
+    value = os.environ.get(ENGINE_ENV, "") or "compiled"
+    if value not in ("compiled", "reference"):
+        raise ChartDefinitionError(f"{ENGINE_ENV}={value!r}: use 'compiled' or 'reference'")
+    return cast(EngineName, value)
+
+
+class TransitionRecord(NamedTuple):
+    """One fired transition. ``tags`` is the machine's identifying data (execution id,
+    generation …) as given when it was started."""
+
+    chart: str
+    source: str
+    event: str
+    target: str
+    tags: Mapping[str, Any]
+
+
+TransitionObserver = Callable[[TransitionRecord], None]
+_observers: list[TransitionObserver] = []
+
+
+def add_transition_observer(observer: TransitionObserver) -> None:
+    _observers.append(observer)
+
+
+def remove_transition_observer(observer: TransitionObserver) -> None:
+    if observer in _observers:
+        _observers.remove(observer)
+
+
+class ChartMachine(Protocol):
+    """What both engines offer (see the module docstring)."""
+
+    tags: Mapping[str, Any]
+    observers: tuple[TransitionObserver, ...]
+
+    @property
+    def compiled(self) -> CompiledChart: ...
+
+    @property
+    def chart_name(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def configuration(self) -> tuple[str, ...]: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    def is_in(self, *state_ids: str) -> bool: ...
+
+    def fire(self, event: str, **data: Any) -> Step: ...
+
+    def constant(self, name: str) -> Any: ...
+
+    def initial_effects(self) -> tuple[Effect, ...]: ...
+
+
+def _resolve(spec: EffectSpec, data: Mapping[str, Any], machine: ChartMachine) -> Effect:
+    args: list[tuple[str, Any]] = []
+    defaults = dict(spec.defaults)
+    for name in spec.fields:
+        if name in data:
+            value = data[name]
+        elif name in machine.compiled.constants:
+            value = machine.constant(name)
+        elif name in defaults:
+            value = defaults[name]
+        else:
+            raise ChartDefinitionError(
+                f"{machine.chart_name}: effect {spec.name} needs {name!r}, which neither the "
+                f"event data nor the chart's constants hold"
+            )
+        args.append((name, value))
+    return Effect(spec.name, tuple(args))
+
+
+def _step(cand: Candidate, machine: ChartMachine, event: str, data: Mapping[str, Any]) -> Step:
+    if cand.step is not None:
+        return cand.step
+    return Step(
+        machine.chart_name,
+        event,
+        cand.source,
+        cand.target if cand.target is not None else cand.source,
+        cand.target is None,
+        cand.state,
+        cand.entered,
+        tuple(_resolve(spec, data, machine) for spec in cand.effects),
+    )
+
+
+def _initial(machine: ChartMachine) -> tuple[Effect, ...]:
+    return tuple(_resolve(spec, {}, machine) for spec in machine.compiled.initial_effects)
+
+
+def _report(machine: ChartMachine, step: Step) -> None:
+    if machine.observers or _observers:
+        record = TransitionRecord(step.chart, step.source, step.event, step.target, machine.tags)
+        for observer in machine.observers:
+            observer(record)
+        for observer in tuple(_observers):
+            observer(record)
+
+
+class Machine:
+    """A chart running on the compiled engine (a per-chart subclass adds the constants as
+    slots; see :meth:`Chart.start`)."""
+
+    __slots__ = ("_leaf", "_table", "observers", "tags")
+
+    compiled: ClassVar[CompiledChart]
+    _constant_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        *,
+        tags: Mapping[str, Any] | None = None,
+        observers: tuple[TransitionObserver, ...] = (),
+        **constants: Any,
+    ) -> None:
+        compiled = self.compiled
+        for name, default in compiled.constants.items():
+            setattr(self, name, constants.pop(name, default))
+        if constants:
+            raise TypeError(f"{compiled.name}: unknown constants {sorted(constants)}")
+        self._leaf = compiled.initial
+        self._table = compiled.table[compiled.initial]
+        self.tags: Mapping[str, Any] = tags if tags is not None else {}
+        self.observers = observers
+
+    @property
+    def chart_name(self) -> str:
+        return self.compiled.name
+
+    @property
+    def state(self) -> str:
+        return self._leaf
+
+    @property
+    def configuration(self) -> tuple[str, ...]:
+        return self.compiled.ancestors[self._leaf]
+
+    @property
+    def ended(self) -> bool:
+        return self._leaf in self.compiled.final
+
+    def is_in(self, *state_ids: str) -> bool:
+        active = self.compiled.ancestors[self._leaf]
+        return any(s in active for s in state_ids)
+
+    def constant(self, name: str) -> Any:
+        return getattr(self, name)
+
+    def initial_effects(self) -> tuple[Effect, ...]:
+        """The entry effects of the initial configuration (a start emits no step)."""
+        return _initial(self)
+
+    def fire(self, event: str, **data: Any) -> Step:
+        candidates = self._table.get(event)
+        if candidates is not None:
+            for cand in candidates:
+                for fn, params, expected in cand.guards:
+                    if params:
+                        kw = {p: data[p] for p in params if p in data}
+                        if bool(fn(self, **kw)) is not expected:
+                            break
+                    elif bool(fn(self)) is not expected:
+                        break
+                else:
+                    step = _step(cand, self, event, data)
+                    self._leaf = cand.state
+                    self._table = self.compiled.table[cand.state]
+                    _report(self, step)
+                    return step
+        raise IllegalTransition(
+            self.compiled.name,
+            () if self.ended else tuple(reversed(self.configuration)),
+            event,
+            execution_id=self.tags.get("execution_id"),
+        )
+
+    def __repr__(self) -> str:
+        return f"<{self.compiled.name} {self.compiled.path(self._leaf)}>"
+
+
+def machine_class(compiled: CompiledChart) -> type[Machine]:
+    """The compiled engine's class for one chart: :class:`Machine` with the constants as
+    slots (guards read them as ``self.<name>``)."""
+    names = tuple(compiled.constants)
+    return cast(
+        "type[Machine]",
+        type(
+            f"{compiled.cls.__name__}Machine",
+            (Machine,),
+            {"__slots__": names, "compiled": compiled, "_constant_names": names},
+        ),
+    )
+
+
+class _Taken:
+    """python-statemachine listener: remembers the transition its engine just took."""
+
+    __slots__ = ("transition",)
+
+    def __init__(self) -> None:
+        self.transition: Any = None
+
+    def after_transition(self, transition: Any) -> None:
+        self.transition = transition
+
+
+class ReferenceMachine:
+    """A chart running on python-statemachine's sync engine (the reference): the declaration
+    class itself is instantiated, with the constants as attributes."""
+
+    def __init__(
+        self,
+        compiled: CompiledChart,
+        *,
+        tags: Mapping[str, Any] | None = None,
+        observers: tuple[TransitionObserver, ...] = (),
+        **constants: Any,
+    ) -> None:
+        self.compiled = compiled
+        self.tags: Mapping[str, Any] = tags if tags is not None else {}
+        self.observers = observers
+        values = dict(compiled.constants)
+        unknown = set(constants) - set(values)
+        if unknown:
+            raise TypeError(f"{compiled.name}: unknown constants {sorted(unknown)}")
+        values.update(constants)
+        self._constants = values
+        self._taken = _Taken()
+        self.sm: Chart = compiled.cls(constants=values, listeners=[self._taken])
+        # the declared transition's index, by python-statemachine's transition object and event
+        self._index: dict[tuple[int, str], int] = {}
+        index = 0
+        for state in compiled.cls.states_map.values():
+            for transition in state.transitions:
+                if transition.initial:
+                    continue
+                for name in transition.events:
+                    self._index[(id(transition), str(name))] = index
+                    index += 1
+
+    @property
+    def chart_name(self) -> str:
+        return self.compiled.name
+
+    @property
+    def state(self) -> str:
+        values = [str(v) for v in self.sm.configuration_values]
+        leaves = [v for v in values if v in self.compiled.table]
+        return leaves[-1] if leaves else self.compiled.initial
+
+    @property
+    def configuration(self) -> tuple[str, ...]:
+        return self.compiled.ancestors[self.state]
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.sm.is_terminated)
+
+    def is_in(self, *state_ids: str) -> bool:
+        active = self.configuration
+        return any(s in active for s in state_ids)
+
+    def constant(self, name: str) -> Any:
+        return self._constants[name]
+
+    def initial_effects(self) -> tuple[Effect, ...]:
+        return _initial(self)
+
+    def __getattr__(self, name: str) -> Any:
+        constants = self.__dict__.get("_constants", {})
+        if name in constants:
+            return constants[name]
+        raise AttributeError(name)
+
+    def fire(self, event: str, **data: Any) -> Step:
+        from statemachine.exceptions import TransitionNotAllowed
+
+        leaf = self.state
+        ended = self.ended
+        self._taken.transition = None
+        try:
+            self.sm.send(event, **data)
+        except TransitionNotAllowed:
+            raise IllegalTransition(
+                self.compiled.name,
+                () if ended else tuple(reversed(self.compiled.ancestors[leaf])),
+                event,
+                execution_id=self.tags.get("execution_id"),
+            ) from None
+        taken = self._taken.transition
+        if taken is None:  # pragma: no cover - python-statemachine took nothing, silently
+            raise IllegalTransition(self.compiled.name, (leaf,), event)
+        index = self._index[(id(taken), event)]
+        cand = next(c for c in self.compiled.table[leaf][event] if c.index == index)
+        step = _step(cand, self, event, data)
+        _report(self, step)
+        return step
+
+    def __repr__(self) -> str:
+        return f"<{self.compiled.name} {self.compiled.path(self.state)} (reference)>"
