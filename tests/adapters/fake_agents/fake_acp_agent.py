@@ -339,6 +339,8 @@ def handle_request(msg_id, method: str, params: dict) -> None:
         caps: dict = {
             "loadSession": LOAD,
             "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
+            "sessionCapabilities": {"list": {}, "resume": {"_meta": {"fake": 1}}},
+            "auth": {"logout": {}},  # a capability of a newer ACP than acpfsm models
         }
         if QUEUEING:
             caps["_meta"] = {"claudeCode": {"promptQueueing": True}}
