@@ -55,8 +55,15 @@ class InitializeResult(msgspec.Struct, frozen=True, kw_only=True):
     supports_audio: bool = False
     supports_embedded_context: bool = False
     auth_methods: list[dict[str, Any]] = []
+    session_capabilities: list[str] = []
+    """The ``agentCapabilities.sessionCapabilities`` advertised (``close``, ``fork``, ``list``,
+    ``resume`` …), by wire name."""
     meta: dict[str, Any] = {}
     """The agent's ``_meta`` extensions (initialize response and its capabilities), as sent."""
+    unmodelled: dict[str, Any] = {}
+    """The fields of the agent's initialize answer acpfsm does not model, as sent and nested
+    where they were (e.g. ``{"agentCapabilities": {"auth": {"logout": {}}}}``); empty when the
+    carrier does not forward the answer (agentctl). See :func:`acpfsm.adapters.acp.messages.unmodelled`."""
 
 
 class SessionResult(msgspec.Struct, frozen=True, kw_only=True):

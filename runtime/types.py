@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from acpfsm.adapters.transport import Attachment
+from acpfsm.adapters.transport import Attachment, InitializeResult
 
 __all__ = [
     "AgentProfile",
@@ -73,6 +73,9 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True):
     charts: dict[str, str]
     prompt_generation: int
     metadata: dict[str, Any]
+    agent_capabilities: InitializeResult | None = None
+    """What the agent's initialize answered (capabilities, auth methods, ``_meta`` and the
+    fields acpfsm does not model, ``unmodelled``); ``None`` before initialize."""
 
 
 class PromptResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -6,6 +6,9 @@ Async tests run under pytest-trio (``trio_mode = true``). A test or module marke
 async fixtures (pytest-trio's fixtures are trio-only), so such tests open their resources
 inside the test body. Timeouts that the trio run skips with the virtual clock are shrunk on
 asyncio through the ``time_scale`` fixture, so nothing sleeps for real for seconds.
+
+``sdk_corpus`` (session): the official ACP SDK's golden messages and example agents, fetched
+once into ``.cache/`` (see ``tests/peers/sdk_corpus.py``); unavailable → the test *fails*.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 
 import anyio
 import pytest
+
+from tests.peers.sdk_corpus import SdkCorpus, SdkCorpusUnavailable, ensure_sdk_corpus
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -36,6 +41,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def backend(request: pytest.FixtureRequest) -> str:
     """The async backend this test runs on (``trio`` unless parametrized)."""
     return str(getattr(request, "param", "trio"))
+
+
+@pytest.fixture(scope="session")
+def sdk_corpus() -> SdkCorpus:
+    try:
+        return ensure_sdk_corpus()
+    except SdkCorpusUnavailable as exc:
+        pytest.fail(f"the official ACP SDK's corpus is needed: {exc}", pytrace=False)
 
 
 @pytest.fixture

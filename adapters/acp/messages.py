@@ -19,13 +19,36 @@ A ``session/update`` whose ``sessionUpdate`` kind is unknown (or whose known kin
 unexpected shape) decodes to :class:`UnknownUpdate` holding the raw object: never a crash.
 :class:`UnknownUpdate` is decode-only; do not build a msgspec decoder for
 :class:`SessionNotification` yourself, use :func:`decode_agent_params`.
+
+Design note: what survives a round trip, and where unmodelled fields go
+-----------------------------------------------------------------------
+Decoding then encoding a message gives the same JSON back for everything acpfsm models (a
+test holds each golden message of the official ACP SDK to it). Two msgspec rules shape the structs:
+``omit_defaults`` leaves out a field equal to its default, and it takes an empty list or dict
+as equal to an empty default, while a struct-valued field is left out only when it *is* its
+default instance (so a decoded ``"mcpCapabilities": {}`` is written back). Hence a list or
+object whose mere presence means something (``authMethods: []``, ``sessionCapabilities: {}``
+and each capability in it) is typed ``X | None = None``, ``None`` meaning absent. A boolean
+or number sent equal to its default (``"audio": false``) is written back by omission, which
+ACP reads the same.
+
+msgspec ignores fields a struct does not declare. Where they reach users they are kept:
+:func:`unmodelled` returns the members of a raw object that a struct has no field for, nested
+where they were (it recurses into struct-valued fields, not into lists), so encoding the
+struct and merging them back gives the message again. The stdio transport keeps those of the
+agent's ``initialize`` answer in ``InitializeResult.unmodelled`` (the runtime's snapshot
+carries that result as ``Execution.agent_capabilities``; ``acpfsm conform`` reports them):
+capabilities from a newer ACP, such as ``agentCapabilities.auth`` or ``providers``, are not
+lost on the way to the user.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Final, TypeAlias
 
 import msgspec
+import msgspec.inspect
 from msgspec import UNSET, Raw, Struct, UnsetType, field
 
 __all__ = [
@@ -84,6 +107,7 @@ __all__ = [
     "ResourceContents",
     "ResourceLink",
     "SelectedOutcome",
+    "SessionCapabilities",
     "SessionConfigOption",
     "SessionInfoUpdate",
     "SessionMode",
@@ -115,6 +139,7 @@ __all__ = [
     "decode_session_update",
     "encode",
     "text_block",
+    "unmodelled",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -269,19 +294,40 @@ class McpCapabilities(_Wire, frozen=True, kw_only=True):
     sse: bool = False
 
 
+class SessionCapabilities(_Wire, frozen=True, kw_only=True):
+    """The session methods an agent supports beyond new/load/prompt: each one present (an
+    object, ``{}`` or with ``_meta``) means supported, ``None`` means not advertised."""
+
+    list_: dict[str, Any] | None = field(default=None, name="list")
+    delete: dict[str, Any] | None = None
+    fork: dict[str, Any] | None = None
+    resume: dict[str, Any] | None = None
+    close: dict[str, Any] | None = None
+    additional_directories: dict[str, Any] | None = None
+
+    def advertised(self) -> list[str]:
+        """The wire names of the capabilities present, sorted."""
+        return sorted(
+            f.encode_name
+            for f in msgspec.structs.fields(self)
+            if f.name != "meta" and getattr(self, f.name) is not None
+        )
+
+
 class AgentCapabilities(_Wire, frozen=True, kw_only=True):
     """``meta`` carries extensions such as ``{"claudeCode": {"promptQueueing": true}}``."""
 
     load_session: bool = False
     prompt_capabilities: PromptCapabilities = PromptCapabilities()
     mcp_capabilities: McpCapabilities = McpCapabilities()
-    session_capabilities: dict[str, Any] = {}
+    session_capabilities: SessionCapabilities | None = None
 
 
 class InitializeResponse(_Wire, frozen=True, kw_only=True):
     protocol_version: int
     agent_capabilities: AgentCapabilities = AgentCapabilities()
-    auth_methods: list[dict[str, Any]] = []
+    auth_methods: list[dict[str, Any]] | None = None
+    """``None``: not sent (no authentication methods)."""
     agent_info: Implementation | None = None
 
 
@@ -770,6 +816,44 @@ def decode_client_params(method: str, raw: Raw | bytes | None) -> Any:
     """Typed params of a message the client sent, or ``None`` when ``method`` is unknown."""
     cls = CLIENT_PARAMS.get(method)
     return None if cls is None else _decode_typed(cls, raw)
+
+
+@functools.cache
+def _nested_structs(cls: type[Struct]) -> dict[str, type[Struct] | None]:
+    """``cls``'s fields by wire name: the struct type a field holds (alone or with ``None``),
+    else ``None``. A tagged struct's tag field counts as declared."""
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    out: dict[str, type[Struct] | None] = {}
+    if info.tag_field is not None:
+        out[info.tag_field] = None
+    for f in info.fields:
+        kind = f.type
+        options = kind.types if isinstance(kind, msgspec.inspect.UnionType) else (kind,)
+        structs = [t.cls for t in options if isinstance(t, msgspec.inspect.StructType)]
+        out[f.encode_name] = structs[0] if len(structs) == 1 else None
+    return out
+
+
+def unmodelled(cls: type[Struct], value: Raw | bytes | dict[str, Any] | None) -> dict[str, Any]:
+    """The members of the JSON object ``value`` (raw or parsed) that ``cls`` declares no field
+    for, nested where they were: recursing into struct-valued fields, not into lists. ``{}``
+    when there are none or ``value`` is not an object. See the module docstring."""
+    obj = value if isinstance(value, dict) else msgspec.json.decode(value or b"null")
+    if not isinstance(obj, dict):
+        return {}
+    fields = _nested_structs(cls)
+    out: dict[str, Any] = {}
+    for key, item in obj.items():
+        if key not in fields:
+            out[key] = item
+            continue
+        nested = fields[key]
+        if nested is not None and isinstance(item, dict):
+            inner = unmodelled(nested, item)
+            if inner:
+                out[key] = inner
+    return out
 
 
 def decode_result(method: str, raw: Raw | bytes | None) -> Any:

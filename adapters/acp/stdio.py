@@ -521,7 +521,8 @@ class StdioTransport:
                 version=self.config.client_version or _package_version(),
             ),
         )
-        response: acp.InitializeResponse = await self._call("initialize", request)
+        raw = await self._conn.request("initialize", request)
+        response: acp.InitializeResponse = self._decode_result("initialize", raw)
         if response.protocol_version != acp.PROTOCOL_VERSION:
             raise RemoteProtocolError(
                 f"agent answered protocolVersion {response.protocol_version}; "
@@ -539,11 +540,15 @@ class StdioTransport:
             supports_image=caps.prompt_capabilities.image,
             supports_audio=caps.prompt_capabilities.audio,
             supports_embedded_context=caps.prompt_capabilities.embedded_context,
-            auth_methods=list(response.auth_methods),
+            auth_methods=list(response.auth_methods or ()),
+            session_capabilities=caps.session_capabilities.advertised()
+            if caps.session_capabilities is not None
+            else [],
             meta={
                 **({"agentCapabilities": caps.meta} if caps.meta else {}),
                 **(response.meta or {}),
             },
+            unmodelled=acp.unmodelled(acp.InitializeResponse, raw),
         )
         self._capabilities = result
         self._emit(

@@ -379,10 +379,9 @@ class ReferenceAgent:
     async def _initialize(self, rid: w.JsonId, params: msgspec.Raw | UnsetType) -> None:
         p = w.decode_params(params, w.InitializeParams)
         self._client = p.client_capabilities
+        version = p.protocol_version if "echo_version" in self._faults else w.PROTOCOL_VERSION
         if p.protocol_version != w.PROTOCOL_VERSION:
-            log.info(
-                "client asked for protocol %s; answering %s", p.protocol_version, w.PROTOCOL_VERSION
-            )
+            log.info("client asked for protocol %s; answering %s", p.protocol_version, version)
         caps_meta: dict[str, Any] | UnsetType = (
             UNSET if "no_queueing" in self._faults else {"claudeCode": {"promptQueueing": True}}
         )
@@ -401,7 +400,7 @@ class ReferenceAgent:
         if self._config.child_pid is not None:
             meta["childPid"] = self._config.child_pid
         result = w.InitializeResult(
-            protocol_version=w.PROTOCOL_VERSION,
+            protocol_version=version,
             agent_capabilities=w.AgentCapabilities(
                 load_session="no_load" not in self._faults, meta=caps_meta
             ),

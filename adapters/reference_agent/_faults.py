@@ -192,6 +192,12 @@ FAULTS: Mapping[str, FaultSpec] = {
             "stdin EOF does not end the process; it runs until SIGTERM/SIGKILL (codex-acp)",
         ),
         _spec(
+            "echo_version",
+            _R,
+            "initialize answers the protocolVersion the client asked for, whatever it is "
+            "(999 included), instead of the latest it speaks (1)",
+        ),
+        _spec(
             "spawn_child",
             _R,
             "starts a sleeping child in the agent's process group (pid in initialize "

@@ -52,10 +52,13 @@ load_unknown        session/load of an unknown id is an error; its classificatio
 prompt_turn         a prompt turn ends with a valid ``stopReason``; every update decodes
 load_known          session/load of the session just used answers and replays its history
                     (agentctl does not forward the replay: the answer alone is checked)
-cancel              session/cancel during a turn ends it with ``stopReason: cancelled``
+cancel              session/cancel during a turn ends it with ``stopReason: cancelled``;
+                    another stopReason fails when the agent demonstrably had the cancel (see
+                    "Races" below); a turn whose answer was already on its way is n/a
 steer               with ``promptQueueing`` advertised, a second prompt during a turn is
                     accepted and both are answered, the first first (agentctl: a steer into the
-                    running turn is accepted and the turn then ends once); n/a otherwise
+                    running turn is accepted and the turn then ends once); n/a otherwise, or
+                    when every turn ended before the agent took the second prompt in
 set_mode            session/set_mode to another advertised mode
 config_mode         session/set_config_option on the ``mode`` category option
 config_model        session/set_config_option on the ``model`` category option
@@ -64,9 +67,27 @@ legacy_set_model    session/set_model to another advertised legacy model (n/a wh
 malformed_input     a non-JSON line and a non-JSON-RPC object do not kill the agent (stdio only)
 stdout_clean        nothing but JSON was written on stdout (stdio only)
 stdin_close         the agent exits when its stdin is closed (stdio only)
-version_negotiation a fresh agent asked for protocol 999 answers a version it supports (stdio
-                    only: agentctl always asks for 1)
+version_negotiation a fresh agent asked for protocol 999 answers a version it supports, not
+                    999 (no such version exists) nor a later one (stdio only: agentctl always
+                    asks for 1)
 ==================  ===========================================================================
+
+Races
+-----
+The cancel and steer checks race the agent: they start a turn with a prompt that asks for a
+long answer (``--long-prompt``), wait for its first update, then send session/cancel or the
+second prompt. An agent whose turns are instant can answer before that arrives; no verdict
+comes from a race the battery lost. Over stdio the battery sends, right after the cancel (or
+right before the second prompt), a request every agent answers at once (an unknown method):
+the agent reads its stdin in order, so when that answer comes before the turn's, the agent had
+read the cancel before it ended the turn, and a stopReason other than ``cancelled`` fails;
+when the turn's answer comes first, it may have been on its way before the cancel arrived.
+A turn that goes on more than 0.5 s after the cancel fails too (the only evidence through
+agentctl). Otherwise the turn ended before the cancel could act: the battery tries another
+turn, and after three the check is n/a with the evidence. Likewise a steer whose first turn
+answered before the agent read the request sent ahead of the second prompt queued nothing.
+Through agentctl, a config option's new value that agentctl does not report within 1 s is
+not observed (n/a), not a failure.
 """
 
 from __future__ import annotations
@@ -135,6 +156,7 @@ __all__ = [
     "DEFAULT_LONG_PROMPT",
     "DEFAULT_PROMPT",
     "DESCRIPTION",
+    "NONEXISTENT_VERSION",
     "NOT_OBSERVABLE_THROUGH_AGENTCTL",
     "CheckResult",
     "ConformReport",
@@ -173,6 +195,15 @@ _MAX_LINE = 64 * 1024 * 1024
 _SETTLE = 1.0
 """Through agentctl: how long to wait for the events that follow an answer (agentctl's
 ``session_mode``/``session_models`` convergence, ``session_status``)."""
+_IN_FLIGHT = 0.5
+"""What reaches the battery within this long after it sent session/cancel may have been on its
+way before the agent could read the cancel (a line crosses a pipe or a loopback WebSocket in
+milliseconds; the margin absorbs a loaded machine). A turn answered later went on after it."""
+_TRIES = 3
+"""How many turns the cancel and steer checks start before they give up on winning the race."""
+NONEXISTENT_VERSION = 999
+"""The protocolVersion the negotiation check asks for: no ACP release is anywhere near it, so
+an agent that answers it claims a version that does not exist."""
 
 #: Every check, in report order: ``(id, title)``.
 CHECKS: tuple[tuple[str, str], ...] = (
@@ -235,6 +266,10 @@ class ConformReport(msgspec.Struct, kw_only=True):
     """The agentctl control URL the battery ran through ("" over stdio)."""
     checks: list[CheckResult] = []
     seconds: float = 0.0
+    unmodelled: dict[str, Any] = {}
+    """The fields of the agent's initialize answer acpfsm does not model, as sent, nested
+    where they were (:func:`acpfsm.adapters.acp.messages.unmodelled`; empty through agentctl,
+    which does not forward the answer)."""
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -263,8 +298,8 @@ def _fail(detail: str, evidence: list[str] | None = None) -> _Verdict:
     return _Verdict(Status.FAIL, detail, evidence)
 
 
-def _na(detail: str) -> _Verdict:
-    return _Verdict(Status.NA, detail)
+def _na(detail: str, evidence: list[str] | None = None) -> _Verdict:
+    return _Verdict(Status.NA, detail, evidence)
 
 
 def _excerpt(lines: list[str]) -> list[str]:
@@ -314,12 +349,33 @@ class _Answer:
 @dataclass(slots=True)
 class _TurnEnd:
     """How a turn ended: its ``stopReason`` (or the error answer), when. ``problem`` is a
-    carrier's own verdict (agentctl: a cancel it did not get acknowledged)."""
+    carrier's own verdict (agentctl: a cancel it did not get acknowledged). ``line`` is the
+    transcript index of the answer (-1: none)."""
 
     stop: Any
     answer: _Answer
     at: float
     problem: str = ""
+    line: int = -1
+
+
+@dataclass(slots=True)
+class _Cancelled:
+    """What the battery saw of a cancelled turn. ``read_by`` (stdio only) is when the agent
+    answered a request sent right after session/cancel, if that answer came before the turn's:
+    the agent had read the cancel by then (it reads its stdin in order). ``None`` when it
+    came after (the turn's answer may have been on its way before the cancel arrived) or the
+    carrier cannot tell (agentctl)."""
+
+    sent: float
+    end: _TurnEnd
+    updates: int = 0
+    """The turn's updates between the cancel and its answer."""
+    read_by: float | None = None
+    updates_after_read: int = 0
+    last_line: int = -1
+    """The transcript index the evidence ends at (the turn's answer, or a later answer to the
+    request sent after the cancel)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -374,14 +430,37 @@ class _Carrier(abc.ABC):
     """Where a set_config_option's new value is read back (quoted in the detail)."""
     replay_observable: bool
     """Whether the history session/load replays reaches the client."""
-    cancel_marker: str
-    """A substring of the transcript line that sent the cancel."""
+    reflection_in_answer: bool
+    """Whether set_config_option's answer itself carries the new state (else it is reported
+    later, and its absence within the wait is no verdict)."""
+    in_flight_clause: str
+    """How the cancel check shows a turn ended before the cancel could act (its n/a detail)."""
     set_model_note: str = ""
     models_label: str = "legacy models"
     """How the session's model list is named in the session_new detail."""
 
     def __init__(self) -> None:
         self.transcript: list[str] = []
+        self.update_lines: set[int] = set()
+        """Transcript indices of the agent's session updates (collapsed in the evidence)."""
+
+    def evidence(self, start: int, end: int = -1) -> list[str]:
+        """The transcript from ``start`` (to ``end`` included, -1: to the end), each run of
+        session updates collapsed into a count, then excerpted."""
+        stop = len(self.transcript) if end < 0 else end + 1
+        out: list[str] = []
+        run = 0
+        for index in range(start, stop):
+            if index in self.update_lines:
+                run += 1
+                continue
+            if run:
+                out.append(f"… {run} session/update(s) …")
+                run = 0
+            out.append(self.transcript[index])
+        if run:
+            out.append(f"… {run} session/update(s) …")
+        return _excerpt(out)
 
     @abc.abstractmethod
     def now(self) -> float: ...
@@ -407,13 +486,15 @@ class _Carrier(abc.ABC):
     async def finish(self, turn: _Turn) -> _TurnEnd: ...
 
     @abc.abstractmethod
-    async def cancel_turn(self, turn: _Turn) -> tuple[float, _TurnEnd]:
-        """Cancel the running turn: when the cancel was sent, and how the turn ended."""
+    async def cancel_turn(self, turn: _Turn) -> _Cancelled:
+        """Cancel the running turn: when the cancel was sent, how the turn ended, and what
+        shows whether the agent had read the cancel before it answered."""
 
     @abc.abstractmethod
     async def steer(self, turn: _Turn, text: str) -> list[tuple[str, _TurnEnd]] | None:
         """Queue ``text`` into the running ``turn``: every answer owed, in order, labelled;
-        None when the turn was already over (nothing steered)."""
+        None when the turn was over before the agent could take ``text`` in (nothing was
+        queued; every prompt sent is answered by then)."""
 
     @abc.abstractmethod
     def updates(self, turn: _Turn, since: float, until: float) -> list[str]:
@@ -446,6 +527,8 @@ class _Reply:
     error: dict[str, Any] | None = None
     raw: bytes = b""
     at: float = 0.0
+    line: int = -1
+    """Its transcript index: the order lines crossed the pipe."""
 
     @property
     def code(self) -> int | None:
@@ -464,6 +547,7 @@ class _Note:
     method: str
     params: Any
     raw: bytes
+    line: int = -1
 
 
 @dataclass(slots=True)
@@ -479,6 +563,7 @@ class _Wire:
     def __init__(self, process: AgentProcess) -> None:
         self.process = process
         self.transcript: list[str] = []
+        self.update_lines: set[int] = set()
         self.notes: list[_Note] = []
         self.garbage: list[bytes] = []
         self.orphans: list[bytes] = []
@@ -559,7 +644,10 @@ class _Wire:
                 assert self._tg is not None
                 self._tg.start_soon(self._answer, message["id"], method, message.get("params"))
             else:
-                self.notes.append(_Note(self._now(), method, message.get("params"), line))
+                index = len(self.transcript) - 1
+                if method == "session/update":
+                    self.update_lines.add(index)
+                self.notes.append(_Note(self._now(), method, message.get("params"), line, index))
         elif "id" in message:
             pending = self._pending.get(message["id"]) if isinstance(message["id"], int) else None
             if pending is None:
@@ -571,6 +659,7 @@ class _Wire:
                     error=error if isinstance(error, dict) else None,
                     raw=line,
                     at=self._now(),
+                    line=len(self.transcript) - 1,
                 )
                 if "error" in message and not isinstance(error, dict):
                     pending.reply.error = {"code": None, "message": repr(error)}
@@ -777,13 +866,15 @@ class _WireCarrier(_Carrier):
     name = "stdio"
     mode_update = "current_mode_update"
     reflection_source = "the answer"
+    reflection_in_answer = True
     replay_observable = True
-    cancel_marker = '"method":"session/cancel"'
+    in_flight_clause = "its answer came before the agent answered a request sent after the cancel"
 
     def __init__(self, wire: _Wire) -> None:
         super().__init__()
         self.wire = wire
         self.transcript = wire.transcript
+        self.update_lines = wire.update_lines
 
     def now(self) -> float:
         return self.wire._now()
@@ -851,22 +942,46 @@ class _WireCarrier(_Carrier):
         assert turn.pending is not None
         reply = await self.wire.wait(turn.pending)
         stop = reply.result.get("stopReason") if isinstance(reply.result, dict) else None
-        return _TurnEnd(stop=stop, answer=_wire_answer(reply, "session/prompt"), at=reply.at)
+        answer = _wire_answer(reply, "session/prompt")
+        return _TurnEnd(stop=stop, answer=answer, at=reply.at, line=reply.line)
 
-    async def cancel_turn(self, turn: _Turn) -> tuple[float, _TurnEnd]:
+    async def _probe(self) -> _Pending:
+        """A request every agent answers at once (an unknown method, -32601): its answer
+        shows the agent has read everything sent before it (stdin is read in order)."""
+        return await self.wire.start_request(UNKNOWN_METHOD, {})
+
+    async def cancel_turn(self, turn: _Turn) -> _Cancelled:
         wire = self.wire
         wire.cancelling = True
         try:
-            cancelled_at = wire._now()
+            sent = wire._now()
             await wire.notify("session/cancel", {"sessionId": turn.session_id})
-            return cancelled_at, await self.finish(turn)
+            probe = await self._probe()
+            end = await self.finish(turn)
         finally:
             wire.cancelling = False
+        with anyio.move_on_after(_IN_FLIGHT):  # for the evidence: which answer came first
+            await probe.done.wait()
+        seen = _Cancelled(sent=sent, end=end, updates=len(self.updates(turn, sent, end.at)))
+        heard = probe.reply
+        seen.last_line = max(end.line, heard.line if heard is not None else -1)
+        if heard is not None and heard.line < end.line:
+            seen.read_by = heard.at
+            seen.updates_after_read = sum(
+                heard.line < n.line < end.line for n in wire.updates(turn.session_id, sent)
+            )
+        return seen
 
     async def steer(self, turn: _Turn, text: str) -> list[tuple[str, _TurnEnd]] | None:
+        probe = await self._probe()
         second = await self.start_turn(turn.session_id, text)
         first_end = await self.finish(turn)
         second_end = await self.finish(second)
+        heard = probe.reply
+        if heard is not None and heard.line > first_end.line:
+            # the first turn answered before the agent read the probe, hence before it read
+            # the second prompt sent after it: that prompt was never queued
+            return None
         return [("first", first_end), ("second", second_end)]
 
     def updates(self, turn: _Turn, since: float, until: float) -> list[str]:
@@ -992,8 +1107,12 @@ class _TransportCarrier(_Carrier):
     name = "agentctl"
     mode_update = "session_mode event"
     reflection_source = "agentctl's session_models event"
+    reflection_in_answer = False
     replay_observable = False
-    cancel_marker = "→ cancel"
+    in_flight_clause = (
+        f"its answer came within {_IN_FLIGHT:g} s (agentctl does not show when the agent read "
+        f"the cancel)"
+    )
     set_model_note = (
         " (agentctl's set_model, which picks session/set_config_option or session/set_model itself)"
     )
@@ -1055,8 +1174,10 @@ class _TransportCarrier(_Carrier):
         self.events.append((at, event))
         if not (isinstance(event, Unknown) and event.kind == "mcp_attachment"):  # agentctl's own
             self._log("←", encode_event(event).decode(errors="replace"))
+            if _is_update(event):
+                self.update_lines.add(len(self.transcript) - 1)
         if isinstance(event, Complete | ErrorEvent):
-            self._turn_ended(event, at)
+            self._turn_ended(event, at, len(self.transcript) - 1)
         elif isinstance(event, StreamDisconnected) and not event.reconnecting:
             reason = event.error or "the agent's event stream ended"
             if event.exit_code is not None:
@@ -1064,7 +1185,7 @@ class _TransportCarrier(_Carrier):
             self.gone_reason = reason
         self._wake()
 
-    def _turn_ended(self, event: Complete | ErrorEvent, at: float) -> None:
+    def _turn_ended(self, event: Complete | ErrorEvent, at: float, line: int) -> None:
         generation = event.prompt_generation
         turn = self._turns.get(generation) if generation else None
         if turn is None and not generation and self._open:
@@ -1072,7 +1193,7 @@ class _TransportCarrier(_Carrier):
         if turn is None or turn.end is not None:
             return
         if isinstance(event, Complete):
-            end = _TurnEnd(stop=event.stop_reason, answer=_Answer(at=at), at=at)
+            end = _TurnEnd(stop=event.stop_reason, answer=_Answer(at=at), at=at, line=line)
         else:
             from acpfsm.adapters.agentctl import error_from_text
 
@@ -1081,7 +1202,7 @@ class _TransportCarrier(_Carrier):
             error = error_from_text("agent.prompt", event.error)
             if event.data.get("transport_closed"):
                 error = TransportClosed(event.error)
-            end = _TurnEnd(stop=None, answer=_error_answer(error, at), at=at)
+            end = _TurnEnd(stop=None, answer=_error_answer(error, at), at=at, line=line)
         self._close(turn, end)
 
     def _close(self, turn: _Turn, end: _TurnEnd) -> None:
@@ -1200,14 +1321,14 @@ class _TransportCarrier(_Carrier):
             raise AgentGone(end.answer.text)
         return end
 
-    async def cancel_turn(self, turn: _Turn) -> tuple[float, _TurnEnd]:
+    async def cancel_turn(self, turn: _Turn) -> _Cancelled:
         self.permissions.cancelling = True
         try:
-            cancelled_at = self.now()
+            sent = self.now()
             result, answer = await self._call("cancel", {}, self.transport.cancel)
             if answer.error is not None:
-                return cancelled_at, _TurnEnd(stop=None, answer=answer, at=answer.at)
-            if result is not None and not result.acknowledged:
+                end = _TurnEnd(stop=None, answer=answer, at=answer.at)
+            elif result is not None and not result.acknowledged:
                 end = _TurnEnd(
                     stop=None,
                     answer=answer,
@@ -1217,10 +1338,12 @@ class _TransportCarrier(_Carrier):
                     "abandoned it (no stopReason)",
                 )
                 self._close(turn, end)
-                return cancelled_at, end
-            return cancelled_at, await self.finish(turn)
+            else:
+                end = await self.finish(turn)
         finally:
             self.permissions.cancelling = False
+        updates = len(self.updates(turn, sent, end.at))
+        return _Cancelled(sent=sent, end=end, updates=updates, last_line=end.line)
 
     async def steer(self, turn: _Turn, text: str) -> list[tuple[str, _TurnEnd]] | None:
         _, answer = await self._call(
@@ -1291,6 +1414,35 @@ class _TransportCarrier(_Carrier):
 
 
 # --------------------------------------------------------------------------- the checks
+
+
+def _judge_cancel(seen: _Cancelled, in_flight_clause: str) -> _Verdict:
+    """The cancel check's verdict on what the battery saw of one cancelled turn (the
+    carrier's errors aside). ``cancelled`` passes. Any other stopReason fails when the agent
+    demonstrably had the cancel and went on: it answered a request sent after the cancel
+    before it answered the prompt (stdio), or the turn went on more than :data:`_IN_FLIGHT`
+    after the cancel. Otherwise the answer may have been on its way before the cancel could
+    reach the agent: n/a, the race was lost (the caller tries another turn)."""
+    end = seen.end
+    took = end.at - seen.sent
+    if end.stop == "cancelled":
+        return _pass(f"stopReason cancelled {took:.2f} s after session/cancel")
+    what = (
+        f"stopReason {end.stop!r} {took:.2f} s after session/cancel "
+        f"({seen.updates} update(s) in between)"
+    )
+    if not isinstance(end.stop, str) or end.stop not in STOP_REASONS:
+        return _fail(f"{what}: not a stopReason")
+    if seen.read_by is not None:
+        return _fail(
+            f"{what}: the agent had read the cancel, it answered a request sent after it "
+            f"{seen.read_by - seen.sent:.2f} s after the cancel, and then still ended the turn "
+            f"{end.stop} ({seen.updates_after_read} update(s) after that answer)"
+        )
+    if took > _IN_FLIGHT:
+        return _fail(f"{what}: the turn went on more than {_IN_FLIGHT:g} s after the cancel")
+    return _na(f"{what}: the turn ended before the cancel could act; {in_flight_clause}")
+
 
 _Body = Callable[[], Awaitable[_Verdict]]
 
@@ -1520,28 +1672,26 @@ class _Suite:
             return _na(self.turn_blocked)
         carrier = self._carrier()
         assert self.session is not None
-        for _ in range(3):
+        lost: _Verdict | None = None
+        for _ in range(_TRIES):
             mark = len(carrier.transcript)
             turn = await carrier.start_turn(self.session.session_id, self.long_prompt)
             if not await carrier.first_activity(turn):
                 await carrier.finish(turn)
                 continue
-            cancelled_at, end = await carrier.cancel_turn(turn)
-            after = len(carrier.updates(turn, cancelled_at, end.at))
+            seen = await carrier.cancel_turn(turn)
+            end = seen.end
             if end.problem:
                 return _fail(end.problem)
             if end.answer.error is not None:
                 return _fail(f"the cancelled prompt answered an error: {end.answer.text}")
-            took = end.at - cancelled_at
-            if end.stop == "cancelled":
-                return _pass(f"stopReason cancelled {took:.2f} s after session/cancel")
-            exchange = carrier.transcript[mark:]
-            sent = [line for line in exchange if carrier.cancel_marker in line]
-            return _fail(
-                f"stopReason {end.stop!r} {took:.2f} s after session/cancel "
-                f"({after} update(s) in between)",
-                [*exchange[:2], *sent[:1], f"… {after} session/update(s) …", exchange[-1]],
-            )
+            verdict = _judge_cancel(seen, carrier.in_flight_clause)
+            evidence = carrier.evidence(mark, seen.last_line)
+            if verdict.status is not Status.NA:
+                return _Verdict(verdict.status, verdict.detail, evidence)
+            lost = _na(verdict.detail, evidence)
+        if lost is not None:
+            return _na(f"{lost.detail} ({_TRIES} tries)", lost.evidence)
         return _na("every turn ended before its first update, so no cancel could be sent")
 
     async def _steer(self) -> _Verdict:
@@ -1554,11 +1704,13 @@ class _Suite:
             )
         carrier = self._carrier()
         assert self.session is not None
-        for _ in range(3):
+        sent = False
+        for _ in range(_TRIES):
             first = await carrier.start_turn(self.session.session_id, self.long_prompt)
             if not await carrier.first_activity(first):
                 await carrier.finish(first)
                 continue
+            sent = True
             ends = await carrier.steer(first, self.prompt)
             if ends is None:
                 await carrier.finish(first)
@@ -1577,6 +1729,11 @@ class _Suite:
             if b.at < a.at:
                 return _fail("the second prompt was answered before the first")
             return _pass(f"the first turn answered {a.stop}, then the queued one {b.stop}")
+        if sent:
+            return _na(
+                f"every turn ended before the agent took the second prompt in, so nothing was "
+                f"queued ({_TRIES} tries)"
+            )
         return _na("every turn ended before its first update, so no steer could be sent")
 
     async def _set_mode(self) -> _Verdict:
@@ -1620,6 +1777,12 @@ class _Suite:
             )
         if answer.problem:
             return _fail(f"the set_config_option result does not fit ACP v1: {answer.problem}")
+        if now is None and not carrier.reflection_in_answer:
+            return _na(
+                f"set_config_option {option.id}={target!r} was accepted, but "
+                f"{carrier.reflection_source} did not report the option within {_SETTLE:g} s, "
+                f"so its new value was not observed"
+            )
         if now != target:
             return _fail(
                 f"set_config_option {option.id}={target!r} was accepted, but "
@@ -1761,6 +1924,7 @@ class _StdioBattery(_Suite):
             return _fail(f"the initialize result does not fit ACP v1: {problem}")
         self.init = result
         self.caps = self._caps_of(result)
+        self.report.unmodelled = acp.unmodelled(acp.InitializeResponse, result)
         info = result.get("agentInfo") if isinstance(result.get("agentInfo"), dict) else {}
         assert isinstance(info, dict)
         name = str(info.get("name", "")) or "(no agentInfo)"
@@ -1846,7 +2010,7 @@ class _StdioBattery(_Suite):
             self.skip("version_negotiation", title, Status.FAIL, str(exc))
 
     async def _negotiation(self) -> _Verdict:
-        asked = 999
+        asked = NONEXISTENT_VERSION
         reply = await self._wire().request("initialize", self._initialize_params(asked))
         if reply.error is not None:
             return _fail(
@@ -1859,7 +2023,11 @@ class _StdioBattery(_Suite):
         if version > asked:
             return _fail(f"asked for {asked}, the agent answered a later version {version}")
         if version == asked:
-            return _pass(f"asked for {asked}: echoed {asked} (the agent claims to speak it)")
+            return _fail(
+                f"asked for {asked}, a protocol version that does not exist (acpfsm speaks "
+                f"{acp.PROTOCOL_VERSION}), the agent answered {asked}: it claims to speak it; ACP "
+                f"wants the requested version only if supported, else the agent's latest"
+            )
         v1 = " (acpfsm speaks it)" if version == acp.PROTOCOL_VERSION else ""
         return _pass(f"asked for {asked}: answered its latest, {version}{v1}")
 
@@ -1979,6 +2147,7 @@ class _AgentctlBattery(_Suite):
             session_caps=[],
         )
         self.report.agent = f"{result.agent.name} {result.agent.version}".strip()
+        self.report.unmodelled = dict(result.unmodelled)
         return _pass(
             f"agentctl's ACP handshake (protocolVersion {result.protocol_version}) in "
             f"{answer.at - started:.2f} s, agent {self.report.agent}"
@@ -2126,14 +2295,17 @@ def render_table(report: ConformReport, *, evidence: bool = True) -> str:
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [head, ""]
+    if report.unmodelled:
+        lines += [f"not modelled by acpfsm (kept): {_short(report.unmodelled)}", ""]
     for i, row in enumerate(rows):
         lines.append("  ".join(row[j].ljust(widths[j]) for j in range(3)) + "  " + row[3])
         if i == 0:
             lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 6)
     if evidence:
-        for c in report.failed:
-            if c.evidence:
-                lines += ["", f"{c.id}: evidence"] + [f"  {e}" for e in c.evidence]
+        for c in report.checks:
+            if c.evidence and c.status is not Status.PASS:
+                lines += ["", f"{c.id}: evidence ({c.status.value})"]
+                lines += [f"  {e}" for e in c.evidence]
     return "\n".join(lines)
 
 

@@ -196,6 +196,60 @@ def test_real_initialize_answers_decode_with_unknown_fields() -> None:
     assert codex.auth_methods[1]["vars"] == [{"name": "CODEX_API_KEY"}]
 
 
+def test_empty_lists_and_objects_the_agent_sent_survive_a_round_trip() -> None:
+    # sessionCapabilities: {} and authMethods: [] (the official SDK's golden initialize answer)
+    answer = {
+        "protocolVersion": 1,
+        "agentCapabilities": {
+            "loadSession": True,
+            "mcpCapabilities": {},
+            "promptCapabilities": {"image": True},
+            "sessionCapabilities": {"list": {}, "close": {"_meta": {"x": 1}}},
+        },
+        "authMethods": [],
+    }
+    decoded = acp.decode_result("initialize", raw(answer))
+    assert wire(decoded) == answer
+    caps = decoded.agent_capabilities.session_capabilities
+    assert caps.advertised() == ["close", "list"]
+    assert caps.list_ == {} and caps.close == {"_meta": {"x": 1}} and caps.fork is None
+    assert wire(acp.InitializeResponse(protocol_version=1)) == {"protocolVersion": 1}
+
+
+def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        inner = out.get(key)
+        out[key] = _merged(inner, value) if isinstance(inner, dict) else value
+    return out
+
+
+def test_what_acpfsm_does_not_model_is_kept_where_it_was() -> None:
+    claude = acp.unmodelled(acp.InitializeResponse, raw(CLAUDE_AGENT_ACP_INIT))
+    assert claude == {"agentCapabilities": {"auth": {"logout": {}}, "providers": {}}}
+    codex = acp.unmodelled(acp.InitializeResponse, CODEX_ACP_INIT)
+    assert codex == {
+        "agentCapabilities": {"mcpCapabilities": {"acp": False}, "auth": {"logout": {}}}
+    }
+    # the typed message plus what it does not model is the message again
+    assert _merged(wire(acp.decode_result("initialize", raw(CLAUDE_AGENT_ACP_INIT))), claude) == (
+        CLAUDE_AGENT_ACP_INIT
+    )
+    back = _merged(wire(acp.decode_result("initialize", raw(CODEX_ACP_INIT))), codex)
+    # but for booleans sent equal to their default, which ACP reads the same when absent
+    expected = json.loads(json.dumps(CODEX_ACP_INIT))
+    del expected["agentCapabilities"]["promptCapabilities"]["audio"]
+    del expected["agentCapabilities"]["mcpCapabilities"]["sse"]
+    assert back == expected
+    # tags are declared fields; lists are not searched; not an object: nothing
+    block = {"type": "text", "text": "x", "futureField": [1]}
+    assert acp.unmodelled(acp.TextContent, block) == {"futureField": [1]}
+    plan = {"sessionUpdate": "plan", "entries": [{"content": "c", "futureField": 1}]}
+    assert acp.unmodelled(acp.AgentPlanUpdate, plan) == {}
+    assert acp.unmodelled(acp.InitializeResponse, b"null") == {}
+    assert acp.unmodelled(acp.InitializeResponse, {"agentCapabilities": 3}) == {}
+
+
 def test_session_new_answer_with_modes_models_and_config_options() -> None:
     answer = {
         "sessionId": "abc",

@@ -140,6 +140,12 @@ async def test_initialize_and_new_session_snapshot(tmp_path: Path) -> None:
         assert caps.load_session and not caps.prompt_queueing
         assert caps.supports_image and caps.supports_embedded_context and not caps.supports_audio
         assert caps.auth_methods == [{"id": "fake-login", "name": "Fake login"}]
+        assert caps.session_capabilities == ["list", "resume"]
+        # what acpfsm does not model is kept, where it was, as sent
+        assert caps.unmodelled == {
+            "agentCapabilities": {"auth": {"logout": {}}},
+            "unknownTopLevelField": {"tolerated": True},
+        }
         assert t.capabilities == caps
         result = await t.new_session(str(tmp_path))
         assert result.session_id == "sess-1" == t.session_id

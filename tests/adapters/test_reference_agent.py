@@ -266,6 +266,14 @@ def test_fault_parsing() -> None:
 # Protocol basics
 
 
+async def test_echo_version_claims_whatever_version_it_is_asked_for(tmp_path: Path) -> None:
+    async with spawn(tmp_path, "--fault", "echo_version") as agent:
+        _, answer = await agent.call("initialize", {"protocolVersion": 999})
+        assert answer["result"]["protocolVersion"] == 999
+    async with spawn(tmp_path, "--fault", "echo_version", name="again") as agent:
+        assert (await agent.initialize())["protocolVersion"] == 1
+
+
 @pytest.mark.parametrize("backend_flag", ["trio", "asyncio"])
 async def test_initialize_new_prompt(tmp_path: Path, backend_flag: str) -> None:
     async with spawn(tmp_path, "--backend", backend_flag) as agent:

@@ -728,6 +728,7 @@ COVERED = {
     "no_queueing",  # test_steer_without_prompt_queueing_is_refused
     "ignore_eof",
     "spawn_child",
+    "echo_version",  # test_reference_agent::test_echo_version_…, conform's version_negotiation
     *(shape[0] for shape in LOAD_SHAPES),
 }
 

@@ -14,8 +14,6 @@ kills agentctl *and every agent it started*, even agents orphaned by a killed ag
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import os
 import platform
 import secrets
@@ -24,12 +22,13 @@ import signal
 import socket
 import subprocess
 import tarfile
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import httpx
+
+from tests.fetch_cache import locked, sha256, two_attempts
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "agentctl"
@@ -44,14 +43,6 @@ MARKER = "ACPFSM_AGENTCTL_TEST_RUN"
 
 class AgentctlUnavailable(RuntimeError):
     """The agentctl binary could not be obtained (the reason says why)."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _fetch_once(npm: str, workdir: Path) -> None:
@@ -93,7 +84,7 @@ def _fetch_once(npm: str, workdir: Path) -> None:
             raise AgentctlUnavailable(f"{MEMBER} in {tarballs[0].name} is not a file")
         with source, target.open("wb") as sink:
             shutil.copyfileobj(source, sink, 1 << 20)
-    digest = _sha256(target)
+    digest = sha256(target)
     if digest != SHA256:
         raise AgentctlUnavailable(f"{MEMBER} has SHA-256 {digest}, expected {SHA256}")
     target.chmod(0o755)
@@ -107,9 +98,7 @@ def ensure_agentctl_binary() -> Path:
             f"the pinned agentctl is linux/amd64; this machine is "
             f"{platform.system()}/{platform.machine()}"
         )
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with (CACHE / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one download even with parallel test processes
+    with locked(CACHE):
         if BINARY.is_file() and os.access(BINARY, os.X_OK):
             return BINARY
         npm = shutil.which("npm")
@@ -118,16 +107,14 @@ def ensure_agentctl_binary() -> Path:
                 f"npm is not installed: it is needed once to fetch {PACKAGE}@{VERSION} into "
                 f"{CACHE} (install Node.js/npm, or put the binary at {BINARY})"
             )
-        errors: list[str] = []
-        for attempt in (1, 2):
-            with tempfile.TemporaryDirectory(dir=CACHE, prefix="fetch-") as tmp:
-                try:
-                    _fetch_once(npm, Path(tmp))
-                    return BINARY
-                except (AgentctlUnavailable, OSError, tarfile.TarError) as exc:
-                    errors.append(f"attempt {attempt}: {exc}")
-                except subprocess.TimeoutExpired:
-                    errors.append(f"attempt {attempt}: npm pack took more than {NPM_TIMEOUT:g}s")
+        errors = two_attempts(
+            CACHE,
+            lambda workdir: _fetch_once(npm, workdir),
+            (AgentctlUnavailable, OSError, tarfile.TarError),
+            f"npm pack took more than {NPM_TIMEOUT:g}s",
+        )
+        if not errors:
+            return BINARY
         raise AgentctlUnavailable(
             f"could not fetch {PACKAGE}@{VERSION} from the npm registry: " + " | ".join(errors)
         )

@@ -19,6 +19,7 @@ import pytest
 
 from acpfsm.runtime.tools.conform import (
     CHECKS,
+    DEFAULT_LONG_PROMPT,
     NOT_OBSERVABLE_THROUGH_AGENTCTL,
     ConformReport,
     Status,
@@ -91,7 +92,9 @@ def test_green_through_agentctl_json_and_junit(
     )
     data = json.loads(capsys.readouterr().out)
     assert code == 0, data
-    assert set(data) == {"command", "agent", "agentctl", "checks", "seconds", "ok", "summary"}
+    keys = {"command", "agent", "agentctl", "checks", "seconds", "unmodelled", "ok", "summary"}
+    assert set(data) == keys
+    assert data["unmodelled"] == {}  # agentctl does not forward the initialize answer
     assert data["ok"] is True
     assert data["command"] == REFERENCE
     assert data["agentctl"] == agentctl.url
@@ -157,13 +160,18 @@ async def test_failures_carry_evidence_and_the_instance_is_deleted(
     agentctl: AgentctlServer,
 ) -> None:
     agent = [*REFERENCE, "--fault", "ignore_cancel"]
+    # agentctl does not show when the agent read the cancel: only a turn that goes on well
+    # after it shows the cancel was ignored, so the cancelled turn is paced (the reference
+    # agent's [[delay]]) to go on for about a second, within agentctl's 3 s join
+    slow = f"{DEFAULT_LONG_PROMPT} [[delay:0.05]]"
     report = await run_agentctl_battery(
-        agent, url=agentctl.url, nonce=agentctl.nonce, check_timeout=5
+        agent, url=agentctl.url, nonce=agentctl.nonce, check_timeout=5, long_prompt=slow
     )
     failed = {c.id: c for c in report.failed}
     assert set(failed) == {"cancel"}, render_table(report)
     cancel = failed["cancel"]
     assert cancel.detail.startswith("stopReason 'end_turn'")
+    assert cancel.detail.endswith("the turn went on more than 0.5 s after the cancel")
     assert any(line.startswith("→ cancel") for line in cancel.evidence)
     assert '"type":"complete"' in cancel.evidence[-1] and "end_turn" in cancel.evidence[-1]
     assert "cancel: evidence" in render_table(report)

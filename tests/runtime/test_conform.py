@@ -6,15 +6,29 @@ import json
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
-from acpfsm.runtime.tools.conform import ConformReport, Status, main, render_table, run_battery
+from acpfsm.runtime.tools.conform import (
+    NONEXISTENT_VERSION,
+    ConformReport,
+    Status,
+    main,
+    render_table,
+    run_battery,
+)
+from tests.peers.sdk_corpus import SdkCorpus
 
 pytestmark = pytest.mark.integration
 
 REFERENCE = [sys.executable, "-m", "acpfsm.adapters.reference_agent"]
 SDK_AGENT = [sys.executable, str(Path(__file__).parents[1] / "peers" / "sdk_agent.py")]
+FAKE_AGENT = [
+    sys.executable,
+    str(Path(__file__).parents[1] / "adapters" / "fake_agents" / "fake_acp_agent.py"),
+]
 
 ALL_CHECKS = [
     "initialize",
@@ -89,8 +103,14 @@ async def test_ignored_cancel_and_ignored_eof_fail_with_evidence() -> None:
     assert set(failed) == {"cancel", "stdin_close"}, render_table(report)
     cancel = failed["cancel"]
     assert cancel.detail.startswith("stopReason 'end_turn'")
-    assert any('"method":"session/cancel"' in line for line in cancel.evidence)
-    assert any('"stopReason":"end_turn"' in line for line in cancel.evidence)
+    # the proof it had the cancel: it answered a request sent after it, then went on
+    assert "the agent had read the cancel" in cancel.detail
+    lines = cancel.evidence
+    sent = next(i for i, line in enumerate(lines) if '"method":"session/cancel"' in line)
+    probe = next(i for i, line in enumerate(lines) if '"code":-32601' in line)
+    answer = next(i for i, line in enumerate(lines) if '"stopReason":"end_turn"' in line)
+    assert sent < probe < answer
+    assert any(line.startswith("… ") and "session/update(s)" in line for line in lines)
     assert "still running" in failed["stdin_close"].detail
     text = render_table(report)
     assert "cancel: evidence" in text and "→ " in text
@@ -144,3 +164,122 @@ def test_cli_json_junit_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFix
 
     assert main([]) == 2
     assert main(["--timeout", "0", "--", *REFERENCE]) == 2
+
+
+async def test_an_agent_claiming_a_version_that_does_not_exist_fails_negotiation() -> None:
+    report = await run_battery([*REFERENCE, "--fault", "echo_version"], check_timeout=10)
+    failed = {c.id: c for c in report.failed}
+    assert set(failed) == {"version_negotiation"}, render_table(report)
+    check = failed["version_negotiation"]
+    assert check.detail.startswith(f"asked for {NONEXISTENT_VERSION}, a protocol version that")
+    assert f'"protocolVersion":{NONEXISTENT_VERSION}' in check.evidence[0]  # what was asked
+    assert f'"result":{{"protocolVersion":{NONEXISTENT_VERSION}' in check.evidence[-1]
+
+
+async def test_fields_acpfsm_does_not_model_reach_the_report() -> None:
+    report = await run_battery(FAKE_AGENT, check_timeout=10)
+    kept = {
+        "agentCapabilities": {"auth": {"logout": {}}},
+        "unknownTopLevelField": {"tolerated": True},
+    }
+    assert report.unmodelled == kept
+    assert 'not modelled by acpfsm (kept): {"agentCapabilities"' in render_table(report)
+    capabilities = next(c for c in report.checks if c.id == "capabilities")
+    assert "session list/resume" in capabilities.detail
+    assert msgspec.to_builtins(report)["unmodelled"] == kept  # what --json prints
+
+
+# The official SDK's example agents (from its pinned sdist, fetched into .cache/): a fair
+# verdict, with every check pinned. Their turns end at once, so no cancel can act on them (n/a,
+# never a fail); echo_agent.py answers initialize with whatever version it is asked for.
+SDK_EXAMPLE_VERDICTS: dict[str, dict[str, str]] = {
+    "agent.py": {
+        "initialize": "pass",
+        "capabilities": "pass",
+        "session_new": "pass",
+        "unknown_method": "pass",
+        "load_unknown": "n/a",  # loadSession not advertised
+        "prompt_turn": "pass",
+        "load_known": "n/a",
+        "cancel": "n/a",
+        "steer": "n/a",  # promptQueueing not advertised
+        "set_mode": "n/a",  # no modes
+        "config_mode": "n/a",
+        "config_model": "n/a",
+        "legacy_set_model": "n/a",
+        "malformed_input": "pass",
+        "stdout_clean": "pass",
+        "stdin_close": "pass",
+        "version_negotiation": "pass",
+    },
+}
+SDK_EXAMPLE_VERDICTS["echo_agent.py"] = {
+    **SDK_EXAMPLE_VERDICTS["agent.py"],
+    "version_negotiation": "fail",
+}
+RACE_LOST = ("the turn ended before the cancel could act", "before its first update")
+
+
+@pytest.mark.parametrize("example", sorted(SDK_EXAMPLE_VERDICTS))
+async def test_the_sdk_example_agents_get_a_fair_verdict(
+    sdk_corpus: SdkCorpus, example: str
+) -> None:
+    agent = [sys.executable, str(sdk_corpus.examples / example)]
+    report = await run_battery(agent, check_timeout=10)
+    assert statuses(report) == SDK_EXAMPLE_VERDICTS[example], render_table(report)
+    cancel = next(c for c in report.checks if c.id == "cancel")
+    assert any(reason in cancel.detail for reason in RACE_LOST), cancel.detail
+    if "could act" in cancel.detail:  # the evidence: the turn's answer came first
+        lines = cancel.evidence
+        answer = next(i for i, line in enumerate(lines) if '"stopReason":"end_turn"' in line)
+        probe = [i for i, line in enumerate(lines) if '"code":-32601' in line]
+        assert not probe or probe[-1] > answer
+    if example == "echo_agent.py":
+        version = next(c for c in report.checks if c.id == "version_negotiation")
+        assert f'{{"protocolVersion":{NONEXISTENT_VERSION}}}' in version.evidence[-1]
+
+
+async def test_no_verdict_from_a_race_the_battery_lost() -> None:
+    # this agent reads nothing while a turn runs, and its turns are short: neither the cancel
+    # nor the second prompt of the steer can reach a running turn (it advertises queueing)
+    report = await run_battery([*FAKE_AGENT, "--queueing", "--sequential"], check_timeout=10)
+    checks = {c.id: c for c in report.checks}
+    cancel, steer = checks["cancel"], checks["steer"]
+    assert cancel.status is steer.status is Status.NA, render_table(report)
+    assert "'end_turn'" in cancel.detail
+    assert "the turn ended before the cancel could act" in cancel.detail
+    assert "its answer came before the agent answered a request sent after" in cancel.detail
+    assert cancel.detail.endswith("(3 tries)")
+    lines = cancel.evidence
+    sent = next(i for i, line in enumerate(lines) if '"method":"session/cancel"' in line)
+    answer = next(i for i, line in enumerate(lines) if '"stopReason"' in line)
+    probe = next(i for i, line in enumerate(lines) if "-32601" in line)
+    assert sent < answer < probe  # the fake agent writes JSON with spaces
+    assert steer.detail == (
+        "every turn ended before the agent took the second prompt in, so nothing was queued "
+        "(3 tries)"
+    )
+
+
+def _cancelled(stop: str, took: float, read_by: float | None = None) -> Any:
+    from acpfsm.runtime.tools.conform import _Answer, _Cancelled, _TurnEnd
+
+    end = _TurnEnd(stop=stop, answer=_Answer(at=10 + took), at=10 + took)
+    return _Cancelled(sent=10.0, end=end, updates=2, read_by=read_by, updates_after_read=1)
+
+
+@pytest.mark.parametrize(
+    ("seen", "status", "says"),
+    [
+        (_cancelled("cancelled", 3.0), Status.PASS, "stopReason cancelled 3.00 s after"),
+        (_cancelled("end_turn", 0.01, read_by=10.005), Status.FAIL, "the agent had read the"),
+        (_cancelled("end_turn", 2.0), Status.FAIL, "went on more than 0.5 s after the cancel"),
+        (_cancelled("max_tokens", 0.01), Status.NA, "ended before the cancel could act; CLAUSE"),
+        (_cancelled("stopped", 0.01), Status.FAIL, "'stopped' 0.01 s after session/cancel (2"),
+    ],
+)
+def test_the_cancel_verdict_judges_only_what_was_seen(seen: Any, status: Status, says: str) -> None:
+    from acpfsm.runtime.tools.conform import _judge_cancel
+
+    verdict = _judge_cancel(seen, "CLAUSE")
+    assert verdict.status is status and says in verdict.detail, verdict.detail

@@ -5,7 +5,9 @@ acpfsm's own message types on purpose. Flags: ``--queueing`` (advertise
 ``_meta.claudeCode.promptQueueing``), ``--no-load`` (``loadSession: false``),
 ``--legacy-models`` (``models`` + ``session/set_model`` instead of a model config option),
 ``--no-models`` (no model surface at all), ``--auth-required`` (session/new answers -32000
-until ``authenticate``), ``--protocol N``.
+until ``authenticate``), ``--protocol N``, ``--sequential`` (a turn runs on the thread that
+reads stdin, so nothing sent during it is read before it ends, and the default script pauses
+0.05 s after its first update; for the scripts that ask the client nothing).
 
 The first word of the prompt's text picks the script of the turn:
 
@@ -48,6 +50,7 @@ LEGACY_MODELS = "--legacy-models" in ARGS
 NO_MODELS = "--no-models" in ARGS
 AUTH_REQUIRED = "--auth-required" in ARGS
 PROTOCOL = int(ARGS[ARGS.index("--protocol") + 1]) if "--protocol" in ARGS else 1
+SEQUENTIAL = "--sequential" in ARGS
 
 _write_lock = threading.Lock()
 _state_lock = threading.Condition()
@@ -328,6 +331,8 @@ def run_turn(msg_id, sid: str, prompt: list[dict]) -> None:
         end()
     else:
         chunk(sid, "thinking", "agent_thought_chunk")
+        if SEQUENTIAL:
+            time.sleep(0.05)
         chunk(sid, "you said: ")
         chunk(sid, text)
         end()
@@ -339,6 +344,8 @@ def handle_request(msg_id, method: str, params: dict) -> None:
         caps: dict = {
             "loadSession": LOAD,
             "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
+            "sessionCapabilities": {"list": {}, "resume": {"_meta": {"fake": 1}}},
+            "auth": {"logout": {}},  # a capability of a newer ACP than acpfsm models
         }
         if QUEUEING:
             caps["_meta"] = {"claudeCode": {"promptQueueing": True}}
@@ -386,6 +393,9 @@ def handle_request(msg_id, method: str, params: dict) -> None:
             _prompt_count[sid] = _prompt_count.get(sid, 0) + 1
             _state_lock.notify_all()
         _cancelled[sid] = threading.Event()
+        if SEQUENTIAL:
+            run_turn(msg_id, sid, params.get("prompt", []))
+            return
         threading.Thread(
             target=run_turn, args=(msg_id, sid, params.get("prompt", [])), daemon=True
         ).start()
