@@ -180,6 +180,7 @@ class ExecutionSession:
             acp_session_id=ctx.acp_session_id,
             agent_name=caps.agent.name if caps is not None else "",
             agent_version=caps.agent.version if caps is not None else "",
+            agent_capabilities=caps,
             charts=self.charts,
             prompt_generation=current.number if current is not None else 0,
             metadata=dict(ctx.metadata),

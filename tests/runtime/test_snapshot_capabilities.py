@@ -18,10 +18,6 @@ FAKE_AGENT = Path(__file__).parents[1] / "adapters" / "fake_agents" / "fake_acp_
 FAST_SHUTDOWN = ShutdownPolicy(stdin_close_wait=1.0, term_wait=1.0, kill_wait=1.0)
 
 
-@pytest.mark.xfail(
-    reason="runtime/session.py's snapshot() does not pass agent_capabilities=caps yet",
-    strict=True,
-)
 async def test_the_snapshot_shows_what_the_agent_sent_that_acpfsm_does_not_model(
     tmp_path: Path,
 ) -> None:
