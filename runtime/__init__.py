@@ -19,6 +19,7 @@ from .errors import CancelEscalated as CancelEscalated
 from .errors import CancelEscalatedAgentError as CancelEscalatedAgentError
 from .errors import CancelFailed as CancelFailed
 from .errors import ExecutionAlreadyExists as ExecutionAlreadyExists
+from .errors import ExecutionIdRequired as ExecutionIdRequired
 from .errors import ExecutionNotFound as ExecutionNotFound
 from .errors import LaunchSpecError as LaunchSpecError
 from .errors import NotReadyForPrompts as NotReadyForPrompts
@@ -26,6 +27,7 @@ from .errors import PendingDispatchedPromptTimeout as PendingDispatchedPromptTim
 from .errors import ProfileNotFound as ProfileNotFound
 from .errors import PromptDispatchError as PromptDispatchError
 from .errors import PromptError as PromptError
+from .errors import PromptTimeout as PromptTimeout
 from .errors import SessionInitError as SessionInitError
 from .errors import SteerAttachmentMaterializationError as SteerAttachmentMaterializationError
 from .errors import SteerDispatchTimeout as SteerDispatchTimeout
@@ -60,6 +62,7 @@ __all__ = [
     "CancelFailed",
     "Execution",
     "ExecutionAlreadyExists",
+    "ExecutionIdRequired",
     "ExecutionNotFound",
     "ExecutionRef",
     "Executor",
@@ -71,6 +74,7 @@ __all__ = [
     "PromptDispatchError",
     "PromptError",
     "PromptResult",
+    "PromptTimeout",
     "Runtime",
     "SessionInitError",
     "StdioExecutor",

@@ -3,6 +3,7 @@
     AcpfsmError
     ├── (adapters: TransportError, ProtocolError, AgentRequestError, SteerUnsupported …)
     ├── ExecutionNotFound            no execution with that id (runtime: execution not found)
+    ├── ExecutionIdRequired          an empty execution id (executionID is required)
     ├── ExecutionAlreadyExists       a second execution for one task session (R31)
     ├── LaunchSpecError              the launch spec cannot be honoured (e.g. no workspace)
     │   └── ProfileNotFound          no agent profile / executor with that id
@@ -16,6 +17,7 @@
     │   ├── PendingDispatchedPromptTimeout   the dispatch-only barrier timed out (10 s, seed D8)
     │   ├── SteerNotDispatched       no live turn to steer into (seed D6)
     │   ├── SteerDispatchTimeout     the steer ack did not arrive within 5 s
+    │   ├── PromptTimeout            the caller's timeout= passed; the turn was cancelled
     │   ├── AgentReportedError       the agent ended the turn with an error (agent error: …)
     │   │   └── CancelEscalatedAgentError  … because a cancel was escalated (also CancelEscalated)
     │   └── CancelEscalated          a cancel was escalated (cancel escalated: …)
@@ -54,6 +56,7 @@ __all__ = [
     "CancelEscalatedAgentError",
     "CancelFailed",
     "ExecutionAlreadyExists",
+    "ExecutionIdRequired",
     "ExecutionNotFound",
     "LaunchSpecError",
     "LocalProtocolError",
@@ -62,6 +65,7 @@ __all__ = [
     "ProfileNotFound",
     "PromptDispatchError",
     "PromptError",
+    "PromptTimeout",
     "ProtocolError",
     "RemoteProtocolError",
     "SessionInitError",
@@ -86,6 +90,13 @@ class ExecutionNotFound(AcpfsmError):
             f'runtime: execution not found: execution "{execution_id}"',
             execution_id=execution_id,
         )
+
+
+class ExecutionIdRequired(AcpfsmError):
+    """An empty execution id (kandev's facade: ``executionID is required``)."""
+
+    def __init__(self) -> None:
+        super().__init__("executionID is required")
 
 
 class ExecutionAlreadyExists(AcpfsmError):
@@ -167,6 +178,11 @@ class SteerDispatchTimeout(PromptError):
 
 class CancelEscalated(PromptError):
     """``cancel escalated: agent did not acknowledge within timeout``."""
+
+
+class PromptTimeout(PromptError):
+    """The caller's ``timeout=`` passed before the turn ended; the turn was cancelled at the
+    agent (or never sent)."""
 
 
 class AgentReportedError(PromptError):

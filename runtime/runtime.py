@@ -36,6 +36,7 @@ from acpfsm.statecharts import EngineName, default_engine
 from .errors import (
     AcpfsmError,
     ExecutionAlreadyExists,
+    ExecutionIdRequired,
     ExecutionNotFound,
     ProfileNotFound,
     Unsupported,
@@ -199,7 +200,7 @@ class Runtime:
 
     def _session(self, execution_id: str) -> ExecutionSession:
         if not execution_id:
-            raise ExecutionNotFound("")
+            raise ExecutionIdRequired()
         session = self._sessions.get(execution_id)
         if session is None:
             raise ExecutionNotFound(execution_id)
@@ -309,9 +310,19 @@ class Runtime:
         attachments: Sequence[Attachment] = (),
         dispatch_only: bool = False,
         on_dispatched: Callable[[], object] | None = None,
+        timeout: float | None = None,
     ) -> PromptResult:
+        """Send ``text`` and wait for the turn to end (``sendPrompt``). ``timeout`` bounds
+        the whole call: past it the turn is cancelled at the agent (or never sent) and
+        :class:`PromptTimeout` is raised. Leaving the call early (a cancel scope) also
+        cancels the turn; the next prompt is never blocked by it for long nor sees its
+        reply."""
         return await self._session(execution_id).prompt(
-            text, attachments=attachments, dispatch_only=dispatch_only, on_dispatched=on_dispatched
+            text,
+            attachments=attachments,
+            dispatch_only=dispatch_only,
+            on_dispatched=on_dispatched,
+            timeout=timeout,
         )
 
     async def steer(
@@ -327,7 +338,16 @@ class Runtime:
         )
 
     async def cancel(self, execution_id: str) -> None:
+        """Cancel the current turn (``CancelAgent``): a prompt not yet sent is withdrawn (its
+        caller gets a ``cancelled`` result); one being sent is cancelled once the agent has
+        it; raises :class:`CancelEscalated` when the agent does not end the turn."""
         await self._session(execution_id).cancel()
+
+    async def wait_ready(self, execution_id: str) -> Execution:
+        """Wait until the execution is READY and return its snapshot; raises
+        :class:`SessionInitError` (its ``__cause__`` the failure) when the session could not
+        be initialized, :class:`NotReadyForPrompts` when it ended otherwise."""
+        return await self._session(execution_id).wait_ready()
 
     async def recover_stream(self, execution_id: str) -> None:
         """Revive a FAILED execution whose agent stream is back (kandev's

@@ -10,6 +10,7 @@ python-statemachine and run on acpfsm's compiled engine (:mod:`._compile`, :mod:
 * :class:`ConfigSettlement` - when the settled config-options snapshot is published.
 * :class:`PromptGeneration` - one prompt generation, admitted → dispatched → one outcome.
 * :class:`Execution` - the execution's status (STARTING … STOPPED).
+* :class:`FirstActivity` - the one ``agent.running`` of the first activity.
 * :class:`AgentStream` - the transport connection (pipes or WebSocket).
 """
 
@@ -37,6 +38,7 @@ from .errors import ChartError as ChartError
 from .errors import CoordinationError as CoordinationError
 from .errors import IllegalTransition as IllegalTransition
 from .execution import Execution as Execution
+from .first_activity import FirstActivity as FirstActivity
 from .prompt_generation import PromptGeneration as PromptGeneration
 from .session_init import SessionInit as SessionInit
 from .start_model import ModelSelectionDecision as ModelSelectionDecision
@@ -52,6 +54,7 @@ ALL_CHARTS: tuple[type[Chart], ...] = (
     ConfigSettlement,
     PromptGeneration,
     Execution,
+    FirstActivity,
     AgentStream,
 )
 
@@ -68,6 +71,7 @@ __all__ = [
     "ConfigSettlement",
     "ErrorClass",
     "Execution",
+    "FirstActivity",
     "IllegalTransition",
     "ModelSelectionDecision",
     "PromptGeneration",

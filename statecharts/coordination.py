@@ -80,6 +80,7 @@ COORDINATION: tuple[Rule, ...] = (
     ),
     Rule("prompt_generation", "cancel_escalated", "execution", "cancel_escalated", ("generation",)),
     Rule("prompt_generation", "undelivered", "execution", "turn_undelivered", ("generation",)),
+    Rule("prompt_generation", "withdrawn", "execution", "turn_undelivered", ("generation",)),
     Rule("prompt_generation", "disconnected", "execution", "stream_lost", ("generation", "error")),
     # a stop closes the stream and ends the live turn (kandev StopAgentWithReason)
     Rule("execution", "stopped", "prompt_generation", "execution_stopped", ("error",)),

@@ -89,6 +89,11 @@ class Execution(Chart):
         | failed.to(active.running)
         | completed.to(active.running)
     )
+    # agent activity (any event but a claim): the first one while not READY is announced
+    # once per execution (the FirstActivity chart; R26: READY takes it silently)
+    activity_recorded = (
+        active.ready.to(None) | active.to(None) | failed.to(None) | (completed.to(None))
+    )
     # READY → RUNNING: turn content while READY (a wakeup turn, R26)
     wakeup_content_arrived = (
         active.ready.to(active.running) | active.to(None) | (failed.to(None)) | completed.to(None)
@@ -200,14 +205,20 @@ class Execution(Chart):
                 "end_wakeup_turn",
                 effect("publish_agent_ready", "stop_reason", generation=0),
             ],
+            "activity_recorded: active": ["announce_first_activity"],
+            "activity_recorded: failed": ["announce_first_activity"],
+            "activity_recorded: completed": ["announce_first_activity"],
             "turn_completed: running -> ready": [
-                effect("publish_agent_ready", "generation", "stop_reason")
+                "announce_first_activity",
+                effect("publish_agent_ready", "generation", "stop_reason"),
             ],
             "turn_completed: starting -> ready": [
-                effect("publish_agent_ready", "generation", "stop_reason")
+                "announce_first_activity",
+                effect("publish_agent_ready", "generation", "stop_reason"),
             ],
             "turn_completed: failed -> ready": [
-                effect("publish_agent_ready", "generation", "stop_reason")
+                "announce_first_activity",
+                effect("publish_agent_ready", "generation", "stop_reason"),
             ],
             "turn_completed: ready": [effect("publish_agent_ready", "generation", "stop_reason")],
             "turn_undelivered: running -> ready": [

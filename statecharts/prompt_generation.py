@@ -90,6 +90,7 @@ class PromptGeneration(Chart):
 
     class live(State.Compound):
         admitted = State("admitted", initial=True)
+        sending = State("sending")
         reconnecting = State("reconnecting")
 
         class dispatched(State.Compound):
@@ -98,7 +99,9 @@ class PromptGeneration(Chart):
             unawaited = State("unawaited")
 
         handed_off = State("handed_off")
+        abandoned = State("abandoned")
         escalating = State("escalating")
+        escalated = State("escalated")
 
     class ended(State.Compound):
         completed = State("completed", initial=True)
@@ -106,56 +109,69 @@ class PromptGeneration(Chart):
         disconnected = State("disconnected")
         cancel_escalated = State("cancel_escalated")
         undelivered = State("undelivered")
+        withdrawn = State("withdrawn")
 
     superseded = State("superseded")
 
-    # --- admission of a successor: the dispatch-only barrier (sendPrompt step 3, seed D8) ---
+    # --- a successor's admission: the barriers (sendPrompt step 3, seed D8) ---------------
     successor_admitting = (
-        live.dispatched.unawaited.to(None)  # effect hold_barrier: the successor waits
+        live.dispatched.unawaited.to(None)  # the dispatch-only barrier: hold_barrier
+        | live.abandoned.to(None)  # an abandoned turn is let end first: hold_barrier
         | live.to(None)
         | ended.to(None)
     )
-    barrier_timed_out = live.dispatched.unawaited.to(None) | live.to(None) | ended.to(None)
+    barrier_timed_out = (
+        live.dispatched.unawaited.to(None)  # barrier_failed: the gate stays set (seed D8)
+        | live.to(None)  # an abandoned turn: the successor goes ahead
+        | ended.to(None)
+    )
 
     # --- dispatch (sendPrompt steps 7-10, retryPromptAfterReconnect) ---------------------
+    dispatch_started = (
+        live.admitted.to(live.sending)
+        | live.reconnecting.to(live.sending)
+        | ended.withdrawn.to(None)  # cancelled before it was sent: skip_dispatch
+    )
     dispatch_accepted = (
-        live.admitted.to(live.dispatched.unawaited, cond="is_dispatch_only")
-        | live.admitted.to(live.dispatched.awaited)
-        | live.reconnecting.to(live.dispatched.unawaited, cond="is_dispatch_only")
-        | live.reconnecting.to(live.dispatched.awaited)
+        live.sending.to(live.dispatched.unawaited, cond="is_dispatch_only")
+        | live.sending.to(live.dispatched.awaited)
+        | live.abandoned.to(None)  # the ack of a prompt whose waiter left: a cancel follows
         | live.escalating.to(None)  # a late ack after the cancel released the trigger
+        | live.escalated.to(None)
         | ended.to(None)  # R23: completion claimed before MarkPromptDispatched
         | superseded.to(None)
     )
     # the stream was not connected; only a carrier that can redial is waited for (5 s)
     dispatch_unreachable = (
-        live.admitted.to(live.reconnecting, cond="carrier_reconnectable")
-        | live.admitted.to(ended.undelivered)
-        | live.reconnecting.to(None)
-        | live.escalating.to(None)
+        live.sending.to(live.reconnecting, cond="carrier_reconnectable")
+        | live.sending.to(ended.undelivered)
+        | live.to(None)
+        | ended.to(None)
     )
     dispatch_failed = (
-        live.admitted.to(ended.cancel_escalated, cond="cancel_release")
-        | live.admitted.to(ended.undelivered)
-        | live.reconnecting.to(ended.cancel_escalated, cond="cancel_release")
-        | live.reconnecting.to(ended.undelivered)
-        | live.escalating.to(None)
+        live.sending.to(ended.cancel_escalated, cond="cancel_release")
+        | live.sending.to(ended.undelivered)
+        | live.to(None)
+        | ended.to(None)
     )
-    materialization_failed = live.admitted.to(ended.undelivered)
-    reconnect_timed_out = live.reconnecting.to(ended.undelivered) | live.escalating.to(None)
+    materialization_failed = live.admitted.to(ended.undelivered) | ended.to(None)
+    reconnect_timed_out = live.reconnecting.to(ended.undelivered) | live.to(None) | (ended.to(None))
 
     # --- completion (handleCompleteEvent, ClaimPromptCompletion) ---------------------------
     completion_received = (
         live.dispatched.to(None, cond="is_stale_startup")  # R9
-        | live.dispatched.to(ended.cancel_escalated, cond="cancel_release")
+        | live.dispatched.to(ended.failed, cond="is_cancel_release")
         | live.dispatched.to(ended.failed, cond="is_error")
         | live.dispatched.to(ended.completed)
-        | live.admitted.to(ended.failed, cond="is_error")
-        | live.admitted.to(ended.completed)
+        | live.sending.to(ended.failed, cond="is_error")  # R23: before MarkPromptDispatched
+        | live.sending.to(ended.completed)
         | live.handed_off.to(ended.failed, cond="is_error")
         | live.handed_off.to(ended.completed)
-        | live.reconnecting.to(None)  # the retry owns this wait; the agent has no turn yet
-        | live.escalating.to(None)
+        | live.abandoned.to(ended.failed, cond="is_error")
+        | live.abandoned.to(ended.completed)
+        | live.escalating.to(ended.cancel_escalated)  # the turn ended after all
+        | live.escalated.to(ended.cancel_escalated)
+        | live.to(None)  # admitted, reconnecting: not this prompt's turn (a wakeup's end)
         | ended.disconnected.to(ended.failed, cond="is_error")
         | ended.disconnected.to(ended.completed)
         | ended.to(None)  # R7: a duplicate terminal event
@@ -174,8 +190,9 @@ class PromptGeneration(Chart):
     stream_lost = (
         live.dispatched.to(ended.disconnected)
         | live.handed_off.to(ended.disconnected)
-        | live.to(None)  # admitted: the dispatch reports its own failure; reconnecting: the
-        # retry owns this wait; escalating: released already
+        | live.abandoned.to(ended.disconnected)
+        | live.escalated.to(ended.disconnected)
+        | live.to(None)  # not yet at the agent: the dispatch reports its own failure
         | ended.to(None)
         | superseded.to(None)  # R21
     )
@@ -183,43 +200,67 @@ class PromptGeneration(Chart):
     execution_stopped = (
         live.dispatched.to(ended.disconnected)
         | live.handed_off.to(ended.disconnected)
+        | live.abandoned.to(ended.disconnected)
+        | live.escalated.to(ended.disconnected)
         | live.to(None)
         | ended.to(None)
         | superseded.to(None)
     )
 
-    # --- cancel (CancelAgent, escalateStuckCancel): the agent's answer decides -------------
-    # Escalate at once when the cancel was not acknowledged or the stream is gone, and for a
-    # dispatch-only turn (nobody waits on it); otherwise wait (≤ 10 s) for the turn to end.
+    # --- cancel (CancelAgent, escalateStuckCancel) ---------------------------------------
+    # A prompt not yet sent is withdrawn (never sent); one being sent is cancelled once its
+    # request is answered (the cancel must not overtake it); a turn at the agent gets the
+    # session/cancel.
+    cancel_requested = (
+        live.admitted.to(ended.withdrawn)
+        | live.reconnecting.to(ended.withdrawn)
+        | live.sending.to(None)  # await_dispatch
+        | live.to(None)  # send_cancel
+        | ended.to(None)  # send_cancel: the agent may run a turn of its own
+        | superseded.to(None)
+    )
+    # The agent's answer decides: escalate at once when the cancel was not acknowledged or
+    # the stream is gone, and for a dispatch-only turn (nobody waits on it); otherwise wait
+    # (≤ 10 s) for the turn to end.
     cancel_answered = (
         live.dispatched.unawaited.to(live.escalating)
         | live.dispatched.to(live.escalating, cond="cancel_unacknowledged")
-        | live.dispatched.to(None)
-        | live.admitted.to(live.escalating, cond="cancel_unacknowledged")
-        | live.admitted.to(None)
-        | live.reconnecting.to(live.escalating, cond="cancel_unacknowledged")
-        | live.reconnecting.to(None)
         | live.handed_off.to(live.escalating, cond="cancel_unacknowledged")
-        | live.handed_off.to(None)
-        | live.escalating.to(None)
-        | ended.to(None, cond="cancel_unacknowledged")  # effect escalate_idle
+        | live.abandoned.to(live.escalating, cond="cancel_unacknowledged")
+        | live.escalated.to(None, cond="cancel_unacknowledged")  # report_escalation
+        | live.to(None)  # arm_cancel_wait where a turn is at the agent
+        | ended.to(None, cond="cancel_unacknowledged")  # escalate_idle: no turn in flight
         | ended.to(None)
         | superseded.to(None)
     )
     cancel_wait_timed_out = (
         live.dispatched.to(live.escalating)
-        | live.admitted.to(live.escalating)
-        | live.reconnecting.to(live.escalating)
         | live.handed_off.to(live.escalating)
-        | live.escalating.to(None)
+        | live.abandoned.to(live.escalating)
+        | live.escalated.to(None)  # report_escalation
+        | live.to(None)
         | ended.to(None)
         | superseded.to(None)
     )
+    # escalateStuckCancel's post-wait: the released waiter returned, or 2 s passed; the agent
+    # still owes the turn, so the execution is not READY until it ends
     waiter_returned = (
-        live.escalating.to(ended.cancel_escalated) | ended.to(None) | (superseded.to(None))
+        live.escalating.to(live.escalated) | live.to(None) | ended.to(None) | (superseded.to(None))
     )
     escalation_wait_timed_out = (
-        live.escalating.to(ended.cancel_escalated) | ended.to(None) | (superseded.to(None))
+        live.escalating.to(live.escalated) | live.to(None) | ended.to(None) | superseded.to(None)
+    )
+    # the prompt's caller stopped waiting (its cancel scope or timeout): the turn is
+    # withdrawn if it was not sent, else cancelled at the agent
+    waiter_abandoned = (
+        live.admitted.to(ended.withdrawn)
+        | live.reconnecting.to(ended.withdrawn)
+        | live.sending.to(live.abandoned)
+        | live.dispatched.awaited.to(live.abandoned)
+        | live.dispatched.stall_reported.to(live.abandoned)
+        | live.to(None)
+        | ended.to(None)
+        | superseded.to(None)
     )
 
     # --- steer folds into the dispatched generation (SendPromptSteerWithDispatchCallback) ---
@@ -231,9 +272,7 @@ class PromptGeneration(Chart):
     # --- the stall watchdog (waitForPromptDone) -----------------------------------------
     stall_detected = (
         live.dispatched.awaited.to(live.dispatched.stall_reported)
-        | live.dispatched.stall_reported.to(None)  # once per wait
-        | live.dispatched.unawaited.to(None)
-        | live.to(None)
+        | live.to(None)  # once per wait; nothing to watch elsewhere
         | ended.to(None)
     )
 
@@ -241,132 +280,112 @@ class PromptGeneration(Chart):
     superseded_by_successor = live.to(superseded) | ended.to(superseded)
 
     effects: ClassVar[Effects] = Effects(
-        transitions={
-            "successor_admitting: unawaited": ["hold_barrier"],
-            "barrier_timed_out: unawaited": ["barrier_failed"],
-            "dispatch_unreachable: admitted -> reconnecting": ["wait_for_carrier"],
-            "dispatch_unreachable: admitted -> undelivered": [
-                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
-                effect("release_waiter", "error", result="dispatch_failed"),
+        on_enter={
+            "dispatched": ["arm_activity"],
+            "reconnecting": ["wait_for_carrier"],
+            "abandoned": ["send_cancel"],
+            "escalating": [
+                "record_escalation",
+                effect("release_waiter", result="cancel_escalated"),
+                "await_waiter",
             ],
-            "dispatch_failed: admitted -> cancel_escalated": [
-                effect("publish_prompt_failed", "generation", "error", outcome="cancel_escalated"),
-                effect("release_waiter", "error", result="dispatch_cancel_escalated"),
-                _DONE,
-            ],
-            "dispatch_failed: admitted -> undelivered": [
-                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
-                effect("release_waiter", "error", result="dispatch_failed"),
-            ],
-            "dispatch_failed: reconnecting -> cancel_escalated": [
-                effect("publish_prompt_failed", "generation", "error", outcome="cancel_escalated"),
-                effect("release_waiter", "error", result="dispatch_cancel_escalated"),
-                _DONE,
-            ],
-            "dispatch_failed: reconnecting -> undelivered": [
-                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
-                effect("release_waiter", "error", result="dispatch_failed"),
-            ],
-            "materialization_failed: admitted -> undelivered": [
-                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
-                effect("release_waiter", "error", result="attachment_failed"),
-            ],
-            "reconnect_timed_out: reconnecting -> undelivered": [
-                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
-                effect("release_waiter", "error", result="dispatch_failed"),
-            ],
-            # claims: the reply becomes this generation's, the waiter learns the outcome
-            # before anything else is published (R11)
-            "completion_received: dispatched -> cancel_escalated": [
-                effect("claim_outcome", "error"),
-                effect("release_waiter", result="agent_cancel_escalated"),
-                effect("publish_terminal_event", "generation"),
-                _DONE,
-            ],
-            "completion_received: dispatched -> failed": [
-                effect("claim_outcome", "error"),
-                effect("release_waiter", result="agent_error"),
-                effect("publish_terminal_event", "generation"),
-                effect("publish_prompt_failed", "generation", "error", outcome="failed"),
-            ],
-            "completion_received: dispatched -> completed": [
+            "completed": [
                 effect("claim_outcome", "stop_reason"),
                 effect("release_waiter", result="completed"),
                 effect("publish_terminal_event", "generation"),
                 effect("publish_prompt_completed", "generation", "stop_reason"),
+                _DONE,
             ],
-            "completion_received: admitted -> failed": [
-                effect("claim_outcome", "error"),
-                effect("release_waiter", result="agent_error"),
-                effect("publish_terminal_event", "generation"),
-                effect("publish_prompt_failed", "generation", "error", outcome="failed"),
-            ],
-            "completion_received: admitted -> completed": [
-                effect("claim_outcome", "stop_reason"),
-                effect("release_waiter", result="completed"),
-                effect("publish_terminal_event", "generation"),
-                effect("publish_prompt_completed", "generation", "stop_reason"),
-            ],
-            "completion_received: handed_off -> failed": [
-                effect("claim_outcome", "error"),
-                effect("release_waiter", result="agent_error"),
-                effect("publish_terminal_event", "generation"),
-                effect("publish_prompt_failed", "generation", "error", outcome="failed"),
-            ],
-            "completion_received: handed_off -> completed": [
-                effect("claim_outcome", "stop_reason"),
-                effect("release_waiter", result="completed"),
-                effect("publish_terminal_event", "generation"),
-                effect("publish_prompt_completed", "generation", "stop_reason"),
-            ],
-            "completion_received: disconnected -> failed": [
+            "failed": [
                 effect("claim_outcome", "error"),
                 effect("publish_terminal_event", "generation"),
                 effect("publish_prompt_failed", "generation", "error", outcome="failed"),
+                _DONE,
             ],
-            "completion_received: disconnected -> completed": [
-                effect("claim_outcome", "stop_reason"),
-                effect("publish_terminal_event", "generation"),
-                effect("publish_prompt_completed", "generation", "stop_reason"),
+            "disconnected": [
+                effect("claim_disconnect", "error"),
+                effect("release_waiter", result="disconnected"),
+                _DONE,
             ],
-            "completion_received: dispatched": ["unclaimed"],
-            "completion_received: reconnecting": ["unclaimed"],
-            "completion_received: escalating": ["unclaimed"],
-            "completion_received: ended": ["unclaimed"],
-            "completion_received: superseded": ["unclaimed"],
-            "handoff_received: dispatched -> handed_off": [
+            "undelivered": [
+                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
+                effect("release_waiter", "error", result="undelivered"),
+                _DONE,
+            ],
+            "withdrawn": [
+                effect("release_waiter", result="withdrawn"),
+                effect("publish_prompt_completed", "generation", stop_reason="cancelled"),
+                _DONE,
+            ],
+            "handed_off": [
                 "claim_handoff",
                 effect("release_waiter", result="handed_off"),
+                _DONE,
             ],
+            "superseded": [_DONE],
+        },
+        transitions={
+            "successor_admitting: unawaited": ["hold_barrier"],
+            "successor_admitting: abandoned": ["hold_barrier"],
+            "barrier_timed_out: unawaited": ["barrier_failed"],
+            "dispatch_started: withdrawn": ["skip_dispatch"],
+            "dispatch_failed: sending -> cancel_escalated": [
+                effect("publish_prompt_failed", "generation", "error", outcome="cancel_escalated"),
+                effect("release_waiter", "error", result="dispatch_cancel_escalated"),
+                _DONE,
+            ],
+            # an error completion: the execution fails either way (handleCompleteEventMarkState);
+            # the waiter learns a cancel escalation when the error is a cancel release
+            "completion_received: dispatched -> failed [is_cancel_release]": [
+                effect("release_waiter", "error", result="agent_cancel_escalated")
+            ],
+            "completion_received: dispatched -> failed [is_error]": [
+                effect("release_waiter", "error", result="agent_error")
+            ],
+            "completion_received: sending -> failed": [
+                effect("release_waiter", "error", result="agent_error")
+            ],
+            "completion_received: handed_off -> failed": [
+                effect("release_waiter", "error", result="agent_error")
+            ],
+            "completion_received: abandoned -> failed": [
+                effect("release_waiter", "error", result="agent_error")
+            ],
+            "completion_received: escalating -> cancel_escalated": [
+                effect("claim_outcome", "stop_reason", "error"),
+                effect("publish_terminal_event", "generation"),
+                _DONE,
+            ],
+            "completion_received: escalated -> cancel_escalated": [
+                effect("claim_outcome", "stop_reason", "error"),
+                effect("publish_terminal_event", "generation"),
+                _DONE,
+            ],
+            "completion_received: dispatched": ["unclaimed"],
+            "completion_received: live": ["unclaimed"],
+            "completion_received: ended": ["unclaimed"],
+            "completion_received: superseded": ["unclaimed"],
             "stream_lost: dispatched -> disconnected": [
-                effect("claim_disconnect", "error"),
-                effect("release_waiter", result="disconnected"),
-                effect("publish_stream_error", "generation", "error"),
+                effect("publish_stream_error", "generation", "error")
             ],
             "stream_lost: handed_off -> disconnected": [
-                effect("claim_disconnect", "error"),
-                effect("release_waiter", result="disconnected"),
-                effect("publish_stream_error", "generation", "error"),
+                effect("publish_stream_error", "generation", "error")
             ],
-            "execution_stopped: dispatched -> disconnected": [
-                effect("claim_disconnect", "error"),
-                effect("release_waiter", result="disconnected"),
+            "stream_lost: abandoned -> disconnected": [
+                effect("publish_stream_error", "generation", "error")
             ],
-            "execution_stopped: handed_off -> disconnected": [
-                effect("claim_disconnect", "error"),
-                effect("release_waiter", result="disconnected"),
+            "stream_lost: escalated -> disconnected": [
+                effect("publish_stream_error", "generation", "error")
             ],
-            "cancel_answered: dispatched": ["arm_cancel_wait"],
-            "cancel_answered: admitted": ["arm_cancel_wait"],
-            "cancel_answered: reconnecting": ["arm_cancel_wait"],
-            "cancel_answered: handed_off": ["arm_cancel_wait"],
-            "cancel_answered: ended": ["escalate_idle"],
-            "waiter_returned: escalating -> cancel_escalated": [
-                effect("end_cancel", result="escalated")
-            ],
-            "escalation_wait_timed_out: escalating -> cancel_escalated": [
-                effect("end_cancel", result="escalated")
-            ],
+            "cancel_requested: sending": ["await_dispatch"],
+            "cancel_requested: live": ["send_cancel"],
+            "cancel_requested: ended": ["send_cancel"],
+            "cancel_answered: escalated [cancel_unacknowledged]": ["report_escalation"],
+            "cancel_answered: live": ["arm_cancel_wait"],
+            "cancel_answered: ended [cancel_unacknowledged]": ["escalate_idle"],
+            "cancel_wait_timed_out: escalated": ["report_escalation"],
+            "waiter_returned: escalating -> escalated": ["report_escalation"],
+            "escalation_wait_timed_out: escalating -> escalated": ["report_escalation"],
             "steer_requested: dispatched": ["dispatch_steer"],
             "steer_requested: live": ["steer_refused"],
             "steer_requested: ended": ["steer_refused"],
@@ -374,20 +393,6 @@ class PromptGeneration(Chart):
             "stall_detected: awaited -> stall_reported": [
                 effect("report_stall", "generation", "stalled_for")
             ],
-        },
-        on_enter={
-            "dispatched": ["arm_activity"],
-            "escalating": [
-                "record_escalation",
-                effect("release_waiter", result="cancel_escalated"),
-                "await_waiter",
-            ],
-            "handed_off": [_DONE],
-            "completed": [_DONE],
-            "failed": [_DONE],
-            "disconnected": [_DONE],
-            "undelivered": [_DONE],
-            "superseded": [_DONE],
         },
     )
 
@@ -398,6 +403,9 @@ class PromptGeneration(Chart):
 
     def cancel_release(self, cancel_release: bool = False) -> bool:
         return cancel_release
+
+    def is_cancel_release(self, is_error: bool = False, cancel_release: bool = False) -> bool:
+        return is_error and cancel_release
 
     def cancel_unacknowledged(
         self, acknowledged: bool = True, stream_disconnected: bool = False

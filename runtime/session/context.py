@@ -155,6 +155,7 @@ class ExecutionContext:
         self.machines: dict[str, ChartMachine] = {}
         """The current machine of each chart, by chart name (what coordination reaches)."""
         self._handlers: dict[tuple[str, str], Handler] = {}
+        self._listeners: dict[str, Callable[[], None]] = {}
 
     # ------------------------------------------------------------------ charts --
 
@@ -177,9 +178,16 @@ class ExecutionContext:
         """Fire ``event`` and what the coordination table makes follow (nothing performed)."""
         return fire(self.machines, machine, event, data)
 
+    def on_step(self, chart: str, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after each performed step of ``chart`` (a driver's waiters)."""
+        self._listeners[chart] = listener
+
     async def perform(self, fired: list[Fired]) -> None:
         """Perform the effects of ``fired``, in order."""
         for machine, step in fired:
+            listener = self._listeners.get(step.chart)
+            if listener is not None:
+                listener()
             for effect in step.effects:
                 handler = self._handlers.get((step.chart, effect.name))
                 if handler is None:

@@ -21,7 +21,7 @@ from acpfsm.statecharts import ChartMachine, Effect, SessionInit
 from .. import events as le
 from ..errors import SessionInitError
 from .config import ConfigDriver
-from .context import ExecutionContext, Handler
+from .context import ExecutionContext
 from .stream import StreamDriver
 
 __all__ = ["InitDriver"]

@@ -1,29 +1,28 @@
-"""The PromptGeneration charts' driver, caller side: prompt, steer and cancel (kandev
-lifecycle/session.go ``sendPrompt``, ``SendPromptSteerWithDispatchCallback``; manager_interaction.go
-``CancelAgent``, ``escalateStuckCancel``).
+"""The PromptGeneration charts' driver, caller side: prompt and steer (kandev
+lifecycle/session.go ``sendPrompt``, ``SendPromptSteerWithDispatchCallback``).
 
-Each caller's flow fires the facts it observes (the trigger was accepted, the cancel was
-answered, a bound expired) and acts on the effects the chart returns: wait for a dispatch-only
-predecessor (``hold_barrier``), retry while the carrier redials (``wait_for_carrier``), wait
-for the turn to end after an acknowledged cancel (``arm_cancel_wait``), wait for a released
-waiter before finishing an escalation (``await_waiter``). What a waiter finally returns or
-raises is what its generation's ``release_waiter`` effect said.
+Each caller's flow fires the facts it observes (the send started, the trigger was accepted,
+a bound expired, the caller left) and acts on the effects the chart returns: wait for a
+predecessor that holds a barrier (``hold_barrier``), do not send a prompt that was cancelled
+meanwhile (``skip_dispatch``), retry while the carrier redials (``wait_for_carrier``), cancel
+an abandoned turn at the agent (``send_cancel``). What a waiter finally returns or raises is
+what its generation's ``release_waiter`` effect said. A caller that leaves (its cancel scope,
+or ``timeout=``) abandons its wait: the turn is withdrawn if it was not sent, else cancelled
+at the agent in the background, and a successor waits (bounded) for it to end so its reply
+never mixes with the next one.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 import anyio
 
 from acpfsm.adapters.classify import Call, classify_error
-from acpfsm.adapters.errors import (
-    AcpfsmError,
-    SteerUnsupported,
-    StreamNotConnected,
-    TransportClosed,
-)
+from acpfsm.adapters.errors import AcpfsmError, SteerUnsupported, StreamNotConnected
 from acpfsm.adapters.transport import Attachment
 
 from ..errors import (
@@ -33,16 +32,17 @@ from ..errors import (
     AttachmentError,
     CancelEscalated,
     CancelEscalatedAgentError,
-    CancelFailed,
     NotReadyForPrompts,
     PendingDispatchedPromptTimeout,
     PromptDispatchError,
     PromptError,
+    PromptTimeout,
     SteerAttachmentMaterializationError,
     SteerDispatchTimeout,
     SteerNotDispatched,
 )
 from ..types import PromptResult
+from .cancelling import Canceller
 from .context import ExecutionContext
 from .init import InitDriver
 from .status import StatusDriver
@@ -64,12 +64,16 @@ class PromptDriver:
         status: StatusDriver,
         stream: StreamDriver,
         init: InitDriver,
+        canceller: Canceller,
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
     ) -> None:
         self.ctx = ctx
         self.turns = turns
         self.status = status
         self.stream = stream
         self.init = init
+        self.canceller = canceller
+        self._spawn = spawn
         self.prompt_lock = anyio.Lock()
         """kandev's ``promptMu``: one ordinary prompt at a time, through its completion."""
 
@@ -84,43 +88,80 @@ class PromptDriver:
         on_dispatched: Callable[[], object] | None = None,
         validate_status: bool = True,
         initial: bool = False,
+        timeout: float | None = None,
     ) -> PromptResult:
-        """``sendPrompt``."""
+        """``sendPrompt``; ``timeout`` bounds the whole call (PromptTimeout, turn cancelled)."""
         ctx = self.ctx
-        if not initial:
-            await self.init.admission.wait()
-        async with self.prompt_lock:
-            await self._pass_barrier()
-            if validate_status:
-                await self._validate_status()
-            async with ctx.lifecycle_lock:
-                generation, fired = self.turns.admit(dispatch_only)
-                # resetStreamingStateWithHistory (R20): detach the unclaimed partial text and
-                # reset the buffer in one step; a chunk arriving meanwhile is the new turn's
-                partial = ctx.take_message()
-                ctx.activity.active_tool_id = ctx.activity.active_tool_title = ""
-                await ctx.perform(fired)
-            try:
-                await ctx.persist_assistant(partial)
-                if initial:  # callers' prompts may queue behind the initial turn from now on
-                    self.init.admission.set()
-                await ctx.history_append(lambda h: h.append_user(ctx.session_id, text))
-                effective = await self._compose(text)
+        with anyio.move_on_after(math.inf if timeout is None else timeout) as bound:
+            if not initial:
+                await self.init.admission.wait()
+            async with self.prompt_lock:
+                await self._pass_barrier()
+                if validate_status:
+                    await self._validate_status()
+                async with ctx.lifecycle_lock:
+                    generation, fired = self.turns.admit(dispatch_only)
+                    # resetStreamingStateWithHistory (R20): detach the unclaimed partial
+                    # text and reset the buffer in one step; a chunk arriving meanwhile is
+                    # the new turn's
+                    partial = ctx.take_message()
+                    ctx.activity.active_tool_id = ctx.activity.active_tool_title = ""
+                    await ctx.perform(fired)
                 try:
-                    materialized = await self._materialize(attachments)
-                except AttachmentError as exc:
-                    await ctx.step(generation.machine, "materialization_failed", error=str(exc))
-                    raise AttachmentError(
-                        str(exc), execution_id=ctx.id, generation=generation.number
-                    ) from exc
-                await self._dispatch(generation, effective, materialized)
-                if on_dispatched is not None:
-                    on_dispatched()
-                if dispatch_only:
-                    return PromptResult(stop_reason="dispatched", generation=generation.number)
-                return await self._wait(generation)
-            finally:
-                generation.returned.set()
+                    await ctx.persist_assistant(partial)
+                    if initial:  # callers' prompts may queue behind the initial turn now
+                        self.init.admission.set()
+                    return await self._run(
+                        generation, text, attachments, dispatch_only, on_dispatched
+                    )
+                except anyio.get_cancelled_exc_class():
+                    await self._abandon(generation)
+                    raise
+                finally:
+                    generation.sent.set()
+                    generation.returned.set()
+        assert bound.cancelled_caught
+        raise PromptTimeout(
+            f"prompt did not finish within {timeout:g}s; its turn was cancelled",
+            execution_id=ctx.id,
+            generation=self.turns.current.number if self.turns.current is not None else 0,
+        )
+
+    async def _run(
+        self,
+        generation: Generation,
+        text: str,
+        attachments: Sequence[Attachment],
+        dispatch_only: bool,
+        on_dispatched: Callable[[], object] | None,
+    ) -> PromptResult:
+        ctx = self.ctx
+        await ctx.history_append(lambda h: h.append_user(ctx.session_id, text))
+        effective = await self._compose(text)
+        try:
+            materialized = await self._materialize(attachments)
+        except AttachmentError as exc:
+            await ctx.step(generation.machine, "materialization_failed", error=str(exc))
+            if generation.result != "undelivered":  # cancelled meanwhile: that is the result
+                return self._raise_for(generation)
+            raise AttachmentError(
+                str(exc), execution_id=ctx.id, generation=generation.number
+            ) from exc
+        if not await self._dispatch(generation, effective, materialized):
+            return self._raise_for(generation)  # cancelled before it was sent
+        if on_dispatched is not None:
+            on_dispatched()
+        if dispatch_only:
+            return PromptResult(stop_reason="dispatched", generation=generation.number)
+        return await self._wait(generation)
+
+    async def _abandon(self, generation: Generation) -> None:
+        """The caller left: the chart withdraws the prompt or has its turn cancelled."""
+        with anyio.CancelScope(shield=True):
+            async with self.ctx.lifecycle_lock:
+                fired = await self.ctx.step(generation.machine, "waiter_abandoned")
+            if wants(fired, "send_cancel"):
+                self._spawn(lambda: self.canceller.abandoned(generation))
 
     async def _validate_status(self) -> None:
         fired = await self.ctx.step(self.status.machine, "prompt_requested")
@@ -176,8 +217,12 @@ class PromptDriver:
 
     async def _dispatch(
         self, generation: Generation, text: str, attachments: list[Attachment]
-    ) -> None:
-        """triggerPrompt → dispatchPrompt, with the retry after a reconnect."""
+    ) -> bool:
+        """triggerPrompt → dispatchPrompt, with the retry after a reconnect; False when the
+        prompt was cancelled before it was sent."""
+        fired = await self.ctx.step(generation.machine, "dispatch_started")
+        if wants(fired, "skip_dispatch"):
+            return False
         try:
             await self.ctx.transport_or_raise().prompt(text, attachments, generation.number)
         except StreamNotConnected as exc:
@@ -185,11 +230,14 @@ class PromptDriver:
                 # kandev H2: the request was written and the stream dropped before the ack,
                 # so the agent may have it: never re-send (at most once)
                 await self._trigger_failed(generation, exc)
-            await self._retry_after_reconnect(generation, text, attachments, exc)
+            return await self._retry_after_reconnect(generation, text, attachments, exc)
         except AcpfsmError as exc:
             await self._trigger_failed(generation, exc)
         else:
             await self.ctx.step(generation.machine, "dispatch_accepted")
+        finally:
+            generation.sent.set()
+        return True
 
     async def _trigger_failed(self, generation: Generation, exc: AcpfsmError) -> None:
         cls = classify_error(exc, call=Call.PROMPT)
@@ -213,9 +261,10 @@ class PromptDriver:
         text: str,
         attachments: list[Attachment],
         first: StreamNotConnected,
-    ) -> None:
+    ) -> bool:
         """retryPromptAfterReconnect: within 5 s, wait (100 ms polls) for a carrier that can
-        redial and resend the same generation; the chart decides whether to wait at all."""
+        redial and resend the same generation; the chart decides whether to wait at all.
+        False when the prompt was cancelled meanwhile (never sent)."""
         ctx = self.ctx
         transport = ctx.transport_or_raise()
         message = f"failed to trigger prompt: {first}"
@@ -226,15 +275,20 @@ class PromptDriver:
             error=message,
         )
         if not wants(fired, "wait_for_carrier"):
-            if generation.result == "dispatch_failed":
+            if generation.result == "undelivered":
                 raise PromptDispatchError(
                     message, execution_id=ctx.id, generation=generation.number
                 ) from first
-            return await self._wait_released(generation)
+            await self._wait_released(generation)
+            return True
+        generation.sent.set()  # not at the agent: a cancel now withdraws it
         last: AcpfsmError = first
         with anyio.move_on_after(ctx.timeouts.reconnect_retry):
-            while not generation.done.is_set():  # a cancel escalation releases it meanwhile
+            while not generation.done.is_set():  # a cancel withdraws it meanwhile
                 if await self.stream.carrier_up():
+                    fired = await ctx.step(generation.machine, "dispatch_started")
+                    if wants(fired, "skip_dispatch"):
+                        return False
                     try:
                         await transport.prompt(text, attachments, generation.number)
                     except StreamNotConnected as exc:
@@ -249,21 +303,17 @@ class PromptDriver:
                         await self._trigger_failed(generation, exc)
                     else:
                         await ctx.step(generation.machine, "dispatch_accepted")
-                        return None
+                        return True
                 elif not self.stream.redialling:
                     break  # closed on purpose (stop): nothing will redial
                 await anyio.sleep(ctx.timeouts.reconnect_poll)
+        if generation.result == "withdrawn":
+            return False
         if self.stream.redialling:
             await self.stream.connect_timed_out()
         reason = f"failed to trigger prompt: timed out waiting for updates stream reconnect: {last}"
         await ctx.step(generation.machine, "reconnect_timed_out", error=reason)
-        if generation.result == "dispatch_failed":
-            raise PromptDispatchError(reason, execution_id=ctx.id, generation=generation.number)
-        raise CancelEscalated(
-            f"failed to trigger prompt: {last}: {CANCEL_ESCALATED_MESSAGE}",
-            execution_id=ctx.id,
-            generation=generation.number,
-        )
+        raise PromptDispatchError(reason, execution_id=ctx.id, generation=generation.number)
 
     async def _wait_released(self, generation: Generation) -> None:
         """The generation was released by someone else (a cancel escalation): raise what its
@@ -300,7 +350,9 @@ class PromptDriver:
             raise CancelEscalatedAgentError(
                 generation.error or CANCEL_ESCALATED_SIGNAL, execution_id=ctx.id, generation=g
             )
-        if result == "dispatch_failed":
+        if result == "withdrawn":
+            return PromptResult(stop_reason="cancelled", generation=g)
+        if result == "undelivered":
             raise PromptDispatchError(generation.error, execution_id=ctx.id, generation=g)
         if result == "dispatch_cancel_escalated":
             raise CancelEscalated(generation.error, execution_id=ctx.id, generation=g)
@@ -364,58 +416,3 @@ class PromptDriver:
             if wants(fired, "dispatch_steer"):
                 return generation
         raise SteerNotDispatched("no live prompt generation", execution_id=self.ctx.id)
-
-    # --- cancel ------------------------------------------------------------------------------
-
-    async def cancel(self) -> None:
-        """CancelAgent: the agent's answer, then the chart decides (escalate now, wait for
-        the turn to end, or nothing to cancel)."""
-        ctx = self.ctx
-        stream_disconnected = False
-        acknowledged = True
-        try:
-            result = await ctx.transport_or_raise().cancel()
-            acknowledged = result.acknowledged
-        except (StreamNotConnected, TransportClosed):
-            stream_disconnected = True
-        except AcpfsmError as exc:
-            raise CancelFailed(f"failed to cancel agent: {exc}", execution_id=ctx.id) from exc
-        generation = self.turns.current
-        if generation is None:
-            return
-        async with ctx.lifecycle_lock:
-            fired = await ctx.step(
-                generation.machine,
-                "cancel_answered",
-                acknowledged=acknowledged,
-                stream_disconnected=stream_disconnected,
-            )
-        if wants(fired, "await_waiter"):
-            await self._finish_escalation(generation)
-        if not wants(fired, "arm_cancel_wait"):
-            return
-        with anyio.move_on_after(ctx.timeouts.cancel_wait):
-            await generation.turn_over.wait()
-        if generation.turn_over.is_set():
-            return
-        async with ctx.lifecycle_lock:
-            fired = await ctx.step(generation.machine, "cancel_wait_timed_out")
-        if wants(fired, "await_waiter"):
-            await self._finish_escalation(generation)
-
-    async def _finish_escalation(self, generation: Generation) -> None:
-        """escalateStuckCancel after the chart escalated: let the released waiter return
-        (≤ 2 s), then the chart ends the escalation (the execution follows to READY), and
-        the canceller learns ``CancelEscalated``."""
-        try:
-            with anyio.move_on_after(self.ctx.timeouts.cancel_escalation):
-                await generation.returned.wait()
-        finally:
-            # R17: the cleanup runs even when the caller's deadline ends the wait (the
-            # caller then gets its own cancellation, not CancelEscalated)
-            with anyio.CancelScope(shield=True):
-                returned = generation.returned.is_set()
-                event = "waiter_returned" if returned else "escalation_wait_timed_out"
-                async with self.ctx.lifecycle_lock:
-                    await self.ctx.step(generation.machine, event)
-        raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=self.ctx.id)

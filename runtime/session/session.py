@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -23,12 +23,13 @@ from acpfsm.adapters.transport import AgentTransport, Attachment
 from acpfsm.statecharts import ChartMachine, EngineName
 
 from .. import events as le
-from ..errors import PendingDispatchedPromptTimeout, PromptError
+from ..errors import NotReadyForPrompts, PendingDispatchedPromptTimeout, PromptError
 from ..history import HistoryStore
 from ..hub import EventHub
 from ..trace import Trace, TraceRecord
 from ..types import AgentProfile, LaunchSpec, PromptResult, Timeouts
 from ..types import Execution as ExecutionSnapshot
+from .cancelling import Canceller
 from .config import ConfigDriver
 from .context import ExecutionContext
 from .init import InitDriver
@@ -80,7 +81,10 @@ class ExecutionSession:
             ctx, self.stream, self.config, start_initial_prompt=self._start_initial_prompt
         )
         self.turns = TurnDriver(ctx, self.status)
-        self.prompts = PromptDriver(ctx, self.turns, self.status, self.stream, self.init)
+        self.canceller = Canceller(ctx, self.turns, self.status)
+        self.prompts = PromptDriver(
+            ctx, self.turns, self.status, self.stream, self.init, self.canceller, self._spawn
+        )
         self._tg: anyio.abc.TaskGroup | None = None
         self._stop_requested = anyio.Event()
         self._finished = anyio.Event()
@@ -222,8 +226,12 @@ class ExecutionSession:
         await self._finished.wait()
 
     def _start_initial_prompt(self) -> None:
-        assert self._tg is not None
-        self._tg.start_soon(self._initial_prompt)
+        self._spawn(self._initial_prompt)
+
+    def _spawn(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``work`` in the execution's task group (it ends with the execution)."""
+        if self._tg is not None:
+            self._tg.start_soon(work)
 
     async def _initial_prompt(self) -> None:
         """The initial dispatch (``InitializeAndPrompt``): resume context inline, then the
@@ -263,6 +271,7 @@ class ExecutionSession:
         dispatch_only: bool = False,
         on_dispatched: Callable[[], object] | None = None,
         validate_status: bool = True,
+        timeout: float | None = None,
     ) -> PromptResult:
         return await self.prompts.prompt(
             text,
@@ -270,6 +279,7 @@ class ExecutionSession:
             dispatch_only=dispatch_only,
             on_dispatched=on_dispatched,
             validate_status=validate_status,
+            timeout=timeout,
         )
 
     async def steer(
@@ -288,7 +298,21 @@ class ExecutionSession:
         )
 
     async def cancel(self) -> None:
-        await self.prompts.cancel()
+        await self.canceller.cancel()
+
+    async def wait_ready(self) -> ExecutionSnapshot:
+        """Wait until the execution is READY (its init, and its initial prompt, done);
+        raises the init's SessionInitError (with its cause) when the init failed, and
+        NotReadyForPrompts when the execution ended or failed otherwise."""
+        await self.init.admission.wait()
+        while True:
+            if self.init.failure is not None:
+                raise self.init.failure
+            if self.status.status == "READY":
+                return self.snapshot()
+            if self.status.status in ("FAILED", "COMPLETED", "STOPPED"):
+                raise NotReadyForPrompts(self.ctx.id, self.status.status)
+            await self.status.changed()
 
     async def set_model(self, model_id: str) -> None:
         await self.init.admission.wait()
@@ -368,6 +392,7 @@ class ExecutionSession:
             await self.stream.redialled()
             ctx.publish(event)
             return
+        await self.status.activity()
         await self._record_activity(event)
         if isinstance(event, ev.MessageChunk) and event.role != "user" and event.text:
             ctx.message.append(event.text)

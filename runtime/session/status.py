@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from acpfsm.statecharts import ChartMachine, Effect, Execution
+import anyio
+
+from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity
 
 from .. import events as le
 from .context import ExecutionContext, utcnow
@@ -28,7 +30,9 @@ class StatusDriver:
     def __init__(self, ctx: ExecutionContext) -> None:
         self.ctx = ctx
         self.machine = ctx.start(Execution)
+        self.first_activity = ctx.start(FirstActivity)
         self._wakeup_watch = False
+        self._changed = anyio.Event()
         ctx.handle(
             Execution.chart_name,
             {
@@ -44,8 +48,11 @@ class StatusDriver:
                 "record_exit": self._record_exit,
                 "watch_for_wakeup": self._watch,
                 "refuse_prompt": _flow,
+                "announce_first_activity": self._announce,
             },
         )
+        ctx.handle(FirstActivity.chart_name, {"publish_agent_running": self._running})
+        ctx.on_step(Execution.chart_name, self._notify)
 
     @property
     def status(self) -> str:
@@ -57,7 +64,21 @@ class StatusDriver:
         """STOPPED: the execution is removed and its chart has ended."""
         return self.machine.ended
 
+    async def changed(self) -> None:
+        """Wait for the execution's next status step."""
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
     # --- facts ----------------------------------------------------------------------------
+
+    async def activity(self) -> None:
+        """The agent showed activity (any event but a claim): the Execution chart says
+        whether it is the one first activity to announce."""
+        if not self.first_activity.ended:
+            await self.fire("activity_recorded")
 
     async def fire(self, event: str, **data: Any) -> None:
         await self.ctx.step(self.machine, event, **data)
@@ -70,6 +91,10 @@ class StatusDriver:
             await self.fire("wakeup_content_arrived")
 
     # --- effects ----------------------------------------------------------------------------
+
+    async def _announce(self, effect: Effect, machine: ChartMachine) -> None:
+        if not self.first_activity.ended:
+            await self.ctx.step(self.first_activity, "activity_seen")
 
     def _watch(self, effect: Effect, machine: ChartMachine) -> None:
         self._wakeup_watch = True

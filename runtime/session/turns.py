@@ -4,7 +4,8 @@ agent's facts that end a turn (kandev manager_events.go ``handleCompleteEvent``,
 
 Every admitted prompt is a :class:`Generation`: its own chart machine, its own outcome, its
 own events (``done`` when its waiter is released, ``turn_over`` when the agent no longer owes
-the turn, ``returned`` when the prompt call that owns it has returned). The chart decides what
+the turn, ``returned`` when the prompt call that owns it has returned, ``sent`` when its
+send attempt is over). The chart decides what
 an agent fact means for a generation (claimed or ignored, the outcome, what the execution's
 status does next); :class:`TurnDriver` feeds the facts in and performs the effects.
 """
@@ -37,10 +38,14 @@ _GENERATIONS_KEPT = 64
 _FLOW = (
     "hold_barrier",
     "barrier_failed",
+    "skip_dispatch",
     "wait_for_carrier",
+    "send_cancel",
+    "await_dispatch",
     "arm_cancel_wait",
     "escalate_idle",
     "await_waiter",
+    "report_escalation",
     "dispatch_steer",
     "steer_refused",
     "unclaimed",
@@ -68,6 +73,7 @@ class Generation:
         "number",
         "result",
         "returned",
+        "sent",
         "stop_reason",
         "turn_over",
     )
@@ -84,6 +90,8 @@ class Generation:
         self.done = anyio.Event()
         self.turn_over = anyio.Event()
         self.returned = anyio.Event()
+        self.sent = anyio.Event()
+        """Set once the prompt's send attempt is over (answered, failed, or never made)."""
 
     @property
     def generation(self) -> int:
