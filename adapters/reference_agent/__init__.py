@@ -111,6 +111,8 @@ name                      scope  directive                              observab
 ``exit_at_startup[=CODE]`` run   —                                      one stderr line, exit CODE (1) before
                                                                         reading stdin
 ``no_initialize``         run    —                                      initialize is never answered
+``leak_env``              run    —                                      NAME=VALUE of secret-looking variables
+                                                                        (KEY, TOKEN, SECRET …) to stderr
 ``slow_start[=SECONDS]``  run    —                                      nothing read or written for SECONDS (2)
 ``auth_required``         run    —                                      authMethods [reference-login];
                                                                         session/new, load and prompt answer

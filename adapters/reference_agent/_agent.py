@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import posixpath
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -58,6 +59,8 @@ __all__ = ["AgentConfig", "ReferenceAgent", "serve"]
 log = logging.getLogger("acpfsm.reference_agent")
 
 AUTH_METHOD_ID = "reference-login"
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|NONCE", re.IGNORECASE)
+"""Names the ``leak_env`` fault prints."""
 EOF_DRAIN_SECONDS = 1.0
 """At stdin EOF, how long queued output may take to drain before the process exits."""
 
@@ -999,6 +1002,9 @@ async def serve(config: AgentConfig, *, stdin_fd: int = 0, stdout_fd: int = 1) -
     keeps the process alive after stdin ends (until a signal); ``exit_at_startup`` returns its
     status before anything is read.
     """
+    if "leak_env" in config.faults:
+        leaked = [f"{k}={v}" for k, v in sorted(os.environ.items()) if _SECRET_NAME.search(k)]
+        os.write(2, "".join(f"reference-agent env: {item}\n" for item in leaked).encode())
     if "exit_at_startup" in config.faults:
         code = int(config.faults.number("exit_at_startup"))
         log.error("exiting at startup with status %d (fault exit_at_startup)", code)

@@ -182,6 +182,13 @@ FAULTS: Mapping[str, FaultSpec] = {
             1,
         ),
         _spec(
+            "leak_env",
+            _R,
+            "at startup writes NAME=VALUE to stderr for each environment variable whose "
+            "name looks secret (KEY, TOKEN, SECRET, PASSWORD, NONCE …), as a careless "
+            "agent's debug output would",
+        ),
+        _spec(
             "no_initialize",
             _R,
             "initialize is read and never answered (every other request is)",

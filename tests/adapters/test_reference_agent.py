@@ -1006,3 +1006,13 @@ async def test_fs_fifo_huge_read_and_bad_paths_requests(tmp_path: Path) -> None:
     assert len(paths) == 6 and "\x00" in paths[0] and paths[2] == "relative.txt"
     assert len(paths[4].encode()) > 4096
     assert os.listdir(tmp_path / "ws") == []
+
+
+async def test_leak_env_prints_secret_looking_variables(tmp_path: Path) -> None:
+    env = {"MY_API_KEY": "sk-123456", "OTHER": "plain"}
+    async with spawn(tmp_path, "--fault", "leak_env", env=env) as agent:
+        await agent.initialize()
+        await agent.close_stdin()
+        assert await agent.wait() == 0
+    assert "reference-agent env: MY_API_KEY=sk-123456" in agent.stderr
+    assert "OTHER" not in agent.stderr

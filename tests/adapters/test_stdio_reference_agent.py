@@ -118,6 +118,7 @@ async def reference(
     permission_policy: PermissionPolicy = allow_first_permission_policy,
     initialize: bool = True,
     session: bool = True,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Agent]:
     """The reference agent behind a StdioTransport; on exit no process of it may be left."""
     workspace = tmp_path / "ws"
@@ -136,7 +137,12 @@ async def reference(
     ]
     pids: list[int] = []
     async with open_stdio_transport(
-        argv, cwd=workspace, config=config, shutdown=shutdown, permission_policy=permission_policy
+        argv,
+        cwd=workspace,
+        env=env,
+        config=config,
+        shutdown=shutdown,
+        permission_policy=permission_policy,
     ) as transport:
         assert transport.process is not None
         agent = Agent(transport, transport.process.pid, workspace, {})
@@ -866,6 +872,23 @@ async def test_symlink_race_through_the_reference_agent(
     assert report["inside_reads"] > 0 and sum(report["errors"].values()) > 0  # the race was on
 
 
+async def test_credentials_the_agent_prints_are_masked(tmp_path: Path, backend: str) -> None:
+    secret = "sk-test-" + uuid.uuid4().hex
+    env = {"MY_API_KEY": secret, "AUTH_TOKEN": secret[:12], "PLAIN": "not-a-secret-value"}
+    async with reference(tmp_path, backend, "leak_env", env=env) as agent:
+        t = agent.transport
+        await t.prompt("[[fault:crash]] bye", [], 1)
+        events = await drain(t)
+    error = next(e for e in events if isinstance(e, ErrorEvent))
+    last = events[-1]
+    assert isinstance(last, StreamDisconnected)
+    for quoted in (error.error, last.stderr_tail, t.stderr_tail()):
+        assert "reference-agent env: MY_API_KEY=***" in quoted
+        assert "reference-agent env: AUTH_TOKEN=***" in quoted
+        assert secret[:12] not in quoted
+    assert "PLAIN" not in last.stderr_tail  # the agent printed only secret-looking names
+
+
 COVERED = {
     "crash",  # test_crash_mid_turn_is_transport_death, test_spawn_child_…
     "hang",
@@ -885,6 +908,7 @@ COVERED = {
     "exit_at_startup",
     "no_initialize",
     "permission_reject_first",
+    "leak_env",
     "fs_traversal",  # test_hostile_fs_requests_are_refused, test_walk_refuses_…
     "fs_fifo",
     "fs_bad_paths",
