@@ -451,9 +451,9 @@ class Workspace:
                 except OSError as exc:
                     raise WorkspaceError(exc.strerror or str(exc), path=path) from None
                 try:
-                    child = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=current)
                     if created and private:
                         _chmod_dir(current, name)
+                    child = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=current)
                 except OSError as exc:
                     raise self._translate(exc, path, current, [name], followed=False) from None
                 os.close(current)

@@ -865,8 +865,8 @@ class StdioTransport:
         """An in-memory attachment the agent cannot take inline is saved under
         ``<workspace>/.acpfsm/attachments/<session>/`` (private, no link followed) and linked."""
         session = safe_component(self._session_id or "", "none")
-        name = safe_component(os.path.basename(att.name), att.attachment_id or "attachment")
-        name = safe_component(name, "attachment")
+        fallback = safe_component(att.attachment_id, "attachment")
+        name = safe_component(os.path.basename(att.name), fallback)
         parts = (".acpfsm", "attachments", session, name)
         data = att.data
         return await self._in_thread(

@@ -1,6 +1,6 @@
 """The transport's ``fs/*`` handlers and attachment saving under attack, through the real
 handlers: the test plays the agent over in-memory streams (``MemoryAgent``) and sends the
-requests a hostile agent would. The symlink-swap race runs against a flipper in another
+requests a hostile agent would (``ws``: see ``conftest.py``). The symlink-swap race runs against a flipper in another
 process (no shared GIL), once with ``openat2`` and once with the forced walk; no read may
 return and no write may land outside the workspace."""
 
@@ -37,34 +37,14 @@ from acpfsm.adapters.events import AgentEvent, ErrorEvent
 from acpfsm.adapters.transport import Attachment
 from acpfsm.adapters.workspace import Workspace, openat2_available
 
+from .test_acp_stdio import PipeReader, PipeWriter
+
 MiB = 1024 * 1024
 BOUND = 10.0
 needs_openat2 = pytest.mark.skipif(not openat2_available(), reason="kernel without openat2")
 RESOLVERS = [pytest.param("auto", marks=needs_openat2, id="openat2"), "walk"]
 
 Msg = dict[str, Any]
-
-
-class _Writer(anyio.abc.ByteSendStream):
-    def __init__(self, stream: MemoryObjectSendStream[bytes]) -> None:
-        self.stream = stream
-
-    async def send(self, item: bytes) -> None:
-        await self.stream.send(item)
-
-    async def aclose(self) -> None:
-        self.stream.close()
-
-
-class _Reader(anyio.abc.ByteReceiveStream):
-    def __init__(self, stream: MemoryObjectReceiveStream[bytes]) -> None:
-        self.stream = stream
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        return await self.stream.receive()
-
-    async def aclose(self) -> None:
-        self.stream.close()
 
 
 class MemoryAgent:
@@ -140,8 +120,8 @@ async def wired(
         async with anyio.create_task_group() as tg:
             tg.start_soon(agent.run)
             async with connect_stdio_transport(
-                _Reader(to_client_receive),
-                _Writer(to_agent_send),
+                PipeReader(to_client_receive),
+                PipeWriter(to_agent_send),
                 workspace=workspace,
                 config=config,
             ) as transport:
@@ -156,15 +136,6 @@ async def wired(
 def error_of(answer: Msg) -> tuple[int, str]:
     assert "error" in answer, answer
     return answer["error"]["code"], answer["error"]["message"]
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "inside.txt").write_text("inside\n")
-    (tmp_path / "outside.txt").write_text("OUTSIDE\n")
-    return root
 
 
 # ------------------------------------------------------------------------------ the race

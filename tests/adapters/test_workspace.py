@@ -1,7 +1,7 @@
 """``acpfsm.adapters.workspace``: paths resolved beneath the workspace's descriptor, with
 ``openat2`` and with the forced walk, regular files only, streamed reads, atomic bounded
 writes, private files. The same operations through the transport's ``fs/*`` handlers (and the
-symlink-swap race) are in ``test_stdio_fs.py``."""
+symlink-swap race) are in ``test_stdio_fs.py``; ``ws`` is in ``conftest.py``."""
 
 from __future__ import annotations
 
@@ -43,15 +43,6 @@ CAP = 16 * MiB
 
 needs_openat2 = pytest.mark.skipif(not openat2_available(), reason="kernel without openat2")
 RESOLVERS = [pytest.param("openat2", marks=needs_openat2), "walk"]
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "inside.txt").write_text("inside\n")
-    (tmp_path / "outside.txt").write_text("OUTSIDE\n")
-    return root
 
 
 @pytest.fixture(params=RESOLVERS)
