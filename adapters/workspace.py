@@ -10,8 +10,9 @@ once and resolves the rest of the path *beneath that descriptor*:
 - **openat2** (Linux ≥ 5.6, called through ``ctypes``: Python has no binding) with
   ``RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS``. The kernel resolves every component, ``..``
   and symbolic links included, and refuses (``EXDEV``) anything that would leave the
-  workspace at any moment of the walk. A link whose target stays inside the workspace works,
-  as real repositories need; an escape is :class:`~.errors.PathRefused`.
+  workspace at any moment of the walk. A relative link whose target stays inside the
+  workspace works, as real repositories need; an escape, and any link with an absolute target
+  (it would restart the walk at ``/``), is :class:`~.errors.PathRefused`.
 - **walk**, where ``openat2`` is missing (another OS, an old kernel: ``ENOSYS``; a seccomp
   filter: ``EPERM``) or forced (``resolver="walk"``): one ``openat`` per component with
   ``O_NOFOLLOW | O_DIRECTORY`` from the directory opened before. No symbolic link is ever
@@ -31,8 +32,8 @@ does not fail on them.
 created (``O_EXCL | O_NOFOLLOW``) in the target's directory through its descriptor, is
 ``fsync``'d and renamed over the target with ``renameat`` through the same descriptor; on any
 failure the temporary file is removed and the old content stays. An existing file keeps its
-permission bits; a final symbolic link is followed (openat2 resolver only) to the file it
-names inside the workspace, which is then replaced. Missing parent directories are created.
+permission bits; a final (relative) symbolic link is followed (openat2 resolver only) to the
+file it names inside the workspace, which is then replaced. Missing parent directories are created.
 Text holding a lone surrogate is :class:`~.errors.InvalidText`.
 
 **Private files** (:meth:`Workspace.save_private`, :func:`open_private`,
@@ -589,13 +590,9 @@ class Workspace:
                 raise WorkspaceError(exc.strerror or str(exc), path=path) from None
             finally:
                 os.close(directory)
-            if target.startswith("/"):
-                try:
-                    parts = self.relative_parts(target)
-                except PathRefused as exc:
-                    raise PathRefused(exc.reason, path=path) from None
-            else:
-                parts = [*parts[:-1], *_components(target)]
+            if target.startswith("/"):  # as the kernel judges it for a read: an escape
+                raise PathRefused("path is outside the workspace", path=path)
+            parts = [*parts[:-1], *_components(target)]
             if not parts or parts[-1] == "..":
                 raise NotRegularFile("not a regular file", path=path)
             create = False  # a link to a missing directory is not a reason to create it
