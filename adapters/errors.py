@@ -15,6 +15,13 @@ these at the boundary; callers never see a foreign exception type.
     ├── AgentRequestError            the agent answered a request with a JSON-RPC error object
     ├── AgentctlError                agentctl refused or failed an operation on its own account
     ├── SteerUnsupported             the transport cannot deliver a steer into a running turn
+    ├── WorkspaceError               a file operation on the agent's behalf failed (``path`` names it)
+    │   ├── PathRefused              malformed (NUL, relative, too long) or outside the workspace
+    │   │   └── SymlinkRefused       crosses a symbolic link where none may be followed
+    │   ├── NotRegularFile           a FIFO, device, socket or directory where a file is needed
+    │   ├── FileTooLarge             the text exceeds the configured size cap
+    │   ├── InvalidText              text that cannot be written as UTF-8 (a lone surrogate)
+    │   └── MissingFile              no such file (or a path component is not a directory)
     └── (runtime errors: see acpfsm.runtime.errors)
 
 Every error may carry ``execution_id`` (filled in by the runtime) so that a caller juggling
@@ -31,15 +38,22 @@ __all__ = [
     "AgentRequestError",
     "AgentctlError",
     "AuthenticationFailed",
+    "FileTooLarge",
+    "InvalidText",
     "LaunchSpecError",
     "LocalProtocolError",
+    "MissingFile",
+    "NotRegularFile",
+    "PathRefused",
     "ProtocolError",
     "RemoteProtocolError",
     "SteerUnsupported",
     "StreamNotConnected",
+    "SymlinkRefused",
     "TransportClosed",
     "TransportError",
     "TransportTimeout",
+    "WorkspaceError",
 ]
 
 
@@ -187,3 +201,61 @@ class AgentctlError(AcpfsmError):
         self.code = code
         self.status = status
         self.action = action
+
+
+class WorkspaceError(AcpfsmError):
+    """A file operation made on the agent's behalf (``fs/*``, a saved attachment) was refused
+    or failed. ``path`` is the path as it was asked for; ``reason`` says why in a few words
+    (``str()`` is ``"<reason>: <path>"``). The base class itself is an I/O failure (no
+    space, permission denied, timed out …)."""
+
+    path: str
+    reason: str
+
+    def __init__(self, reason: str, *, path: str = "", execution_id: str | None = None) -> None:
+        super().__init__(f"{reason}: {path!r}" if path else reason, execution_id=execution_id)
+        self.path = path
+        self.reason = reason
+
+
+class PathRefused(WorkspaceError):
+    """The path is malformed (NUL byte, relative, too long) or leads outside the workspace
+    (``..``, an absolute path elsewhere, a symbolic link whose target escapes)."""
+
+
+class SymlinkRefused(PathRefused):
+    """The path crosses a symbolic link where none may be followed (the resolver without
+    ``openat2``, saved attachments). ``link`` is the absolute path of the link."""
+
+    link: str
+
+    def __init__(
+        self, reason: str, *, path: str = "", link: str = "", execution_id: str | None = None
+    ) -> None:
+        super().__init__(reason, path=path, execution_id=execution_id)
+        self.link = link
+
+
+class NotRegularFile(WorkspaceError):
+    """The path names a FIFO, a device, a socket or a directory: only regular files are read
+    or replaced (so nothing can block on them)."""
+
+
+class FileTooLarge(WorkspaceError):
+    """The text to read or write exceeds the configured cap (``limit`` bytes)."""
+
+    limit: int
+
+    def __init__(
+        self, reason: str, *, path: str = "", limit: int = 0, execution_id: str | None = None
+    ) -> None:
+        super().__init__(reason, path=path, execution_id=execution_id)
+        self.limit = limit
+
+
+class InvalidText(WorkspaceError):
+    """Text that cannot be encoded as UTF-8 (it holds a lone surrogate)."""
+
+
+class MissingFile(WorkspaceError):
+    """No such file, or a component of the path is not a directory."""

@@ -46,6 +46,9 @@ which skips every line it cannot parse. Only failing to read the file itself is 
 missing file is simply "no history". Appending first terminates a torn last line, so a crash
 never glues the next entry onto a fragment.
 
+Privacy: history holds prompt text, so the files are created mode ``0600`` and the folders
+the store creates ``0700``, whatever the umask.
+
 File names: the session id with ``/`` and ``\\`` replaced by ``_`` (kandev's rule), plus
 ``.jsonl``. Without separators, ``..`` is only part of a file name, so every path is a direct
 child of ``root`` (``../../etc/passwd`` → ``.._.._etc_passwd.jsonl``). An empty id, or one
@@ -66,6 +69,7 @@ renders it truncated to 2000 characters like any user text).
 from __future__ import annotations
 
 import logging
+import os
 import pathlib
 import stat
 import threading
@@ -76,6 +80,7 @@ from typing import Any, Final, assert_never
 import msgspec
 
 from acpfsm.adapters.errors import AcpfsmError
+from acpfsm.adapters.workspace import make_private_dirs, open_private
 
 __all__ = [
     "RESUME_TEMPLATE",
@@ -309,8 +314,8 @@ class HistoryStore:
             ) from exc
         with self._lock:
             try:
-                self._root.mkdir(parents=True, exist_ok=True)
-                with path.open("a+b") as f:
+                make_private_dirs(self._root)
+                with os.fdopen(open_private(path, os.O_RDWR | os.O_APPEND), "a+b") as f:
                     end = f.seek(0, 2)
                     if end > 0:
                         f.seek(end - 1)

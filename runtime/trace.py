@@ -18,10 +18,13 @@ event          str     the event name (a past-tense fact)
 source         str     the state the transition left
 target         str     the state it entered (== source for a self-transition)
 =============  ======  ==================================================================
+
+The file is created mode ``0600`` (its missing folders ``0700``) whatever the umask.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +34,7 @@ import anyio
 import msgspec
 import sniffio
 
+from acpfsm.adapters.workspace import make_private_dirs, open_private
 from acpfsm.statecharts import TransitionObserver, TransitionRecord
 
 __all__ = ["Trace", "TraceRecord"]
@@ -69,8 +73,9 @@ class Trace:
         #: Called with every record as it is made (e.g. a live progress display).
         self.listeners: list[Callable[[TraceRecord], None]] = []
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("ab")
+            # private to the user: folders created 0700, the file created 0600
+            make_private_dirs(self.path.parent)
+            self._file = os.fdopen(open_private(self.path, os.O_WRONLY | os.O_APPEND), "ab")
 
     def observer(self, execution_id: str, *, instance: int = 0) -> TransitionObserver:
         def observe(record: TransitionRecord) -> None:

@@ -7,7 +7,10 @@
   (:data:`DEFAULT_INHERITED_ENV`), then the caller's ``env`` is laid over them. Pass
   ``inherit_env=()`` for an environment made only of ``env``.
 * **stderr** is drained by a task into a :class:`StderrRing` (last 64 KiB and 200 lines by
-  default) that errors quote; an agent that logs a lot never blocks on a full pipe.
+  default) that errors quote; an agent that logs a lot never blocks on a full pipe. The values
+  of the agent's secret-looking environment variables are masked in what the ring gives back
+  (:mod:`acpfsm.adapters.redaction`), so an agent that prints its credentials does not get
+  them into our errors, events or logs.
 * **Shutdown** (:meth:`AgentProcess.aclose`) escalates with bounded waits
   (:class:`ShutdownPolicy`): close stdin → wait → ``SIGTERM`` to the whole group → wait →
   ``SIGKILL`` to the group → wait. Once the direct child has exited, the group gets a final
@@ -31,6 +34,7 @@ import anyio.abc
 import msgspec
 
 from ..errors import TransportError
+from ..redaction import NO_REDACTION, Redactor, secret_values
 
 __all__ = [
     "DEFAULT_INHERITED_ENV",
@@ -74,9 +78,12 @@ DEFAULT_SHUTDOWN: Final = ShutdownPolicy()
 class StderrRing:
     """The last ``max_bytes`` / ``max_lines`` of a byte stream, split into lines."""
 
-    def __init__(self, max_bytes: int = 64 * 1024, max_lines: int = 200) -> None:
+    def __init__(
+        self, max_bytes: int = 64 * 1024, max_lines: int = 200, *, redact: Redactor = NO_REDACTION
+    ) -> None:
         self.max_bytes: Final = max_bytes
         self.max_lines: Final = max_lines
+        self._redact = redact
         self._lines: deque[bytes] = deque()
         self._size = 0
         self._partial = bytearray()
@@ -105,10 +112,11 @@ class StderrRing:
             self._size -= len(self._lines.popleft()) + 1
 
     def lines(self) -> list[str]:
+        """The kept lines, decoded, with the agent's secrets masked (:mod:`..redaction`)."""
         out = [line.decode("utf-8", "replace") for line in self._lines]
         if self._partial:
             out.append(self._partial.decode("utf-8", "replace"))
-        return out
+        return [self._redact(line) for line in out] if self._redact else out
 
     def tail(self, max_lines: int | None = None) -> str:
         lines = [line for line in self.lines() if line.strip()]
@@ -263,6 +271,7 @@ async def open_agent_process(
     it down (:meth:`AgentProcess.aclose`). Raises :class:`TransportError` if it cannot start."""
     if isinstance(argv, str | bytes) or not argv:
         raise TypeError("argv must be a non-empty sequence of strings (no shell)")
+    agent_env = build_agent_env(env, inherit_env=inherit_env)
     try:
         process = await anyio.open_process(
             list(argv),
@@ -270,12 +279,13 @@ async def open_agent_process(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=cwd,
-            env=build_agent_env(env, inherit_env=inherit_env),
+            env=agent_env,
             start_new_session=True,
         )
     except OSError as exc:
         raise TransportError(f"cannot start agent {argv[0]!r}: {exc.strerror or exc}") from None
-    ring = StderrRing(stderr_max_bytes, stderr_max_lines)
+    redact = Redactor(secret_values(agent_env))
+    ring = StderrRing(stderr_max_bytes, stderr_max_lines, redact=redact)
     agent = AgentProcess(process, argv, stderr=ring, shutdown=shutdown)
     try:
         async with anyio.create_task_group() as tg:

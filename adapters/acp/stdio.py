@@ -35,8 +35,18 @@ death every turn still owed an end first gets an ``ErrorEvent`` quoting the deat
 
 **Agent → client requests**: ``session/request_permission`` goes to the permission policy
 (default :func:`allow_first_permission_policy`); ``fs/read_text_file``/``fs/write_text_file``
-are confined to the workspace (symlinks resolved; outside → ``-32602``); ``terminal/*`` go to
-``terminal_handler`` or are refused with ``-32601`` (and the capability is not advertised).
+are served by :class:`~acpfsm.adapters.workspace.Workspace`: every path is resolved beneath
+the workspace's directory descriptor (``openat2``, else a walk that follows no link), only
+regular files are read or replaced, reads stream ``line``/``limit`` up to ``fs_max_read_bytes``,
+writes are atomic up to ``fs_max_write_bytes``, and each operation runs in a worker thread the
+transport abandons after ``fs_timeout`` or when it closes. A refusal is a JSON-RPC error to the
+agent: ``-32602`` for a bad path (NUL, relative, too long, outside, a refused symbolic link), a
+file that is not regular, too large or text that is not Unicode; ``-32002`` for a missing file;
+``-32603`` for any other failure (with ``data.details``). Unless ``fs_read``/``fs_write`` is
+set, the method answers ``-32601``. ``terminal/*`` go to ``terminal_handler`` or are refused
+with ``-32601`` (and the capability is not advertised). An in-memory attachment the agent
+cannot take inline is saved privately under ``<workspace>/.acpfsm/attachments/<session>/``
+through the same confinement, following no link.
 """
 
 from __future__ import annotations
@@ -47,14 +57,14 @@ import logging
 import os
 import pathlib
 import re
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from importlib import metadata
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
-import anyio.to_thread
 import msgspec
 from msgspec import Raw
 
@@ -62,10 +72,17 @@ from ..classify import PHRASE_LOAD_UNSUPPORTED
 from ..errors import (
     AcpfsmError,
     AgentRequestError,
+    FileTooLarge,
+    InvalidText,
     LocalProtocolError,
+    MissingFile,
+    NotRegularFile,
+    PathRefused,
     RemoteProtocolError,
     SteerUnsupported,
+    SymlinkRefused,
     TransportClosed,
+    WorkspaceError,
 )
 from ..events import (
     AgentCapabilities,
@@ -109,6 +126,7 @@ from ..transport import (
     allow_first_permission_policy,
     attachment_content,
 )
+from ..workspace import Resolver, Workspace, run_in_thread, safe_component
 from . import messages as acp
 from .jsonrpc import DEFAULT_MAX_LINE_BYTES, JsonRpcConnection, JsonRpcErrorReply, method_not_found
 from .process import (
@@ -132,6 +150,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 LOAD_UNSUPPORTED_MESSAGE: Final = PHRASE_LOAD_UNSUPPORTED
 
@@ -158,7 +178,19 @@ class StdioConfig(msgspec.Struct, frozen=True, kw_only=True):
     event_queue_limit: int = 131072
     """Undelivered events beyond this kill the transport (``notification queue overflow``)."""
     fs_read: bool = True
+    """Serve ``fs/read_text_file`` (and advertise it); else the method answers -32601."""
     fs_write: bool = True
+    """Serve ``fs/write_text_file`` (and advertise it); else the method answers -32601."""
+    fs_max_read_bytes: int = 16 * 1024 * 1024
+    """Most bytes of file text one ``fs/read_text_file`` returns; beyond, -32602 (the agent
+    reads in parts with ``line``/``limit``)."""
+    fs_max_write_bytes: int = 16 * 1024 * 1024
+    """Most bytes (UTF-8) one ``fs/write_text_file`` writes; beyond, -32602."""
+    fs_timeout: float = 30.0
+    """Bound of one fs operation (and of saving one attachment); then -32603."""
+    fs_resolver: Resolver = "auto"
+    """How paths are resolved beneath the workspace: ``auto`` (``openat2`` where the kernel
+    has it), ``walk`` (forced fallback: no symbolic link is followed) or ``openat2``."""
     suppress_replay: bool = True
     """Drop the history an agent replays during session/load (agentctl does)."""
     inline_media_limit: int = 8 * 1024 * 1024
@@ -310,6 +342,8 @@ class StdioTransport:
         self.config: Final = config
         self.process: Final = process
         self.workspace: Final = os.path.realpath(os.fspath(workspace))
+        self._files = Workspace(workspace, resolver=config.fs_resolver)
+        self._fs_limiter: anyio.CapacityLimiter | None = None
         self._permissions = PermissionPrompts(permission_policy)
         self._terminal_handler = terminal_handler
         self._conn = JsonRpcConnection(
@@ -847,15 +881,16 @@ class StdioTransport:
 
     async def _save_attachment(self, att: Attachment) -> str:
         """An in-memory attachment the agent cannot take inline is saved under
-        ``<workspace>/.acpfsm/attachments/<session>/`` and linked."""
-        folder = anyio.Path(self.workspace, ".acpfsm", "attachments", self._session_id or "none")
-        name = os.path.basename(att.name) or (att.attachment_id or "attachment")
-        try:
-            await folder.mkdir(parents=True, exist_ok=True)
-            await (folder / name).write_bytes(att.data)
-        except OSError as exc:
-            raise LocalProtocolError(f"cannot save attachment {att.name!r}: {exc}") from None
-        return str(folder / name)
+        ``<workspace>/.acpfsm/attachments/<session>/`` (private, no link followed) and linked."""
+        session = safe_component(self._session_id or "", "none")
+        fallback = safe_component(att.attachment_id, "attachment")
+        name = safe_component(os.path.basename(att.name), fallback)
+        parts = (".acpfsm", "attachments", session, name)
+        data = att.data
+        return await self._in_thread(
+            lambda cancelled: self._files.save_private(parts, data, cancelled=cancelled),
+            f"saving attachment {att.name!r}",
+        )
 
     # ------------------------------------------------------------------ turns
 
@@ -1262,53 +1297,61 @@ class StdioTransport:
         )
         return acp.RequestPermissionResponse(outcome=outcome)
 
-    def _confine(self, path: str) -> str:
-        """The real path of ``path`` if it lies inside the workspace (symlinks resolved)."""
-        if not os.path.isabs(path):
-            raise JsonRpcErrorReply(-32602, "Invalid params: path must be absolute", {"path": path})
-        real = os.path.realpath(path)
-        root = self.workspace
-        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
-            raise JsonRpcErrorReply(
-                -32602, "Invalid params: path is outside the workspace", {"path": path}
-            )
-        return real
+    async def _in_thread(self, func: Callable[[threading.Event], _T], what: str) -> _T:
+        """``func(cancelled)`` in a worker thread bounded by ``fs_timeout``, abandoned when
+        the caller is cancelled (at most four at a time per transport)."""
+        if self._fs_limiter is None:
+            self._fs_limiter = anyio.CapacityLimiter(4)
+        return await run_in_thread(
+            func, bound=self.config.fs_timeout, limiter=self._fs_limiter, what=what
+        )
+
+    async def _fs_call(self, method: str, func: Callable[[threading.Event], _T]) -> _T:
+        try:
+            return await self._in_thread(func, method)
+        except WorkspaceError as exc:
+            log.info("%s refused: %s: %.200r", method, exc.reason, exc.path)
+            raise _fs_error_reply(exc) from None
 
     async def _read_text_file(self, params: acp.ReadTextFileRequest) -> acp.ReadTextFileResponse:
-        def read() -> str:
-            real = self._confine(params.path)
-            with open(real, encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
-            if params.line is None and params.limit is None:
-                return text
-            lines = text.splitlines(keepends=True)
-            start = max((params.line or 1) - 1, 0)
-            stop = len(lines) if params.limit is None else start + max(params.limit, 0)
-            return "".join(lines[start:stop])
-
-        try:
-            content = await anyio.to_thread.run_sync(read)
-        except FileNotFoundError:
-            raise JsonRpcErrorReply(-32002, "Resource not found", {"uri": params.path}) from None
-        except OSError as exc:
-            raise JsonRpcErrorReply(
-                -32603, "Internal error", {"details": exc.strerror or str(exc)}
-            ) from None
+        config = self.config
+        content: str = await self._fs_call(
+            "fs/read_text_file",
+            lambda cancelled: self._files.read_text(
+                params.path,
+                line=params.line,
+                limit=params.limit,
+                max_bytes=config.fs_max_read_bytes,
+                cancelled=cancelled,
+            ),
+        )
         return acp.ReadTextFileResponse(content=content)
 
     async def _write_text_file(self, params: acp.WriteTextFileRequest) -> None:
-        def write() -> None:
-            real = self._confine(params.path)
-            os.makedirs(os.path.dirname(real), exist_ok=True)
-            with open(real, "w", encoding="utf-8") as handle:
-                handle.write(params.content)
+        config = self.config
+        await self._fs_call(
+            "fs/write_text_file",
+            lambda cancelled: self._files.write_text(
+                params.path,
+                params.content,
+                max_bytes=config.fs_max_write_bytes,
+                cancelled=cancelled,
+            ),
+        )
 
-        try:
-            await anyio.to_thread.run_sync(write)
-        except OSError as exc:
-            raise JsonRpcErrorReply(
-                -32603, "Internal error", {"details": exc.strerror or str(exc)}
-            ) from None
+
+def _fs_error_reply(exc: WorkspaceError) -> JsonRpcErrorReply:
+    """The JSON-RPC error an agent gets for a refused or failed fs operation."""
+    if isinstance(exc, MissingFile):
+        return JsonRpcErrorReply(-32002, "Resource not found", {"uri": exc.path})
+    if isinstance(exc, PathRefused | NotRegularFile | FileTooLarge | InvalidText):
+        data: dict[str, Any] = {"path": exc.path}
+        if isinstance(exc, SymlinkRefused):
+            data["symlink"] = exc.link
+        if isinstance(exc, FileTooLarge):
+            data["limit"] = exc.limit
+        return JsonRpcErrorReply(-32602, f"Invalid params: {exc.reason}", data)
+    return JsonRpcErrorReply(-32603, "Internal error", {"details": exc.reason, "path": exc.path})
 
 
 # ---------------------------------------------------------------------------------------- factories

@@ -42,6 +42,7 @@ import httpx
 
 from ..errors import AcpfsmError, LaunchSpecError
 from ..executor import AgentLaunch
+from ..redaction import Redactor, secret_values
 from ..transport import AgentTransport, PermissionPolicy, allow_first_permission_policy
 from .control import AgentctlConfig, ControlClient, InstanceClient
 from .transport import AgentctlTransport, McpHandler, open_agentctl_transport
@@ -145,6 +146,7 @@ class AgentctlExecutor:
                     config=self.config,
                     permission_policy=self.permission_policy,
                     mcp_handler=self.mcp_handler,
+                    redact=Redactor([*secret_values(env), self._nonce, token]),
                 ) as transport:
                     self.transports[execution_id] = transport
                     try:

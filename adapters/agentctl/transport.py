@@ -110,6 +110,7 @@ from ..events import (
     ToolUpdate,
     TurnStarted,
 )
+from ..redaction import NO_REDACTION, Redactor
 from ..transport import (
     AgentInfo,
     Attachment,
@@ -203,9 +204,11 @@ class AgentctlTransport:
         config: AgentctlConfig | None = None,
         permission_policy: PermissionPolicy = allow_first_permission_policy,
         mcp_handler: McpHandler | None = None,
+        redact: Redactor = NO_REDACTION,
     ) -> None:
         self.instance: Final = instance
         self.config: Final = config or instance.config
+        self._redact = redact
         self._permissions = PermissionPrompts(permission_policy)
         self._mcp_handler = mcp_handler
         self._conn: _Connection | None = None
@@ -605,7 +608,7 @@ class AgentctlTransport:
     def _exit_fatal(self, wire: _wire.WireEvent) -> _Fatal:
         data = wire.data or {}
         code = data.get("exit_code")
-        lines = [str(x) for x in data.get("recent_stderr") or () if isinstance(x, str)]
+        lines = [self._redact(x) for x in data.get("recent_stderr") or () if isinstance(x, str)]
         description = f"agent process exited with code {code}"
         message = f"peer disconnected before response: {description}"
         if lines:
@@ -951,12 +954,18 @@ async def open_agentctl_transport(
     config: AgentctlConfig | None = None,
     permission_policy: PermissionPolicy = allow_first_permission_policy,
     mcp_handler: McpHandler | None = None,
+    redact: Redactor = NO_REDACTION,
 ) -> AsyncIterator[AgentctlTransport]:
     """Dial ``instance``'s agent stream and yield a connected, not yet initialized
     :class:`AgentctlTransport`; leaving the block closes it (the instance itself is left to
-    its owner). A refused or failed first dial raises here, unwrapped."""
+    its owner). A refused or failed first dial raises here, unwrapped. ``redact`` masks
+    secrets in the agent's stderr that agentctl reports."""
     transport = AgentctlTransport(
-        instance, config=config, permission_policy=permission_policy, mcp_handler=mcp_handler
+        instance,
+        config=config,
+        permission_policy=permission_policy,
+        mcp_handler=mcp_handler,
+        redact=redact,
     )
     async with anyio.create_task_group() as tg:
         await tg.start(transport.run)

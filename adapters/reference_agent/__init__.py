@@ -66,6 +66,13 @@ Turn faults take effect right after the turn's first ``agent_message_chunk``; gi
 flag they apply to every turn, given as a ``[[fault:NAME]]`` / ``[[fault:NAME=ARG]]``
 directive to that prompt only. Run faults are flags/env only.
 
+The ``fs_*`` faults play a hostile agent against the client's ``fs/*`` methods: each plants
+what it needs (files outside the workspace go to a fresh temporary directory; links, FIFOs
+and sparse files to hidden ``.acpfsm-*`` names in the workspace), removes it afterwards, and
+reports what it saw as the ``rawOutput`` of a tool call ``Probe the client (NAME)``
+(``{fault, requests, answered, escaped, errors: {"<code> <message>": count}, …}``) and as a
+sentence of the reply (``NAME: 6 requests, 0 answered, 6 refused (…), 0 escaped.``).
+
 ========================  =====  =====================================  ==========================================
 name                      scope  directive                              observable effect
 ========================  =====  =====================================  ==========================================
@@ -85,6 +92,27 @@ name                      scope  directive                              observab
                                                                         (default 5000); turn completes
 ``close_stdout``          turn   ``[[fault:close_stdout]]``             stdout reaches EOF; process lives until
                                                                         stdin EOF, then exits 0
+``non_utf8``              turn   ``[[fault:non_utf8]]``                 one session/update line with bytes that
+                                                                        are not UTF-8; turn completes
+``permission_reject_first`` (turn, ``[[fault:permission_reject_first]]``): permission options
+                                                                        listed reject first (reject_once,
+                                                                        reject_always, allow_once, allow_always)
+``fs_traversal``          turn   ``[[fault:fs_traversal]]``             fs/* asked for paths outside the
+                                                                        workspace (``..``, absolute, the sibling
+                                                                        ``<cwd>-evil``, planted links); reported
+``fs_symlink_race[=S]``   turn   ``[[fault:fs_symlink_race=2]]``        a directory swapped with a link to outside
+                                                                        while read and written through for S
+                                                                        seconds (1); reported
+``fs_fifo``               turn   ``[[fault:fs_fifo]]``                  a planted FIFO read and written; reported
+``fs_huge_read[=MIB]``    turn   ``[[fault:fs_huge_read=50]]``          a sparse MIB MiB file (200) read with
+                                                                        ``limit: 1``, then whole; reported
+``fs_bad_paths``          turn   ``[[fault:fs_bad_paths]]``             a NUL byte, a relative path, a path over
+                                                                        4096 bytes, read and written; reported
+``exit_at_startup[=CODE]`` run   —                                      one stderr line, exit CODE (1) before
+                                                                        reading stdin
+``no_initialize``         run    —                                      initialize is never answered
+``leak_env``              run    —                                      NAME=VALUE of secret-looking variables
+                                                                        (KEY, TOKEN, SECRET …) to stderr
 ``slow_start[=SECONDS]``  run    —                                      nothing read or written for SECONDS (2)
 ``auth_required``         run    —                                      authMethods [reference-login];
                                                                         session/new, load and prompt answer

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import posixpath
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from msgspec import UNSET, UnsetType
 
 from . import _wire as w
 from ._faults import Faults, other_rollout_id
+from ._hostile import HOSTILE_FS_FAULTS, run_probe
 from ._io import LineReader, Outbox
 from ._script import (
     DEFAULT_MODE,
@@ -57,6 +59,8 @@ __all__ = ["AgentConfig", "ReferenceAgent", "serve"]
 log = logging.getLogger("acpfsm.reference_agent")
 
 AUTH_METHOD_ID = "reference-login"
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|NONCE", re.IGNORECASE)
+"""Names the ``leak_env`` fault prints."""
 EOF_DRAIN_SECONDS = 1.0
 """At stdin EOF, how long queued output may take to drain before the process exits."""
 
@@ -207,6 +211,8 @@ _PERMISSION_OPTIONS = [
     {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
     {"optionId": "reject_always", "name": "Always reject", "kind": "reject_always"},
 ]
+
+_REJECT_FIRST = [_PERMISSION_OPTIONS[i] for i in (2, 3, 0, 1)]
 
 _COMMANDS = [
     w.CommandInfo(name="help", description="List the reference agent's prompt directives"),
@@ -378,6 +384,9 @@ class ReferenceAgent:
 
     async def _initialize(self, rid: w.JsonId, params: msgspec.Raw | UnsetType) -> None:
         p = w.decode_params(params, w.InitializeParams)
+        if "no_initialize" in self._faults:
+            log.info("initialize %r left unanswered (fault no_initialize)", rid)
+            return
         self._client = p.client_capabilities
         version = p.protocol_version if "echo_version" in self._faults else w.PROTOCOL_VERSION
         if p.protocol_version != w.PROTOCOL_VERSION:
@@ -783,7 +792,9 @@ class ReferenceAgent:
                 "status": "pending",
                 "rawInput": raw_input,
             },
-            "options": _PERMISSION_OPTIONS,
+            "options": (
+                _REJECT_FIRST if "permission_reject_first" in turn.faults else _PERMISSION_OPTIONS
+            ),
         }
         try:
             raw = await self._call("session/request_permission", params)
@@ -907,6 +918,18 @@ class ReferenceAgent:
         log.info("turn %s: injecting faults %s", turn.request_id, ", ".join(faults.describe()))
         if "garbage" in faults:
             await self._out.send(b"reference-agent: this line is not JSON {\n")
+        if "non_utf8" in faults:
+            update = w.encode_update(w.AgentMessageChunk(content=w.TextContent("@@BYTES@@")))
+            line = w.encode(
+                w.NotificationMessage(
+                    method="session/update",
+                    params=w.SessionUpdateParams(session_id=session.id, update=update),
+                )
+            )
+            await self._out.send(line.replace(b"@@BYTES@@", b"not UTF-8: \xff\xfe\xc3("))
+        for fault in HOSTILE_FS_FAULTS:
+            if fault in faults:
+                await self._hostile_fs(session, turn, fault)
         if "oversized" in faults:
             size = int(faults.number("oversized"))
             # A valid session/update line whose length is size + 1 (more than `size`).
@@ -952,13 +975,39 @@ class ReferenceAgent:
             log.info("turn %s stalls until cancelled or steered (fault stall)", turn.request_id)
             await anyio.sleep_forever()
 
+    async def _hostile_fs(self, session: _Session, turn: _Turn, fault: str) -> None:
+        """Run a hostile fs probe; report it as a tool call and a sentence of the reply."""
+        tid = f"call_{turn.number}_{fault}"
+        await self._tool_start(session, turn, tid, f"Probe the client ({fault})", "other", {})
+        result = await run_probe(
+            fault, self._call, session.id, session.cwd, turn.faults.number(fault)
+        )
+        log.info("%s", result.sentence())
+        await self._emit(
+            session,
+            turn,
+            w.ToolCallUpdate(tool_call_id=tid, status="completed", raw_output=result.as_dict()),
+        )
+        turn.open_tool = None
+        await self._emit(
+            session, turn, w.AgentMessageChunk(content=w.TextContent(" " + result.sentence()))
+        )
+
 
 async def serve(config: AgentConfig, *, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     """Run the agent on two file descriptors until stdin ends; return the exit status.
 
     Works under trio and asyncio. ``slow_start`` sleeps before stdin is read; ``ignore_eof``
-    keeps the process alive after stdin ends (until a signal).
+    keeps the process alive after stdin ends (until a signal); ``exit_at_startup`` returns its
+    status before anything is read.
     """
+    if "leak_env" in config.faults:
+        leaked = [f"{k}={v}" for k, v in sorted(os.environ.items()) if _SECRET_NAME.search(k)]
+        os.write(2, "".join(f"reference-agent env: {item}\n" for item in leaked).encode())
+    if "exit_at_startup" in config.faults:
+        code = int(config.faults.number("exit_at_startup"))
+        log.error("exiting at startup with status %d (fault exit_at_startup)", code)
+        return code
     if "slow_start" in config.faults:
         seconds = config.faults.number("slow_start")
         log.info("slow start: sleeping %.3gs before reading stdin", seconds)

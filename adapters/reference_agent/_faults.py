@@ -126,6 +126,74 @@ FAULTS: Mapping[str, FaultSpec] = {
             "process keeps running; it exits 0 on stdin EOF",
         ),
         _spec(
+            "non_utf8",
+            _T,
+            "after the first chunk one session/update line whose text holds bytes that are "
+            "not UTF-8 is written; the turn then completes normally",
+        ),
+        _spec(
+            "permission_reject_first",
+            _T,
+            "permission requests list their options reject first: reject_once, "
+            "reject_always, allow_once, allow_always",
+        ),
+        _spec(
+            "fs_traversal",
+            _T,
+            "after the first chunk fs/read_text_file and fs/write_text_file are asked for "
+            "paths outside the workspace (.., an absolute path, the sibling <cwd>-evil, "
+            "planted links to outside); the result is reported (rawOutput of a tool call "
+            "and a sentence of the reply: requests, answered, refused, escaped)",
+        ),
+        _spec(
+            "fs_symlink_race",
+            _T,
+            "after the first chunk a workspace directory is swapped back to back with a "
+            "link to outside while the client is asked to read and write through it for "
+            "SECONDS (default 1); reported like fs_traversal",
+            "float",
+            1.0,
+        ),
+        _spec(
+            "fs_fifo",
+            _T,
+            "after the first chunk a FIFO planted in the workspace is read and written "
+            "through the client (a blocking open would hang the client); reported",
+        ),
+        _spec(
+            "fs_huge_read",
+            _T,
+            "after the first chunk a sparse file of MIB MiB (default 200) is read with "
+            "limit 1, then whole; reported (rawOutput first_line, whole_characters)",
+            "int",
+            200,
+        ),
+        _spec(
+            "fs_bad_paths",
+            _T,
+            "after the first chunk a path with a NUL byte, a relative path and one over "
+            "4096 bytes are read and written through the client; reported",
+        ),
+        _spec(
+            "exit_at_startup",
+            _R,
+            "writes one line to stderr and exits with status CODE (default 1) before reading stdin",
+            "int",
+            1,
+        ),
+        _spec(
+            "leak_env",
+            _R,
+            "at startup writes NAME=VALUE to stderr for each environment variable whose "
+            "name looks secret (KEY, TOKEN, SECRET, PASSWORD, NONCE …), as a careless "
+            "agent's debug output would",
+        ),
+        _spec(
+            "no_initialize",
+            _R,
+            "initialize is read and never answered (every other request is)",
+        ),
+        _spec(
             "slow_start",
             _R,
             "sleeps SECONDS (default 2) before reading stdin or writing anything",

@@ -7,9 +7,11 @@ Every process is started in its own process group and killed (group-wide) in ``f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -35,6 +37,16 @@ from acpfsm.adapters.reference_agent import (
 from acpfsm.adapters.reference_agent._script import parse_directives
 
 Msg = dict[str, Any]
+
+
+class Refuse(Exception):
+    """Returned by an ``on_request`` callback: answer the agent's request with this error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code} {message}")
+        self.code = code
+        self.message = message
+
 
 TIMEOUT = 5.0
 MAX_LINE = 32 * 1024 * 1024
@@ -98,7 +110,8 @@ class Peer:
     ) -> tuple[list[Msg], Msg]:
         """Read until the answer to ``rid``; return (session/update payloads, answer).
 
-        Agent requests are answered with ``on_request(msg)`` (a result), or refused."""
+        Agent requests are answered with ``on_request(msg)`` (a result, or a :class:`Refuse`:
+        an error), or refused with -32601 when there is no callback."""
         updates: list[Msg] = []
         while True:
             msg = await self.recv()
@@ -116,7 +129,12 @@ class Peer:
                         }
                     )
                 else:
-                    await self.send({"jsonrpc": "2.0", "id": msg["id"], "result": on_request(msg)})
+                    answer = on_request(msg)
+                    if isinstance(answer, Refuse):
+                        error = {"code": answer.code, "message": answer.message}
+                        await self.send({"jsonrpc": "2.0", "id": msg["id"], "error": error})
+                    else:
+                        await self.send({"jsonrpc": "2.0", "id": msg["id"], "result": answer})
             else:
                 raise AssertionError(f"unexpected message {msg}")
 
@@ -842,3 +860,167 @@ async def test_spawn_child_orphan_is_reaped_by_group_kill(tmp_path: Path) -> Non
                     break
                 await anyio.sleep(0.01)
         assert _gone(child)
+
+
+async def test_non_utf8_bytes_on_stdout(tmp_path: Path) -> None:
+    async with spawn(tmp_path) as agent:
+        await agent.initialize()
+        sid = await agent.new_session()
+        rid = await agent.prompt(sid, "[[fault:non_utf8]] hi")
+        await agent.until_update("agent_message_chunk")
+        line = await agent.read_line()
+        assert b"\xff\xfe" in line and b'"session/update"' in line
+        with pytest.raises(UnicodeDecodeError):
+            line.decode("utf-8")
+        _, answer = await agent.until_response(rid)
+        assert answer["result"] == {"stopReason": "end_turn"}
+
+
+async def test_exit_at_startup(tmp_path: Path) -> None:
+    async with spawn(tmp_path, "--fault", "exit_at_startup=5") as agent:
+        assert await agent.stdout_eof()
+        assert await agent.wait() == 5
+        assert "exiting at startup with status 5 (fault exit_at_startup)" in agent.stderr
+
+
+async def test_no_initialize_is_never_answered(tmp_path: Path) -> None:
+    async with spawn(tmp_path, "--fault", "no_initialize") as agent:
+        await agent.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        with anyio.move_on_after(0.3) as scope:
+            await agent.recv()
+        assert scope.cancelled_caught  # nothing arrives
+        assert await agent.new_session()  # every other request is answered
+        await agent.close_stdin()
+        assert await agent.wait() == 0
+
+
+async def test_permission_options_reject_first(tmp_path: Path) -> None:
+    async with spawn(tmp_path) as agent:
+        await agent.initialize()
+        sid = await agent.new_session()
+        asked: list[Msg] = []
+
+        def first_option(msg: Msg) -> Any:
+            asked.append(msg["params"])
+            option = msg["params"]["options"][0]["optionId"]
+            return {"outcome": {"outcome": "selected", "optionId": option}}
+
+        rid = await agent.prompt(sid, "[[fault:permission_reject_first]] [[permission]] rm it")
+        updates, answer = await agent.until_response(rid, first_option)
+        assert answer["result"] == {"stopReason": "end_turn"}
+        kinds_offered = [o["kind"] for o in asked[0]["options"]]
+        assert kinds_offered == ["reject_once", "reject_always", "allow_once", "allow_always"]
+        assert "Permission denied" in text_of(updates)
+
+
+def probe_report(updates: list[Msg]) -> Msg:
+    """The ``rawOutput`` of the hostile fs probe's tool call."""
+    outputs = [
+        u["rawOutput"]
+        for u in updates
+        if u["sessionUpdate"] == "tool_call_update" and "rawOutput" in u
+    ]
+    assert len(outputs) == 1, updates
+    return outputs[0]  # type: ignore[no-any-return]
+
+
+def naive_fs(msg: Msg) -> Any:
+    """A client that trusts the agent: reads and writes whatever path it is given."""
+    params = msg["params"]
+    path = params["path"]
+    try:
+        if msg["method"] == "fs/read_text_file":
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return {"content": handle.read()}
+        assert msg["method"] == "fs/write_text_file"
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(params["content"])
+        return None
+    except (OSError, ValueError) as exc:
+        return Refuse(-32603, str(exc))
+
+
+def refuse_all(msg: Msg) -> Any:
+    return Refuse(-32602, "Invalid params: refused")
+
+
+async def test_fs_traversal_counts_what_escaped(tmp_path: Path) -> None:
+    async with spawn(tmp_path) as agent:
+        await agent.initialize(fs={"readTextFile": True, "writeTextFile": True})
+        sid = await agent.new_session()
+        rid = await agent.prompt(sid, "[[fault:fs_traversal]] look around")
+        updates, answer = await agent.until_response(rid, refuse_all)
+        assert answer["result"] == {"stopReason": "end_turn"}
+        report = probe_report(updates)
+        assert report == {
+            "fault": "fs_traversal",
+            "requests": 12,
+            "answered": 0,
+            "escaped": 0,
+            "errors": {"-32602 Invalid params: refused": 12},
+        }
+        assert "fs_traversal: 12 requests, 0 answered, 12 refused" in text_of(updates)
+        # a client that trusts the agent: every request reaches outside
+        rid = await agent.prompt(sid, "[[fault:fs_traversal]] again")
+        updates, _ = await agent.until_response(rid, naive_fs)
+        assert probe_report(updates)["escaped"] >= 10
+    assert sorted(os.listdir(tmp_path)) == ["agent.stderr", "sessions", "ws"]  # cleaned up
+    assert os.listdir(tmp_path / "ws") == []
+
+
+async def test_fs_symlink_race_swaps_while_asking(tmp_path: Path) -> None:
+    async with spawn(tmp_path) as agent:
+        await agent.initialize(fs={"readTextFile": True, "writeTextFile": True})
+        sid = await agent.new_session()
+        rid = await agent.prompt(sid, "[[fault:fs_symlink_race=0.5]] race")
+        updates, answer = await agent.until_response(rid, naive_fs)
+        assert answer["result"] == {"stopReason": "end_turn"}
+        report = probe_report(updates)
+        assert report["reads"] > 0 and report["swaps"] > 0
+        assert report["requests"] == report["reads"] + report["writes"]
+        assert report["escaped"] > 0  # a client that opens by path is beaten by the race
+    assert os.listdir(tmp_path / "ws") == []
+
+
+async def test_fs_fifo_huge_read_and_bad_paths_requests(tmp_path: Path) -> None:
+    seen: list[tuple[str, str, Msg]] = []
+
+    def record(msg: Msg) -> Any:
+        path = msg["params"]["path"]
+        kind = ""
+        if os.path.isabs(path) and "\x00" not in path and len(path) < 4096:
+            with contextlib.suppress(OSError):
+                mode = os.lstat(path).st_mode
+                kind = "fifo" if stat.S_ISFIFO(mode) else f"file of {os.lstat(path).st_size}"
+        seen.append((msg["method"], kind, msg["params"]))
+        return Refuse(-32602, "Invalid params: refused")
+
+    async with spawn(tmp_path) as agent:
+        await agent.initialize(fs={"readTextFile": True, "writeTextFile": True})
+        sid = await agent.new_session()
+        for fault in ("fs_fifo", "fs_huge_read=20", "fs_bad_paths"):
+            rid = await agent.prompt(sid, f"[[fault:{fault}]] probe")
+            updates, answer = await agent.until_response(rid, record)
+            assert answer["result"] == {"stopReason": "end_turn"}
+            assert probe_report(updates)["escaped"] == 0
+    fifo, huge, bad = seen[:2], seen[2:4], seen[4:]
+    assert [(m, k) for m, k, _ in fifo] == [
+        ("fs/read_text_file", "fifo"),
+        ("fs/write_text_file", "fifo"),
+    ]
+    assert [k for _, k, _ in huge] == [f"file of {20 * 1024 * 1024}"] * 2
+    assert huge[0][2]["limit"] == 1 and "limit" not in huge[1][2]
+    paths = [p["path"] for _, _, p in bad]
+    assert len(paths) == 6 and "\x00" in paths[0] and paths[2] == "relative.txt"
+    assert len(paths[4].encode()) > 4096
+    assert os.listdir(tmp_path / "ws") == []
+
+
+async def test_leak_env_prints_secret_looking_variables(tmp_path: Path) -> None:
+    env = {"MY_API_KEY": "sk-123456", "OTHER": "plain"}
+    async with spawn(tmp_path, "--fault", "leak_env", env=env) as agent:
+        await agent.initialize()
+        await agent.close_stdin()
+        assert await agent.wait() == 0
+    assert "reference-agent env: MY_API_KEY=sk-123456" in agent.stderr
+    assert "OTHER" not in agent.stderr

@@ -118,6 +118,7 @@ async def reference(
     permission_policy: PermissionPolicy = allow_first_permission_policy,
     initialize: bool = True,
     session: bool = True,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Agent]:
     """The reference agent behind a StdioTransport; on exit no process of it may be left."""
     workspace = tmp_path / "ws"
@@ -136,7 +137,12 @@ async def reference(
     ]
     pids: list[int] = []
     async with open_stdio_transport(
-        argv, cwd=workspace, config=config, shutdown=shutdown, permission_policy=permission_policy
+        argv,
+        cwd=workspace,
+        env=env,
+        config=config,
+        shutdown=shutdown,
+        permission_policy=permission_policy,
     ) as transport:
         assert transport.process is not None
         agent = Agent(transport, transport.process.pid, workspace, {})
@@ -713,6 +719,176 @@ async def test_spawn_child_does_not_survive_a_crash(tmp_path: Path, backend: str
         assert await _gone(child)
 
 
+# ------------------------------------------------------------------------------ hostile agents
+
+
+async def test_non_utf8_output_is_a_protocol_error_and_survived(
+    tmp_path: Path, backend: str
+) -> None:
+    async with reference(tmp_path, backend) as agent:
+        t = agent.transport
+        await t.prompt("[[fault:non_utf8]] e", [], 1)
+        events = await until(t, ends(1))
+        problems = [e.error for e in events if isinstance(e, ProtocolErrorEvent)]
+        assert problems == ["invalid session/update: Invalid UTF-8 encoded string"]
+        assert said(events) == reply_for("e")  # the undecodable chunk was dropped
+        assert turn_ends(events) == [("complete", 1, "end_turn")]
+        assert t.is_connected()
+
+
+async def test_exit_at_startup_is_a_typed_transport_death(tmp_path: Path, backend: str) -> None:
+    async with reference(tmp_path, backend, "exit_at_startup=5", initialize=False) as agent:
+        t = agent.transport
+        with anyio.fail_after(BOUND), pytest.raises(TransportClosed) as caught:
+            await t.initialize()
+        assert "agent process exited with code 5" in str(caught.value)
+        assert "fault exit_at_startup" in caught.value.stderr_tail
+        assert classify_error(caught.value, call=Call.INITIALIZE).transport_dead
+        last = (await drain(t))[-1]
+        assert isinstance(last, StreamDisconnected) and last.exit_code == 5
+
+
+async def test_an_unanswered_initialize_is_bounded_by_the_caller(
+    tmp_path: Path, backend: str
+) -> None:
+    async with reference(tmp_path, backend, "no_initialize", initialize=False) as agent:
+        t = agent.transport
+        with anyio.move_on_after(0.3) as scope:
+            await t.initialize()
+        assert scope.cancelled_caught and t.capabilities is None
+        assert t.is_connected()
+        with anyio.fail_after(BOUND):
+            await t.aclose()  # no hang; the context manager checks the process is gone
+
+
+async def test_permission_options_listed_reject_first(tmp_path: Path, backend: str) -> None:
+    asked: list[PermissionRequest] = []
+
+    async def first_listed(request: PermissionRequest) -> str | None:
+        asked.append(request)
+        return request.permission_options[0].option_id
+
+    async with reference(tmp_path, backend, permission_policy=first_listed) as agent:
+        t = agent.transport
+        await t.prompt("[[fault:permission_reject_first]] [[permission]] rm -rf /", [], 1)
+        events = await until(t, ends(1))
+    assert [o.kind for o in asked[0].permission_options] == [
+        "reject_once",
+        "reject_always",
+        "allow_once",
+        "allow_always",
+    ]
+    assert "Permission denied for Run `echo rm -rf /`." in said(events)
+    assert turn_ends(events) == [("complete", 1, "end_turn")]
+
+
+def probe(events: list[AgentEvent]) -> dict[str, Any]:
+    """The hostile fs probe's report (its tool call's raw output)."""
+    reports = [e.raw_output for e in events if isinstance(e, ToolUpdate) and e.raw_output]
+    assert len(reports) == 1, reports
+    report = reports[0]
+    assert isinstance(report, dict)
+    return report
+
+
+HOSTILE = [
+    # fault, resolver, expected errors (message → count)
+    ("fs_traversal", "auto", {"-32602 Invalid params: path is outside the workspace": 12}),
+    ("fs_fifo", "auto", {"-32602 Invalid params: not a regular file": 2}),
+    ("fs_fifo", "walk", {"-32602 Invalid params: not a regular file": 2}),
+    (
+        "fs_bad_paths",
+        "auto",
+        {
+            "-32602 Invalid params: path contains a NUL byte": 2,
+            "-32602 Invalid params: path must be absolute": 2,
+            "-32602 Invalid params: path is too long (over 4095 bytes)": 2,
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("fault", "resolver", "errors"), HOSTILE, ids=[h[0] + "-" + h[1] for h in HOSTILE]
+)
+async def test_hostile_fs_requests_are_refused(
+    tmp_path: Path, backend: str, fault: str, resolver: str, errors: dict[str, int]
+) -> None:
+    config = StdioConfig(cancel_timeout=0.5, exit_grace=0.3, fs_resolver=resolver)  # type: ignore[arg-type]
+    async with reference(tmp_path, backend, config=config) as agent:
+        t = agent.transport
+        await t.prompt(f"[[fault:{fault}]] probe", [], 1)
+        events = await until(t, ends(1))
+        report = probe(events)
+        assert (report["escaped"], report["answered"], report["errors"]) == (0, 0, errors)
+        assert turn_ends(events) == [("complete", 1, "end_turn")]
+        assert f"{fault}: {sum(errors.values())} requests, 0 answered" in said(events)
+        with anyio.fail_after(BOUND):
+            await t.aclose()
+    assert os.listdir(agent.workspace) == []
+
+
+async def test_walk_refuses_the_planted_links_naming_them(tmp_path: Path, backend: str) -> None:
+    config = StdioConfig(cancel_timeout=0.5, exit_grace=0.3, fs_resolver="walk")
+    async with reference(tmp_path, backend, config=config) as agent:
+        t = agent.transport
+        await t.prompt("[[fault:fs_traversal]] probe", [], 1)
+        report = probe(await until(t, ends(1)))
+    assert report["escaped"] == 0 and report["answered"] == 0
+    links = {
+        key for key in report["errors"] if key.startswith("-32602 Invalid params: path crosses")
+    }
+    names = sorted(key.rsplit("/", 1)[1] for key in links)
+    assert names == [".acpfsm-escape-dir)", ".acpfsm-escape-file)", ".acpfsm-escape-rel)"]
+
+
+async def test_huge_read_with_limit_1_and_whole(tmp_path: Path, backend: str) -> None:
+    async with reference(tmp_path, backend) as agent:
+        t = agent.transport
+        await t.prompt("[[fault:fs_huge_read]] probe", [], 1)  # 200 MiB, sparse
+        report = probe(await until(t, ends(1)))
+    assert report["first_line"] == "the first line of a sparse file\n"
+    assert report["whole_characters"] is None and report["escaped"] == 0
+    [(error, count)] = report["errors"].items()
+    assert error.startswith("-32602 Invalid params: the text is over the 16777216-byte read")
+    assert count == 1
+
+
+@pytest.mark.parametrize("resolver", ["auto", "walk"])
+async def test_symlink_race_through_the_reference_agent(
+    tmp_path: Path, backend: str, resolver: str
+) -> None:
+    config = StdioConfig(cancel_timeout=0.5, exit_grace=0.3, fs_resolver=resolver)  # type: ignore[arg-type]
+    async with reference(tmp_path, backend, config=config) as agent:
+        t = agent.transport
+        await t.prompt("[[fault:fs_symlink_race=1]] race", [], 1)
+        with anyio.fail_after(BOUND):
+            report = probe(await until(t, ends(1)))
+    print(
+        f"{resolver}: {report['reads']} reads, {report['writes']} writes, {report['escaped']} escaped"
+    )
+    assert report["escaped"] == 0
+    assert report["reads"] > 20 and report["swaps"] > 0
+    assert report["inside_reads"] > 0 and sum(report["errors"].values()) > 0  # the race was on
+
+
+async def test_credentials_the_agent_prints_are_masked(tmp_path: Path, backend: str) -> None:
+    secret = "sk-test-" + uuid.uuid4().hex
+    env = {"MY_API_KEY": secret, "AUTH_TOKEN": secret[:12], "PLAIN": "not-a-secret-value"}
+    async with reference(tmp_path, backend, "leak_env", env=env) as agent:
+        t = agent.transport
+        await t.prompt("[[fault:crash]] bye", [], 1)
+        events = await drain(t)
+    error = next(e for e in events if isinstance(e, ErrorEvent))
+    last = events[-1]
+    assert isinstance(last, StreamDisconnected)
+    for quoted in (error.error, last.stderr_tail, t.stderr_tail()):
+        assert "reference-agent env: MY_API_KEY=***" in quoted
+        assert "reference-agent env: AUTH_TOKEN=***" in quoted
+        assert secret[:12] not in quoted
+    assert "PLAIN" not in last.stderr_tail  # the agent printed only secret-looking names
+
+
 COVERED = {
     "crash",  # test_crash_mid_turn_is_transport_death, test_spawn_child_…
     "hang",
@@ -729,6 +905,16 @@ COVERED = {
     "ignore_eof",
     "spawn_child",
     "echo_version",  # test_reference_agent::test_echo_version_…, conform's version_negotiation
+    "non_utf8",
+    "exit_at_startup",
+    "no_initialize",
+    "permission_reject_first",
+    "leak_env",
+    "fs_traversal",  # test_hostile_fs_requests_are_refused, test_walk_refuses_…
+    "fs_fifo",
+    "fs_bad_paths",
+    "fs_huge_read",
+    "fs_symlink_race",
     *(shape[0] for shape in LOAD_SHAPES),
 }
 

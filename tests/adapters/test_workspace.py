@@ -1,0 +1,463 @@
+"""``acpfsm.adapters.workspace``: paths resolved beneath the workspace's descriptor, with
+``openat2`` and with the forced walk, regular files only, streamed reads, atomic bounded
+writes, private files. The same operations through the transport's ``fs/*`` handlers (and the
+symlink-swap race) are in ``test_stdio_fs.py``; ``ws`` is in ``conftest.py``."""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import signal
+import socket
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from acpfsm.adapters import workspace as workspace_module
+from acpfsm.adapters.errors import (
+    FileTooLarge,
+    InvalidText,
+    MissingFile,
+    NotRegularFile,
+    PathRefused,
+    SymlinkRefused,
+    WorkspaceError,
+)
+from acpfsm.adapters.workspace import (
+    CHUNK_BYTES,
+    Workspace,
+    make_private_dirs,
+    open_private,
+    openat2_available,
+    run_in_thread,
+    safe_component,
+)
+
+MiB = 1024 * 1024
+CAP = 16 * MiB
+
+needs_openat2 = pytest.mark.skipif(not openat2_available(), reason="kernel without openat2")
+RESOLVERS = [pytest.param("openat2", marks=needs_openat2), "walk"]
+
+
+@pytest.fixture(params=RESOLVERS)
+def resolver(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def umask() -> Iterator[Callable[[int], None]]:
+    old = os.umask(0o022)
+    os.umask(old)
+
+    def set_umask(mask: int) -> None:
+        os.umask(mask)
+
+    yield set_umask
+    os.umask(old)
+
+
+def read(w: Workspace, path: Path | str, **kw: object) -> str:
+    return w.read_text(str(path), max_bytes=kw.pop("max_bytes", CAP), **kw)  # type: ignore[arg-type]
+
+
+def write(w: Workspace, path: Path | str, content: str, max_bytes: int = CAP) -> None:
+    w.write_text(str(path), content, max_bytes=max_bytes)
+
+
+# ------------------------------------------------------------------------------ resolvers
+
+
+def test_auto_uses_openat2_where_the_kernel_has_it(ws: Path) -> None:
+    assert Workspace(ws).resolver == ("openat2" if openat2_available() else "walk")
+    assert Workspace(ws, resolver="walk").resolver == "walk"
+
+
+def test_without_openat2_auto_walks_and_forcing_it_is_refused(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workspace_module, "_OPENAT2", None)
+    assert Workspace(ws).resolver == "walk"
+    with pytest.raises(WorkspaceError, match="openat2 is not available"):
+        Workspace(ws, resolver="openat2")
+
+
+# ------------------------------------------------------------------------------ paths
+
+
+@pytest.mark.parametrize(
+    ("make_path", "reason"),
+    [
+        (lambda ws: f"{ws}/a\x00b.txt", "path contains a NUL byte"),
+        (lambda ws: "inside.txt", "path must be absolute"),
+        (lambda ws: "./inside.txt", "path must be absolute"),
+        (lambda ws: f"{ws}/" + "a/" * 2100 + "x", "path is too long"),
+        (lambda ws: f"{ws}/../outside.txt", "path is outside the workspace"),
+        (lambda ws: f"{ws}/sub/../../outside.txt", "path is outside the workspace"),
+        (lambda ws: f"{ws}/../ws/inside.txt", "path is outside the workspace"),
+        (lambda ws: f"{ws.parent}/outside.txt", "path is outside the workspace"),
+        (lambda ws: f"{ws}-evil/inside.txt", "path is outside the workspace"),
+        (lambda ws: "/etc/passwd", "path is outside the workspace"),
+    ],
+)
+def test_bad_paths_are_refused(
+    ws: Path, resolver: str, make_path: Callable[[Path], str], reason: str
+) -> None:
+    (ws / "sub").mkdir()
+    (ws.parent / "ws-evil").mkdir()
+    (ws.parent / "ws-evil" / "inside.txt").write_text("OUTSIDE\n")
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    path = make_path(ws)
+    with pytest.raises(PathRefused) as caught:
+        read(w, path)
+    assert caught.value.reason.startswith(reason) and caught.value.path == path
+    with pytest.raises(PathRefused, match=reason.split(" (")[0]):
+        write(w, path, "pwned\n")
+    assert (ws.parent / "outside.txt").read_text() == "OUTSIDE\n"
+    assert (ws.parent / "ws-evil" / "inside.txt").read_text() == "OUTSIDE\n"
+
+
+def test_a_component_over_255_bytes_is_refused(ws: Path, resolver: str) -> None:
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    with pytest.raises(PathRefused, match="too long"):
+        read(w, ws / ("n" * 300))
+
+
+def test_paths_under_either_spelling_of_the_workspace(tmp_path: Path, ws: Path) -> None:
+    alias = tmp_path / "alias"
+    alias.symlink_to(ws)  # the workspace as the caller named it: through a link
+    w = Workspace(alias)
+    assert w.root == str(ws)
+    assert read(w, alias / "inside.txt") == "inside\n"
+    assert read(w, ws / "inside.txt") == "inside\n"
+    assert read(w, f"{ws}//./inside.txt") == "inside\n"
+
+
+def test_missing_files(ws: Path, resolver: str) -> None:
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    with pytest.raises(MissingFile):
+        read(w, ws / "nope.txt")
+    with pytest.raises(MissingFile):
+        read(w, ws / "inside.txt" / "below")
+    with pytest.raises(MissingFile):
+        write(w, ws / "inside.txt" / "below", "x")
+
+
+# ------------------------------------------------------------------------------ symbolic links
+
+
+@needs_openat2
+def test_links_inside_the_workspace_are_followed_by_openat2(ws: Path) -> None:
+    (ws / "real").mkdir()
+    (ws / "real" / "a.txt").write_text("a\n")
+    (ws / "dir-link").symlink_to("real")  # relative, stays inside
+    (ws / "sub").mkdir()
+    (ws / "sub" / "up-link").symlink_to("../real/a.txt")  # relative with .., stays inside
+    (ws / "abs-link").symlink_to(ws / "inside.txt")  # absolute: the kernel refuses it
+    w = Workspace(ws, resolver="openat2")
+    assert read(w, ws / "dir-link" / "a.txt") == "a\n"
+    assert read(w, ws / "sub" / "up-link") == "a\n"
+    with pytest.raises(PathRefused, match="outside"):
+        read(w, ws / "abs-link")
+    # a write through a link replaces the file it names; the link stays a link
+    write(w, ws / "sub" / "up-link", "new a\n")
+    assert (ws / "real" / "a.txt").read_text() == "new a\n"
+    assert (ws / "sub" / "up-link").is_symlink()
+    write(w, ws / "dir-link" / "b.txt", "b\n")
+    assert (ws / "real" / "b.txt").read_text() == "b\n"
+    # a link with an absolute target is refused for a write as for a read
+    with pytest.raises(PathRefused, match="outside"):
+        write(w, ws / "abs-link", "via absolute link\n")
+    assert (ws / "inside.txt").read_text() == "inside\n"
+
+
+def test_the_walk_refuses_every_link_naming_it(ws: Path) -> None:
+    (ws / "real").mkdir()
+    (ws / "real" / "a.txt").write_text("a\n")
+    (ws / "dir-link").symlink_to("real")
+    (ws / "file-link").symlink_to("inside.txt")
+    w = Workspace(ws, resolver="walk")
+    for path, link in [
+        (ws / "dir-link" / "a.txt", ws / "dir-link"),
+        (ws / "file-link", ws / "file-link"),
+    ]:
+        with pytest.raises(SymlinkRefused) as caught:
+            read(w, path)
+        assert caught.value.link == str(link) and caught.value.path == str(path)
+        assert str(link) in caught.value.reason
+        with pytest.raises(SymlinkRefused, match="symbolic link"):
+            write(w, path, "x")
+    assert (ws / "inside.txt").read_text() == "inside\n"
+    assert not (ws / "real" / "b.txt").exists()
+
+
+def test_links_leading_outside_are_refused(tmp_path: Path, ws: Path, resolver: str) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("OUTSIDE\n")
+    (ws / "abs").symlink_to(outside / "secret.txt")
+    (ws / "rel").symlink_to("../outside/secret.txt")
+    (ws / "dir").symlink_to(outside)
+    (ws / "proc").symlink_to("/proc/self/root/etc/passwd")
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    for path in (ws / "abs", ws / "rel", ws / "dir" / "secret.txt", ws / "proc"):
+        with pytest.raises(PathRefused):
+            read(w, path)
+        with pytest.raises(PathRefused):
+            write(w, path, "pwned\n")
+    with pytest.raises(PathRefused):
+        write(w, ws / "dir" / "new.txt", "pwned\n")
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "OUTSIDE\n"
+
+
+# ------------------------------------------------------------------------------ file types
+
+
+def test_a_fifo_is_refused_at_once(ws: Path, resolver: str) -> None:
+    fifo = ws / "pipe"
+    os.mkfifo(fifo)
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    with pytest.raises(NotRegularFile):
+        read(w, fifo)  # a blocking open would wait for a writer forever
+    with pytest.raises(NotRegularFile):
+        write(w, fifo, "into the pipe")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_sockets_and_directories_are_refused(ws: Path, resolver: str) -> None:
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(ws / "sock"))
+        w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+        with pytest.raises(NotRegularFile):
+            read(w, ws / "sock")
+    (ws / "folder").mkdir()
+    for path in (ws / "folder", ws):
+        with pytest.raises(NotRegularFile):
+            read(w, path)
+    with pytest.raises(NotRegularFile):
+        write(w, ws / "folder", "x")
+    with pytest.raises(PathRefused, match="does not name a file"):
+        write(w, str(ws), "x")
+
+
+@pytest.mark.parametrize("device", ["zero", "null", "urandom", "tty"])
+def test_devices_are_refused(resolver: str, device: str) -> None:
+    if not os.path.exists(f"/dev/{device}"):
+        pytest.skip(f"no /dev/{device}")
+    w = Workspace("/dev", resolver=resolver)  # type: ignore[arg-type]
+    with pytest.raises(NotRegularFile):
+        read(w, f"/dev/{device}")  # /dev/zero would otherwise be read without end
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def test_line_and_limit(ws: Path, resolver: str) -> None:
+    (ws / "lines.txt").write_text("one\ntwo\nthree\nfour")
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    path = ws / "lines.txt"
+    assert read(w, path) == "one\ntwo\nthree\nfour"
+    assert read(w, path, line=2) == "two\nthree\nfour"
+    assert read(w, path, line=2, limit=2) == "two\nthree\n"
+    assert read(w, path, limit=1) == "one\n"
+    assert read(w, path, line=4, limit=5) == "four"
+    assert read(w, path, line=9) == ""
+    assert read(w, path, limit=0) == ""
+    assert read(w, path, line=0, limit=1) == "one\n"  # line < 1 reads from the start
+    (ws / "crlf.txt").write_bytes(b"a\r\nb\r\nc")
+    assert read(w, ws / "crlf.txt", line=2, limit=1) == "b\r\n"
+
+
+def test_lines_across_chunk_boundaries(ws: Path) -> None:
+    lines = [f"line {i:06d} " + "x" * (i % 97) + "\n" for i in range(20000)]
+    (ws / "big.txt").write_text("".join(lines))
+    w = Workspace(ws)
+    assert read(w, ws / "big.txt", line=12345, limit=3) == "".join(lines[12344:12347])
+    assert read(w, ws / "big.txt", line=19999) == "".join(lines[19998:])
+    assert read(w, ws / "big.txt") == "".join(lines)
+
+
+def test_bytes_that_are_not_utf8_are_replaced(ws: Path) -> None:
+    (ws / "latin1.txt").write_bytes(b"caf\xe9\nna\xefve\n\xff\xfe")
+    w = Workspace(ws)
+    assert read(w, ws / "latin1.txt") == "caf\ufffd\nna\ufffdve\n\ufffd\ufffd"
+    assert read(w, ws / "latin1.txt", line=2, limit=1) == "na\ufffdve\n"
+
+
+def test_a_sparse_file_read_with_limit_1_reads_one_chunk(ws: Path, resolver: str) -> None:
+    path = ws / "sparse.txt"
+    with path.open("wb") as handle:
+        handle.write(b"the first line\n")
+        handle.truncate(200 * MiB)
+    counted: list[int] = []
+
+    def counting_read(fd: int, size: int) -> bytes:
+        data = os.read(fd, size)
+        counted.append(len(data))
+        return data
+
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    text = w.read_text(str(path), limit=1, max_bytes=CAP, read=counting_read)
+    assert text == "the first line\n"
+    assert sum(counted) <= CHUNK_BYTES
+    counted.clear()
+    with pytest.raises(FileTooLarge) as caught:  # the whole file: stops at the cap
+        w.read_text(str(path), max_bytes=CAP, read=counting_read)
+    assert caught.value.limit == CAP and "line and limit" in caught.value.reason
+    assert sum(counted) <= CAP + CHUNK_BYTES
+
+
+def test_the_read_cap_counts_returned_text_only(ws: Path) -> None:
+    (ws / "f.txt").write_text("a" * 100 + "\n" + "b" * 10 + "\n")
+    w = Workspace(ws)
+    with pytest.raises(FileTooLarge):
+        read(w, ws / "f.txt", max_bytes=50)
+    assert read(w, ws / "f.txt", line=2, max_bytes=50) == "b" * 10 + "\n"
+
+
+def test_a_cancelled_read_stops_between_chunks(ws: Path) -> None:
+    (ws / "big.txt").write_bytes(b"x" * (4 * CHUNK_BYTES))
+    cancelled = threading.Event()
+    chunks = 0
+
+    def cancelling_read(fd: int, size: int) -> bytes:
+        nonlocal chunks
+        chunks += 1
+        cancelled.set()
+        return os.read(fd, size)
+
+    w = Workspace(ws)
+    with pytest.raises(WorkspaceError, match="abandoned"):
+        w.read_text(str(ws / "big.txt"), max_bytes=CAP, cancelled=cancelled, read=cancelling_read)
+    assert chunks == 1
+
+
+# ------------------------------------------------------------------------------ writing
+
+
+def test_writes_create_parents_and_keep_the_old_mode(ws: Path, resolver: str) -> None:
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    write(w, ws / "a" / "b" / "new.txt", "new\n")
+    assert (ws / "a" / "b" / "new.txt").read_text() == "new\n"
+    script = ws / "run.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o751)
+    write(w, script, "#!/bin/sh\necho hi\n")
+    assert script.read_text() == "#!/bin/sh\necho hi\n"
+    assert stat.S_IMODE(script.stat().st_mode) == 0o751
+    assert sorted(p.name for p in ws.iterdir()) == ["a", "inside.txt", "run.sh"]  # no temp
+
+
+def test_write_cap_and_text_that_is_not_unicode(ws: Path) -> None:
+    w = Workspace(ws)
+    with pytest.raises(FileTooLarge) as caught:
+        write(w, ws / "inside.txt", "x" * 101, max_bytes=100)
+    assert caught.value.limit == 100
+    with pytest.raises(InvalidText, match="surrogate"):
+        write(w, ws / "inside.txt", "lone \ud800 surrogate")
+    assert (ws / "inside.txt").read_text() == "inside\n"
+
+
+def test_a_failed_write_leaves_the_old_content(ws: Path, resolver: str) -> None:
+    """The disk fills up half way (RLIMIT_FSIZE): the old file is intact, no temp is left."""
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MiB, hard))
+    try:
+        with pytest.raises(WorkspaceError) as caught:
+            write(w, ws / "inside.txt", "y" * (2 * MiB))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert type(caught.value) is WorkspaceError
+    assert caught.value.reason == os.strerror(errno.EFBIG)
+    assert (ws / "inside.txt").read_text() == "inside\n"
+    assert sorted(p.name for p in ws.iterdir()) == ["inside.txt"]
+
+
+# ------------------------------------------------------------------------------ private files
+
+
+@pytest.mark.parametrize("mask", [0o000, 0o022, 0o277])
+def test_private_files_are_0600_in_0700_folders_whatever_the_umask(
+    tmp_path: Path, umask: Callable[[int], None], mask: int
+) -> None:
+    umask(mask)
+    make_private_dirs(tmp_path / "a" / "b")
+    fd = open_private(tmp_path / "a" / "b" / "f", os.O_WRONLY)
+    os.close(fd)
+    w = Workspace(tmp_path)
+    saved = w.save_private([".acpfsm", "attachments", "s1", "note.txt"], b"data")
+    umask(0o022)
+    assert saved == str(tmp_path / ".acpfsm" / "attachments" / "s1" / "note.txt")
+    assert Path(saved).read_bytes() == b"data"
+    for folder in ("a", "a/b", ".acpfsm", ".acpfsm/attachments", ".acpfsm/attachments/s1"):
+        assert stat.S_IMODE((tmp_path / folder).stat().st_mode) == 0o700, folder
+    for file in ("a/b/f", ".acpfsm/attachments/s1/note.txt"):
+        assert stat.S_IMODE((tmp_path / file).stat().st_mode) == 0o600, file
+
+
+@pytest.mark.parametrize(
+    "planted", [".acpfsm", ".acpfsm/attachments/s1", ".acpfsm/attachments/s1/note.txt"]
+)
+def test_private_saves_follow_no_link(tmp_path: Path, resolver: str, planted: str) -> None:
+    ws = tmp_path / "ws"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    inside = ws / ".acpfsm" / "attachments" / "s1"
+    inside.mkdir(parents=True)
+    if planted.endswith("note.txt"):
+        (inside / "note.txt").symlink_to(outside / "note.txt")
+    else:
+        target = ws / planted
+        for child in sorted(target.rglob("*"), reverse=True):
+            child.rmdir()
+        target.rmdir()
+        target.symlink_to(outside)
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    with pytest.raises(SymlinkRefused) as caught:
+        w.save_private([".acpfsm", "attachments", "s1", "note.txt"], b"data")
+    assert caught.value.link == str(ws / planted)
+    assert list(outside.iterdir()) == []
+
+
+def test_safe_component() -> None:
+    assert safe_component("../../etc", "x") == ".._.._etc"
+    assert safe_component("a\\b", "x") == "a_b"
+    for bad in ("", ".", "..", "a\x00b", "\ud800"):
+        assert safe_component(bad, "default") == "default"
+    assert len(safe_component("é" * 300, "x").encode()) <= 200
+
+
+# ------------------------------------------------------------------------------ threads
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_blocked_worker_is_abandoned_on_cancel_and_on_its_bound(backend: str) -> None:
+    release = threading.Event()
+    seen: list[threading.Event] = []
+
+    def blocked(cancelled: threading.Event) -> str:
+        seen.append(cancelled)
+        release.wait(30)
+        return "late"
+
+    async def main() -> None:
+        with anyio.move_on_after(0.2) as scope:
+            await run_in_thread(blocked, bound=60)
+        assert scope.cancelled_caught
+        with pytest.raises(WorkspaceError, match=r"timed out after 0\.2s"):
+            await run_in_thread(blocked, bound=0.2, what="reading")
+
+    try:
+        anyio.run(main, backend=backend)
+    finally:
+        release.set()
+    assert len(seen) == 2 and all(event.is_set() for event in seen)
