@@ -10,7 +10,12 @@
   the agent conformance battery over stdio (:mod:`acpfsm.runtime.tools.conform`); with
   ``--agentctl URL (--nonce N | --token T) [--workspace DIR]`` it runs the agent in an
   instance of kandev's agentctl and checks it through agentctl: exit 1 when a check fails.
+* ``acpfsm report TRACE.jsonl [--out DIR] [--execution ID]`` writes one HTML page per
+  execution (:mod:`acpfsm.runtime.tools.report`).
+* ``acpfsm agentctl [--port N]`` runs kandev's agentctl on loopback until Ctrl-C
+  (:mod:`acpfsm.runtime.tools.agentctl`).
 * ``acpfsm demo [ARGS…]`` runs ``acpfsm.runtime.tools.demo.main(ARGS)``.
+* ``acpfsm --version``.
 """
 
 from __future__ import annotations
@@ -185,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     diagrams.set_defaults(handler=_diagrams)
 
-    from . import check_trace, conform, report
+    from . import agentctl, check_trace, conform, report
 
     check = commands.add_parser(
         "check-trace",
@@ -212,6 +217,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     conform.add_arguments(battery)
     battery.set_defaults(handler=conform.run)
+
+    local = commands.add_parser(
+        "agentctl",
+        help="run kandev's agentctl on this machine (fetched once) until Ctrl-C",
+        description=agentctl.DESCRIPTION,
+    )
+    agentctl.add_arguments(local)
+    local.set_defaults(handler=agentctl.run)
 
     # Listed for --help only: main() hands everything after `demo` to the demo untouched.
     demo = commands.add_parser(

@@ -91,7 +91,10 @@ def test_green_through_agentctl_json_and_junit(
     )
     data = json.loads(capsys.readouterr().out)
     assert code == 0, data
-    assert set(data) == {"command", "agent", "agentctl", "checks", "seconds", "ok", "summary"}
+    assert set(data) == {
+        "command", "agent", "agentctl", "agentctl_token", "checks", "seconds", "ok", "summary"
+    }  # fmt: skip
+    assert data["agentctl_token"] == ""  # a token was given: nothing traded
     assert data["ok"] is True
     assert data["command"] == REFERENCE
     assert data["agentctl"] == agentctl.url
