@@ -192,39 +192,42 @@ def _parser() -> argparse.ArgumentParser:
 
     from . import agentctl, check_trace, conform, report
 
-    check = commands.add_parser(
-        "check-trace",
-        help="replay a recorded trace against the charts (exit 1 on violations)",
-        description="Replay a recorded trace against the charts and report every violation "
-        "with its line. Exit 0 clean, 1 violations, 2 unreadable or malformed file.",
+    tools = (
+        (
+            "check-trace",
+            check_trace,
+            "replay a recorded trace against the charts (exit 1 on violations)",
+            (
+                "Replay a recorded trace against the charts and report every violation with its "
+                "line. Exit 0 clean, 1 violations, 2 unreadable or malformed file."
+            ),
+        ),
+        (
+            "report",
+            report,
+            "write an HTML page per execution of a trace (charts, timelines, verdict)",
+            report.DESCRIPTION,
+        ),
+        (
+            "conform",
+            conform,
+            (
+                "run the conformance battery against an ACP agent, over stdio or through "
+                "agentctl (exit 1 on failures)"
+            ),
+            conform.DESCRIPTION,
+        ),
+        (
+            "agentctl",
+            agentctl,
+            "run kandev's agentctl on this machine (fetched once) until Ctrl-C",
+            agentctl.DESCRIPTION,
+        ),
     )
-    check_trace.add_arguments(check)
-    check.set_defaults(handler=check_trace.run)
-
-    pages = commands.add_parser(
-        "report",
-        help="write an HTML page per execution of a trace (charts, timelines, verdict)",
-        description=report.DESCRIPTION,
-    )
-    report.add_arguments(pages)
-    pages.set_defaults(handler=report.run)
-
-    battery = commands.add_parser(
-        "conform",
-        help="run the conformance battery against an ACP agent, over stdio or through "
-        "agentctl (exit 1 on failures)",
-        description=conform.DESCRIPTION,
-    )
-    conform.add_arguments(battery)
-    battery.set_defaults(handler=conform.run)
-
-    local = commands.add_parser(
-        "agentctl",
-        help="run kandev's agentctl on this machine (fetched once) until Ctrl-C",
-        description=agentctl.DESCRIPTION,
-    )
-    agentctl.add_arguments(local)
-    local.set_defaults(handler=agentctl.run)
+    for name, module, help_text, description in tools:
+        tool = commands.add_parser(name, help=help_text, description=description)
+        module.add_arguments(tool)
+        tool.set_defaults(handler=module.run)
 
     # Listed for --help only: main() hands everything after `demo` to the demo untouched.
     demo = commands.add_parser(

@@ -74,6 +74,7 @@ __all__ = [
     "render_chart_svg",
     "render_dot",
     "render_mermaid",
+    "render_run_svg",
     "render_svg",
     "render_table",
     "run_highlights",
@@ -948,6 +949,18 @@ def one_line(text: str) -> str:
     return html.escape(" ".join(xml_safe(text).split()), quote=False)
 
 
+def render_run_svg(chart: ChartRef, highlights: RunHighlights, *, binary: Path) -> str:
+    """The SVG of ``chart`` with what a run did (:func:`run_highlights`) highlighted, without
+    the generated-file header."""
+    return render_chart_svg(
+        chart,
+        highlight_states=highlights.states,
+        highlight_transitions=highlights.transitions,
+        binary=binary,
+        header=False,
+    )
+
+
 def write_run(
     out_dir: Path | str,
     records: Sequence[Any],
@@ -1001,13 +1014,7 @@ def write_run(
         written.append(path)
         files = f"[mermaid]({hl.chart}.mmd)"
         if exe is not None:
-            svg = render_chart_svg(
-                chart,
-                highlight_states=hl.states,
-                highlight_transitions=hl.transitions,
-                binary=exe,
-                header=False,
-            )
+            svg = render_run_svg(chart, hl, binary=exe)
             path = out / f"{hl.chart}.svg"
             path.write_text(f"{xml_comment(note)}\n{svg}")
             written.append(path)

@@ -48,8 +48,8 @@ from .diagrams import (
     GraphvizNotFound,
     default_charts,
     find_graphviz,
-    render_chart_svg,
     render_mermaid,
+    render_run_svg,
     run_highlights,
     transition_rows,
     xml_safe,
@@ -315,13 +315,7 @@ def render_page(
             ),
         ]
         if binary is not None:
-            svg = render_chart_svg(
-                chart,
-                highlight_states=hl.states,
-                highlight_transitions=hl.transitions,
-                binary=binary,
-                header=False,
-            )
+            svg = render_run_svg(chart, hl, binary=binary)
             body.append(f'<div class="chart">{_inline_svg(svg, anchor)}</div>')
         else:
             mermaid = render_mermaid(
