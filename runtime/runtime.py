@@ -17,6 +17,7 @@ only for ``Stop`` and ``GetExecution``, H11).
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -55,6 +56,7 @@ from .types import (
 )
 
 __all__ = [
+    "AGENT_ENV",
     "BUILTIN_PROFILES",
     "Runtime",
     "launch_spec_from_request",
@@ -102,29 +104,74 @@ def reference_profile(*args: str, **overrides: Any) -> AgentProfile:
     return AgentProfile(**fields)
 
 
+# What each built-in agent reads from its environment, passed through when set (beside the
+# executor's base: the stdio executor's PATH, HOME and LANG).
+NETWORK_ENV: tuple[str, ...] = (
+    "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy",
+    "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE",
+)  # fmt: skip
+"""Proxies and extra CA certificates: honoured by npx (which fetches the npm agents) and by
+the agents themselves."""
+
+CLAUDE_ENV: tuple[str, ...] = (
+    "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL",
+    "CLAUDE_CONFIG_DIR", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "AWS_REGION",
+    "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+    "AWS_BEARER_TOKEN_BEDROCK", "ANTHROPIC_VERTEX_PROJECT_ID", "CLOUD_ML_REGION",
+    "GOOGLE_APPLICATION_CREDENTIALS", "IS_SANDBOX",
+)  # fmt: skip
+"""Claude Code's credentials and provider selection (its environment-variable reference,
+code.claude.com/docs/en/env-vars), and ``IS_SANDBOX``, without which the Claude adapters
+refuse their permission-bypass mode as root (claude-agent-acp ``src/acp-agent.ts``)."""
+
+CODEX_ENV: tuple[str, ...] = (
+    "OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME", "NO_BROWSER",
+)  # fmt: skip
+"""codex-acp's API-key auth methods read ``CODEX_API_KEY`` and ``OPENAI_API_KEY``, and
+``NO_BROWSER`` for the ChatGPT login (codex-acp ``src/codex_agent.rs``); Codex reads its
+state from ``CODEX_HOME`` and an endpoint from ``OPENAI_BASE_URL``."""
+
+GEMINI_ENV: tuple[str, ...] = (
+    "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_LOCATION",
+    "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_GCA", "GOOGLE_APPLICATION_CREDENTIALS",
+)  # fmt: skip
+"""Gemini CLI's auth methods: a Gemini API key, Vertex AI (project and location, or a Google
+API key), Google login (gemini-cli ``packages/cli/src/config/auth.ts`` and its
+authentication guide)."""
+
 BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
     reference_profile(),
     AgentProfile(
         id="claude-code-acp",
         command=("npx", "-y", "@zed-industries/claude-code-acp"),
+        inherit_env=(*CLAUDE_ENV, *NETWORK_ENV),
         native_session_resume=True,
     ),
     AgentProfile(
         id="claude-agent-acp",
         command=("npx", "-y", "@agentclientprotocol/claude-agent-acp"),
+        inherit_env=(*CLAUDE_ENV, *NETWORK_ENV),
         native_session_resume=True,
     ),
     AgentProfile(
         id="codex-acp",
         command=("npx", "-y", "@zed-industries/codex-acp"),
+        inherit_env=(*CODEX_ENV, *NETWORK_ENV),
         native_session_resume=True,
     ),
     AgentProfile(
         id="gemini",
         command=("npx", "-y", "@google/gemini-cli", "--acp"),
+        inherit_env=(*GEMINI_ENV, *NETWORK_ENV),
         native_session_resume=True,
     ),
 )
+
+AGENT_ENV: tuple[str, ...] = tuple(
+    dict.fromkeys(name for profile in BUILTIN_PROFILES for name in profile.inherit_env)
+)
+"""Every variable a built-in profile passes through: what ``acpfsm conform`` gives an agent
+it knows nothing about (beside ``PATH``, ``HOME`` and ``LANG``)."""
 
 
 class Runtime:
@@ -234,7 +281,7 @@ class Runtime:
             agent_id=profile.id,
             command=tuple(profile.command),
             workspace=spec.workspace.path,
-            env=dict(profile.env),
+            env=profile.launch_env(os.environ),
             task_id=str(spec.metadata.get("task_id", "")),
             mcp_mode=spec.mcp_mode,
         )

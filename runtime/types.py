@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -90,11 +91,18 @@ class PromptResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AgentProfile(msgspec.Struct, frozen=True, kw_only=True):
-    """An agent and how to start a session on it (lifecycle.md §3.1, §4.1)."""
+    """An agent and how to start a session on it (lifecycle.md §3.1, §4.1).
+
+    The agent's environment is built per launch (:meth:`launch_env`): the variables named in
+    ``inherit_env`` copied from the caller's environment when set there (the credentials and
+    settings the agent reads, e.g. ``ANTHROPIC_API_KEY``), then ``env`` laid over them. The
+    executor adds its own base (the stdio executor: ``PATH``, ``HOME``, ``LANG``); nothing
+    else of the caller's environment reaches the agent."""
 
     id: str
     command: tuple[str, ...]
     env: dict[str, str] = {}
+    inherit_env: tuple[str, ...] = ()
     native_session_resume: bool = True
     history_context_injection: bool = False
     model: str = ""
@@ -102,6 +110,12 @@ class AgentProfile(msgspec.Struct, frozen=True, kw_only=True):
     auto_fallback: bool = False
     mode: str = ""
     config_options: dict[str, str] = {}
+
+    def launch_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The environment this profile gives its agent when launched from ``environ``."""
+        out = {name: environ[name] for name in self.inherit_env if name in environ}
+        out.update(self.env)
+        return out
 
 
 class Timeouts(msgspec.Struct, frozen=True, kw_only=True):

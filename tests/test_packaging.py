@@ -35,6 +35,14 @@ def test_wheel_installs_only_the_acpfsm_package(tmp_path: Path) -> None:
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "acpfsm = acpfsm.runtime.tools.cli:main" in text
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA")))
+    # the SVG renderer is its own extra: `pip install 'acpfsm[diagrams]'`
+    assert "Provides-Extra: diagrams" in metadata.decode()
+    assert 'Requires-Dist: graphviz-pure>=0.2.2; extra == "diagrams"' in metadata.decode()
+    assert "acpfsm/runtime/tools/report.py" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)  # MIT, as declared
+    assert "License-Expression: MIT" in metadata.decode()
+    assert "acpfsm/adapters/agentctl/local.py" in names
 
 
 def test_readme_example_runs(tmp_path: Path) -> None:
@@ -51,3 +59,36 @@ def test_readme_example_runs(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         assert "end_turn" in proc.stdout
         assert "AgentReady" in proc.stdout
+
+
+def _python_block(containing: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    return next(b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if containing in b)
+
+
+def test_readme_profile_and_executor_examples_run(tmp_path: Path) -> None:
+    """ "Add a profile" and "Write an executor", as written: the executor runs the reference
+    agent through a whole turn."""
+    code = "\n".join(
+        [
+            _python_block("my_agent = AgentProfile("),
+            "assert rt.profiles['my-agent'].inherit_env[0] == 'MY_AGENT_API_KEY'",
+            _python_block("class NiceExecutor"),
+            "import anyio",
+            "from acpfsm.runtime import LaunchSpec, WorkspaceRef",
+            "async def main():",
+            "    async with Runtime(executors={'nice': NiceExecutor()}) as rt:",
+            (
+                "        ref = await rt.launch(LaunchSpec(agent_profile_id='reference', "
+                f"executor_id='nice', workspace=WorkspaceRef(path={str(tmp_path)!r})))"
+            ),
+            "        print((await rt.prompt(ref.id, 'hi')).stop_reason)",
+            "        await rt.stop(ref.id, 'done')",
+            "anyio.run(main)",
+        ]
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "end_turn"

@@ -7,11 +7,13 @@ At session start the plugin registers a transition observer
 ``(chart, source, event, target)``. After the test loop it compares the record with
 :func:`~acpfsm.statecharts._base.declared_transitions` of every chart in
 ``acpfsm.statecharts.ALL_CHARTS`` (a chart that declares nothing has nothing to cover) and
-prints, in the terminal summary, the percentage per chart and overall and (when a threshold is
-given, or with ``-v``) every declared transition never exercised.
+prints, in the terminal summary, the percentage per chart and overall and every declared
+transition never exercised.
 
-``--acpfsm-transition-coverage=PCT`` makes the session fail (exit status 1) when the overall
-coverage is below ``PCT``; without it the report is informational only. The ini option
+The plugin is installed with acpfsm, so it is active in every project that has acpfsm in its
+environment: it records and prints nothing unless ``--acpfsm-transition-coverage=PCT`` is
+given, which also makes the session fail (exit status 1) when the overall coverage is below
+``PCT`` (``=0`` for an informational report). The ini option
 ``acpfsm_transition_charts`` (lines of ``module:attribute``, the attribute a chart class or a
 sequence of them) replaces ``ALL_CHARTS``; the plugin's own tests use it for toy charts.
 
@@ -182,13 +184,12 @@ class TransitionRecorder:
             return
         tr = terminalreporter
         tr.write_sep("=", "acpfsm transition coverage")
-        detail = self.threshold is not None or self.config.get_verbosity() > 0
         for chart in report.charts:
             pct = 100.0 if chart.declared == 0 else 100.0 * chart.covered / chart.declared
             tr.write_line(
                 f"{chart.chart}: {chart.covered}/{chart.declared} transitions ({_floor1(pct)}%)"
             )
-            if detail and chart.missed:
+            if chart.missed:
                 tr.write_line("  never exercised:")
                 for source, event, target in chart.missed:
                     tr.write_line(f"    {source} --{event}--> {target}")
@@ -211,7 +212,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         default=None,
         metavar="PCT",
-        help="fail the session when less than PCT %% of the declared chart transitions fired",
+        help="report the transition coverage of the declared charts and fail the session "
+        "when less than PCT %% of them fired (0: report only; without it: nothing)",
     )
     parser.addini(
         INI_CHARTS,
@@ -222,6 +224,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption(OPTION) is None:  # not asked for: silent (other projects load us too)
+        return
     if hasattr(config, "workerinput"):  # an xdist worker: the controller would not see it
         return
     config.pluginmanager.register(TransitionRecorder(config), _PLUGIN_NAME)

@@ -10,13 +10,19 @@
   the agent conformance battery over stdio (:mod:`acpfsm.runtime.tools.conform`); with
   ``--agentctl URL (--nonce N | --token T) [--workspace DIR]`` it runs the agent in an
   instance of kandev's agentctl and checks it through agentctl: exit 1 when a check fails.
+* ``acpfsm report TRACE.jsonl [--out DIR] [--execution ID]`` writes one HTML page per
+  execution (:mod:`acpfsm.runtime.tools.report`).
+* ``acpfsm agentctl [--port N]`` runs kandev's agentctl on loopback until Ctrl-C
+  (:mod:`acpfsm.runtime.tools.agentctl`).
 * ``acpfsm demo [ARGS…]`` runs ``acpfsm.runtime.tools.demo.main(ARGS)``.
+* ``acpfsm --version``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,7 +35,8 @@ DEMO_MODULE = "acpfsm.runtime.tools.demo"
 
 def _run_diagrams(args: argparse.Namespace) -> int:
     from .check_trace import TraceFormatError, read_trace
-    from .diagrams import DiagramError, write_run
+    from .diagrams import GRAPHVIZ_BINARY, INSTALL_HINT, DiagramError, write_run
+    from .report import ExecutionChoiceError, choose_execution, execution_ids, page_name
 
     trace = Path(args.trace)
     try:
@@ -37,11 +44,11 @@ def _run_diagrams(args: argparse.Namespace) -> int:
     except TraceFormatError as exc:
         print(f"acpfsm diagrams: {exc}", file=sys.stderr)
         return 2
-    ids = list(dict.fromkeys(r.execution_id for r in records))
+    ids = execution_ids(records)
     wanted = args.execution
     if wanted is None:
         if len(ids) != 1:
-            listing = "".join(f"\n  {i}" for i in ids) or " (none)"
+            listing = "".join(f"\n  {i!r}" for i in ids) or " (none)"
             print(
                 f"acpfsm diagrams: {trace} has {len(ids)} executions; choose one with "
                 f"--execution ID:{listing}",
@@ -49,13 +56,13 @@ def _run_diagrams(args: argparse.Namespace) -> int:
             )
             return 2
         wanted = ids[0]
-    matches = [i for i in ids if i == wanted] or [i for i in ids if i.startswith(wanted)]
-    if len(matches) != 1:
-        what = "no" if not matches else "more than one"
-        print(f"acpfsm diagrams: {what} execution {wanted!r} in {trace}", file=sys.stderr)
+    try:
+        execution_id = choose_execution(ids, wanted)
+    except ExecutionChoiceError as exc:
+        print(f"acpfsm diagrams: {exc} {trace}", file=sys.stderr)
         return 2
-    execution_id = matches[0]
-    out = Path(args.out) if args.out else trace.with_name(f"{trace.stem}-{execution_id[:8]}")
+    short = page_name(execution_id)[:8]
+    out = Path(args.out) if args.out else trace.with_name(f"{trace.stem}-{short}")
     try:
         written = write_run(out, records, execution_id, source=str(trace))
     except DiagramError as exc:
@@ -64,7 +71,11 @@ def _run_diagrams(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     if not any(p.suffix == ".svg" for p in written):
-        print("acpfsm diagrams: graphviz-pure not found: Mermaid only", file=sys.stderr)
+        print(
+            f"acpfsm diagrams: {GRAPHVIZ_BINARY} not found, so no SVG: Mermaid only "
+            f"(`{INSTALL_HINT}` draws the SVGs)",
+            file=sys.stderr,
+        )
     print(f"acpfsm diagrams: execution {execution_id} drawn in {out}")
     return 0
 
@@ -103,6 +114,12 @@ def _diagrams(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     for path in result.removed:
         print(f"removed {path}")
+    if result.svg_skipped:
+        print(
+            f"acpfsm diagrams: no SVG written (the Mermaid files, tables and index are): "
+            f"{result.svg_skipped}",
+            file=sys.stderr,
+        )
     print(
         f"acpfsm diagrams: {len(result.written)} written, {len(result.unchanged)} unchanged, "
         f"{len(result.removed)} removed in {out}"
@@ -122,14 +139,32 @@ def _demo(demo_args: list[str]) -> int:
     return demo_main(demo_args) or 0
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("acpfsm")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
+    from .diagrams import INSTALL_HINT
+
     parser = argparse.ArgumentParser(
-        prog="acpfsm", description="Drive ACP coding agents with declared statecharts."
+        prog="acpfsm",
+        description="Drive ACP coding agents with declared statecharts: draw the charts, "
+        "check and report recorded traces, check agents for conformance, run agentctl "
+        "locally, and a demo.",
     )
+    parser.add_argument("--version", action="version", version=f"acpfsm {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     diagrams = commands.add_parser(
-        "diagrams", help="write the chart diagrams (.mmd, .md, .svg and README.md)"
+        "diagrams",
+        help="write the chart diagrams (.mmd, .md, .svg and README.md)",
+        description="Write the review diagrams of every chart (Mermaid, transition table, "
+        "SVG, an index) or, with --check, verify them; with --trace, draw every chart with "
+        "what one execution of a recorded trace did highlighted. The SVGs need the "
+        f"graphviz-pure renderer (`{INSTALL_HINT}`); without it the rest is written.",
     )
     diagrams.add_argument(
         "--check",
@@ -155,28 +190,54 @@ def _parser() -> argparse.ArgumentParser:
     )
     diagrams.set_defaults(handler=_diagrams)
 
-    from . import check_trace, conform
+    from . import agentctl, check_trace, conform, report
 
-    check = commands.add_parser(
-        "check-trace",
-        help="replay a recorded trace against the charts (exit 1 on violations)",
-        description="Replay a recorded trace against the charts and report every violation "
-        "with its line. Exit 0 clean, 1 violations, 2 unreadable or malformed file.",
+    tools = (
+        (
+            "check-trace",
+            check_trace,
+            "replay a recorded trace against the charts (exit 1 on violations)",
+            (
+                "Replay a recorded trace against the charts and report every violation with its "
+                "line. Exit 0 clean, 1 violations, 2 unreadable or malformed file."
+            ),
+        ),
+        (
+            "report",
+            report,
+            "write an HTML page per execution of a trace (charts, timelines, verdict)",
+            report.DESCRIPTION,
+        ),
+        (
+            "conform",
+            conform,
+            (
+                "run the conformance battery against an ACP agent, over stdio or through "
+                "agentctl (exit 1 on failures)"
+            ),
+            conform.DESCRIPTION,
+        ),
+        (
+            "agentctl",
+            agentctl,
+            "run kandev's agentctl on this machine (fetched once) until Ctrl-C",
+            agentctl.DESCRIPTION,
+        ),
     )
-    check_trace.add_arguments(check)
-    check.set_defaults(handler=check_trace.run)
-
-    battery = commands.add_parser(
-        "conform",
-        help="run the conformance battery against an ACP agent, over stdio or through "
-        "agentctl (exit 1 on failures)",
-        description=conform.DESCRIPTION,
-    )
-    conform.add_arguments(battery)
-    battery.set_defaults(handler=conform.run)
+    for name, module, help_text, description in tools:
+        tool = commands.add_parser(name, help=help_text, description=description)
+        module.add_arguments(tool)
+        tool.set_defaults(handler=module.run)
 
     # Listed for --help only: main() hands everything after `demo` to the demo untouched.
-    demo = commands.add_parser("demo", help="run the demo (arguments go to the demo)")
+    demo = commands.add_parser(
+        "demo",
+        help="run a full life of an execution on the embedded reference agent",
+        description="Run a full life of an agent execution on the embedded reference agent "
+        "(launch, follow-up, steer, an escalated cancel, stop, relaunch with session/load), "
+        "narrating every chart transition; writes the trace, the run's diagrams and its "
+        "report. `acpfsm demo --help` lists its options.",
+    )
     demo.add_argument("demo_args", nargs=argparse.REMAINDER, metavar="ARGS")
     return parser
 

@@ -31,9 +31,14 @@ reason, e.g. the agent needs credentials to open a session, or does not advertis
 capability). Every check is bounded by ``--timeout`` seconds; an agent that does not answer
 in time fails that check ("timed out") and the battery goes on. The client advertises no
 ``fs``/``terminal`` capability and answers such requests ``-32601``; a permission request
-is answered with a reject option (``cancelled`` once a cancel was sent). Over stdio the
-agent's environment is the caller's (credentials included), so to run offline pass a
-throw-away ``HOME`` and an unreachable proxy; through agentctl it is agentctl's.
+is answered with a reject option (``cancelled`` once a cancel was sent). The agent's
+environment follows the runtime's rule (:func:`conform_env_names`): over stdio ``PATH``,
+``HOME``, ``LANG`` and every variable a built-in agent profile passes through (credentials,
+provider settings, proxies), copied from ours; through agentctl, agentctl's environment plus
+those variables. ``--inherit-env`` gives the agent our whole environment. To run offline
+pass a throw-away ``HOME`` and an unreachable proxy. ``--agentctl auto`` starts an agentctl
+on this machine for the run (:mod:`acpfsm.runtime.tools.agentctl`); a run given agentctl's
+one-shot nonce reports the token it got (``agentctl_token``) for the next run.
 
 The checks, in order (over stdio: one agent process, then a second one for version
 negotiation; "agentctl" says what the check observes there):
@@ -180,6 +185,8 @@ DESCRIPTION = (
 )
 
 DEFAULT_TIMEOUT = 30.0
+AGENTCTL_AUTO = "auto"
+"""``--agentctl auto``: start an agentctl on this machine for the run."""
 DEFAULT_PROMPT = "acpfsm conformance check: please answer with one short sentence."
 DEFAULT_LONG_PROMPT = (
     "acpfsm conformance check: this turn will be cancelled by the client, so please hang on "
@@ -264,6 +271,9 @@ class ConformReport(msgspec.Struct, kw_only=True):
     """``name version`` from ``agentInfo`` ("" when initialize failed)."""
     agentctl: str = ""
     """The agentctl control URL the battery ran through ("" over stdio)."""
+    agentctl_token: str = ""
+    """The bearer token the battery got for agentctl's bootstrap nonce (the nonce is one-shot:
+    run again with this token); "" when it was given a token or ran over stdio."""
     checks: list[CheckResult] = []
     seconds: float = 0.0
     unmodelled: dict[str, Any] = {}
@@ -1825,8 +1835,9 @@ class _StdioBattery(_Suite):
     raw pipe (an unknown method, malformed input, stdout, stdin close, a second process for
     version negotiation)."""
 
-    def __init__(self, argv: Sequence[str], **kwargs: Any) -> None:
+    def __init__(self, argv: Sequence[str], *, inherit_env: Sequence[str], **kwargs: Any) -> None:
         super().__init__(argv, **kwargs)
+        self.inherit_env = tuple(inherit_env)
         self.wire: _Wire | None = None
         self.init: dict[str, Any] | None = None
 
@@ -1853,7 +1864,7 @@ class _StdioBattery(_Suite):
         return open_agent_process(
             self.argv,
             cwd=self.workspace,
-            inherit_env=tuple(os.environ),
+            inherit_env=self.inherit_env,
             shutdown=ShutdownPolicy(stdin_close_wait=1.0, term_wait=2.0, kill_wait=2.0),
         )
 
@@ -2048,6 +2059,7 @@ class _AgentctlBattery(_Suite):
         nonce: str,
         token: str,
         config: AgentctlConfig,
+        env: dict[str, str],
         **kwargs: Any,
     ) -> None:
         super().__init__(argv, **kwargs)
@@ -2055,6 +2067,7 @@ class _AgentctlBattery(_Suite):
         self.nonce = nonce
         self.token = token
         self.config = config
+        self.env = env
         self.permissions = _Permissions()
         self.report.agentctl = url
 
@@ -2077,6 +2090,7 @@ class _AgentctlBattery(_Suite):
             agent_id="acpfsm-conform",
             command=tuple(self.argv),
             workspace=str(self.workspace),
+            env=self.env,
         )
         try:
             async with (
@@ -2100,6 +2114,8 @@ class _AgentctlBattery(_Suite):
             self._skip_rest("the agent could not be started")
         finally:
             self.report.seconds = round(time.monotonic() - started, 3)
+            if self.nonce and executor.token:
+                self.report.agentctl_token = executor.token
         return self.report
 
     def _skip_rest(self, reason: str) -> None:
@@ -2173,11 +2189,14 @@ async def run_battery(
     long_prompt: str = DEFAULT_LONG_PROMPT,
     workspace: str | Path | None = None,
     echo: Callable[[CheckResult], None] | None = None,
+    inherit_env: Sequence[str] | None = None,
 ) -> ConformReport:
     """Run every check against the agent ``argv`` over its stdio; ``echo`` sees each result
     as it is made. The agent works in ``workspace`` (default: a new temporary directory,
     removed after); a relative program path is taken from the current directory. Each check
-    is bounded by ``check_timeout`` seconds."""
+    is bounded by ``check_timeout`` seconds. The agent's environment holds the variables
+    ``inherit_env`` names (default :func:`conform_env_names`: ``PATH``, ``HOME``, ``LANG`` and
+    what the built-in profiles pass through), copied from ours."""
     if not argv:
         raise ConformUsageError("no agent command")
     argv = _resolve_program(argv)
@@ -2186,6 +2205,7 @@ async def run_battery(
     try:
         battery = _StdioBattery(
             argv,
+            inherit_env=conform_env_names() if inherit_env is None else inherit_env,
             timeout=check_timeout,
             prompt=prompt,
             long_prompt=long_prompt,
@@ -2196,6 +2216,21 @@ async def run_battery(
     finally:
         if own:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def conform_env_names() -> tuple[str, ...]:
+    """What an agent checked over stdio gets of our environment by default: the stdio
+    executor's base (``PATH``, ``HOME``, ``LANG``) and every variable a built-in agent
+    profile passes through (credentials, provider settings, proxies), as the runtime would
+    give them; ``--inherit-env`` gives it everything."""
+    from acpfsm.adapters.acp.process import DEFAULT_INHERITED_ENV
+    from acpfsm.runtime.runtime import AGENT_ENV
+
+    return tuple(dict.fromkeys((*DEFAULT_INHERITED_ENV, *AGENT_ENV)))
+
+
+def _environ_of(names: Sequence[str]) -> dict[str, str]:
+    return {name: os.environ[name] for name in names if name in os.environ}
 
 
 _HTTP_FLOOR = 30.0
@@ -2232,6 +2267,7 @@ async def run_agentctl_battery(
     workspace: str | Path | None = None,
     echo: Callable[[CheckResult], None] | None = None,
     config: AgentctlConfig | None = None,
+    inherit_env: Sequence[str] | None = None,
 ) -> ConformReport:
     """Run the battery against the agent ``argv`` in an instance of the agentctl at ``url``
     (control port), authenticated by its bootstrap ``nonce`` (traded for the token) or its
@@ -2239,8 +2275,12 @@ async def run_agentctl_battery(
     machine (default when agentctl is on this machine: a new temporary directory, removed
     after; required otherwise). The instance is deleted at the end, whatever happened. The
     checks that need the agent's raw stdio are n/a, "not observable through agentctl".
-    ``config`` overrides the agentctl client bounds derived from ``check_timeout``."""
+    ``config`` overrides the agentctl client bounds derived from ``check_timeout``. The agent
+    runs in agentctl's environment plus the variables ``inherit_env`` names (default: what
+    the built-in profiles pass through), copied from ours. ``report.agentctl_token`` holds
+    the token the nonce was traded for."""
     from acpfsm.adapters.agentctl.executor import AgentctlExecutor
+    from acpfsm.runtime.runtime import AGENT_ENV
 
     if not argv:
         raise ConformUsageError("no agent command")
@@ -2262,6 +2302,7 @@ async def run_agentctl_battery(
             nonce=nonce,
             token=token,
             config=config or _agentctl_config(check_timeout),
+            env=_environ_of(AGENT_ENV if inherit_env is None else inherit_env),
             timeout=check_timeout,
             prompt=prompt,
             long_prompt=long_prompt,
@@ -2390,18 +2431,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "WebSocket; the checks that need the agent's raw stdio are n/a",
     )
     remote.add_argument(
-        "--agentctl", metavar="URL", help="agentctl's control URL, e.g. http://127.0.0.1:39429"
+        "--agentctl",
+        metavar="URL",
+        help="agentctl's control URL, e.g. http://127.0.0.1:39429, or `auto`: start one on "
+        "this machine for this run (as `acpfsm agentctl` does) and stop it at the end",
     )
     credentials = remote.add_mutually_exclusive_group()
     credentials.add_argument(
         "--nonce", metavar="N", help="agentctl's bootstrap nonce (traded for its token)"
     )
-    credentials.add_argument("--token", metavar="T", help="agentctl's bearer token")
+    credentials.add_argument(
+        "--token",
+        metavar="T",
+        help="agentctl's bearer token (the nonce is one-shot: a run given --nonce prints the "
+        "token it got, for the next run)",
+    )
     remote.add_argument(
         "--workspace",
         metavar="DIR",
         help="the instance's workspace, a directory on agentctl's machine (default when "
         "agentctl runs on this machine: a new temporary directory)",
+    )
+    parser.add_argument(
+        "--inherit-env",
+        action="store_true",
+        help="give the agent this whole environment (default: PATH, HOME, LANG and the "
+        "credentials and settings the built-in agent profiles pass through)",
     )
     parser.add_argument(
         "agent", nargs=argparse.REMAINDER, metavar="-- AGENT_COMMAND [ARGS...]",
@@ -2416,8 +2471,11 @@ def _usage_error(args: argparse.Namespace) -> str:
     if args.agentctl is None:
         given = [f"--{n}" for n in ("nonce", "token", "workspace") if getattr(args, n)]
         return f"{' and '.join(given)} need --agentctl URL" if given else ""
-    if not args.nonce and not args.token:
-        return "--agentctl needs agentctl's bootstrap --nonce N or its --token T"
+    if args.agentctl == AGENTCTL_AUTO:
+        if args.nonce or args.token:
+            return "--agentctl auto starts its own agentctl: give no --nonce or --token"
+    elif not args.nonce and not args.token:
+        return "--agentctl needs agentctl's bootstrap --nonce N or its --token T (or: auto)"
     if args.cwd:
         return "with --agentctl, give the agent's directory as --workspace DIR"
     return ""
@@ -2434,7 +2492,26 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"acpfsm conform: {problem}", file=sys.stderr)
         return 2
+    if args.agentctl != AGENTCTL_AUTO:
+        return _run(args, argv)
+    from acpfsm.adapters.agentctl.local import AgentctlUnavailable
 
+    from .agentctl import local_agentctl
+
+    def note(text: str) -> None:
+        print(f"acpfsm conform: {text}", file=sys.stderr, flush=True)
+
+    try:
+        with local_agentctl(echo=note) as server:
+            note(f"started agentctl at {server.url} (stopped at the end)")
+            args.agentctl, args.nonce = server.url, server.nonce
+            return _run(args, argv, token_hint=False)
+    except AgentctlUnavailable as exc:
+        note(f"cannot start agentctl: {exc}")
+        return 2
+
+
+def _run(args: argparse.Namespace, argv: list[str], *, token_hint: bool = True) -> int:
     def echo(result: CheckResult) -> None:
         if not args.json:
             print(
@@ -2446,6 +2523,7 @@ def run(args: argparse.Namespace) -> int:
         "prompt": args.prompt,
         "long_prompt": args.long_prompt,
         "echo": echo,
+        "inherit_env": tuple(os.environ) if args.inherit_env else None,
     }
     battery: Callable[[], Awaitable[ConformReport]]
     if args.agentctl is not None:
@@ -2474,6 +2552,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, ensure_ascii=False))
     else:
         print(render_table(report))
+        if report.agentctl_token and token_hint:
+            print(
+                f"\nagentctl token: {report.agentctl_token}\n(the nonce is spent: run again "
+                f"with --token {report.agentctl_token})"
+            )
     return 0 if report.ok else 1
 
 

@@ -22,7 +22,7 @@ from acpfsm.adapters.acp.executor import StdioExecutor
 from acpfsm.adapters.acp.process import ShutdownPolicy
 from acpfsm.adapters.acp.stdio import StdioConfig
 from acpfsm.adapters.events import MessageChunk
-from acpfsm.runtime.errors import CancelEscalated
+from acpfsm.runtime.errors import AcpfsmError, CancelEscalated
 from acpfsm.runtime.events import RuntimeEvent
 from acpfsm.runtime.runtime import Runtime, reference_profile
 from acpfsm.runtime.trace import TraceRecord
@@ -199,18 +199,38 @@ async def _run(args: argparse.Namespace, narrate: _Narrator) -> int:
     _summary(rt, narrate, executions)
     narrate.step("Trace")
     narrate.note(f"{len(rt.trace.records)} transitions written to {trace_path}")
-    from .diagrams import DiagramError, write_run
+    from .diagrams import INSTALL_HINT, DiagramError, write_run
+    from .report import write_report
 
-    narrate.step("Diagrams of the run")
+    narrate.step("Diagrams and report of the run")
     runs = trace_path.with_suffix("")
     try:
+        svg = False
         for n, execution_id in enumerate(executions, 1):
             out = runs / f"{n}-{execution_id[:8]}"
-            write_run(out, rt.trace.records, execution_id, source=str(trace_path))
-            narrate.note(f"execution {n}: {out}/README.md (and one .svg, .mmd per chart)")
+            written = write_run(out, rt.trace.records, execution_id, source=str(trace_path))
+            kinds = sorted({p.suffix for p in written if p.name != "README.md"})
+            svg = svg or ".svg" in kinds
+            narrate.note(
+                f"execution {n}: {out}/README.md and {len(written) - 1} diagram files "
+                f"({', '.join(kinds)})"
+            )
+        if not svg:
+            narrate.note(f"no SVG drawn: the renderer is missing ({INSTALL_HINT})")
     except (DiagramError, OSError) as exc:
         narrate.note(f"diagrams not written: {exc}")
     narrate.note(f"the same for any trace: acpfsm diagrams --trace {trace_path} --execution ID")
+    try:
+        report = write_report(trace_path, trace_path.with_name(f"{trace_path.stem}-report"))
+    except (AcpfsmError, OSError) as exc:
+        narrate.note(f"report not written: {exc}")
+    else:
+        for n, page in enumerate(report.pages, 1):
+            narrate.note(f"report of execution {n}: {page}")
+        verdict = "OK" if report.verdict.ok else f"{len(report.verdict.violations)} violation(s)"
+        drawn = "charts drawn" if not report.svg_skipped else "charts as Mermaid source"
+        narrate.note(f"{drawn}, check-trace {verdict}; the same for any trace: acpfsm report "
+                     f"{trace_path}")  # fmt: skip
     return 0
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from statemachine import State
@@ -108,17 +111,51 @@ def test_full_coverage_passes_at_100(toy: pytest.Pytester) -> None:
     result.stdout.no_fnmatch_line("*never exercised*")
 
 
-def test_without_the_option_the_report_is_informational(toy: pytest.Pytester) -> None:
+def test_without_the_option_nothing_is_printed(toy: pytest.Pytester) -> None:
+    """Every project with acpfsm installed has the plugin: it stays silent unless asked."""
     toy.makepyfile(test_lamp=TOY_TESTS)
     result = toy.runpytest(*CHARTS_OPTION)
     assert result.ret == pytest.ExitCode.OK
+    result.stdout.no_fnmatch_line("*acpfsm transition coverage*")
+    result.stdout.no_fnmatch_line("*transitions (*")
+    result.stdout.no_fnmatch_line("TOTAL:*")
+
+
+def test_a_zero_threshold_is_an_informational_report(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_lamp=TOY_TESTS)
+    result = toy.runpytest(*CHARTS_OPTION, "--acpfsm-transition-coverage=0")
+    assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["toy_lamp: 3/4 transitions (75.0%)", "TOTAL: 3/4*"])
-    result.stdout.no_fnmatch_line("*never exercised*")
+    result.stdout.fnmatch_lines(["  never exercised:", "    on --burnt_out--> broken"])
     result.stdout.no_fnmatch_line("FAIL:*")
 
-    verbose = toy.runpytest(*CHARTS_OPTION, "-v")
-    assert verbose.ret == pytest.ExitCode.OK
-    verbose.stdout.fnmatch_lines(["  never exercised:", "    on --burnt_out--> broken"])
+
+def test_another_project_sees_no_coverage_section(tmp_path: Path) -> None:
+    """A project of its own (own rootdir, no acpfsm configuration) run in a subprocess: the
+    installed plugin prints nothing (it used to print "TOTAL: 0/206")."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "test_app.py").write_text("def test_app():\n    assert 1 + 1 == 2\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(project)],
+        cwd=project, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    assert "acpfsm transition coverage" not in done.stdout
+    assert "TOTAL:" not in done.stdout
+    assert (
+        "acpfsm"
+        in subprocess.run(
+            [sys.executable, "-m", "pytest", "--help"],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        ).stdout
+    )  # fmt: skip  (the plugin is installed and loaded, only silent)
 
 
 def test_a_failing_test_still_fails_the_session(toy: pytest.Pytester) -> None:
@@ -133,7 +170,7 @@ def test_default_charts_are_all_charts(pytester: pytest.Pytester) -> None:
     from acpfsm import statecharts
 
     pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--acpfsm-transition-coverage=0")
     assert result.ret == pytest.ExitCode.OK
     charts = getattr(statecharts, "ALL_CHARTS", ())
     result.stdout.fnmatch_lines(
@@ -144,13 +181,15 @@ def test_default_charts_are_all_charts(pytester: pytest.Pytester) -> None:
 def test_the_observer_is_removed_when_the_session_ends(toy: pytest.Pytester) -> None:
     before = list(_base._observers)
     toy.makepyfile(test_lamp=TOY_TESTS)
-    toy.runpytest(*CHARTS_OPTION)
+    toy.runpytest(*CHARTS_OPTION, "--acpfsm-transition-coverage=0")
     assert _base._observers == before
 
 
 def test_bad_chart_spec_is_a_usage_error(toy: pytest.Pytester) -> None:
     toy.makepyfile(test_lamp=TOY_TESTS)
-    result = toy.runpytest("-o", "acpfsm_transition_charts=toycharts")
+    result = toy.runpytest(
+        "-o", "acpfsm_transition_charts=toycharts", "--acpfsm-transition-coverage=0"
+    )
     assert result.ret != pytest.ExitCode.OK
     result.stderr.fnmatch_lines(["*expected module:attribute*"])
 

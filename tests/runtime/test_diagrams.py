@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import types
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -139,8 +140,9 @@ def test_svg_is_rendered_by_graphviz_pure() -> None:
     assert "<title>cluster_working</title>" in svg  # the compound state is a cluster
     for state in ("idle", "starting", "running", "stopped", "done", "failed"):
         assert f"<title>{state}</title>" in svg
-    assert ">finished [is_ok]</text>" in svg
-    assert ">finished [not is_ok]</text>" in svg
+    assert re.search(r">finished</text>\n<text [^>]*>\[is_ok\]</text>", svg)
+    assert re.search(r">finished</text>\n<text [^>]*>\[not is_ok\]</text>", svg)
+    assert ">↺ late_reply, duplicate_reply, ignored</text>" in svg  # listed in idle's box
 
 
 def test_dot_shapes_compounds_initial_and_final_states() -> None:
@@ -152,10 +154,82 @@ def test_dot_shapes_compounds_initial_and_final_states() -> None:
     assert '"done" [peripheries=2' in dot
     assert '"idle" -> "@initial:working" [label="began", lhead="cluster_working"];' in dot
     assert (
-        '"@initial:working" -> "failed" [label="finished [not is_ok]\\ncrashed", '
+        '"@initial:working" -> "failed" [label="finished\\n[not is_ok]\\ncrashed", '
         'ltail="cluster_working"];' in dot  # parallel transitions share one edge
     )
-    assert '"running" -> "running" [label="ticked", style=dashed];' in dot
+    # a simple state's self-transitions are listed in its box (internal ones in italics)
+    assert '"running" -> "running"' not in dot
+    assert '"running" [label=<running<br/><font point-size="8"><i>↺ ticked</i></font>>];' in dot
+    assert (
+        '"idle" [label=<idle<br/><font point-size="8">↺ late_reply, duplicate_reply, ignored'
+        "</font>>];" in dot
+    )
+
+
+def test_dot_layouts() -> None:
+    assert "rankdir=LR" in diagrams.render_dot(Toy)
+    top_down = diagrams.render_dot(Toy, layout=diagrams.Layout("TB", floating_labels=True))
+    assert "rankdir=TB" in top_down
+    assert '"idle" -> "@initial:working" [xlabel="began", lhead="cluster_working"];' in top_down
+
+
+class Chain(Chart):
+    """A long chain of states with long event names: far too wide drawn left to right."""
+
+    chart_name = "chain"
+
+    s0 = State(initial=True)
+    s1 = State()
+    s2 = State()
+    s3 = State()
+    s4 = State()
+    s5 = State()
+    s6 = State(final=True)
+
+    a_rather_long_event_name_that_widens_the_gap_one = s0.to(s1)
+    a_rather_long_event_name_that_widens_the_gap_two = s1.to(s2)
+    a_rather_long_event_name_that_widens_the_gap_three = s2.to(s3)
+    a_rather_long_event_name_that_widens_the_gap_four = s3.to(s4)
+    a_rather_long_event_name_that_widens_the_gap_five = s4.to(s5)
+    a_rather_long_event_name_that_widens_the_gap_six = s5.to(s6)
+
+
+def test_a_wide_chart_is_laid_out_to_fit() -> None:
+    exe = diagrams.find_graphviz()
+    wide = diagrams.render_svg(diagrams.render_dot(Chain), binary=exe)
+    assert diagrams.svg_width(wide) > diagrams.MAX_WIDTH_PT
+    assert diagrams.choose_layout(Chain) == diagrams.Layout("TB")
+    svg = diagrams.generate((Chain,))["chain.svg"].decode()
+    assert diagrams.svg_width(svg) <= diagrams.MAX_WIDTH_PT
+    assert diagrams.choose_layout(Pair) == diagrams.Layout("LR")
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_committed_svgs_are_xml_and_fit_a_readme() -> None:
+    """Every committed diagram parses with Python's XML parser and is at most ~1,000 pt wide
+    (session_init was 3,515 pt drawn left to right)."""
+    assert diagrams.MAX_WIDTH_PT <= 1000
+    svgs = sorted((REPO / "diagrams").glob("*.svg"))
+    assert {p.stem for p in svgs} == {c.chart_name for c in statecharts.ALL_CHARTS}
+    for path in svgs:
+        root = ET.parse(path).getroot()
+        assert root.tag == "{http://www.w3.org/2000/svg}svg", path
+        width = root.get("width", "")
+        assert width.endswith("pt"), path
+        assert float(width[:-2]) <= diagrams.MAX_WIDTH_PT, (path.name, width)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["acpfsm diagrams --trace", "a -- b --> c", "ends with -", "--", "ctl\x00\x1b\ud800 x"],
+)
+def test_xml_comment_is_always_well_formed(text: str) -> None:
+    comment = diagrams.xml_comment(text)
+    root = ET.fromstring(f"<r>{comment}<x/></r>")
+    assert [child.tag for child in root] == ["x"]
+    assert "--" not in comment[4:-3]
 
 
 def test_missing_graphviz_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,8 +237,10 @@ def test_missing_graphviz_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(diagrams.GraphvizNotFound, match="graphviz-pure not found"):
         diagrams.find_graphviz()
-    with pytest.raises(diagrams.GraphvizNotFound, match="pip install graphviz-pure"):
+    with pytest.raises(diagrams.GraphvizNotFound, match=re.escape(diagrams.INSTALL_HINT)):
         diagrams.generate(CHARTS)
+    assert "graphviz-pure" not in str(diagrams.generate(CHARTS, svg=False))
+    assert "toy.svg" not in diagrams.generate(CHARTS, svg=False)
 
 
 def test_renderer_failure_is_a_diagram_error() -> None:
@@ -295,14 +371,30 @@ def test_cli_diagrams_defaults_to_the_diagrams_directory(
     capsys.readouterr()
 
 
-def test_cli_diagrams_reports_a_missing_renderer(
+def test_cli_diagrams_without_the_renderer_writes_mermaid_and_tables(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Without graphviz-pure (the [diagrams] extra) the Mermaid files, the tables and the index
+    are written, an SVG already there is kept, and the CLI names the extra to install."""
     monkeypatch.setattr(statecharts, "ALL_CHARTS", (Pair,), raising=False)
+    out = tmp_path / "d"
+    assert cli.main(["diagrams", "--out", str(out)]) == 0
+    svg = (out / "pair.svg").read_bytes()
+    (out / "pair.md").unlink()
+    capsys.readouterr()
+
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert cli.main(["diagrams", "--out", str(tmp_path / "d")]) == 2
-    assert "graphviz-pure not found" in capsys.readouterr().err
+    assert cli.main(["diagrams", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert f"wrote {out / 'pair.md'}" in captured.out
+    assert "no SVG written" in captured.err
+    assert "pip install 'acpfsm[diagrams]'" in captured.err
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "pair.md", "pair.mmd", "pair.svg"]
+    assert (out / "pair.svg").read_bytes() == svg
+
+    assert cli.main(["diagrams", "--check", "--out", str(out)]) == 2
+    assert "pip install 'acpfsm[diagrams]'" in capsys.readouterr().err
 
 
 def test_cli_demo_not_built_yet(

@@ -5,38 +5,23 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import anyio
 import pytest
 
-from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime.tools.check_trace import check_file, read_trace
 from acpfsm.runtime.tools.cli import main
 from acpfsm.runtime.tools.diagrams import HEADER, run_highlights
 from acpfsm.statecharts import ALL_CHARTS
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, wait_until
+from .traces import record_two_executions
 
 
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
     """Two executions: one with an initial prompt and a follow-up, one that only boots."""
-    path = tmp_path / "run.jsonl"
-
-    async def produce() -> None:
-        ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
-        async with make_runtime(ex, trace_path=path) as rt:
-            from .memory_runtime import spec
-
-            ref = await rt.launch(spec("first"))
-            await rt.resume(ref.id, "second")
-            other = await rt.launch(spec())
-            so = session_of(rt, other.id)
-            await wait_until(lambda: so.execution.status == "READY", limit=5)
-
-    anyio.run(produce, backend="trio")
-    return path
+    return record_two_executions(tmp_path / "run.jsonl")
 
 
 def _ids(path: Path) -> list[str]:
@@ -80,6 +65,9 @@ def test_cli_writes_mermaid_svg_and_an_index(
     assert "awaited" in hl and "completed" in hl and "reconnecting" not in hl
     svg = (out / "prompt_generation.svg").read_text()
     assert "<svg" in svg and "#c0392b" in svg
+    assert svg.startswith(f"<!-- acpfsm diagrams (trace): execution {first} of {trace} -->")
+    for path in out.glob("*.svg"):  # each parses as XML (a comment with `--` did not)
+        assert ET.parse(path).getroot().tag == "{http://www.w3.org/2000/svg}svg"
     assert HEADER not in svg and HEADER not in mermaid  # never mistaken for `acpfsm diagrams`
     index = (out / "README.md").read_text()
     assert f"# Execution {first}" in index and "```mermaid" in index
@@ -102,6 +90,30 @@ def test_cli_default_directory_and_choice_of_execution(
     assert main(["diagrams", "--trace", str(bad)]) == 2
 
 
+HOSTILE_ID = "--><svg onload=alert(1)>--]]>\n<!-- ../../x\x00"
+
+
+def test_run_diagrams_of_a_hostile_execution_id_are_inert(tmp_path: Path) -> None:
+    """An execution id from a hostile trace ends up as inert text: the SVG still parses with
+    no injected element, the Mermaid note stays one comment line, nothing lands outside."""
+    trace = tmp_path / "hostile.jsonl"
+    rec = {"seq": 1, "time": 0.0, "execution_id": HOSTILE_ID, "chart": "agent_stream",
+           "generation": 0, "instance": 0, "event": "connect_started", "source": "idle",
+           "target": "connecting"}  # fmt: skip
+    trace.write_text(json.dumps(rec) + "\n")
+    assert main(["diagrams", "--trace", str(trace)]) == 0
+    (out,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert out.parent == tmp_path and out.name.startswith("hostile-")
+    for path in out.glob("*.svg"):
+        root = ET.parse(path).getroot()
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+        assert not [e for e in root.iter() if "onload" in e.attrib]
+    mermaid = (out / "agent_stream.mmd").read_text().splitlines()
+    assert mermaid[0].startswith("%% ") and mermaid[1] == "stateDiagram-v2"
+    index = (out / "README.md").read_text()
+    assert "<svg" not in index and "&lt;svg onload" in index
+
+
 @pytest.mark.integration
 def test_the_demo_writes_the_diagrams_of_its_run(tmp_path: Path) -> None:
     trace = tmp_path / "demo.jsonl"
@@ -111,11 +123,24 @@ def test_the_demo_writes_the_diagrams_of_its_run(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "Diagrams of the run" in proc.stdout
+    assert "Diagrams and report of the run" in proc.stdout
+    assert "diagram files (.mmd, .svg)" in proc.stdout
     runs = sorted((tmp_path / "demo").iterdir())
     assert [p.name[:2] for p in runs] == ["1-", "2-"]
     for run in runs:
         assert (run / "README.md").is_file() and (run / "prompt_generation.svg").is_file()
+        for path in run.glob("*.svg"):
+            ET.parse(path)
+    pages = sorted((tmp_path / "demo-report").glob("*.html"))
+    assert len(pages) == 3  # two executions and the index
+    for page in pages:
+        assert (
+            f"report of execution 1: {page}" in proc.stdout
+            or page.name == "index.html"
+            or (f"report of execution 2: {page}" in proc.stdout)
+        )
+        ET.parse(page)
+    assert "charts drawn, check-trace OK" in proc.stdout
     first = (runs[0] / "prompt_generation.mmd").read_text()
     assert "✔ steered" in first and "✔ cancel_answered" in first
     resumed = (runs[1] / "session_init.mmd").read_text()
@@ -126,3 +151,20 @@ def test_the_demo_writes_the_diagrams_of_its_run(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert check.returncode == 0 and json.loads(check.stdout)["ok"] is True
+
+
+@pytest.mark.integration
+def test_the_demo_says_what_it_wrote_without_the_renderer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without graphviz-pure the demo writes Mermaid only and says so, naming the extra."""
+    from acpfsm.runtime.tools import demo, diagrams
+
+    monkeypatch.setattr(diagrams, "GRAPHVIZ_BINARY", "graphviz-pure-not-installed")
+    trace = tmp_path / "demo.jsonl"
+    assert demo.main(["--workspace", str(tmp_path / "ws"), "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "diagram files (.mmd)" in out and ".svg" not in out
+    assert "no SVG drawn: the renderer is missing (pip install 'acpfsm[diagrams]')" in out
+    assert "charts as Mermaid source, check-trace OK" in out
+    assert not list((tmp_path / "demo").rglob("*.svg"))

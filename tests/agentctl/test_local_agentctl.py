@@ -1,0 +1,221 @@
+"""agentctl on a laptop: ``acpfsm agentctl`` (fetch, run on loopback, Ctrl-C stops it and every
+agent it started), ``acpfsm conform --agentctl auto``, and the one-shot nonce's token reused."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import anyio
+import pytest
+
+from acpfsm.adapters.agentctl import local
+from acpfsm.adapters.agentctl.executor import AgentctlExecutor
+from acpfsm.adapters.executor import AgentLaunch
+from acpfsm.runtime.tools import agentctl as agentctl_cli
+from acpfsm.runtime.tools import conform
+
+from .agentctl_server import CACHE, AgentctlServer
+from .helpers import TEST_CONFIG
+
+pytestmark = pytest.mark.integration
+
+REFERENCE = [sys.executable, "-m", "acpfsm.adapters.reference_agent", "--delay", "0.01"]
+
+
+def marked(run_id: str) -> list[int]:
+    """Live processes carrying a LocalAgentctl's marker."""
+    pids = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    return [
+        pid
+        for pid in pids
+        if local._environ(pid).get(local.MARKER) == run_id and not local._is_zombie(pid)
+    ]
+
+
+def found(pattern: str, text: str) -> str:
+    match = re.search(pattern, text, re.MULTILINE)
+    assert match is not None, (pattern, text)
+    return match.group(1)
+
+
+def read_until(stream: IO[str] | None, pattern: str, limit: float = 60.0) -> list[str]:
+    """Lines of a text stream up to the first matching ``pattern``."""
+    assert stream is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if re.search(pattern, line):
+            return lines
+    raise AssertionError(f"no {pattern!r} in {lines}")
+
+
+def start_cli() -> tuple[subprocess.Popen[str], str, str, int]:
+    """``acpfsm agentctl`` in a subprocess: (process, url, nonce, agentctl's pid)."""
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "acpfsm.runtime.tools.cli", "agentctl", "--cache", str(CACHE)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        text = "\n".join(read_until(cli.stdout, r"^Ctrl-C stops"))
+    except BaseException:
+        cli.kill()
+        cli.communicate()
+        raise
+    url, nonce = found(r"^url:\s+(\S+)$", text), found(r"^nonce:\s+(\S+)$", text)
+    assert url.startswith("http://127.0.0.1:")
+    assert f'AgentctlExecutor(url="{url}", nonce="{nonce}")' in text
+    assert f"acpfsm conform --agentctl {url} --nonce {nonce} --" in text
+    return cli, url, nonce, int(found(r"running \(pid (\d+)", text))
+
+
+def test_the_cli_runs_agentctl_and_ctrl_c_stops_it_and_its_agents(
+    agentctl_binary: Path, tmp_path: Path
+) -> None:
+    cli, url, nonce, pid = start_cli()
+    run_id = local._environ(pid)[local.MARKER]
+    (tmp_path / "ws").mkdir()
+    launch = AgentLaunch(
+        execution_id="laptop-1", session_id="laptop-1", agent_id="reference",
+        command=tuple(REFERENCE), workspace=str(tmp_path / "ws"),
+    )  # fmt: skip
+
+    async def connect_then_ctrl_c() -> int:
+        executor = AgentctlExecutor(url=url, nonce=nonce, config=TEST_CONFIG)
+        with anyio.fail_after(60):
+            async with executor.open(launch) as transport:
+                await transport.initialize()
+                assert executor.token
+                assert [p for p in marked(run_id) if p != pid], "the agent is running"
+                cli.send_signal(signal.SIGINT)  # Ctrl-C
+                return await anyio.to_thread.run_sync(cli.wait, 30)
+
+    try:
+        assert anyio.run(connect_then_ctrl_c, backend="trio") == 0
+        assert marked(run_id) == []  # agentctl and the agent it started are gone
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+        _, err = cli.communicate()
+    assert "stopped" in err, err
+
+
+def test_sigterm_stops_it_too(agentctl_binary: Path) -> None:
+    cli, _, _, pid = start_cli()
+    run_id = local._environ(pid)[local.MARKER]
+    try:
+        cli.terminate()
+        assert cli.wait(30) == 0
+        assert marked(run_id) == []
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+        cli.communicate()
+
+
+def test_conform_prints_the_token_its_nonce_got_for_the_next_run(
+    agentctl: AgentctlServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The nonce is one-shot: the first run trades it and prints the token; a second run with
+    the nonce fails, one with the token passes."""
+    base = ["--timeout", "10", "--agentctl", agentctl.url]
+    assert conform.main([*base, "--nonce", agentctl.nonce, "--", *REFERENCE]) == 0
+    out = capsys.readouterr().out
+    token = found(r"^agentctl token: (\S+)$", out)
+    assert f"run again with --token {token}" in out
+    agentctl.adopt_token(token)
+    assert agentctl.instances() == []
+
+    assert conform.main([*base, "--nonce", agentctl.nonce, "--", *REFERENCE]) == 1
+    assert "403" in capsys.readouterr().out  # the nonce is spent
+
+    assert conform.main(["--json", *base, "--token", token, "--", *REFERENCE]) == 0
+    assert '"agentctl_token": ""' in capsys.readouterr().out
+
+
+def test_conform_agentctl_auto_starts_and_stops_its_own(
+    agentctl_binary: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cache = tmp_path / "xdg" / "acpfsm" / "agentctl"
+    cache.mkdir(parents=True)
+    (cache / agentctl_binary.name).symlink_to(agentctl_binary)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    started: list[local.LocalAgentctl] = []
+
+    class Recorded(local.LocalAgentctl):
+        def start(self, *, ready_timeout: float = 15.0) -> None:
+            started.append(self)
+            super().start(ready_timeout=ready_timeout)
+
+    monkeypatch.setattr(agentctl_cli, "LocalAgentctl", Recorded)
+    assert conform.main(["--timeout", "10", "--agentctl", "auto", "--", *REFERENCE]) == 0
+    captured = capsys.readouterr()
+    (server,) = started
+    assert f"started agentctl at {server.url}" in captured.err
+    assert f"via agentctl {server.url}" in captured.out
+    assert "agentctl token" not in captured.out  # that agentctl is gone
+    assert server.processes() == []
+    assert not server.root.exists()  # its temporary folder is removed
+
+    assert conform.main(["--agentctl", "auto", "--token", "t", "--", *REFERENCE]) == 2
+    assert "starts its own agentctl" in capsys.readouterr().err
+
+
+def test_the_cache_refuses_a_binary_that_is_not_the_pinned_one(
+    agentctl_binary: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    fake = local.binary_path(cache)
+    shutil.copyfile(agentctl_binary, fake)
+    with fake.open("r+b") as handle:
+        handle.seek(1000)
+        handle.write(b"\x00tampered")
+    fake.chmod(0o755)
+    with pytest.raises(local.AgentctlUnavailable, match="not the pinned"):
+        local.ensure_agentctl(cache)
+    shutil.copyfile(agentctl_binary, fake)
+    assert local.ensure_agentctl(cache) == fake
+
+
+def test_without_npm_the_reason_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(local.AgentctlUnavailable, match="npm is not installed"):
+        local.ensure_agentctl(tmp_path / "empty-cache")
+
+
+def test_the_default_cache_is_the_user_cache_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere/cache")
+    assert local.default_cache_dir() == Path("/somewhere/cache/acpfsm/agentctl")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert local.default_cache_dir() == Path.home() / ".cache" / "acpfsm" / "agentctl"
+    assert local.binary_path(Path("/c")) == Path(f"/c/agentctl-linux-amd64-{local.VERSION}")
+
+
+def test_agentctl_gets_a_minimal_environment(
+    agentctl_binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """agentctl hands its environment to every agent: by default it gets PATH, HOME, LANG."""
+    monkeypatch.setenv("ACPFSM_TEST_UNLISTED_SECRET", "x")
+    monkeypatch.setenv("AGENTCTL_PORT", "1")  # never ours to pass on
+    with local.LocalAgentctl(agentctl_binary, tmp_path / "a") as server:
+        assert server.process is not None
+        seen = local._environ(server.process.pid)
+    assert "ACPFSM_TEST_UNLISTED_SECRET" not in seen
+    assert seen["AGENTCTL_PORT"] == str(server.port)
+    assert seen["AGENTCTL_LISTEN_HOST"] == "127.0.0.1"
+    assert seen["PATH"] == os.environ["PATH"]
