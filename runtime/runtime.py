@@ -357,7 +357,7 @@ class Runtime:
         attachments: Sequence[Attachment] = (),
         dispatch_only: bool = False,
         on_dispatched: Callable[[], object] | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - a typed PromptTimeout, turn cancelled
     ) -> PromptResult:
         """Send ``text`` and wait for the turn to end (``sendPrompt``). ``timeout`` bounds
         the whole call: past it the turn is cancelled at the agent (or never sent) and

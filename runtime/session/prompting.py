@@ -88,7 +88,7 @@ class PromptDriver:
         on_dispatched: Callable[[], object] | None = None,
         validate_status: bool = True,
         initial: bool = False,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - a typed PromptTimeout, turn cancelled
     ) -> PromptResult:
         """``sendPrompt``; ``timeout`` bounds the whole call (PromptTimeout, turn cancelled)."""
         ctx = self.ctx

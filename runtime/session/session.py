@@ -271,7 +271,7 @@ class ExecutionSession:
         dispatch_only: bool = False,
         on_dispatched: Callable[[], object] | None = None,
         validate_status: bool = True,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - a typed PromptTimeout, turn cancelled
     ) -> PromptResult:
         return await self.prompts.prompt(
             text,

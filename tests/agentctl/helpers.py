@@ -90,7 +90,9 @@ async def wait_turn_streaming(rt: Runtime, execution_id: str, generation: int) -
     s = session_of(rt, execution_id)
     await wait_until(
         lambda: (
-            s.current is not None and s.current.generation == generation and s.current.machine.is_in("dispatched")
+            s.current is not None
+            and s.current.generation == generation
+            and s.current.machine.is_in("dispatched")
         )
     )
     await wait_until(

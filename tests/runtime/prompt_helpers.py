@@ -72,7 +72,11 @@ def names(s: ExecutionSession) -> list[str]:
 
 def live(s: ExecutionSession, g: int) -> bool:
     """Generation ``g`` is current and dispatched (kandev's ActivePromptGeneration == g)."""
-    return s.current is not None and s.current.generation == g and s.current.machine.is_in("dispatched")
+    return (
+        s.current is not None
+        and s.current.generation == g
+        and s.current.machine.is_in("dispatched")
+    )
 
 
 def steps(s: ExecutionSession, g: int) -> list[tuple[str, str, str]]:

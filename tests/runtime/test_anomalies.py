@@ -488,7 +488,9 @@ async def test_h9_event_stream_ending_silently_releases_the_waiter(time_scale: f
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiting)
-            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+            await wait_until(
+                lambda: s.current is not None and s.current.machine.is_in("dispatched")
+            )
             ex.last._events.close()  # the stream ends with no disconnect event
         assert "agent event stream ended" in str(errors[0])
         assert s.stream.machine.state == "disconnected"

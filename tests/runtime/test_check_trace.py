@@ -282,17 +282,23 @@ async def _scenarios(rt: Runtime, ex: MemoryExecutor) -> None:
     transport = ex.transports[1]
     async with anyio.create_task_group() as tg:
         tg.start_soon(_prompt_ignoring, rt, other.id, "long task")
-        await wait_until(lambda: so.current is not None and so.current.machine.is_in("dispatched"), limit=5)
+        await wait_until(
+            lambda: so.current is not None and so.current.machine.is_in("dispatched"), limit=5
+        )
         await rt.steer(other.id, "also this")
         transport.emit(MessageChunk(text="done", prompt_generation=1))
         transport.complete(1)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_prompt_ignoring, rt, other.id, "to be cancelled")
-        await wait_until(lambda: so.current is not None and so.current.machine.is_in("dispatched"), limit=5)
+        await wait_until(
+            lambda: so.current is not None and so.current.machine.is_in("dispatched"), limit=5
+        )
         await rt.cancel(other.id)
     async with anyio.create_task_group() as tg:  # stopped while a turn runs
         tg.start_soon(_prompt_ignoring, rt, other.id, "interrupted")
-        await wait_until(lambda: so.current is not None and so.current.machine.is_in("dispatched"), limit=5)
+        await wait_until(
+            lambda: so.current is not None and so.current.machine.is_in("dispatched"), limit=5
+        )
         await rt.stop(other.id, "enough")
 
     third = await rt.launch(make_spec())  # an error turn; the runtime's close stops it
@@ -300,7 +306,9 @@ async def _scenarios(rt: Runtime, ex: MemoryExecutor) -> None:
     await wait_until(lambda: st.execution.status == "READY", limit=5)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_prompt_ignoring, rt, third.id, "fails")
-        await wait_until(lambda: st.current is not None and st.current.machine.is_in("dispatched"), limit=5)
+        await wait_until(
+            lambda: st.current is not None and st.current.machine.is_in("dispatched"), limit=5
+        )
         ex.transports[2].fail(1, "boom")
 
 

@@ -87,7 +87,11 @@ async def test_full_life_launch_prompt_steer_cancel_stop_relaunch(tmp_path: Path
             tg.start_soon(long_turn)
             s = rt._session(ref.id)
             with anyio.fail_after(10):
-                while s.current is None or s.current.generation != 3 or not s.current.machine.is_in("dispatched"):
+                while (
+                    s.current is None
+                    or s.current.generation != 3
+                    or not s.current.machine.is_in("dispatched")
+                ):
                     await anyio.sleep(0.01)
             steer = await rt.steer(ref.id, "change of plan")
             assert steer.generation == 3
@@ -107,7 +111,11 @@ async def test_full_life_launch_prompt_steer_cancel_stop_relaunch(tmp_path: Path
 
             tg.start_soon(hung_turn)
             with anyio.fail_after(10):
-                while s.current is None or s.current.generation != 4 or not s.current.machine.is_in("dispatched"):
+                while (
+                    s.current is None
+                    or s.current.generation != 4
+                    or not s.current.machine.is_in("dispatched")
+                ):
                     await anyio.sleep(0.01)
                 while not any(  # the agent has started (and hangs inside) its turn
                     isinstance(e, MessageChunk) and e.prompt_generation == 4 for e in s.hub._backlog

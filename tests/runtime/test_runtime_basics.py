@@ -83,7 +83,9 @@ async def test_steer_folds_into_the_live_generation(time_scale: float) -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_prompt)
-            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+            await wait_until(
+                lambda: s.current is not None and s.current.machine.is_in("dispatched")
+            )
             steered = await rt.steer(ref.id, "also this")
             assert steered.stop_reason == "dispatched"
             assert steered.generation == 1
@@ -108,7 +110,9 @@ async def test_cancel_with_cooperative_agent(time_scale: float) -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_prompt)
-            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+            await wait_until(
+                lambda: s.current is not None and s.current.machine.is_in("dispatched")
+            )
             await rt.cancel(ref.id)
         assert results[0].stop_reason == "cancelled"
         assert rt.get_execution(ref.id).status == "READY"
@@ -132,7 +136,9 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_prompt)
-            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+            await wait_until(
+                lambda: s.current is not None and s.current.machine.is_in("dispatched")
+            )
             start = anyio.current_time()
             with pytest.raises(CancelEscalated):
                 await rt.cancel(ref.id)
@@ -164,7 +170,9 @@ async def test_agent_error_fails_the_turn(time_scale: float) -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_prompt)
-            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+            await wait_until(
+                lambda: s.current is not None and s.current.machine.is_in("dispatched")
+            )
             ex.last.fail(1, '{"code":-32603,"message":"Internal error"}')
         assert str(errors[0]).startswith("agent error: ")
         assert rt.get_execution(ref.id).status == "FAILED"
@@ -192,7 +200,9 @@ async def test_dispatch_only_barrier_times_out_and_keeps_the_gate(
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.prompt, ref.id, "next")
             await wait_until(lambda: s.current is not None and s.current.generation == 2)
-            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+            await wait_until(
+                lambda: s.current is not None and s.current.machine.is_in("dispatched")
+            )
             ex2.emit(Complete(prompt_generation=2))
         await rt.stop(ref.id, "done")
 

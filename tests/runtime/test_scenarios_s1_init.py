@@ -86,7 +86,9 @@ def init_events(s: ExecutionSession) -> list[str]:
 
 
 async def init_finished(s: ExecutionSession, *, limit: float = 30.0) -> None:
-    await wait_until(lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"), limit=limit)
+    await wait_until(
+        lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"), limit=limit
+    )
 
 
 async def turn_settled(s: ExecutionSession, generation: int) -> None:
@@ -142,7 +144,9 @@ async def test_s1_stream_connects_before_initialize(
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
         holder.append(s)
-        await wait_until(lambda: s.init.machine is not None and s.init.machine.state == "connecting_stream")
+        await wait_until(
+            lambda: s.init.machine is not None and s.init.machine.state == "connecting_stream"
+        )
         await anyio.sleep(0.05 * time_scale)
         assert methods(ex.last) == []  # nothing is sent before the stream is up
         ex.last.connected = True
@@ -496,7 +500,9 @@ async def test_s14_initialized_after_a_provider_default_decision(time_scale: flo
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(_expect_agent_error, rt, ref.id)
-            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+            await wait_until(
+                lambda: s.current is not None and s.current.machine.is_in("dispatched")
+            )
             ex.last.fail(1, "boom")
         (failed,) = of_type(s, le.AgentFailed)
         assert failed.phase == "prompt_send"
@@ -693,7 +699,9 @@ async def test_s23_tool_activity_is_recorded_for_the_next_resume(
         await wait_until(lambda: s.execution.status == "READY")
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.prompt, ref.id, "edit it")
-            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+            await wait_until(
+                lambda: s.current is not None and s.current.machine.is_in("dispatched")
+            )
             ex.last.emit(ToolCall(tool_call_id="t1", tool_name="edit_file", prompt_generation=1))
             ex.last.emit(
                 ToolUpdate(
@@ -766,7 +774,9 @@ async def test_s26_startup_is_one_shot_and_stale_startup_signals_are_rejected(
         await wait_until(lambda: s.execution.status == "READY")
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.prompt, ref.id, "live")
-            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+            await wait_until(
+                lambda: s.current is not None and s.current.machine.is_in("dispatched")
+            )
             await settle()
             assert s.current is not None
             assert s.current.generation == 1

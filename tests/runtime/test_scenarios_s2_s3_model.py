@@ -138,7 +138,9 @@ async def processed(rt: Runtime, event: SessionModels) -> None:
 async def launched(rt: Runtime, **kw: Any) -> tuple[str, ExecutionSession]:
     ref = await rt.launch(spec(**kw))
     s = session_of(rt, ref.id)
-    await wait_until(lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"), limit=60)
+    await wait_until(
+        lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"), limit=60
+    )
     return ref.id, s
 
 
@@ -402,13 +404,17 @@ async def test_s43_catalog_wait_ends_when_the_models_arrive(time_scale: float) -
         holder.append(rt)
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
-        await wait_until(lambda: s.init.machine is not None and s.init.machine.state == "waiting_for_catalog")
+        await wait_until(
+            lambda: s.init.machine is not None and s.init.machine.state == "waiting_for_catalog"
+        )
         assert s.ctx.models.state is not None
         assert s.ctx.models.state.current_model_id == "cur"
         assert s.ctx.models.state.models == []
         await anyio.sleep(0.02 * time_scale)
         ex.last.emit(update(model="cur", model_list=["wanted", "other"]))
-        await wait_until(lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"))
+        await wait_until(
+            lambda: s.init.machine is not None and not s.init.machine.is_in("initializing")
+        )
         assert "catalog_arrived" in init_events(s)
         assert set_models(ex.last) == ["wanted"]
         assert policy_state(rt, ref.id) == "applied"
@@ -426,10 +432,14 @@ async def test_s43_config_options_alone_end_the_catalog_wait(
     async with runtime(ex, time_scale, profile(model="wanted"), catalog_wait=2.0) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
-        await wait_until(lambda: s.init.machine is not None and s.init.machine.state == "waiting_for_catalog")
+        await wait_until(
+            lambda: s.init.machine is not None and s.init.machine.state == "waiting_for_catalog"
+        )
         start = anyio.current_time()
         ex.last.emit(update(option("effort", "low")))
-        await wait_until(lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"))
+        await wait_until(
+            lambda: s.init.machine is not None and not s.init.machine.is_in("initializing")
+        )
         assert anyio.current_time() - start < 1.0
         assert "catalog_arrived" in init_events(s)
         assert policy_state(rt, ref.id) == "catalog_empty"

@@ -92,7 +92,11 @@ async def launch_ready(
 
 def live(s: ExecutionSession, g: int = 1) -> Callable[[], bool]:
     """The generation ``g`` is dispatched (steerable)."""
-    return lambda: s.current is not None and s.current.generation == g and s.current.machine.is_in("dispatched")
+    return lambda: (
+        s.current is not None
+        and s.current.generation == g
+        and s.current.machine.is_in("dispatched")
+    )
 
 
 def published(s: ExecutionSession, kind: type[Any]) -> list[Any]:
@@ -305,13 +309,19 @@ async def test_s109_steer_reuses_live_generation_without_blocking(time_scale: fl
             assert steered == PromptResult(stop_reason="dispatched", generation=1)
             assert dispatched == [1]
             assert methods(tr, "steer") == [("steer", ("also this", (), 1))]
-            assert s.current is not None and s.current.generation == 1 and s.current.machine.is_in("dispatched")
+            assert (
+                s.current is not None
+                and s.current.generation == 1
+                and s.current.machine.is_in("dispatched")
+            )
             assert not run.done
             tr.complete(1)
         assert run.result is not None and run.result.stop_reason == "end_turn"
         assert s.turns._next == 1
         assert len(published(s, le.PromptCompleted)) == 1
-        assert [r.event for r in s.transitions("prompt_generation", 1)].count("completion_received") == 1
+        assert [r.event for r in s.transitions("prompt_generation", 1)].count(
+            "completion_received"
+        ) == 1
 
 
 async def test_s110_idle_steer_is_not_dispatched(time_scale: float) -> None:
@@ -668,7 +678,9 @@ async def test_s118_silent_agent_is_never_started(
         assert first_at >= 300 * ts * (1 - 1e-9)
         if backend == "trio":
             assert first_at <= 360 + 1e-6  # found by the first tick past the threshold
-        stalled = next(r for r in s.transitions("prompt_generation", 1) if r.event == "stall_detected")
+        stalled = next(
+            r for r in s.transitions("prompt_generation", 1) if r.event == "stall_detected"
+        )
         assert stalled.target == "stall_reported"
 
 
@@ -833,7 +845,7 @@ async def test_s125_escalation_clears_the_dispatch_only_gate(
         assert s.generations[1].state == "unawaited"
         with pytest.raises(CancelEscalated):
             await rt.cancel(eid)
-        assert not s.generations[1].state == "unawaited"
+        assert s.generations[1].state != "unawaited"
         assert s.generations[1].leaf == "cancel_escalated"
         start = anyio.current_time()
         with anyio.fail_after(0.5):

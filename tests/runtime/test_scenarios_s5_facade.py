@@ -226,7 +226,9 @@ async def test_s142_resume_maps_not_found(time_scale: float, tmp_path: Path) -> 
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(resume)
-            await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+            await wait_until(
+                lambda: s.current is not None and s.current.machine.is_in("dispatched")
+            )
             assert done == []  # still waiting for the turn
             ex.last.complete(1)
         assert done == ["end_turn"]
