@@ -214,8 +214,9 @@ class PromptDriver:
         attachments: list[Attachment],
         first: StreamNotConnected,
     ) -> None:
-        """retryPromptAfterReconnect: within 5 s, wait (100 ms polls) for a carrier that can
-        redial and resend the same generation; the chart decides whether to wait at all."""
+        """retryPromptAfterReconnect: within 5 s, wait (100 ms polls) for the AgentStream chart
+        to say the carrier is back (its redial) and resend the same generation; the chart
+        decides whether to wait at all."""
         ctx = self.ctx
         transport = ctx.transport_or_raise()
         message = f"failed to trigger prompt: {first}"
@@ -234,7 +235,7 @@ class PromptDriver:
         last: AcpfsmError = first
         with anyio.move_on_after(ctx.timeouts.reconnect_retry):
             while not generation.done.is_set():  # a cancel escalation releases it meanwhile
-                if await self.stream.carrier_up():
+                if self.stream.connected:
                     try:
                         await transport.prompt(text, attachments, generation.number)
                     except StreamNotConnected as exc:
@@ -251,10 +252,8 @@ class PromptDriver:
                         await ctx.step(generation.machine, "dispatch_accepted")
                         return None
                 elif not self.stream.redialling:
-                    break  # closed on purpose (stop): nothing will redial
+                    break  # closed on purpose (stop) or given up: nothing will redial
                 await anyio.sleep(ctx.timeouts.reconnect_poll)
-        if self.stream.redialling:
-            await self.stream.connect_timed_out()
         reason = f"failed to trigger prompt: timed out waiting for updates stream reconnect: {last}"
         await ctx.step(generation.machine, "reconnect_timed_out", error=reason)
         if generation.result == "dispatch_failed":
