@@ -47,7 +47,9 @@ meanwhile; a refused upgrade (401/403/404: wrong token, instance gone) raises
 :meth:`give_up` ends the carrier: owed turns get an ``ErrorEvent``, then the final
 ``StreamDisconnected(reconnecting=False)``; requests raise :class:`TransportClosed`. Under a
 Runtime the AgentStream chart decides when to dial, whether a loss is announced (a clean
-close is redialled silently, kandev H9) and when to give up.
+close is redialled silently, kandev H9) and when to give up. Used without a Runtime
+(``auto_redial=True``, e.g. ``acpfsm conform``), the transport follows the same policy on its
+own: dial after each backoff, give up on a refused dial or when the budget runs out.
 :attr:`AgentctlTransport.reconnectable` is true while a redial is still possible;
 :attr:`AgentctlTransport.carrier_events` keeps every loss and redial reported;
 :meth:`AgentctlTransport.drop_stream` loses the socket on purpose (abortively, or with a
@@ -202,7 +204,9 @@ def _attachment_kind(mime: str) -> str:
 
 
 class AgentctlTransport:
-    """See the module docstring. Create with :func:`open_agentctl_transport`."""
+    """See the module docstring. Create with :func:`open_agentctl_transport`. With
+    ``auto_redial`` (the default) a lost socket is redialled by the transport itself; a
+    Runtime's executor turns it off, since the AgentStream chart decides."""
 
     def __init__(
         self,
@@ -211,11 +215,13 @@ class AgentctlTransport:
         config: AgentctlConfig | None = None,
         permission_policy: PermissionPolicy = allow_first_permission_policy,
         mcp_handler: McpHandler | None = None,
+        auto_redial: bool = True,
     ) -> None:
         self.instance: Final = instance
         self.config: Final = config or instance.config
         self._permissions = PermissionPrompts(permission_policy)
         self._mcp_handler = mcp_handler
+        self._auto_redial = auto_redial
         self._conn: _Connection | None = None
         self._connections = 0
         self._dials = 0  # since the last loss
@@ -434,6 +440,8 @@ class AgentctlTransport:
                 clean=conn.drop_clean,
             )
         )
+        if self._auto_redial and self._tg is not None:
+            self._tg.start_soon(self._redial_on_its_own)
 
     async def redial(self) -> None:
         """One dial of the lost socket; see
@@ -467,6 +475,26 @@ class AgentctlTransport:
             conn.scope.cancel()
         log.warning("%s", message)
         self._inbox.put(_Fatal(f"peer disconnected before response: {message}", message))
+
+    async def _redial_on_its_own(self) -> None:
+        """``auto_redial`` (no Runtime decides): dial after each backoff of
+        :attr:`redial_policy`, give up on a refused dial or once its budget has run out."""
+        policy = self.redial_policy
+        last = "no dial answered"
+        with anyio.move_on_after(policy.budget):
+            failures = 0
+            while True:
+                await anyio.sleep(policy.delay(failures))
+                try:
+                    await self.redial()
+                except DialRefused as exc:
+                    self.give_up(f"redial failed: {exc}")
+                    return
+                except DialFailed as exc:
+                    last, failures = str(exc), failures + 1
+                else:
+                    return
+        self.give_up(f"not redialled within {policy.budget:g}s (last dial: {last})")
 
     def _lose(self, conn: _Connection) -> None:
         """The socket is gone: nobody may write to it, its waiters are released."""
@@ -985,12 +1013,19 @@ async def open_agentctl_transport(
     config: AgentctlConfig | None = None,
     permission_policy: PermissionPolicy = allow_first_permission_policy,
     mcp_handler: McpHandler | None = None,
+    auto_redial: bool = True,
 ) -> AsyncIterator[AgentctlTransport]:
     """Dial ``instance``'s agent stream and yield a connected, not yet initialized
     :class:`AgentctlTransport`; leaving the block closes it (the instance itself is left to
-    its owner). A refused or failed first dial raises here, unwrapped."""
+    its owner). A refused or failed first dial raises here, unwrapped. ``auto_redial`` (the
+    default here) lets the transport redial a lost socket on its own, for use without a
+    Runtime; a Runtime's executor turns it off (the AgentStream chart decides)."""
     transport = AgentctlTransport(
-        instance, config=config, permission_policy=permission_policy, mcp_handler=mcp_handler
+        instance,
+        config=config,
+        permission_policy=permission_policy,
+        mcp_handler=mcp_handler,
+        auto_redial=auto_redial,
     )
     async with anyio.create_task_group() as tg:
         await tg.start(transport.run)

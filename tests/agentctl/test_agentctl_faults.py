@@ -34,7 +34,8 @@ from acpfsm.adapters.agentctl import (
 from acpfsm.adapters.agentctl.executor import AgentctlExecutor
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.errors import AuthenticationFailed, TransportClosed
-from acpfsm.adapters.events import StreamDisconnected, StreamReconnected
+from acpfsm.adapters.events import AgentEvent, Complete, StreamDisconnected, StreamReconnected
+from acpfsm.adapters.executor import AgentLaunch
 from acpfsm.runtime import (
     AgentReportedError,
     CancelEscalated,
@@ -43,6 +44,7 @@ from acpfsm.runtime import (
     PromptResult,
     Runtime,
     SteerNotDispatched,
+    reference_profile,
 )
 from acpfsm.runtime import events as le
 from acpfsm.statecharts.vocab import ErrorClass
@@ -277,6 +279,58 @@ async def test_a_refused_redial_is_given_up_at_once(
                 await transport.cancel()
             assert rt.get_execution(ref.id).status == "FAILED"
             await rt.stop(ref.id, "done")
+
+
+async def test_without_a_runtime_the_transport_redials_on_its_own(
+    agentctl: AgentctlServer, tmp_path: Path
+) -> None:
+    """``auto_redial=True`` (``acpfsm conform``, or any use without a Runtime): the transport
+    follows the same policy by itself: it redials an abnormal drop and a normal close after
+    the config's backoff, keeps serving, and gives up on a refused dial."""
+    config = msgspec.structs.replace(TEST_CONFIG, reconnect_initial_delay=0.05)
+    executor = AgentctlExecutor(
+        url=agentctl.url, token=agentctl.token(), config=config, auto_redial=True
+    )
+    ws = workspace(tmp_path)
+    launch = AgentLaunch(
+        execution_id="standalone-1",
+        session_id="standalone-1",
+        agent_id="reference",
+        command=reference_profile("--delay", "0.005").command,
+        workspace=str(ws),
+    )
+    events: list[AgentEvent] = []
+    with anyio.fail_after(30):
+        async with executor.open(launch) as opened, anyio.create_task_group() as tg:
+            transport = executor.transports["standalone-1"]
+            assert transport is opened
+
+            async def pump() -> None:
+                async for event in transport.events():
+                    events.append(event)
+
+            tg.start_soon(pump)
+            await transport.initialize()
+            await transport.new_session(str(ws))
+            await transport.drop_stream()
+            await wait_until(lambda: transport.connections == 2)
+            await transport.drop_stream(clean=True)
+            await wait_until(lambda: transport.connections == 3)
+            await transport.prompt("still there?", [], 1)
+            await wait_until(lambda: any(isinstance(e, Complete) for e in events))
+            lost, back, closed, back_again = transport.carrier_events
+            assert isinstance(lost, StreamDisconnected) and not lost.clean
+            assert isinstance(closed, StreamDisconnected) and closed.clean
+            assert isinstance(back, StreamReconnected) and isinstance(back_again, StreamReconnected)
+
+            transport.instance.headers["Authorization"] = "Bearer " + "0" * 64
+            await transport.drop_stream()
+            await wait_until(lambda: not transport.reconnectable)
+            await wait_until(lambda: isinstance(events[-1], StreamDisconnected))
+            final = events[-1]
+            assert isinstance(final, StreamDisconnected) and not final.reconnecting
+            assert "redial failed: agent stream upgrade refused with status 401" in final.error
+            tg.cancel_scope.cancel()
 
 
 async def test_wrong_credentials_launch_nothing(agentctl: AgentctlServer, tmp_path: Path) -> None:
