@@ -8,7 +8,9 @@ these at the boundary; callers never see a foreign exception type.
     │   ├── StreamNotConnected       no live stream; a request was not (or may not have been) delivered
     │   ├── TransportClosed          the peer went away (EOF, broken pipe, process exit)
     │   ├── TransportTimeout         a bounded wait on the carrier expired
-    │   └── AuthenticationFailed     the carrier refused our credentials (agentctl token, instance id)
+    │   ├── AuthenticationFailed     the carrier refused our credentials (agentctl token, instance id)
+    │   ├── DialFailed               one redial of a lost carrier failed; a later one may succeed
+    │   └── DialRefused              no redial of this carrier can succeed (refused upgrade, pipes, closed)
     ├── ProtocolError                a message could not be understood
     │   ├── RemoteProtocolError      the agent/peer sent something invalid (bad JSON, oversize line, unknown id)
     │   └── LocalProtocolError       we asked for something the protocol does not allow here
@@ -38,6 +40,8 @@ __all__ = [
     "AgentRequestError",
     "AgentctlError",
     "AuthenticationFailed",
+    "DialFailed",
+    "DialRefused",
     "FileTooLarge",
     "InvalidText",
     "LaunchSpecError",
@@ -116,6 +120,17 @@ class TransportTimeout(TransportError):
 
 class AuthenticationFailed(TransportError):
     """The carrier refused our credentials."""
+
+
+class DialFailed(TransportError):
+    """One redial of a lost carrier failed, and a later one may succeed (network error,
+    timeout, peer unreachable): retryable. ``__cause__`` is the dial's own error."""
+
+
+class DialRefused(TransportError):
+    """No redial of this carrier can succeed: the peer refused the dial for good (agentctl's
+    upgrade answered 401, 403 or 404: wrong token, instance gone), or the carrier cannot be
+    redialled at all (stdio pipes, a closed or given-up transport): fatal."""
 
 
 class ProtocolError(AcpfsmError):

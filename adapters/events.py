@@ -228,15 +228,21 @@ class StreamDisconnected(_Event, tag="stream_disconnected", frozen=True):
     exit_code: int | None = None
     stderr_tail: str = ""
     reconnecting: bool = False
-    """True when the carrier can redial and is doing so (agentctl's WebSocket): the event
-    stream goes on, and :class:`StreamReconnected` follows if the redial succeeds. False for
-    the final loss (stdio EOF, agent exit, agentctl gone for good)."""
+    """True when the loss is not final: the carrier can be redialled
+    (:meth:`~acpfsm.adapters.transport.AgentTransport.redial`; agentctl's WebSocket) and the
+    event stream goes on; :class:`StreamReconnected` follows a successful redial. Whether and
+    when to redial is not the transport's decision (the runtime's AgentStream chart decides).
+    False for the final loss (stdio EOF, agent exit, a carrier given up or closed)."""
+    clean: bool = False
+    """The peer closed the connection normally (WebSocket 1000/1001) rather than losing it.
+    The runtime redials such a loss without announcing it (kandev H9: a normal close released
+    no waiter)."""
 
 
 class StreamReconnected(_Event, tag="stream_reconnected", frozen=True):
-    """A reconnectable carrier redialled after ``StreamDisconnected(reconnecting=True)``:
-    requests flow again, and the events the peer buffered meanwhile follow. ``attempts`` is
-    the number of dials it took."""
+    """A lost carrier was redialled after ``StreamDisconnected(reconnecting=True)``: requests
+    flow again, and the events the peer buffered meanwhile follow (this event comes first).
+    ``attempts`` is the number of dials it took."""
 
     attempts: int = 1
 

@@ -9,9 +9,13 @@ each prompt is acknowledged and left running until the test completes it
 ``end_turn`` right away.
 
 A carrier that can redial (agentctl's WebSocket) is played with ``reconnectable=True``:
-:meth:`drop` loses the connection (requests fail with ``StreamNotConnected``; announced or
-silent) and :meth:`restore` brings it back, on the same event stream. :meth:`disconnect`
-remains the final loss of a carrier that cannot redial (stdio pipes, process exit).
+:meth:`drop` loses the connection (requests fail with ``StreamNotConnected``; abnormally, or
+as a clean close) and reports the loss; :meth:`restore` brings the network back, after which
+the next :meth:`redial` succeeds (until then each fails with ``DialFailed``; a ``redial``
+handler may raise ``DialRefused``), on the same event stream. Like agentctl's transport it
+never redials on its own: the runtime decides when. :meth:`give_up` ends it as agentctl's
+does. :meth:`disconnect` remains the final loss of a carrier that cannot redial (stdio pipes,
+process exit).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from .errors import SteerUnsupported, StreamNotConnected
+from .errors import DialFailed, DialRefused, SteerUnsupported, StreamNotConnected
 from .events import (
     AgentEvent,
     Complete,
@@ -30,6 +34,7 @@ from .events import (
     ModelInfo,
     SessionModels,
     StreamDisconnected,
+    StreamReconnected,
 )
 from .transport import (
     AgentInfo,
@@ -38,12 +43,15 @@ from .transport import (
     EventQueue,
     InitializeResult,
     McpServer,
+    RedialPolicy,
     SessionResult,
 )
 
 __all__ = ["MemoryTransport"]
 
 Handler = Callable[..., Any]
+
+_REDIAL = RedialPolicy()
 
 DEFAULT_MODELS = (
     ModelInfo(model_id="fast", name="Fast"),
@@ -66,10 +74,12 @@ class MemoryTransport:
         reply: Sequence[str] = ("Hello", " world"),
         cancel_completes: bool = True,
         reconnectable: bool = False,
+        redial_policy: RedialPolicy = _REDIAL,
         endpoint: str = "",
     ) -> None:
         self.calls: list[tuple[str, Any]] = []
         self.reconnectable = reconnectable
+        self.redial_policy = redial_policy
         self.endpoint = endpoint
         self.handlers: dict[str, Handler] = {}
         self.auto_complete = auto_complete
@@ -86,11 +96,13 @@ class MemoryTransport:
         self.config_options = list(config_options)
         self.session_id = ""
         self.connected = True
+        self.reachable = True  # drop() … restore(): whether a redial would succeed
         self.running: list[int] = []  # generations whose turn is running
         self._initialized: InitializeResult | None = None
         self._events: EventQueue[AgentEvent] = EventQueue()
         self._counter = 0
-        self._gone = False  # disconnect() or aclose(): the carrier is gone for good
+        self._dials = 0  # since the last drop
+        self._gone = False  # disconnect(), give_up() or aclose(): the carrier is gone for good
 
     # --- test controls -----------------------------------------------------------------
 
@@ -111,33 +123,72 @@ class MemoryTransport:
 
     def disconnect(self, error: str = "peer disconnected", *, exit_code: int | None = None) -> None:
         """The agent went away: the stream ends with ``StreamDisconnected``."""
-        if not self.connected:
+        if self._gone:
             return
         self._events.put(StreamDisconnected(error=error, exit_code=exit_code))
         self.connected = False
         self._gone = True
         self._events.close()
 
-    def drop(self, error: str = "agent stream not connected", *, announce: bool = True) -> None:
-        """A reconnectable carrier lost its connection (a WebSocket drop). Requests fail with
-        ``StreamNotConnected`` until :meth:`restore`. With ``announce`` a
-        ``StreamDisconnected(error)`` is delivered (agentctl's disconnect callback with an
-        error); without, the loss is silent (a normal close, kandev H9). The event stream stays
-        open: the redialled connection's events follow on it."""
+    def drop(self, error: str = "agent stream not connected", *, clean: bool = False) -> None:
+        """A reconnectable carrier lost its connection (a WebSocket drop; with ``clean``, a
+        normal close). Requests fail with ``StreamNotConnected`` and every redial fails until
+        :meth:`restore`. The loss is reported as ``StreamDisconnected(error,
+        reconnecting=True, clean=clean)``; the event stream stays open: the redialled
+        connection's events follow on it."""
         if not self.reconnectable:
             raise RuntimeError("drop() needs reconnectable=True; use disconnect()")
         if not self.connected or self._gone:
             return
-        if announce:
-            self._events.put(StreamDisconnected(error=error))
-        self.connected = False
+        self.connected = self.reachable = False
+        self._dials = 0
+        self._events.put(StreamDisconnected(error=error, reconnecting=True, clean=clean))
 
     def restore(self) -> None:
-        """The carrier redialled: requests and events flow again."""
+        """The network is back: the next :meth:`redial` succeeds."""
         if not self.reconnectable:
             raise RuntimeError("restore() needs reconnectable=True")
-        if not self._gone:
-            self.connected = True
+        self.reachable = True
+
+    async def redial(self) -> None:
+        """One dial (recorded as ``("redial", ())``): up again once :meth:`restore` was
+        called (``StreamReconnected`` is queued first), else ``DialFailed``; a ``redial``
+        handler replaces that decision (it may raise ``DialRefused``)."""
+        self.calls.append(("redial", ()))
+        if self._gone or not self.reconnectable:
+            raise DialRefused("agent stream not redialled: the carrier is gone")
+        if self.connected:
+            return
+        self._dials += 1
+        handler = self.handlers.get("redial")
+        if handler is not None:
+            result = handler()
+            if inspect.isawaitable(result):
+                await result
+        elif not self.reachable:
+            raise DialFailed("agent stream dial failed: carrier unreachable")
+        self.connected = self.reachable = True
+        self._events.put(StreamReconnected(session_id=self.session_id, attempts=self._dials))
+
+    def give_up(self, reason: str) -> None:
+        """The carrier ends for good, as agentctl's does: an ``ErrorEvent`` for every running
+        turn, then the final ``StreamDisconnected``."""
+        if self._gone:
+            return
+        message = f"agent stream lost and not redialled: {reason}"
+        for generation in self.running:
+            self._events.put(
+                ErrorEvent(
+                    prompt_generation=generation,
+                    error=f"peer disconnected before response: {message}",
+                    data={"transport_closed": True},
+                )
+            )
+        self.running.clear()
+        self._events.put(StreamDisconnected(error=message))
+        self.connected = False
+        self._gone = True
+        self._events.close()
 
     # --- plumbing ----------------------------------------------------------------------
 

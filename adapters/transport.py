@@ -33,6 +33,7 @@ __all__ = [
     "McpServer",
     "PermissionPolicy",
     "PermissionPrompts",
+    "RedialPolicy",
     "SessionResult",
     "allow_first_permission_policy",
     "attachment_content",
@@ -128,6 +129,30 @@ class CancelResult(msgspec.Struct, frozen=True, kw_only=True):
     acknowledged: bool = True
 
 
+class RedialPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """The timing of a lost carrier's redials (seconds). The transport only states it: the
+    runtime's AgentStream chart decides whether and when to dial and when to give up, and the
+    runtime waits :meth:`delay` before each dial and gives up after ``budget``."""
+
+    initial_delay: float = 0.1
+    """The wait before the first dial after a loss."""
+    max_delay: float = 1.0
+    """The longest wait between two dials (the wait doubles after each failed dial)."""
+    budget: float = 30.0
+    """How long after the loss the carrier is given up if no dial succeeded."""
+
+    def delay(self, failures: int) -> float:
+        """The wait before the next dial when ``failures`` dials have failed since the loss."""
+        return min(self.initial_delay * 2.0 ** min(failures, 32), self.max_delay)
+
+    def scaled(self, factor: float) -> RedialPolicy:
+        return RedialPolicy(
+            initial_delay=self.initial_delay * factor,
+            max_delay=self.max_delay * factor,
+            budget=self.budget * factor,
+        )
+
+
 PermissionPolicy = Callable[[PermissionRequest], Awaitable[str | None]]
 """Decides a permission request: the chosen ``option_id``, or ``None`` to answer ``cancelled``."""
 
@@ -221,7 +246,13 @@ class AgentTransport(Protocol):
 
     @property
     def reconnectable(self) -> bool:
-        """Whether a lost connection can come back (agentctl's WebSocket; never stdio pipes)."""
+        """Whether a lost connection can come back (agentctl's WebSocket; never stdio pipes;
+        no longer once the carrier was given up or closed)."""
+        ...
+
+    @property
+    def redial_policy(self) -> RedialPolicy:
+        """The timing of this carrier's redials (unused when it is not ``reconnectable``)."""
         ...
 
     @property
@@ -258,6 +289,23 @@ class AgentTransport(Protocol):
     async def materialize_attachment(self, attachment: Attachment) -> Attachment: ...
 
     def is_connected(self) -> bool: ...
+
+    async def redial(self) -> None:
+        """One dial of a lost carrier (after ``StreamDisconnected(reconnecting=True)``).
+        Returns once it is up again, with :class:`~.events.StreamReconnected` queued on
+        :meth:`events` ahead of the new connection's events; a no-op while connected. Raises
+        :class:`~.errors.DialFailed` when a later dial may succeed, and
+        :class:`~.errors.DialRefused` when none can (refused credentials, a carrier that
+        cannot redial, a closed or given-up one). The transport never redials on its own
+        account: the caller decides when (the runtime's AgentStream chart)."""
+        ...
+
+    def give_up(self, reason: str) -> None:
+        """End the carrier for good (the caller will not redial it): every turn still owed an
+        end gets an ``ErrorEvent``, then the final ``StreamDisconnected`` (``reason`` in its
+        error) ends :meth:`events`; requests raise ``TransportClosed`` from now on. A no-op
+        once the carrier has ended."""
+        ...
 
     def events(self) -> AsyncIterator[AgentEvent]:
         """The ordered event stream (single consumer); it ends after the final

@@ -1,19 +1,35 @@
-"""AgentStream: the transport connection to one agent.
+"""AgentStream: the transport connection to one agent, and its redial.
 
 Theory of operation
 -------------------
-Both carriers report here: the agentctl WebSocket (dial, drop, redial; kandev
-agentctl/client agent.go, lifecycle/session.go ``retryPromptAfterReconnect``) and the stdio pipes of a local agent process (connected once spawned; EOF or a
-broken pipe is a loss that cannot be redialled). The runtime sends facts; the chart says
-whether to redial.
+Both carriers report here: the agentctl WebSocket (kandev agentctl/client agent.go, and the
+prompt's retry after a reconnect, lifecycle/session.go ``retryPromptAfterReconnect``) and the
+stdio pipes of a local agent process (connected once spawned; EOF or a broken pipe is a loss
+that cannot be redialled). The transport reports facts (lost, cleanly or not; a dial failed,
+fatally or not; a dial succeeded); this chart decides what they mean: whether a loss is
+announced, whether and when to redial, when to give up.
 
 * ``connecting`` is bounded by the 10 s stream-connect wait; its expiry is the
   ``connect_timed_out`` event the runtime's clock sends.
-* A loss (``connection_lost``) goes to ``reconnecting`` when the carrier can redial
-  (``reconnectable`` event data: agentctl yes, stdio no), else to ``disconnected``.
-* A clean close (WebSocket 1000/1001) is still a loss for whoever waits (kandev H9: a normal
-  close released no waiter; here it is the same ``connection_lost`` fact with ``clean=True``).
-* ``closed`` is final: we closed it on purpose (stop, shutdown).
+* A loss (``connection_lost``) of a carrier that can be redialled (``redialable``: the
+  agentctl WebSocket) goes to ``reconnecting``, whose entry arms the reconnect budget
+  (``arm_reconnect_budget``: the runtime's timer sends ``reconnect_timed_out`` when it runs
+  out) and asks for the first dial (``redial`` with ``failures=0``: the runtime waits the
+  transport's backoff for that many failed dials, then dials once).
+* An abnormal loss is announced (``announce_loss``: the generations waiting on the stream
+  are released, the execution hears of it; ``reconnecting.announced``). A clean close
+  (WebSocket 1000/1001, ``clean``) is redialled silently (``reconnecting.silent``): kandev H9,
+  a normal close released no waiter, and the turn in flight may still end after the redial.
+* Each dial's result comes back: ``redial_succeeded`` (connected again; a redial after an
+  announced loss is published, ``publish_reconnected``) or ``redial_failed``. A retryable
+  failure asks for the next dial (``redial`` with the failures so far); a ``fatal`` one (a
+  refused upgrade: wrong token, instance gone) or the budget's expiry gives up:
+  ``giving_up`` stops redialling and tells the transport (``give_up``), which fails the turns
+  still owed an end and reports the final loss; that loss is announced and rests in
+  ``disconnected``.
+* A loss that cannot be redialled (stdio EOF, the agent's exit) is final and announced:
+  ``disconnected``. A carrier lost before the stream wait saw it up is not redialled.
+* ``closed`` is final: we closed it on purpose (stop, shutdown); a redial in flight stops.
 """
 
 from __future__ import annotations
@@ -23,40 +39,99 @@ from typing import ClassVar
 from statemachine import State
 
 from ._base import Chart
+from ._compile import Effects, effect
 
 __all__ = ["AgentStream"]
 
+_STOP = ("stop_redialling", "disarm_reconnect_budget")
+
 
 class AgentStream(Chart):
-    """disconnected → connecting → connected ⇄ reconnecting → closed."""
+    """disconnected → connecting → connected ⇄ reconnecting → giving_up → disconnected."""
 
     chart_name: ClassVar[str] = "agent_stream"
 
     disconnected = State("disconnected", initial=True)
     connecting = State("connecting")
     connected = State("connected")
-    reconnecting = State("reconnecting")
+
+    class reconnecting(State.Compound):
+        announced = State("announced", initial=True)
+        silent = State("silent")
+
+    giving_up = State("giving_up")
     closed = State("closed", final=True)
 
+    # --- the first connection --------------------------------------------------------------
     connect_started = disconnected.to(connecting)
-    connect_succeeded = connecting.to(connected) | reconnecting.to(connected)
+    connect_succeeded = connecting.to(connected)
     connect_failed = connecting.to(disconnected)
-    connect_timed_out = connecting.to(disconnected) | reconnecting.to(disconnected)
+    connect_timed_out = (
+        connecting.to(disconnected)
+        | disconnected.to(None)  # lost while the stream wait ran: nothing more to end
+    )
+
+    # --- losses (the transport's facts) ---------------------------------------------------
     connection_lost = (
-        connected.to(reconnecting, cond="reconnectable")
+        connected.to(reconnecting.silent, cond=["redialable", "clean"])  # kandev H9
+        | connected.to(reconnecting.announced, cond="redialable")
         | connected.to(disconnected)
         | connecting.to(disconnected)
-        | reconnecting.to(None, cond="reconnectable")  # another drop while redialling
-        | reconnecting.to(disconnected)  # the carrier gave up redialling
+        | reconnecting.to(None, cond="redialable")  # the same outage reported again
+        | reconnecting.to(disconnected)  # the carrier ended while we redialled
+        | giving_up.to(disconnected)  # the carrier's final loss after our give-up
         | disconnected.to(None)
     )
-    reconnect_requested = disconnected.to(reconnecting, cond="reconnectable")
+
+    # --- the redial (the runtime's dials and timer) ---------------------------------------
+    redial_succeeded = (
+        reconnecting.announced.to(connected)
+        | reconnecting.silent.to(connected)
+        | giving_up.to(None)  # a dial that won the race with the give-up
+    )
+    redial_failed = (
+        reconnecting.to(giving_up, cond="fatal")
+        | reconnecting.to(None)  # retryable: the next dial
+        | giving_up.to(None)
+    )
+    reconnect_timed_out = reconnecting.to(giving_up) | giving_up.to(None)
+
     close_requested = (
         disconnected.to(closed)
         | connecting.to(closed)
         | connected.to(closed)
         | reconnecting.to(closed)
+        | giving_up.to(closed)
     )
 
-    def reconnectable(self, reconnectable: bool = False) -> bool:
-        return reconnectable
+    effects: ClassVar[Effects] = Effects(
+        transitions={
+            "connection_lost: connected -> announced": ["announce_loss"],
+            "connection_lost: connected -> disconnected": ["announce_loss"],
+            "connection_lost: connecting -> disconnected": ["announce_loss"],
+            "connection_lost: reconnecting -> disconnected": [*_STOP, "announce_loss"],
+            "connection_lost: giving_up -> disconnected": ["announce_loss"],
+            "redial_succeeded: announced -> connected": [
+                "disarm_reconnect_budget",
+                effect("publish_reconnected", "session_id", "attempts"),
+            ],
+            "redial_succeeded: silent -> connected": ["disarm_reconnect_budget"],
+            "redial_failed: reconnecting": [effect("redial", "failures")],
+            "close_requested: reconnecting -> closed": [*_STOP],
+        },
+        on_enter={
+            "reconnecting": ["arm_reconnect_budget", effect("redial", failures=0)],
+            "giving_up": [*_STOP, effect("give_up", "error")],
+        },
+    )
+
+    # --- guards: pure functions of the event's data ----------------------------------------
+
+    def redialable(self, redialable: bool = False) -> bool:
+        return redialable
+
+    def clean(self, clean: bool = False) -> bool:
+        return clean
+
+    def fatal(self, fatal: bool = False) -> bool:
+        return fatal

@@ -72,6 +72,7 @@ from ..classify import PHRASE_LOAD_UNSUPPORTED
 from ..errors import (
     AcpfsmError,
     AgentRequestError,
+    DialRefused,
     FileTooLarge,
     InvalidText,
     LocalProtocolError,
@@ -122,6 +123,7 @@ from ..transport import (
     McpServer,
     PermissionPolicy,
     PermissionPrompts,
+    RedialPolicy,
     SessionResult,
     allow_first_permission_policy,
     attachment_content,
@@ -152,6 +154,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_NO_REDIAL = RedialPolicy(initial_delay=0.0, max_delay=0.0, budget=0.0)
 
 LOAD_UNSUPPORTED_MESSAGE: Final = PHRASE_LOAD_UNSUPPORTED
 
@@ -401,6 +404,21 @@ class StdioTransport:
     def reconnectable(self) -> bool:
         """Pipes never come back."""
         return False
+
+    @property
+    def redial_policy(self) -> RedialPolicy:
+        """Unused: pipes are never redialled."""
+        return _NO_REDIAL
+
+    async def redial(self) -> None:
+        """Pipes cannot be redialled: always :class:`DialRefused`."""
+        raise DialRefused("the agent's stdio pipes cannot be redialled")
+
+    def give_up(self, reason: str) -> None:
+        """End the connection as a dead pipe would (owed turns fail, then the final
+        ``stream_disconnected``; the process is shut down). A no-op once it has ended."""
+        if not self._closing:
+            self._conn.abort(reason)
 
     @property
     def endpoint(self) -> str:

@@ -21,6 +21,10 @@ The workspace must be a directory; when agentctl runs on this machine (a loopbac
 raises :class:`~acpfsm.adapters.errors.LaunchSpecError` as with the stdio executor (agentctl itself
 would start the agent anyway).
 
+A lost agent WebSocket is redialled when the runtime's AgentStream chart says so; an
+executor used without a Runtime (``acpfsm conform``) passes ``auto_redial=True`` so that its
+transports redial on their own (see :mod:`.transport`).
+
 Credentials: ``token`` is agentctl's bearer token; ``nonce`` is its bootstrap nonce
 (``AGENTCTL_BOOTSTRAP_NONCE``), traded once for the token on first use (``POST
 /auth/handshake``) and kept in :attr:`AgentctlExecutor.token`.
@@ -66,6 +70,7 @@ class AgentctlExecutor:
         permission_policy: PermissionPolicy = allow_first_permission_policy,
         mcp_handler: McpHandler | None = None,
         check_workspace: bool | None = None,
+        auto_redial: bool = False,
     ) -> None:
         self.url = url.rstrip("/")
         self.check_workspace = (
@@ -75,6 +80,7 @@ class AgentctlExecutor:
         self.env = dict(env or {})
         self.permission_policy = permission_policy
         self.mcp_handler = mcp_handler
+        self.auto_redial = auto_redial
         self._nonce = nonce
         self._token = token
         self._handshake_lock: anyio.Lock | None = None
@@ -147,6 +153,7 @@ class AgentctlExecutor:
                     permission_policy=self.permission_policy,
                     mcp_handler=self.mcp_handler,
                     redact=Redactor([*secret_values(env), self._nonce, token]),
+                    auto_redial=self.auto_redial,
                 ) as transport:
                     self.transports[execution_id] = transport
                     try:

@@ -36,14 +36,20 @@ agent process exited with code N; stderr: …``, then the final
 (code −32603, the SDK's projection of a peer disconnect) is held ≤ ``exit_grace`` for that
 exit event, so a crash mid-turn classifies as transport death.
 
-**Reconnect.** A dropped socket (network error, abnormal close) is announced as
-``StreamDisconnected(reconnecting=True)``; pending requests are released; the socket is
-redialled with backoff (``reconnect_initial_delay`` doubling to ``reconnect_max_delay``) for
-at most ``reconnect_budget`` seconds, then ``StreamReconnected`` follows and agentctl
-delivers the events it buffered meanwhile. A normal close (1000/1001) is redialled silently
-(kandev H9). A refused upgrade (401/403/404: wrong token, instance gone) or an exhausted
-budget ends the carrier: owed turns get an ``ErrorEvent``, then the final
-``StreamDisconnected(reconnecting=False)``; requests raise :class:`TransportClosed`.
+**Reconnect: facts here, decisions in the runtime.** A lost socket releases its pending
+requests and is reported as ``StreamDisconnected(reconnecting=True)``, with ``clean=True``
+for a normal close (1000/1001); the transport then waits to be told. :meth:`redial` is one
+dial: on success ``StreamReconnected`` is queued ahead of the events agentctl buffered
+meanwhile; a refused upgrade (401/403/404: wrong token, instance gone) raises
+:class:`DialRefused`, a network error or timeout :class:`DialFailed`.
+:attr:`AgentctlTransport.redial_policy` states the backoff and budget of the config
+(``reconnect_initial_delay`` doubling to ``reconnect_max_delay``, ``reconnect_budget``).
+:meth:`give_up` ends the carrier: owed turns get an ``ErrorEvent``, then the final
+``StreamDisconnected(reconnecting=False)``; requests raise :class:`TransportClosed`. Under a
+Runtime the AgentStream chart decides when to dial, whether a loss is announced (a clean
+close is redialled silently, kandev H9) and when to give up. Used without a Runtime
+(``auto_redial=True``, e.g. ``acpfsm conform``), the transport follows the same policy on its
+own: dial after each backoff, give up on a refused dial or when the budget runs out.
 :attr:`AgentctlTransport.reconnectable` is true while a redial is still possible;
 :attr:`AgentctlTransport.carrier_events` keeps every loss and redial reported;
 :meth:`AgentctlTransport.drop_stream` loses the socket on purpose (abortively, or with a
@@ -85,6 +91,8 @@ from ..errors import (
     AcpfsmError,
     AgentctlError,
     AuthenticationFailed,
+    DialFailed,
+    DialRefused,
     RemoteProtocolError,
     SteerUnsupported,
     StreamNotConnected,
@@ -120,6 +128,7 @@ from ..transport import (
     McpServer,
     PermissionPolicy,
     PermissionPrompts,
+    RedialPolicy,
     SessionResult,
     allow_first_permission_policy,
 )
@@ -168,6 +177,7 @@ class _Connection:
         self.scope = anyio.CancelScope()
         self.drop_reason = ""
         self.drop_clean = False
+        self.reported = False  # its loss was reported
 
     def release(self, error: AcpfsmError) -> None:
         pending, self.pending = self.pending, {}
@@ -195,7 +205,9 @@ def _attachment_kind(mime: str) -> str:
 
 
 class AgentctlTransport:
-    """See the module docstring. Create with :func:`open_agentctl_transport`."""
+    """See the module docstring. Create with :func:`open_agentctl_transport`. With
+    ``auto_redial`` (the default) a lost socket is redialled by the transport itself; a
+    Runtime's executor turns it off, since the AgentStream chart decides."""
 
     def __init__(
         self,
@@ -205,14 +217,18 @@ class AgentctlTransport:
         permission_policy: PermissionPolicy = allow_first_permission_policy,
         mcp_handler: McpHandler | None = None,
         redact: Redactor = NO_REDACTION,
+        auto_redial: bool = True,
     ) -> None:
         self.instance: Final = instance
         self.config: Final = config or instance.config
         self._redact = redact
         self._permissions = PermissionPrompts(permission_policy)
         self._mcp_handler = mcp_handler
+        self._auto_redial = auto_redial
         self._conn: _Connection | None = None
         self._connections = 0
+        self._dials = 0  # since the last loss
+        self._lost_reason = ""
         # (WireEvent, raw frame) | an AgentEvent we made | _Fatal
         self._inbox: EventQueue[Any] = EventQueue()
         self._events: EventQueue[AgentEvent] = EventQueue()
@@ -250,6 +266,16 @@ class AgentctlTransport:
         return self._dead is None and not self._closing
 
     @property
+    def redial_policy(self) -> RedialPolicy:
+        """The config's backoff and budget for redialling a lost socket."""
+        config = self.config
+        return RedialPolicy(
+            initial_delay=config.reconnect_initial_delay,
+            max_delay=config.reconnect_max_delay,
+            budget=config.reconnect_budget,
+        )
+
+    @property
     def endpoint(self) -> str:
         """The agentctl instance's URL (not the control URL)."""
         return self.instance.base_url
@@ -278,10 +304,12 @@ class AgentctlTransport:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._event_worker)
-                await tg.start(self._supervise)
-                task_status.started()
-                if self.start_error is not None:
+                try:
+                    await tg.start(self._serve, False)
+                except AcpfsmError as exc:
+                    self.start_error = self._dead = exc
                     tg.cancel_scope.cancel()
+                task_status.started()
         self._tg = None
 
     async def stop_agent(self) -> None:
@@ -321,9 +349,11 @@ class AgentctlTransport:
         if clean:
             conn.drop_clean = True
             conn.drop_reason = "websocket: close 1000 (normal)"
+            self._report_loss(conn)
             conn.scope.cancel()
             return
         conn.drop_reason = "websocket: close 1006 (abnormal closure): connection reset"
+        self._report_loss(conn)
         with contextlib.suppress(Exception):
             await conn.ws.stream.aclose()
 
@@ -364,72 +394,110 @@ class AgentctlTransport:
         detail = str(exc) or type(exc).__name__
         return TransportClosed(f"agent stream dial failed: agentctl unreachable at {url}: {detail}")
 
-    async def _supervise(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        """Dial, serve, and redial the one socket (see the module docstring)."""
-        first = True
-        announced = False
-        attempts = 0
-        reason = ""
-        delay = self.config.reconnect_initial_delay
-        deadline = 0.0
-        while True:
-            attempts += 1
-            conn: _Connection | None = None
-            try:  # the dial is bounded by httpx's connect/read timeouts
-                async with self._open_socket() as ws:
-                    self._connections += 1
-                    conn = _Connection(ws, self._connections)
-                    self._conn = conn
-                    if first:
-                        first = False
-                        task_status.started()
-                    elif announced:
-                        self._inbox.put(
-                            StreamReconnected(session_id=self._session_id or "", attempts=attempts)
-                        )
-                    log.debug("agent stream %d up after %d dial(s)", conn.number, attempts)
-                    attempts = 0
-                    try:
-                        with conn.scope:
-                            ended = await self._read_loop(conn)
-                            conn.drop_reason = conn.drop_reason or ended
-                    finally:
-                        self._lose(conn)
-            except Exception as exc:  # noqa: BLE001 - mapped below, nothing escapes
-                if conn is not None:  # httpx-ws's task group failed at teardown
-                    log.debug("agent stream teardown: %r", exc)
-                    conn.drop_reason = conn.drop_reason or f"websocket error: {exc!r}"
-                else:
-                    error = self._dial_error(exc)
-                    if first:
-                        self.start_error = self._dead = error
-                        task_status.started()
-                        return
-                    now = anyio.current_time()
-                    if isinstance(error, AuthenticationFailed | AgentctlError) or now >= deadline:
-                        log.warning("agent stream not redialled: %s", error)
-                        self._give_up(f"{reason}; redial failed: {error}")
-                        return
-                    await anyio.sleep(min(delay, max(deadline - now, 0.0)))
-                    delay = min(delay * 2, self.config.reconnect_max_delay)
-                    continue
-            assert conn is not None
-            if self._closing or self._dead is not None:
-                return
-            reason = conn.drop_reason or "websocket: connection lost"
-            announced = not conn.drop_clean
-            if announced:
-                log.warning("agent stream lost (%s); redialling", reason)
-                self._inbox.put(
-                    StreamDisconnected(
-                        session_id=self._session_id or "", error=reason, reconnecting=True
+    async def _serve(self, redial: bool, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Dial one socket (a failed dial raises from ``start``, as an acpfsm error), serve it
+        until it is lost, then report the loss (see the module docstring). A redial queues
+        ``StreamReconnected`` before the new socket's first frame."""
+        conn: _Connection | None = None
+        try:  # the dial is bounded by httpx's connect/read timeouts
+            async with self._open_socket() as ws:
+                self._connections += 1
+                conn = _Connection(ws, self._connections)
+                self._conn = conn
+                if redial:
+                    self._inbox.put(
+                        StreamReconnected(session_id=self._session_id or "", attempts=self._dials)
                     )
-                )
-            else:
-                log.info("agent stream closed normally (%s); redialling", reason)
-            delay = self.config.reconnect_initial_delay
-            deadline = anyio.current_time() + self.config.reconnect_budget
-            await anyio.sleep(delay)
+                task_status.started()
+                log.debug("agent stream %d up", conn.number)
+                try:
+                    with conn.scope:
+                        ended = await self._read_loop(conn)
+                        conn.drop_reason = conn.drop_reason or ended
+                finally:
+                    self._lose(conn)
+        except Exception as exc:  # noqa: BLE001 - mapped below, nothing escapes
+            if conn is None:
+                raise self._dial_error(exc) from None
+            log.debug("agent stream teardown: %r", exc)  # httpx-ws's task group failed
+            conn.drop_reason = conn.drop_reason or f"websocket error: {exc!r}"
+        assert conn is not None
+        self._report_loss(conn)
+
+    def _report_loss(self, conn: _Connection) -> None:
+        """The fact, once per socket: ``StreamDisconnected(reconnecting=True, clean=…)``
+        (nothing when we closed it or gave the carrier up)."""
+        if conn.reported or self._closing or self._dead is not None:
+            return
+        conn.reported = True
+        reason = self._lost_reason = conn.drop_reason or "websocket: connection lost"
+        self._dials = 0
+        log.log(
+            logging.INFO if conn.drop_clean else logging.WARNING, "agent stream lost (%s)", reason
+        )
+        self._inbox.put(
+            StreamDisconnected(
+                session_id=self._session_id or "",
+                error=reason,
+                reconnecting=True,
+                clean=conn.drop_clean,
+            )
+        )
+        if self._auto_redial and self._tg is not None:
+            self._tg.start_soon(self._redial_on_its_own)
+
+    async def redial(self) -> None:
+        """One dial of the lost socket; see
+        :meth:`~acpfsm.adapters.transport.AgentTransport.redial`. A refused upgrade (401,
+        403, 404) or a closed or given-up transport is :class:`DialRefused`; agentctl
+        unreachable or the dial timing out is :class:`DialFailed`."""
+        if self._closing or self._dead is not None:
+            raise DialRefused(f"agent stream not redialled: {self._dead or 'agent stream closed'}")
+        if self._conn is not None:
+            return
+        assert self._tg is not None
+        self._dials += 1
+        try:
+            await self._tg.start(self._serve, True)
+        except (AuthenticationFailed, AgentctlError) as exc:
+            raise DialRefused(str(exc)) from exc
+        except AcpfsmError as exc:
+            raise DialFailed(str(exc)) from exc
+
+    def give_up(self, reason: str) -> None:
+        """End the carrier for good; see
+        :meth:`~acpfsm.adapters.transport.AgentTransport.give_up`."""
+        if self._closing or self._dead is not None:
+            return
+        lost = f"{self._lost_reason}; " if self._lost_reason else ""
+        message = f"agentctl unreachable: agent stream lost and not redialled: {lost}{reason}"
+        self._dead = TransportClosed(message)
+        conn = self._conn
+        if conn is not None:  # given up while up: the socket goes too
+            self._lose(conn)
+            conn.scope.cancel()
+        log.warning("%s", message)
+        self._inbox.put(_Fatal(f"peer disconnected before response: {message}", message))
+
+    async def _redial_on_its_own(self) -> None:
+        """``auto_redial`` (no Runtime decides): dial after each backoff of
+        :attr:`redial_policy`, give up on a refused dial or once its budget has run out."""
+        policy = self.redial_policy
+        last = "no dial answered"
+        with anyio.move_on_after(policy.budget):
+            failures = 0
+            while True:
+                await anyio.sleep(policy.delay(failures))
+                try:
+                    await self.redial()
+                except DialRefused as exc:
+                    self.give_up(f"redial failed: {exc}")
+                    return
+                except DialFailed as exc:
+                    last, failures = str(exc), failures + 1
+                else:
+                    return
+        self.give_up(f"not redialled within {policy.budget:g}s (last dial: {last})")
 
     def _lose(self, conn: _Connection) -> None:
         """The socket is gone: nobody may write to it, its waiters are released."""
@@ -456,12 +524,6 @@ class AgentctlTransport:
                 self._on_frame(conn, message.data)
             elif isinstance(message, wsproto.events.BytesMessage):
                 self._on_frame(conn, bytes(message.data))
-
-    def _give_up(self, reason: str) -> None:
-        """The carrier is gone for good: fail what is owed, end the stream (in order)."""
-        message = f"agentctl unreachable: agent stream lost and not redialled: {reason}"
-        self._dead = TransportClosed(message)
-        self._inbox.put(_Fatal(f"peer disconnected before response: {message}", message))
 
     # ------------------------------------------------------------------ frames in
 
@@ -955,17 +1017,21 @@ async def open_agentctl_transport(
     permission_policy: PermissionPolicy = allow_first_permission_policy,
     mcp_handler: McpHandler | None = None,
     redact: Redactor = NO_REDACTION,
+    auto_redial: bool = True,
 ) -> AsyncIterator[AgentctlTransport]:
     """Dial ``instance``'s agent stream and yield a connected, not yet initialized
     :class:`AgentctlTransport`; leaving the block closes it (the instance itself is left to
     its owner). A refused or failed first dial raises here, unwrapped. ``redact`` masks
-    secrets in the agent's stderr that agentctl reports."""
+    secrets in the agent's stderr that agentctl reports. ``auto_redial`` (the default here)
+    lets the transport redial a lost socket on its own, for use without a Runtime; a
+    Runtime's executor turns it off (the AgentStream chart decides)."""
     transport = AgentctlTransport(
         instance,
         config=config,
         permission_policy=permission_policy,
         mcp_handler=mcp_handler,
         redact=redact,
+        auto_redial=auto_redial,
     )
     async with anyio.create_task_group() as tg:
         await tg.start(transport.run)

@@ -7,7 +7,8 @@ driver over a shared :class:`~.context.ExecutionContext` (the execution's identi
 and the one place where charts are fired, coordinated and their effects performed):
 
 * :class:`~.status.StatusDriver` - the Execution chart: the status and the ``agent.*`` events;
-* :class:`~.stream.StreamDriver` - the AgentStream chart: the carrier's facts;
+* :class:`~.stream.StreamDriver` - the AgentStream chart: the carrier's facts, its redials
+  and give-up;
 * :class:`~.init.InitDriver` - the SessionInit chart: a table from the effect each working
   state names to the step that performs it; with :class:`~.config.ConfigDriver` (the
   StartModelPolicy and ConfigSettlement charts, the config layers);

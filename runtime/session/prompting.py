@@ -262,9 +262,10 @@ class PromptDriver:
         attachments: list[Attachment],
         first: StreamNotConnected,
     ) -> bool:
-        """retryPromptAfterReconnect: within 5 s, wait (100 ms polls) for a carrier that can
-        redial and resend the same generation; the chart decides whether to wait at all.
-        False when the prompt was cancelled meanwhile (never sent)."""
+        """retryPromptAfterReconnect: within 5 s, wait (100 ms polls) for the AgentStream chart
+        to say the carrier is back (its redial) and resend the same generation; the chart
+        decides whether to wait at all. False when the prompt was cancelled meanwhile (never
+        sent)."""
         ctx = self.ctx
         transport = ctx.transport_or_raise()
         message = f"failed to trigger prompt: {first}"
@@ -285,7 +286,7 @@ class PromptDriver:
         last: AcpfsmError = first
         with anyio.move_on_after(ctx.timeouts.reconnect_retry):
             while not generation.done.is_set():  # a cancel withdraws it meanwhile
-                if await self.stream.carrier_up():
+                if self.stream.connected:
                     fired = await ctx.step(generation.machine, "dispatch_started")
                     if wants(fired, "skip_dispatch"):
                         return False
@@ -305,12 +306,10 @@ class PromptDriver:
                         await ctx.step(generation.machine, "dispatch_accepted")
                         return True
                 elif not self.stream.redialling:
-                    break  # closed on purpose (stop): nothing will redial
+                    break  # closed on purpose (stop) or given up: nothing will redial
                 await anyio.sleep(ctx.timeouts.reconnect_poll)
         if generation.result == "withdrawn":
             return False
-        if self.stream.redialling:
-            await self.stream.connect_timed_out()
         reason = f"failed to trigger prompt: timed out waiting for updates stream reconnect: {last}"
         await ctx.step(generation.machine, "reconnect_timed_out", error=reason)
         raise PromptDispatchError(reason, execution_id=ctx.id, generation=generation.number)

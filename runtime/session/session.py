@@ -206,6 +206,7 @@ class ExecutionSession:
                 started = True
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
+                    self.stream.attach(tg)  # the redials and the reconnect budget run here
                     tg.start_soon(self._pump)
                     tg.start_soon(self.init.run)
                     await self._stop_requested.wait()
@@ -362,7 +363,7 @@ class ExecutionSession:
         if not self.status.machine.is_in("failed"):
             return
         ctx = self.ctx
-        up = ctx.exit_code is None and await self.stream.carrier_up()
+        up = ctx.exit_code is None and self.stream.connected
         if not up:
             raise TransportClosed(
                 f'agent process is not running for execution "{ctx.id}" (stream not recovered)',
@@ -389,8 +390,7 @@ class ExecutionSession:
             await self._stream_lost(event)
             return
         if isinstance(event, ev.StreamReconnected):
-            await self.stream.redialled()
-            ctx.publish(event)
+            await self.stream.redialled(event)  # published when the chart says so
             return
         await self.status.activity()
         await self._record_activity(event)
@@ -437,11 +437,8 @@ class ExecutionSession:
     async def _stream_lost(self, event: ev.StreamDisconnected) -> None:
         """handleStreamDisconnect and, for a local process, its exit."""
         ctx = self.ctx
-        transport = ctx.transport
-        reconnectable = event.exit_code is None and (
-            event.reconnecting or (transport is not None and transport.reconnectable)
-        )
-        await self.stream.lost(reconnectable=reconnectable)
+        if not await self.stream.lost(event):
+            return  # the AgentStream chart redials a clean close silently (kandev H9)
         error = f"agent stream disconnected: {event.error or 'connection closed'}"
         if event.stderr_tail:
             error = f"{error} (stderr: {event.stderr_tail.strip()[-500:]})"

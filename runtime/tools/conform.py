@@ -2082,6 +2082,7 @@ class _AgentctlBattery(_Suite):
             token=self.token,
             config=self.config,
             permission_policy=self.permissions.answer,
+            auto_redial=True,  # no Runtime here to decide a redial
         )
         execution_id = f"acpfsm-conform-{uuid.uuid4().hex[:12]}"
         launch = AgentLaunch(

@@ -2,8 +2,10 @@
 
 * the agent process killed mid-turn → transport death (classified so), FAILED, no hang;
 * the agent ignores a cancel → agentctl's ``not_acknowledged`` → cancel escalation, READY;
-* the WebSocket dropped mid-turn → announced, the waiter released, the socket redialled, the
-  execution recovered; a silent drop just before a prompt → the seed's retry after reconnect;
+* the WebSocket dropped mid-turn → announced, the waiter released, the socket redialled (the
+  AgentStream chart decides each dial), the execution recovered; a normal close just before a
+  prompt → redialled silently, the seed's retry after reconnect; a refused redial → given up
+  at once; agentctl gone → given up when the chart's reconnect budget runs out;
 * a wrong token, a consumed nonce, a wrong instance id → authentication errors, nothing runs
   (and a workspace that is no directory → LaunchSpecError before agentctl is asked);
 * agentctl itself killed → the execution fails, the runtime stays usable;
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx
 import msgspec
 import pytest
@@ -31,14 +34,17 @@ from acpfsm.adapters.agentctl import (
 from acpfsm.adapters.agentctl.executor import AgentctlExecutor
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.errors import AuthenticationFailed, TransportClosed
-from acpfsm.adapters.events import StreamDisconnected, StreamReconnected
+from acpfsm.adapters.events import AgentEvent, Complete, StreamDisconnected, StreamReconnected
+from acpfsm.adapters.executor import AgentLaunch
 from acpfsm.runtime import (
     AgentReportedError,
     CancelEscalated,
     LaunchSpecError,
     NotReadyForPrompts,
     PromptResult,
+    Runtime,
     SteerNotDispatched,
+    reference_profile,
 )
 from acpfsm.runtime import events as le
 from acpfsm.statecharts.vocab import ErrorClass
@@ -59,6 +65,26 @@ from .helpers import (
 pytestmark = pytest.mark.integration
 
 
+def failing_turn(
+    tg: anyio.abc.TaskGroup,
+    rt: Runtime,
+    execution_id: str,
+    text: str,
+    expected: type[BaseException] = AgentReportedError,
+) -> list[BaseException]:
+    """A prompt run in ``tg`` that is to fail with ``expected``: its error lands in the list."""
+    errors: list[BaseException] = []
+
+    async def turn() -> None:
+        try:
+            await rt.prompt(execution_id, text)
+        except expected as exc:
+            errors.append(exc)
+
+    tg.start_soon(turn)
+    return errors
+
+
 async def test_agent_killed_mid_turn_is_transport_death(
     agentctl: AgentctlServer, tmp_path: Path
 ) -> None:
@@ -66,16 +92,8 @@ async def test_agent_killed_mid_turn_is_transport_death(
     async with make_runtime({"agentctl": executor}) as rt:
         with anyio.fail_after(30):
             ref = await rt.launch(spec(workspace(tmp_path)))
-            errors: list[BaseException] = []
             async with anyio.create_task_group() as tg:
-
-                async def turn() -> None:
-                    try:
-                        await rt.prompt(ref.id, "[[fault:stall]] keep going")
-                    except AgentReportedError as exc:
-                        errors.append(exc)
-
-                tg.start_soon(turn)
+                errors = failing_turn(tg, rt, ref.id, "[[fault:stall]] keep going")
                 await wait_turn_streaming(rt, ref.id, 1)
                 [agent] = agentctl.agents()
                 os.kill(agent, signal.SIGKILL)
@@ -140,16 +158,10 @@ async def test_unacknowledged_cancel_escalates(agentctl: AgentctlServer, tmp_pat
     async with make_runtime({"agentctl": executor}) as rt:
         with anyio.fail_after(30):
             ref = await rt.launch(spec(workspace(tmp_path)))
-            errors: list[BaseException] = []
             async with anyio.create_task_group() as tg:
-
-                async def hung_turn() -> None:
-                    try:
-                        await rt.prompt(ref.id, "[[fault:hang]] wait forever")
-                    except CancelEscalated as exc:
-                        errors.append(exc)
-
-                tg.start_soon(hung_turn)
+                errors = failing_turn(
+                    tg, rt, ref.id, "[[fault:hang]] wait forever", CancelEscalated
+                )
                 await wait_turn_streaming(rt, ref.id, 1)
                 with pytest.raises(CancelEscalated):
                     await rt.cancel(ref.id)  # agentctl gives up after its 3 s join
@@ -172,16 +184,8 @@ async def test_websocket_drop_reconnects_and_retries(
             ref = await rt.launch(spec(workspace(tmp_path)))
             transport = executor.transports[ref.id]
             assert transport.connections == 1
-            errors: list[BaseException] = []
             async with anyio.create_task_group() as tg:
-
-                async def turn() -> None:
-                    try:
-                        await rt.prompt(ref.id, "a slow turn [[delay:0.05]]")
-                    except AgentReportedError as exc:
-                        errors.append(exc)
-
-                tg.start_soon(turn)
+                errors = failing_turn(tg, rt, ref.id, "a slow turn [[delay:0.05]]")
                 await wait_turn_streaming(rt, ref.id, 1)
                 await transport.drop_stream()  # the network loses the socket mid-turn
             # the waiter is released at once with the seed's text; the execution FAILED
@@ -211,13 +215,122 @@ async def test_websocket_drop_reconnects_and_retries(
                 for r in rt.trace.for_execution(ref.id)
                 if r.chart == "prompt_generation" and r.generation == retried.generation
             ]
-            assert events[:3] == [
+            # (a 100 ms poll may still see the chart connected before it learns of the loss:
+            # that resend finds no socket either, nothing is written)
+            polls = [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]
+            assert polls[:3] == [
                 "dispatch_unreachable",
                 "dispatch_accepted",
                 "completion_received",
             ]
+            # the chart redialled the normal close silently: nothing more was published
+            stream = [
+                (r.event, r.target)
+                for r in rt.trace.for_execution(ref.id)
+                if r.chart == "agent_stream" and r.target != r.source
+            ]
+            assert stream[-4:] == [
+                ("connection_lost", "announced"),
+                ("redial_succeeded", "connected"),
+                ("connection_lost", "silent"),
+                ("redial_succeeded", "connected"),
+            ]
+            assert len(published(rt, ref.id, StreamReconnected)) == 1
+            clean_loss = transport.carrier_events[2]
+            assert isinstance(clean_loss, StreamDisconnected) and clean_loss.clean
             assert rt.get_execution(ref.id).status == "READY"
             await rt.stop(ref.id, "done")
+
+
+async def test_a_refused_redial_is_given_up_at_once(
+    agentctl: AgentctlServer, tmp_path: Path
+) -> None:
+    """The token is revoked while the socket is down: agentctl refuses the redial's upgrade
+    (401), the transport says the dial is refused for good (``DialRefused``) and the
+    AgentStream chart gives up at that first dial, within its budget: the owed turn fails
+    with the reason, the carrier ends, requests raise TransportClosed."""
+    executor = AgentctlExecutor(url=agentctl.url, token=agentctl.token(), config=TEST_CONFIG)
+    async with make_runtime({"agentctl": executor}) as rt:
+        with anyio.fail_after(30):
+            ref = await rt.launch(spec(workspace(tmp_path)))
+            transport = executor.transports[ref.id]
+            async with anyio.create_task_group() as tg:
+                errors = failing_turn(tg, rt, ref.id, "[[fault:stall]] a long turn")
+                await wait_turn_streaming(rt, ref.id, 1)
+                transport.instance.headers["Authorization"] = "Bearer " + "0" * 64
+                await transport.drop_stream(clean=True)  # even a silent redial is refused
+            assert "status 401: agentctl refused the auth token" in str(errors[0])
+            assert not transport.reconnectable
+            await wait_until(lambda: session_of(rt, ref.id).stream.machine.state == "disconnected")
+            stream = [
+                (r.event, r.target)
+                for r in rt.trace.for_execution(ref.id)
+                if r.chart == "agent_stream" and r.target != r.source
+            ]
+            assert stream[-3:] == [
+                ("connection_lost", "silent"),
+                ("redial_failed", "giving_up"),
+                ("connection_lost", "disconnected"),
+            ]
+            assert transport.connections == 1
+            *_, final = transport.carrier_events
+            assert isinstance(final, StreamDisconnected) and not final.reconnecting
+            with pytest.raises(TransportClosed, match="agentctl unreachable"):
+                await transport.cancel()
+            assert rt.get_execution(ref.id).status == "FAILED"
+            await rt.stop(ref.id, "done")
+
+
+async def test_without_a_runtime_the_transport_redials_on_its_own(
+    agentctl: AgentctlServer, tmp_path: Path
+) -> None:
+    """``auto_redial=True`` (``acpfsm conform``, or any use without a Runtime): the transport
+    follows the same policy by itself: it redials an abnormal drop and a normal close after
+    the config's backoff, keeps serving, and gives up on a refused dial."""
+    config = msgspec.structs.replace(TEST_CONFIG, reconnect_initial_delay=0.05)
+    executor = AgentctlExecutor(
+        url=agentctl.url, token=agentctl.token(), config=config, auto_redial=True
+    )
+    ws = workspace(tmp_path)
+    launch = AgentLaunch(
+        execution_id="standalone-1",
+        session_id="standalone-1",
+        agent_id="reference",
+        command=reference_profile("--delay", "0.005").command,
+        workspace=str(ws),
+    )
+    events: list[AgentEvent] = []
+    with anyio.fail_after(30):
+        async with executor.open(launch) as opened, anyio.create_task_group() as tg:
+            transport = executor.transports["standalone-1"]
+            assert transport is opened
+
+            async def pump() -> None:
+                async for event in transport.events():
+                    events.append(event)
+
+            tg.start_soon(pump)
+            await transport.initialize()
+            await transport.new_session(str(ws))
+            await transport.drop_stream()
+            await wait_until(lambda: transport.connections == 2)
+            await transport.drop_stream(clean=True)
+            await wait_until(lambda: transport.connections == 3)
+            await transport.prompt("still there?", [], 1)
+            await wait_until(lambda: any(isinstance(e, Complete) for e in events))
+            lost, back, closed, back_again = transport.carrier_events
+            assert isinstance(lost, StreamDisconnected) and not lost.clean
+            assert isinstance(closed, StreamDisconnected) and closed.clean
+            assert isinstance(back, StreamReconnected) and isinstance(back_again, StreamReconnected)
+
+            transport.instance.headers["Authorization"] = "Bearer " + "0" * 64
+            await transport.drop_stream()
+            await wait_until(lambda: not transport.reconnectable)
+            await wait_until(lambda: isinstance(events[-1], StreamDisconnected))
+            final = events[-1]
+            assert isinstance(final, StreamDisconnected) and not final.reconnecting
+            assert "redial failed: agent stream upgrade refused with status 401" in final.error
+            tg.cancel_scope.cancel()
 
 
 async def test_wrong_credentials_launch_nothing(agentctl: AgentctlServer, tmp_path: Path) -> None:
@@ -277,28 +390,33 @@ async def test_agentctl_killed_fails_cleanly(
     async with make_runtime({"agentctl": doomed, "agentctl-b": spare}) as rt:
         with anyio.fail_after(30):
             ref = await rt.launch(spec(workspace(tmp_path)))
-            errors: list[BaseException] = []
             async with anyio.create_task_group() as tg:
-
-                async def turn() -> None:
-                    try:
-                        await rt.prompt(ref.id, "[[fault:stall]] a long turn")
-                    except AgentReportedError as exc:
-                        errors.append(exc)
-
-                tg.start_soon(turn)
+                errors = failing_turn(tg, rt, ref.id, "[[fault:stall]] a long turn")
                 await wait_turn_streaming(rt, ref.id, 1)
                 agentctl.kill()
             assert "agent stream disconnected" in str(errors[0])
             assert rt.get_execution(ref.id).status == "FAILED"
             # the redial budget runs out: the carrier is given up for good
             transport = doomed.transports[ref.id]
-            await wait_until(lambda: len(transport.carrier_events) == 2)
+            stream = session_of(rt, ref.id).stream
+            await wait_until(lambda: stream.machine.state == "disconnected")
             assert not transport.reconnectable
             first, final = transport.carrier_events
             assert isinstance(first, StreamDisconnected) and first.reconnecting
             assert isinstance(final, StreamDisconnected) and not final.reconnecting
             assert "agentctl unreachable" in final.error
+            assert "not redialled within 1s" in final.error  # this executor's budget
+            # the chart's budget timer gave up, not the transport
+            path = [
+                (r.event, r.target)
+                for r in rt.trace.for_execution(ref.id)
+                if r.chart == "agent_stream" and r.target != r.source
+            ]
+            assert path[-3:] == [
+                ("connection_lost", "announced"),
+                ("reconnect_timed_out", "giving_up"),
+                ("connection_lost", "disconnected"),
+            ]
             with pytest.raises(TransportClosed):
                 await transport.cancel()
             with pytest.raises(NotReadyForPrompts):

@@ -227,27 +227,49 @@ async def test_unknown_execution_everywhere() -> None:
 
 
 async def test_agent_stream_follows_a_carrier_that_redials_or_gives_up(time_scale: float) -> None:
-    """A redialling carrier (agentctl's WebSocket) reports the drop, the redial, and a final
-    give-up; the AgentStream chart follows: connected → reconnecting → connected →
-    reconnecting → disconnected."""
-    from acpfsm.adapters.events import StreamDisconnected, StreamReconnected
+    """A carrier that can be redialled (agentctl's WebSocket) reports its losses and the
+    result of each dial; the AgentStream chart decides: an abnormal drop is announced and
+    redialled (the redial is published), a clean close is redialled silently, a refused dial
+    gives the carrier up: connected → announced → connected → silent → connected → announced
+    → giving_up → disconnected."""
+    from acpfsm.adapters.errors import DialRefused
+    from acpfsm.adapters.events import StreamReconnected
+    from acpfsm.adapters.transport import RedialPolicy
 
-    ex = MemoryExecutor()
+    policy = RedialPolicy(initial_delay=0.1 * time_scale, max_delay=1.0 * time_scale)
+    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True, redial_policy=policy))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
         await wait_until(lambda: s.execution.status == "READY")
-        push = ex.last._events.put
-        push(StreamDisconnected(error="ws closed 1006", reconnecting=True))
-        await wait_until(lambda: s.stream.machine.state == "reconnecting")
-        push(StreamReconnected())
-        await wait_until(lambda: s.stream.machine.state == "connected")
-        push(StreamDisconnected(error="ws closed 1006", reconnecting=True))
-        await wait_until(lambda: s.stream.machine.state == "reconnecting")
-        push(StreamDisconnected(error="redial budget exhausted", reconnecting=False))
+        tr = ex.last
+        tr.drop("websocket: close 1006 (abnormal closure)")
+        await wait_until(lambda: s.stream.redialling)
+        tr.restore()
+        await wait_until(lambda: s.stream.connected)
+        tr.drop("websocket: close 1000 (normal)", clean=True)
+        await wait_until(lambda: s.stream.redialling)
+        tr.restore()
+        await wait_until(lambda: s.stream.connected)
+
+        def refused() -> None:
+            raise DialRefused("agent stream upgrade refused with status 401")
+
+        tr.handlers["redial"] = refused
+        tr.drop("websocket: close 1006 (abnormal closure)")
         await wait_until(lambda: s.stream.machine.state == "disconnected")
-        path = [r.target for r in s.transitions("agent_stream")]
-        assert path[-4:] == ["reconnecting", "connected", "reconnecting", "disconnected"]
+        path = [r.target for r in s.transitions("agent_stream") if r.target != r.source]
+        assert path[-7:] == [
+            "announced",
+            "connected",
+            "silent",
+            "connected",
+            "announced",
+            "giving_up",
+            "disconnected",
+        ]
+        reconnected = [e for e in s.hub._backlog if isinstance(e, StreamReconnected)]
+        assert len(reconnected) == 1  # only the announced loss's redial is published
         await rt.stop(ref.id, "done")
 
 

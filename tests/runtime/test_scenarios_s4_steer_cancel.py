@@ -7,7 +7,8 @@ Every bound runs on the virtual clock under trio (``autojump_clock``) and shrunk
 stall tick / 5 min threshold, 10 s cancel wait, 2 s escalation. kandev's fake agentctl maps to
 the memory transport: its per-action handlers are ``handlers[method]``, its recorded frames are
 ``calls`` (a ``steer`` call is agentctl's ``agent.prompt`` with ``steer:true``), and its
-rejected/absent stream is ``MemoryTransport(reconnectable=True).drop()``.
+rejected/absent stream is ``MemoryTransport(reconnectable=True).drop()``: the AgentStream
+chart then redials it (every dial fails until ``restore()``), silently after a clean close.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import AgentRequestError, StreamNotConnected, TransportClosed
 from acpfsm.adapters.memory import MemoryTransport
-from acpfsm.adapters.transport import Attachment, CancelResult, InitializeResult
+from acpfsm.adapters.transport import Attachment, CancelResult, InitializeResult, RedialPolicy
 from acpfsm.runtime import (
     AcpfsmError,
     AgentReportedError,
@@ -109,7 +110,26 @@ def methods(tr: MemoryTransport, *names: str) -> list[tuple[str, Any]]:
 
 
 def stream_path(s: ExecutionSession) -> list[str]:
-    return [r.target for r in s.transitions("agent_stream")]
+    """The states the AgentStream chart entered (its targetless steps left out)."""
+    return [r.target for r in s.transitions("agent_stream") if r.target != r.source]
+
+
+def redialling(time_scale: float) -> Callable[[], MemoryTransport]:
+    """A carrier that can be redialled (a WebSocket), its backoff shrunk like the timeouts
+    (its 30 s budget is left alone: no test here waits that long)."""
+    policy = RedialPolicy(initial_delay=0.1 * time_scale, max_delay=1.0 * time_scale)
+    return lambda: MemoryTransport(reconnectable=True, redial_policy=policy)
+
+
+def window(time_scale: float) -> float:
+    """``time_scale``, but never so small under asyncio that the chart's redial and the
+    resend cannot fit the 5 s retry window in real time on a busy machine."""
+    return max(time_scale, 0.02)
+
+
+def redialled_at(s: ExecutionSession) -> float:
+    """When the stream's last redial came up."""
+    return [r.time for r in s.transitions("agent_stream") if r.event == "redial_succeeded"][-1]
 
 
 # ----------------------------------------------------------- reconnect retry (spec §5.7) --
@@ -121,10 +141,11 @@ async def test_s106_cancel_release_during_reconnect_retry(
     """The stream is absent when the prompt goes out; after the carrier redials, agentctl
     rejects the resent prompt with ``prompt abandoned after cancel``: the prompt fails with
     CancelEscalated (not AgentReportedError), and the resend carried the same generation."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    time_scale = window(time_scale)
+    ex = MemoryExecutor(redialling(time_scale))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
-        tr.drop(announce=False)
+        tr.drop(clean=True)
 
         def reject(text: str, atts: tuple[Attachment, ...], g: int) -> None:
             raise AgentRequestError(-32603, PROMPT_ABANDONED, method="session/prompt")
@@ -143,7 +164,7 @@ async def test_s106_cancel_release_during_reconnect_retry(
         assert PROMPT_ABANDONED in str(info.value)
         assert [c[1][2] for c in methods(tr, "prompt")] == [1, 1]  # same generation resent
         assert s.current is not None and s.current.leaf == "cancel_escalated"
-        assert "reconnecting" in stream_path(s)
+        assert "silent" in stream_path(s)  # a clean close is redialled silently
         assert s.stream.machine.state == "connected"
         assert rt.get_execution(eid).status == "READY"
 
@@ -152,12 +173,13 @@ async def test_s106_reconnect_retry_resends_same_generation(
     time_scale: float, autojump_clock: object, backend: str
 ) -> None:
     """§5.7: the retry polls every 100 ms while the reconnectable carrier is down (no frame is
-    sent meanwhile), then resends generation 1 once it is back; the AgentStream chart goes
-    connected → reconnecting → connected and the turn then completes normally."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    sent meanwhile), then resends generation 1 once the AgentStream chart has redialled it
+    (connected → reconnecting.silent → connected) and the turn then completes normally."""
+    time_scale = window(time_scale)
+    ex = MemoryExecutor(redialling(time_scale))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
-        tr.drop(announce=False)
+        tr.drop(clean=True)
         restored_at: list[float] = []
 
         async def redial_then_complete() -> None:
@@ -173,11 +195,12 @@ async def test_s106_reconnect_retry_resends_same_generation(
         assert result.stop_reason == "end_turn" and result.generation == 1
         prompts = methods(tr, "prompt")
         assert [c[1] for c in prompts] == [("work", (), 1), ("work", (), 1)]
-        assert stream_path(s)[-2:] == ["reconnecting", "connected"]
+        assert stream_path(s)[-2:] == ["silent", "connected"]
         assert s.transitions("prompt_generation", 1)[0].target == "reconnecting"
+        assert redialled_at(s) >= restored_at[0]  # the chart's next dial, after the restore
         if backend == "trio":  # the resend waits for the next 100 ms poll, no longer
             dispatched_at = [r.time for r in rt.trace.records if r.event == "dispatch_accepted"]
-            assert 0 <= dispatched_at[-1] - restored_at[0] <= 0.1 + 1e-6
+            assert 0 <= dispatched_at[-1] - redialled_at(s) <= 0.1 + 1e-6
         assert rt.get_execution(eid).status == "READY"
 
 
@@ -188,10 +211,10 @@ async def test_s106_reconnect_retry_gives_up_after_5s(
     ``failed to trigger prompt: timed out waiting for updates stream reconnect: agent stream
     not connected``; the generation is undelivered and the execution is not left RUNNING
     with nobody waiting (kandev H7)."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    ex = MemoryExecutor(redialling(time_scale))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
-        tr.drop(announce=False)
+        tr.drop(clean=True)
         start = anyio.current_time()
         with pytest.raises(PromptDispatchError) as info:
             await rt.prompt(eid, "work")
@@ -205,9 +228,9 @@ async def test_s106_reconnect_retry_gives_up_after_5s(
             assert elapsed <= 5.0 + 0.1 + 1e-6
         assert len(methods(tr, "prompt")) == 1  # nothing is sent while the carrier is down
         assert s.generations[1].leaf == "undelivered"
-        assert s.stream.machine.state == "disconnected"
+        assert s.stream.machine.state == "silent"  # the stream's own budget is 30 s
         assert rt.get_execution(eid).status == "READY"
-        # the carrier comes back later: the next prompt goes out and the chart follows
+        # the carrier comes back later: the chart redials it and the next prompt goes out
         tr.restore()
         async with anyio.create_task_group() as tg:
             run = start_prompt(tg, rt, eid, "again")
@@ -222,10 +245,10 @@ async def test_s106_local_cancel_during_reconnect_retry(
     """The cancel-release produced locally: a cancel while the prompt waits for the carrier
     cannot reach the agent (no stream), so it escalates at once; the retry stops at its next
     100 ms poll and the prompt fails with CancelEscalated, nothing resent, status READY."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    ex = MemoryExecutor(redialling(time_scale))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
-        tr.drop(announce=False)
+        tr.drop(clean=True)
         async with anyio.create_task_group() as tg:
             run = start_prompt(tg, rt, eid, "work")
             await wait_until(lambda: s.current is not None and s.current.leaf == "reconnecting")
@@ -456,7 +479,7 @@ async def test_s116_steer_over_a_disconnected_stream_is_not_dispatched(
     """A live dispatched generation, but the steer RPC fails with ``agent stream not
     connected`` (also ``… while waiting for response``, written then dropped, H1): the steer
     returns SteerNotDispatched and does not reconnect, re-send or queue behind the turn."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    ex = MemoryExecutor(redialling(time_scale))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
 
@@ -472,15 +495,17 @@ async def test_s116_steer_over_a_disconnected_stream_is_not_dispatched(
             with pytest.raises(SteerNotDispatched, match="while waiting for response"):
                 await rt.steer(eid, "once")
             tr.handlers.pop("steer")
-            tr.drop(announce=False)  # now the carrier itself is down
+            tr.drop(clean=True)  # now the carrier itself is down
             with pytest.raises(SteerNotDispatched):
                 await rt.steer(eid, "twice")
             await anyio.sleep(6 * time_scale)  # longer than any retry budget
             assert len(methods(tr, "steer")) == 2  # one attempt each, no re-send
             assert len(methods(tr, "prompt")) == 1  # not queued as an ordinary prompt
-            assert "reconnecting" not in stream_path(s)  # the steer does not redial
+            assert len(methods(tr, "redial")) > 1  # the stream redials, not the steer
+            assert s.stream.machine.state == "silent"  # and the clean close released nobody
             assert s.current is not None and s.current.machine.is_in("dispatched")
             tr.restore()
+            await wait_until(lambda: s.stream.connected)
             tr.complete(1)
         assert run.result is not None and run.result.stop_reason == "end_turn"
         assert s.turns._next == 1
@@ -861,13 +886,13 @@ async def test_s127_disconnected_stream_with_a_waiting_prompt(
     """RUNNING with a waiting prompt and no stream (a silent drop, H9: nothing released the
     waiter): the cancel cannot reach the agent and escalates at once: CancelEscalated,
     status READY, and the waiter is released."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    ex = MemoryExecutor(redialling(time_scale))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         async with anyio.create_task_group() as tg:
             run = start_prompt(tg, rt, eid, "long")
             await wait_until(live(s))
-            tr.drop(announce=False)
+            tr.drop(clean=True)
             await settle()
             assert rt.get_execution(eid).status == "RUNNING" and not run.done
             start = anyio.current_time()
@@ -1079,23 +1104,25 @@ async def test_s136_stream_recovery_revives_failed(time_scale: float) -> None:
     stays FAILED and publishes no boot_ready. Before ACP init it is a no-op (R34). An unknown
     execution gives ExecutionNotFound. (kandev's passthrough PTY executions have no
     counterpart.)"""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    ex = MemoryExecutor(redialling(time_scale))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.drop("websocket: close 1006 (abnormal closure)")
         await wait_until(lambda: rt.get_execution(eid).status == "FAILED")
         assert published(s, le.AgentctlError)
-        assert s.stream.machine.state == "reconnecting"  # a WebSocket-like carrier redials
+        assert s.stream.machine.state == "announced"  # a WebSocket-like carrier is redialled
         boots = len(published(s, le.AgentBootReady))
         with pytest.raises(TransportClosed, match="agent process is not running"):
             await rt.recover_stream(eid)  # the carrier has not come back yet
         assert rt.get_execution(eid).status == "FAILED"
         assert len(published(s, le.AgentBootReady)) == boots
         tr.restore()
+        await wait_until(lambda: s.stream.connected)  # the chart's next dial
         await rt.recover_stream(eid)
         assert rt.get_execution(eid).status == "READY"
         assert len(published(s, le.AgentBootReady)) == boots + 1
-        assert stream_path(s)[-2:] == ["reconnecting", "connected"]
+        assert stream_path(s)[-2:] == ["announced", "connected"]
+        assert len(published(s, ev.StreamReconnected)) == 1  # the announced loss's redial
         await rt.recover_stream(eid)  # not FAILED: nothing to do
         assert len(published(s, le.AgentBootReady)) == boots + 1
         tr.auto_complete = True
