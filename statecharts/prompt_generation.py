@@ -100,6 +100,7 @@ class PromptGeneration(Chart):
 
         handed_off = State("handed_off")
         abandoned = State("abandoned")
+        releasing = State("releasing")
         escalating = State("escalating")
         escalated = State("escalated")
 
@@ -169,6 +170,7 @@ class PromptGeneration(Chart):
         | live.handed_off.to(ended.completed)
         | live.abandoned.to(ended.failed, cond="is_error")
         | live.abandoned.to(ended.completed)
+        | live.releasing.to(ended.cancel_escalated)
         | live.escalating.to(ended.cancel_escalated)  # the turn ended after all
         | live.escalated.to(ended.cancel_escalated)
         | live.to(None)  # admitted, reconnecting: not this prompt's turn (a wakeup's end)
@@ -219,11 +221,19 @@ class PromptGeneration(Chart):
         | ended.to(None)  # send_cancel: the agent may run a turn of its own
         | superseded.to(None)
     )
-    # The agent's answer decides: escalate at once when the cancel was not acknowledged or
-    # the stream is gone, and for a dispatch-only turn (nobody waits on it); otherwise wait
-    # (≤ 10 s) for the turn to end.
+    # the request stayed unanswered past the bound: the cancel goes out anyway
+    send_wait_timed_out = (
+        live.sending.to(None) | live.to(None) | ended.to(None) | (superseded.to(None))
+    )
+    # The agent's answer decides: escalate at once when the cancel was not acknowledged (the
+    # carrier gave the turn up: no end will come, so the turn is over) or the stream is gone
+    # (an end may still come after a redial), and for a dispatch-only turn (nobody waits on
+    # it); otherwise wait (≤ 10 s) for the turn to end.
     cancel_answered = (
-        live.dispatched.unawaited.to(live.escalating)
+        live.dispatched.to(live.releasing, cond="turn_given_up")
+        | live.handed_off.to(live.releasing, cond="turn_given_up")
+        | live.abandoned.to(live.releasing, cond="turn_given_up")
+        | live.dispatched.unawaited.to(live.escalating)
         | live.dispatched.to(live.escalating, cond="cancel_unacknowledged")
         | live.handed_off.to(live.escalating, cond="cancel_unacknowledged")
         | live.abandoned.to(live.escalating, cond="cancel_unacknowledged")
@@ -235,6 +245,7 @@ class PromptGeneration(Chart):
     )
     cancel_wait_timed_out = (
         live.dispatched.to(live.escalating)
+        | live.sending.to(live.escalating)
         | live.handed_off.to(live.escalating)
         | live.abandoned.to(live.escalating)
         | live.escalated.to(None)  # report_escalation
@@ -242,13 +253,22 @@ class PromptGeneration(Chart):
         | ended.to(None)
         | superseded.to(None)
     )
-    # escalateStuckCancel's post-wait: the released waiter returned, or 2 s passed; the agent
-    # still owes the turn, so the execution is not READY until it ends
+    # escalateStuckCancel's post-wait: the released waiter returned, or 2 s passed. A turn the
+    # carrier gave up is over (READY); otherwise the agent may still owe it, so the execution
+    # is not READY until it ends
     waiter_returned = (
-        live.escalating.to(live.escalated) | live.to(None) | ended.to(None) | (superseded.to(None))
+        live.releasing.to(ended.cancel_escalated)
+        | live.escalating.to(live.escalated)
+        | live.to(None)
+        | ended.to(None)
+        | superseded.to(None)
     )
     escalation_wait_timed_out = (
-        live.escalating.to(live.escalated) | live.to(None) | ended.to(None) | superseded.to(None)
+        live.releasing.to(ended.cancel_escalated)
+        | live.escalating.to(live.escalated)
+        | live.to(None)
+        | ended.to(None)
+        | superseded.to(None)
     )
     # the prompt's caller stopped waiting (its cancel scope or timeout): the turn is
     # withdrawn if it was not sent, else cancelled at the agent
@@ -284,6 +304,11 @@ class PromptGeneration(Chart):
             "dispatched": ["arm_activity"],
             "reconnecting": ["wait_for_carrier"],
             "abandoned": ["send_cancel"],
+            "releasing": [
+                "record_escalation",
+                effect("release_waiter", result="cancel_escalated"),
+                "await_waiter",
+            ],
             "escalating": [
                 "record_escalation",
                 effect("release_waiter", result="cancel_escalated"),
@@ -351,6 +376,11 @@ class PromptGeneration(Chart):
             "completion_received: abandoned -> failed": [
                 effect("release_waiter", "error", result="agent_error")
             ],
+            "completion_received: releasing -> cancel_escalated": [
+                effect("claim_outcome", "stop_reason", "error"),
+                effect("publish_terminal_event", "generation"),
+                _DONE,
+            ],
             "completion_received: escalating -> cancel_escalated": [
                 effect("claim_outcome", "stop_reason", "error"),
                 effect("publish_terminal_event", "generation"),
@@ -378,6 +408,7 @@ class PromptGeneration(Chart):
                 effect("publish_stream_error", "generation", "error")
             ],
             "cancel_requested: sending": ["await_dispatch"],
+            "send_wait_timed_out: sending": ["send_cancel"],
             "cancel_requested: live": ["send_cancel"],
             "cancel_requested: ended": ["send_cancel"],
             "cancel_answered: escalated [cancel_unacknowledged]": ["report_escalation"],
@@ -386,6 +417,11 @@ class PromptGeneration(Chart):
             "cancel_wait_timed_out: escalated": ["report_escalation"],
             "waiter_returned: escalating -> escalated": ["report_escalation"],
             "escalation_wait_timed_out: escalating -> escalated": ["report_escalation"],
+            "waiter_returned: releasing -> cancel_escalated": ["report_escalation", _DONE],
+            "escalation_wait_timed_out: releasing -> cancel_escalated": [
+                "report_escalation",
+                _DONE,
+            ],
             "steer_requested: dispatched": ["dispatch_steer"],
             "steer_requested: live": ["steer_refused"],
             "steer_requested: ended": ["steer_refused"],
@@ -411,6 +447,9 @@ class PromptGeneration(Chart):
         self, acknowledged: bool = True, stream_disconnected: bool = False
     ) -> bool:
         return stream_disconnected or not acknowledged
+
+    def turn_given_up(self, acknowledged: bool = True, stream_disconnected: bool = False) -> bool:
+        return not acknowledged and not stream_disconnected
 
     def carrier_reconnectable(self, reconnectable: bool = False) -> bool:
         return reconnectable

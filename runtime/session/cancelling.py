@@ -50,9 +50,10 @@ class Canceller:
             return
         fired = await self._step(generation, "cancel_requested")
         if wants(fired, "await_dispatch"):
-            with anyio.move_on_after(self.ctx.timeouts.request):
+            with anyio.move_on_after(self.ctx.timeouts.cancel_wait):
                 await generation.sent.wait()
-            fired = await self._step(generation, "cancel_requested")
+            event = "cancel_requested" if generation.sent.is_set() else "send_wait_timed_out"
+            fired = await self._step(generation, event)
         if not wants(fired, "send_cancel"):
             return  # withdrawn before it was sent: its caller gets a cancelled result
         acknowledged, disconnected = await self._send()

@@ -81,7 +81,10 @@ class StatusDriver:
             await self.fire("activity_recorded")
 
     async def fire(self, event: str, **data: Any) -> None:
-        await self.ctx.step(self.machine, event, **data)
+        """A fact for the Execution chart; after STOPPED the execution is removed and late
+        facts are moot (the coordination table treats an ended chart the same way)."""
+        if not self.machine.ended:
+            await self.ctx.step(self.machine, event, **data)
 
     async def turn_content(self) -> None:
         """Turn content arrived: the first one after the execution became READY is a wakeup

@@ -38,7 +38,7 @@ provider settings, proxies), copied from ours; through agentctl, agentctl's envi
 those variables. ``--inherit-env`` gives the agent our whole environment. To run offline
 pass a throw-away ``HOME`` and an unreachable proxy. ``--agentctl auto`` starts an agentctl
 on this machine for the run (:mod:`acpfsm.runtime.tools.agentctl`); a run given agentctl's
-one-shot nonce reports the token it got (``agentctl_token``) for the next run.
+one-shot nonce prints the token it got (on stderr, never into a report) for the next run.
 
 The checks, in order (over stdio: one agent process, then a second one for version
 negotiation; "agentctl" says what the check observes there):
@@ -273,7 +273,8 @@ class ConformReport(msgspec.Struct, kw_only=True):
     """The agentctl control URL the battery ran through ("" over stdio)."""
     agentctl_token: str = ""
     """The bearer token the battery got for agentctl's bootstrap nonce (the nonce is one-shot:
-    run again with this token); "" when it was given a token or ran over stdio."""
+    run again with this token); "" when it was given a token or ran over stdio. A secret: it
+    is shown on the terminal (stderr), never written into the JSON or JUnit report."""
     checks: list[CheckResult] = []
     seconds: float = 0.0
     unmodelled: dict[str, Any] = {}
@@ -2444,8 +2445,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     credentials.add_argument(
         "--token",
         metavar="T",
-        help="agentctl's bearer token (the nonce is one-shot: a run given --nonce prints the "
-        "token it got, for the next run)",
+        help="agentctl's bearer token (the nonce is one-shot: a run given --nonce saves the "
+        "token it got to --token-file, for the next run)",
+    )
+    remote.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="read agentctl's bearer token from FILE; a run given --nonce writes the token it "
+        "got there (default: a private file in the user cache folder, named after the URL)",
     )
     remote.add_argument(
         "--workspace",
@@ -2465,18 +2472,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def token_file(url: str) -> Path:
+    """The default token file for agentctl at ``url``: in the user cache folder, private."""
+    from acpfsm.adapters.agentctl.local import default_cache_dir
+    from acpfsm.adapters.workspace import safe_component
+
+    name = safe_component(url.split("://", 1)[-1].replace(":", "-"), "agentctl")
+    return default_cache_dir().parent / "tokens" / f"agentctl-{name}"
+
+
+def _save_token(args: argparse.Namespace, token: str) -> Path:
+    """Write ``token`` to ``--token-file`` (or the default one), mode 0600 in a 0700 folder:
+    a secret, kept off the terminal, the logs and the reports."""
+    from acpfsm.adapters.workspace import make_private_dirs, open_private
+
+    path = Path(args.token_file) if args.token_file else token_file(args.agentctl)
+    make_private_dirs(path.parent)
+    fd = open_private(path, os.O_WRONLY | os.O_TRUNC)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(token + "\n")
+    return path
+
+
 def _usage_error(args: argparse.Namespace) -> str:
     """Why these arguments cannot run ("" when they can)."""
     if args.timeout <= 0:
         return "--timeout must be positive"
     if args.agentctl is None:
-        given = [f"--{n}" for n in ("nonce", "token", "workspace") if getattr(args, n)]
+        given = [
+            f"--{n.replace('_', '-')}"
+            for n in ("nonce", "token", "token_file", "workspace")
+            if getattr(args, n)
+        ]
         return f"{' and '.join(given)} need --agentctl URL" if given else ""
     if args.agentctl == AGENTCTL_AUTO:
-        if args.nonce or args.token:
+        if args.nonce or args.token or args.token_file:
             return "--agentctl auto starts its own agentctl: give no --nonce or --token"
     elif not args.nonce and not args.token:
-        return "--agentctl needs agentctl's bootstrap --nonce N or its --token T (or: auto)"
+        if not args.token_file:
+            return (
+                "--agentctl needs agentctl's bootstrap --nonce N, its --token T or a "
+                "--token-file FILE (or: auto)"
+            )
+        try:
+            args.token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            return f"cannot read --token-file {args.token_file}: {exc.strerror or exc}"
+        if not args.token:
+            return f"--token-file {args.token_file} is empty"
     if args.cwd:
         return "with --agentctl, give the agent's directory as --workspace DIR"
     return ""
@@ -2548,16 +2591,19 @@ def _run(args: argparse.Namespace, argv: list[str], *, token_hint: bool = True) 
         Path(args.junit_xml).write_bytes(render_junit(report))
     if args.json:
         data = msgspec.to_builtins(report)
+        del data["agentctl_token"]  # a secret: never in a report
         data["ok"] = report.ok
         data["summary"] = report.counts()
         print(json.dumps(data, ensure_ascii=False))
     else:
         print(render_table(report))
-        if report.agentctl_token and token_hint:
-            print(
-                f"\nagentctl token: {report.agentctl_token}\n(the nonce is spent: run again "
-                f"with --token {report.agentctl_token})"
-            )
+    if report.agentctl_token and token_hint:
+        path = _save_token(args, report.agentctl_token)
+        print(
+            f"acpfsm conform: the nonce is spent; agentctl's token was saved to {path}: "
+            f"run again with --token-file {path}",
+            file=sys.stderr,
+        )
     return 0 if report.ok else 1
 
 

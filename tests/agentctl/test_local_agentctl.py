@@ -124,24 +124,30 @@ def test_sigterm_stops_it_too(agentctl_binary: Path) -> None:
         cli.communicate()
 
 
-def test_conform_prints_the_token_its_nonce_got_for_the_next_run(
-    agentctl: AgentctlServer, capsys: pytest.CaptureFixture[str]
+def test_conform_saves_the_token_its_nonce_got_for_the_next_run(
+    agentctl: AgentctlServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """The nonce is one-shot: the first run trades it and prints the token; a second run with
-    the nonce fails, one with the token passes."""
+    """The nonce is one-shot: the first run trades it and saves the token to a private file
+    (never on the terminal, in a log or in a report); a second run with the nonce fails, one
+    with the token file (or the token) passes."""
     base = ["--timeout", "10", "--agentctl", agentctl.url]
-    assert conform.main([*base, "--nonce", agentctl.nonce, "--", *REFERENCE]) == 0
-    out = capsys.readouterr().out
-    token = found(r"^agentctl token: (\S+)$", out)
-    assert f"run again with --token {token}" in out
+    saved = tmp_path / "private" / "token"
+    args = [*base, "--nonce", agentctl.nonce, "--token-file", str(saved), "--", *REFERENCE]
+    assert conform.main(args) == 0
+    captured = capsys.readouterr()
+    assert f"run again with --token-file {saved}" in captured.err
+    token = saved.read_text().strip()
+    assert token and token not in captured.out + captured.err
+    assert saved.stat().st_mode & 0o777 == 0o600
+    assert saved.parent.stat().st_mode & 0o777 == 0o700
     agentctl.adopt_token(token)
     assert agentctl.instances() == []
 
     assert conform.main([*base, "--nonce", agentctl.nonce, "--", *REFERENCE]) == 1
     assert "403" in capsys.readouterr().out  # the nonce is spent
 
-    assert conform.main(["--json", *base, "--token", token, "--", *REFERENCE]) == 0
-    assert '"agentctl_token": ""' in capsys.readouterr().out
+    assert conform.main(["--json", *base, "--token-file", str(saved), "--", *REFERENCE]) == 0
+    assert "agentctl_token" not in capsys.readouterr().out  # a secret is never in a report
 
 
 def test_conform_agentctl_auto_starts_and_stops_its_own(

@@ -122,6 +122,9 @@ async def test_cancel_with_cooperative_agent(time_scale: float) -> None:
 async def test_cancel_escalates_when_the_agent_ignores_it(
     time_scale: float, autojump_clock: object
 ) -> None:
+    """The agent acknowledges the cancel but never ends the turn: after the 10 s wait the
+    cancel escalates (the waiter and the canceller learn it), but the execution is not READY
+    while the agent still owes the turn; its late end makes it READY."""
     ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
@@ -146,11 +149,11 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
         assert isinstance(errors[0], CancelEscalated)
         assert "cancel escalated" in str(errors[0])
         assert s.current is not None
-        assert s.current.leaf == "cancel_escalated"
-        assert rt.get_execution(ref.id).status == "READY"
-        # a late completion of the released turn changes nothing
+        assert s.current.leaf == "escalated"  # the agent still owes that turn
+        assert rt.get_execution(ref.id).status == "RUNNING"
+        # the late end of the released turn: the turn is over, the execution READY
         ex.last.complete(1, "cancelled")
-        await settle()
+        await wait_until(lambda: rt.get_execution(ref.id).status == "READY")
         assert s.current.leaf == "cancel_escalated"
         await rt.stop(ref.id, "done")
 

@@ -129,7 +129,7 @@ async def test_s65_steerable_predicate_walkthrough(time_scale: float) -> None:
         async with anyio.create_task_group() as tg:
             p1 = start(tg, rt.prompt, ref.id, "one")
             await wait_until(lambda: len(sent(agent, "prompt")) == 1)
-            assert s.current is not None and s.current.leaf == "admitted"
+            assert s.current is not None and s.current.leaf == "sending"  # not acknowledged yet
             assert not s.current.machine.is_in("dispatched")
             with pytest.raises(SteerNotDispatched):
                 await rt.steer(ref.id, "too early")  # R2: never into an undispatched turn
@@ -150,7 +150,7 @@ async def test_s65_steerable_predicate_walkthrough(time_scale: float) -> None:
             assert old.leaf == "superseded"
             assert steps(s, 1)[-1] == ("dispatch_accepted", "superseded", "superseded")
             assert s.current is not None and s.current.generation == 2
-            assert s.current.leaf == "admitted"
+            assert s.current.leaf == "sending"
             with pytest.raises(SteerNotDispatched):
                 await rt.steer(ref.id, "still nothing")
             gates[2].set()
@@ -352,7 +352,12 @@ async def test_s74_stale_signal_is_not_a_completion(
         with pytest.raises(TimeoutError):
             with anyio.fail_after(0.5 * time_scale):
                 await rt.prompt(ref.id, "second")
-        assert s.current is s.generations[2] and s.current.leaf == "awaited"
+        # the caller left: its turn was cancelled at the agent (which ends it, cancelled)
+        assert s.current is s.generations[2]
+        await wait_until(lambda: s.generations[2].leaf == "completed")
+        path = [t for _, _, t in steps(s, 2)]
+        assert "abandoned" in path and path[-1] == "completed"
+        assert [m for m, _ in agent.calls].count("cancel") == 1
         assert steps(s, 1)[-1][0] in ("completion_received", "superseded_by_successor")
         assert not [e for e in of_type(s, Complete) if e.stop_reason == "stale"]
         await rt.stop(ref.id, "done")
@@ -568,8 +573,9 @@ async def test_s83_disconnect_carries_the_owning_generation(time_scale: float) -
 
 async def test_s85_error_completion_result(time_scale: float) -> None:
     """s85. An error completion "prompt abandoned after cancel" is both AgentReportedError
-    and CancelEscalated (the execution is READY again); a plain error completion is only
-    AgentReportedError, ``agent error: <msg>``."""
+    and CancelEscalated for its waiter, and, like every error completion, it fails the
+    execution with ``agent.failed`` (kandev handleCompleteEventMarkState); a plain error
+    completion is only AgentReportedError, ``agent error: <msg>``."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
@@ -585,13 +591,19 @@ async def test_s85_error_completion_result(time_scale: float) -> None:
             "agent error: prompt abandoned after cancel: "
             "cancel escalated: agent did not acknowledge within timeout"
         )
-        assert s.generations[1].leaf == "cancel_escalated"
-        assert rt.get_execution(ref.id).status == "READY"
+        assert s.generations[1].leaf == "failed"
+        assert rt.get_execution(ref.id).status == "FAILED"
+        (failed,) = of_type(s, le.AgentFailed)
+        assert failed.error == "prompt abandoned after cancel" and failed.prompt_generation == 1
+        assert not of_type(s, le.AgentReady)[1:]  # only the boot's, none for this turn
+        await rt.stop(ref.id, "done")
 
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "two")
-            await wait_until(lambda: live(s, 2))
-            ex.last.fail(2, "plain failure")
+            await wait_until(lambda: live(s, 1))
+            ex.last.fail(1, "plain failure")
             await p.wait()
         assert isinstance(p.error, AgentReportedError)
         assert not isinstance(p.error, CancelEscalated)
@@ -678,12 +690,15 @@ async def test_s88_duplicate_error_completion(time_scale: float) -> None:
         await rt.stop(ref.id, "done")
 
 
-async def test_s89_delayed_complete_after_a_replacement(time_scale: float) -> None:
+async def test_s89_delayed_complete_after_a_replacement(
+    time_scale: float, autojump_clock: object
+) -> None:
     """s89. Generations 1 and 2 have begun (1's caller gave up, 2 is running and has
     streamed "replacement output"); a delayed ``complete(1)`` changes nothing: the status
     stays RUNNING, the second waiter is not released, its buffer is untouched and no
-    ``agent.ready`` is published."""
-    ex = MemoryExecutor()
+    ``agent.ready`` is published. (Giving up cancels turn 1 at the agent; this agent ignores
+    the cancel, so generation 2 waits its bounded 10 s for turn 1 to end, then begins.)"""
+    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -696,8 +711,8 @@ async def test_s89_delayed_complete_after_a_replacement(time_scale: float) -> No
 
             tg.start_soon(abandoned)
             await wait_until(lambda: live(s, 1))
-            caller.cancel()  # the caller gives up; generation 1 stays live
-        assert live(s, 1)
+            caller.cancel()  # the caller gives up: turn 1 is cancelled at the agent
+        await wait_until(lambda: s.generations[1].leaf in ("abandoned", "escalating"))
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "two")
             await wait_until(lambda: live(s, 2))
@@ -756,8 +771,9 @@ async def test_s92_completions_never_block_the_event_pump(time_scale: float) -> 
         with anyio.fail_after(5):
             await wait_until(lambda: bool(of_type(s, AvailableCommands)))
         assert s.generations[1].leaf == "completed"
-        assert len(steps(s, 1)) == 1 + 400  # dispatched; claimed once, then 399 ignored
-        assert steps(s, 1)[1] == ("completion_received", "dispatched", "completed")
+        # sending, dispatched; claimed once, then 399 ignored
+        assert len(steps(s, 1)) == 2 + 400
+        assert steps(s, 1)[2] == ("completion_received", "dispatched", "completed")
         assert len(of_type(s, le.PromptCompleted)) == 1
         assert rt.get_execution(ref.id).status == "READY"
         ex.last.auto_complete = True

@@ -26,6 +26,7 @@ from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import AgentTransport
 from acpfsm.runtime import (
     AgentProfile,
+    ExecutionIdRequired,
     ExecutionNotFound,
     LaunchSpec,
     ProfileNotFound,
@@ -207,14 +208,16 @@ async def test_s140_base_launch_request_is_used(time_scale: float, tmp_path: Pat
 async def test_s142_resume_maps_not_found(time_scale: float, tmp_path: Path) -> None:
     """Go's Resume passed the lifecycle's not-found error through unmapped (H11, pinned by
     the Go scenario). Our facade maps not-found consistently: ``resume`` on an unknown (or
-    empty) id raises ExecutionNotFound. Resume itself waits for the turn (seed Resume)."""
+    empty: ExecutionIdRequired) id raises ExecutionNotFound. Resume itself waits for the turn
+    (seed Resume)."""
     ex = RecordingExecutor()
     async with runtime(ex, time_scale) as rt:
-        for missing in ("exec-missing", ""):
-            with pytest.raises(ExecutionNotFound) as info:
-                await rt.resume(missing, "follow-up")
-            assert info.value.execution_id == missing
-            assert str(info.value).startswith("runtime: execution not found")
+        with pytest.raises(ExecutionNotFound) as info:
+            await rt.resume("exec-missing", "follow-up")
+        assert info.value.execution_id == "exec-missing"
+        assert str(info.value).startswith("runtime: execution not found")
+        with pytest.raises(ExecutionIdRequired, match="^executionID is required$"):
+            await rt.resume("", "follow-up")
         ref = await rt.launch(launch_spec(str(tmp_path)))
         s = session_of(rt, ref.id)
         await wait_until(lambda: s.execution.status == "READY")
@@ -237,11 +240,11 @@ async def test_s142_resume_maps_not_found(time_scale: float, tmp_path: Path) -> 
 async def test_s143_stop_delegates_reason_and_force(time_scale: float, tmp_path: Path) -> None:
     """``stop(id, "user_cancelled")`` stops with that reason and ``force=False`` by default
     (the reason reaches ``agent.stopped``); the execution is STOPPED and then unknown. An
-    empty id is an error: ExecutionNotFound (Go: ``executionID is required``)."""
+    empty id is its own error: ExecutionIdRequired (Go: ``executionID is required``)."""
     assert inspect.signature(Runtime.stop).parameters["force"].default is False
     ex = RecordingExecutor()
     async with runtime(ex, time_scale) as rt:
-        with pytest.raises(ExecutionNotFound):
+        with pytest.raises(ExecutionIdRequired, match="executionID is required"):
             await rt.stop("", "user_cancelled")
         ref = await rt.launch(launch_spec(str(tmp_path)))
         s = session_of(rt, ref.id)
@@ -293,7 +296,7 @@ async def test_s145_get_execution_snapshot(time_scale: float, tmp_path: Path) ->
         assert done.exit_code == 0
         assert done.finished_at is not None and done.finished_at >= done.started_at
         for missing in ("missing", ""):
-            with pytest.raises(ExecutionNotFound):
+            with pytest.raises(ExecutionNotFound if missing else ExecutionIdRequired):
                 rt.get_execution(missing)
 
 
@@ -317,7 +320,7 @@ async def test_s146_set_mcp_mode(time_scale: float, tmp_path: Path) -> None:
             await rt.set_mcp_mode(ref.id, "everything")
         assert rt.get_execution(ref.id).metadata["mcp_mode"] == "config"
         for missing in ("", "missing"):
-            with pytest.raises(ExecutionNotFound):
+            with pytest.raises(ExecutionNotFound if missing else ExecutionIdRequired):
                 await rt.set_mcp_mode(missing, "config")
 
 
