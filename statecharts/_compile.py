@@ -98,8 +98,10 @@ class EffectSpec:
 
 
 def effect(name: str, *fields: str, **defaults: Any) -> EffectSpec:
-    """Declare an effect named ``name`` carrying ``fields`` (and fields with ``defaults``)."""
-    return EffectSpec(name, tuple(fields) + tuple(defaults), tuple(defaults.items()))
+    """Declare an effect named ``name`` carrying ``fields`` (and fields with ``defaults``; a
+    field may be named in both)."""
+    extra = tuple(k for k in defaults if k not in fields)
+    return EffectSpec(name, tuple(fields) + extra, tuple(defaults.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,8 +282,13 @@ def _check_callbacks(chart: type[Chart], states: Mapping[str, Any], events: Iter
 
 def _guard(chart: type[Chart], spec: Any, where: str) -> Guard:
     name = spec.func
-    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-        raise _refuse(chart, f"the guard {spec.func!r} on {where} (name a method)")
+    if not isinstance(name, str):
+        given = getattr(name, "__qualname__", None) or repr(name)
+        raise _refuse(chart, f"the guard given as the callable {given} on {where} (name a method)")
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise _refuse(
+            chart, f"the guard expression {name!r} on {where} (name one method that combines them)"
+        )
     fn = inspect.getattr_static(chart, name, None)
     if not inspect.isfunction(fn):
         raise _refuse(chart, f"the guard {name!r} on {where} (not a plain method)")
