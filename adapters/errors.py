@@ -3,7 +3,8 @@
 Adapters translate every foreign exception (anyio, httpx, msgspec, OS) into one of
 these at the boundary; callers never see a foreign exception type.
 
-    AcpfsmError                      every error this library raises
+    AcpfsmError                      every error this library raises (acpfsm.statecharts.errors)
+    ├── ChartError                   a chart declared or driven wrongly (acpfsm.statecharts.errors)
     ├── TransportError               the carrier (pipe, WebSocket, HTTP) failed
     │   ├── StreamNotConnected       no live stream; a request was not (or may not have been) delivered
     │   ├── TransportClosed          the peer went away (EOF, broken pipe, process exit)
@@ -26,6 +27,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from acpfsm.statecharts.errors import AcpfsmError
+
 __all__ = [
     "AcpfsmError",
     "AgentRequestError",
@@ -41,20 +44,6 @@ __all__ = [
     "TransportError",
     "TransportTimeout",
 ]
-
-
-class AcpfsmError(Exception):
-    """Root of every error acpfsm raises."""
-
-    execution_id: str | None
-
-    def __init__(self, message: str, *, execution_id: str | None = None) -> None:
-        super().__init__(message)
-        self.execution_id = execution_id
-
-    @property
-    def message(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class LaunchSpecError(AcpfsmError):

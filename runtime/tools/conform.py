@@ -208,7 +208,7 @@ AGENTCTL_NOT_OBSERVABLE: dict[str, str] = {
 }
 
 
-class ConformUsageError(ValueError):
+class ConformUsageError(AcpfsmError):
     """The battery cannot run with these arguments (the CLI exits 2)."""
 
 
