@@ -246,14 +246,16 @@ class CompiledChart:
         return self.transition_effects.get(index, ())
 
     def absorbing_states(self, exit_state: str) -> frozenset[str]:
-        """Leaves whose every declared transition (from them or an ancestor) goes back to
-        themselves or to ``exit_state``, and that declare at least one."""
+        """Leaves that take at least one event and that every transition they can take
+        leaves where it is (targetless, or re-entering the leaf) or moves to the leaf
+        ``exit_state`` lands on: a prompt generation's terminal outcomes."""
+        exit_leaf = self.default_leaf.get(exit_state, exit_state)
         out: set[str] = set()
-        for leaf in self.states:
-            if leaf == exit_state or leaf in self.parent.values():
+        for leaf, by_event in self.table.items():
+            if leaf == exit_leaf:
                 continue
-            outgoing = [t for (lf, _, _, t) in self.step if lf == leaf]
-            if outgoing and all(t in (leaf, exit_state) for t in outgoing):
+            after = {cand.state for cands in by_event.values() for cand in cands}
+            if after and after <= {leaf, exit_leaf}:
                 out.add(leaf)
         return frozenset(out)
 

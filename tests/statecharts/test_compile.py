@@ -539,3 +539,11 @@ def test_the_compiled_tables() -> None:
     )
     assert cand.step is not None  # no effect carries data: the step is built once
     assert compiled.table["second"]["nudged"][0].step is None  # noted(why, label) is built
+
+
+def test_a_generations_terminal_outcomes_are_the_states_it_only_leaves_when_superseded() -> None:
+    """check-trace's ``second_outcome`` rule reads these: targetless transitions declared on
+    ``ended`` keep a leaf where it is; ``disconnected`` may still claim a completion."""
+    outcomes = PromptGeneration.compiled().absorbing_states("superseded")
+    assert outcomes == {"completed", "failed", "undelivered", "cancel_escalated"}
+    assert Box.compiled().absorbing_states("gone") == frozenset()
