@@ -229,6 +229,9 @@ class CompiledChart:
     initial_effects: tuple[EffectSpec, ...]
     """The entry effects of the initial configuration, outermost first (a new machine's
     ``initial_effects()``)."""
+    index: dict[tuple[int, str], int]
+    """``(id(python-statemachine's transition object), event)`` → the declared transition's
+    index (what the reference engine took, in these tables)."""
 
     def configuration(self, leaf: str) -> tuple[str, ...]:
         """``leaf`` and its ancestors, innermost first."""
@@ -365,6 +368,7 @@ def compile_chart(chart: type[Chart]) -> CompiledChart:
 
     # every evented transition, in declaration order: (event, source, target, guards)
     declared: list[tuple[str, str, str | None, tuple[Guard, ...]]] = []
+    by_object: dict[tuple[int, str], int] = {}
     per_state: dict[str, list[int]] = {sid: [] for sid in states}
     events: set[str] = set()
     for sid, state in states.items():
@@ -391,6 +395,7 @@ def compile_chart(chart: type[Chart]) -> CompiledChart:
                 if not name.isidentifier():
                     raise _refuse(chart, f"the event name {name!r}")
                 per_state[sid].append(len(declared))
+                by_object[(id(transition), name)] = len(declared)
                 declared.append((name, sid, target, tuple(guard_list)))
                 events.add(name)
     _check_callbacks(chart, states, events)
@@ -512,4 +517,5 @@ def compile_chart(chart: type[Chart]) -> CompiledChart:
             for s in reversed(ancestors[default_leaf[top_initial]])
             for e in entry_effects.get(s, ())
         ),
+        index=by_object,
     )

@@ -303,16 +303,6 @@ class ReferenceMachine:
         self._taken = _Taken(self._build)
         self._pending: tuple[str, str, Mapping[str, Any]] = ("", "", {})
         self.sm: Chart = compiled.cls(constants=values, listeners=[self._taken])
-        # the declared transition's index, by python-statemachine's transition object and event
-        self._index: dict[tuple[int, str], int] = {}
-        index = 0
-        for state in compiled.cls.states_map.values():
-            for transition in state.transitions:
-                if transition.initial:
-                    continue
-                for name in transition.events:
-                    self._index[(id(transition), str(name))] = index
-                    index += 1
 
     @property
     def chart_name(self) -> str:
@@ -350,7 +340,7 @@ class ReferenceMachine:
 
     def _build(self, transition: Any) -> Step:
         leaf, event, data = self._pending
-        index = self._index[(id(transition), event)]
+        index = self.compiled.index[(id(transition), event)]
         cand = next(c for c in self.compiled.table[leaf][event] if c.index == index)
         return _step(cand, self, event, data)
 

@@ -10,11 +10,11 @@ from statemachine import State
 from acpfsm.statecharts import (
     Chart,
     TransitionRecord,
+    _machine,
     add_transition_observer,
     declared_transitions,
     remove_transition_observer,
 )
-from acpfsm.statecharts import _machine
 from acpfsm.testing.coverage_plugin import compute_coverage
 
 pytest_plugins = ["pytester"]
