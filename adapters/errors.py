@@ -58,7 +58,7 @@ class StreamNotConnected(TransportError):
     """No live stream to the agent (the seed's ``agent stream not connected``).
 
     ``while_waiting`` is true when the request was written and the stream dropped before
-    the answer arrived: delivery is then ambiguous (lifecycle.md §9 H1)."""
+    the answer arrived: delivery is then ambiguous (kandev H1)."""
 
     while_waiting: bool
 
@@ -113,8 +113,8 @@ class AgentRequestError(AcpfsmError):
     """The agent answered a JSON-RPC request with an error object.
 
     ``code``/``error_message``/``data`` are the structured error; ``method`` is the request
-    that failed. ``str()`` is the compact JSON projection agentctl uses on the wire
-    (agentctl-protocol.md §4), optionally behind a ``prefix``."""
+    that failed. ``str()`` is the compact JSON projection agentctl uses on the wire (its
+    HTTP error bodies), optionally behind a ``prefix``."""
 
     code: int
     error_message: str

@@ -112,3 +112,18 @@ def test_a_usage_error_of_conform_is_no_longer_a_value_error() -> None:
 
     assert not issubclass(ConformUsageError, ValueError)
     assert ConformUsageError("no agent command").message == "no agent command"
+
+
+def test_the_readme_draws_every_error_of_the_tree() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Errors") :]
+    tree = section[section.index("```") : section.index("```", section.index("```") + 3)]
+    names = {
+        cls.__name__
+        for name, cls in _exception_classes().items()
+        if issubclass(cls, acpfsm.statecharts.errors.AcpfsmError)
+    }
+    missing = sorted(n for n in names if n not in tree)
+    assert not missing, f"the README's error tree does not name {missing}"

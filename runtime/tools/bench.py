@@ -785,7 +785,8 @@ def _num(value: float | None, fmt: str = "{:.3f}") -> str:
 def _ratio(value: float | None, base: float | None) -> str:
     if value is None or base is None or base <= 0:
         return "n/a"
-    return f"{value / base:.2f}x"
+    ratio = value / base
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.3f}x"
 
 
 class _Table:

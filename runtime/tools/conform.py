@@ -929,7 +929,7 @@ _NOT_UPDATES = (
     AgentCapabilities,
     SessionStatus,
 )
-#: What session/load may replay (agentctl suppresses most of it, §2.3).
+#: What session/load may replay (agentctl suppresses most of it).
 _HISTORY = (MessageChunk, Reasoning, ToolCall, ToolUpdate, Plan, SessionInfo)
 
 

@@ -1,4 +1,4 @@
-"""Review diagrams generated from the chart declarations (style.md practice 13).
+"""Review diagrams generated from the chart declarations.
 
 Theory of operation
 -------------------

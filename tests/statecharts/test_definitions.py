@@ -71,7 +71,7 @@ def test_the_default_engine_is_compiled_unless_the_environment_says_otherwise(
 
 @pytest.mark.parametrize("path", sorted(STATECHARTS_DIR.glob("*.py")), ids=lambda p: p.name)
 def test_statecharts_are_pure(path: Path) -> None:
-    """No I/O, no clock, no async in statecharts/ (style.md practice 1-2)."""
+    """No I/O, no clock, no async in statecharts/ (AGENTS.md rule 2)."""
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         assert not isinstance(node, ast.AsyncFunctionDef | ast.Await), f"async code in {path}"

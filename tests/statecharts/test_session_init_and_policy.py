@@ -222,7 +222,7 @@ def test_start_model_failure_fails_init_and_abandon_leaves_any_working_state(
         assert at_rest.fire("init_abandoned").targetless and not at_rest.ended
 
 
-# --- StartModelPolicy: lifecycle.md §3.2, one case per row ---------------------------------
+# --- StartModelPolicy: kandev start_model.go's decision table, one case per row -----------
 
 ROWS: list[
     tuple[int, dict[str, Any], list[str], list[tuple[str, dict[str, Any]]], dict[str, Any]]
