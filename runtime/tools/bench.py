@@ -69,7 +69,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -299,19 +299,12 @@ async def bench_bare_transport(opts: BenchOptions, root: Path) -> LatencyRow:
         async with open_stdio_transport(_agent_argv(ws / "sessions"), cwd=ws) as transport:
             await transport.initialize()
             await transport.new_session(str(ws))
-            agent = child_pids() - before
-            samples: list[float] = []
-            meter = _CpuMeter(agent)
-            for g in range(1, opts.warmup + opts.prompts + 1):
-                if g == opts.warmup + 1:
-                    meter = _CpuMeter(agent)
-                with anyio.fail_after(PROMPT_TIMEOUT):
-                    t0 = time.perf_counter()
-                    await transport.prompt(_prompt_text(g), [], g)
-                    await _complete_of(transport, g)
-                    elapsed = time.perf_counter() - t0
-                if g > opts.warmup:
-                    samples.append(elapsed * 1000.0)
+
+            async def one(g: int) -> None:
+                await transport.prompt(_prompt_text(g), [], g)
+                await _complete_of(transport, g)
+
+            samples, meter = await _round_trips(one, opts, child_pids() - before)
             client, agent_cpu = meter.per_op_ms(opts.prompts)
     return LatencyRow("bare StdioTransport", tuple(samples), client, agent_cpu)
 
@@ -330,23 +323,42 @@ async def bench_runtime_prompt(opts: BenchOptions, root: Path) -> LatencyRow:
                     workspace=WorkspaceRef(path=str(ws)),
                 )
             )
-            agent = child_pids() - before
-            samples: list[float] = []
-            meter = _CpuMeter(agent)
-            for i in range(1, opts.warmup + opts.prompts + 1):
-                if i == opts.warmup + 1:
-                    meter = _CpuMeter(agent)
-                with anyio.fail_after(PROMPT_TIMEOUT):
-                    t0 = time.perf_counter()
-                    result = await rt.prompt(ref.id, _prompt_text(i))
-                    elapsed = time.perf_counter() - t0
-                if result.stop_reason != "end_turn":
-                    raise RuntimeError(f"prompt {i} ended {result.stop_reason!r}")
-                if i > opts.warmup:
-                    samples.append(elapsed * 1000.0)
+            samples, meter = await _prompts(rt, ref.id, opts, child_pids() - before)
             client, agent_cpu = meter.per_op_ms(opts.prompts)
             await rt.stop(ref.id, "bench done")
     return LatencyRow("Runtime.prompt", tuple(samples), client, agent_cpu)
+
+
+async def _round_trips(
+    one: Callable[[int], Awaitable[None]], opts: BenchOptions, agent: set[int]
+) -> tuple[list[float], _CpuMeter]:
+    """W warm-up then N timed round trips ``one(i)`` (i = 1, 2 …): the latencies (ms) and the
+    CPU meter of the timed ones (this process and the ``agent`` processes)."""
+    samples: list[float] = []
+    meter = _CpuMeter(agent)
+    for i in range(1, opts.warmup + opts.prompts + 1):
+        if i == opts.warmup + 1:
+            meter = _CpuMeter(agent)
+        with anyio.fail_after(PROMPT_TIMEOUT):
+            t0 = time.perf_counter()
+            await one(i)
+            elapsed = time.perf_counter() - t0
+        if i > opts.warmup:
+            samples.append(elapsed * 1000.0)
+    return samples, meter
+
+
+async def _prompts(
+    rt: Runtime, execution_id: str, opts: BenchOptions, agent: set[int]
+) -> tuple[list[float], _CpuMeter]:
+    """:func:`_round_trips` of ``Runtime.prompt``, each required to end its turn."""
+
+    async def one(i: int) -> None:
+        result = await rt.prompt(execution_id, _prompt_text(i))
+        if result.stop_reason != "end_turn":
+            raise RuntimeError(f"prompt {i} ended {result.stop_reason!r}")
+
+    return await _round_trips(one, opts, agent)
 
 
 SDK_ROW = "ACP SDK client (asyncio thread)"
@@ -599,23 +611,11 @@ async def _lifecycle(engine: EngineName, opts: BenchOptions, root: Path) -> Late
         agent_profile_id=profile.id, executor_id="memory", workspace=WorkspaceRef(path=str(root))
     )
     executor = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
-    samples: list[float] = []
     async with Runtime(profiles=[profile], executors={"memory": executor}, engine=engine) as rt:
         ref = await rt.launch(spec)
         await _until_ready(rt, [ref.id])
-        cpu0 = time.process_time()
-        for i in range(1, opts.warmup + opts.prompts + 1):
-            if i == opts.warmup + 1:
-                cpu0 = time.process_time()
-            with anyio.fail_after(PROMPT_TIMEOUT):
-                t0 = time.perf_counter()
-                result = await rt.prompt(ref.id, _prompt_text(i))
-                elapsed = time.perf_counter() - t0
-            if result.stop_reason != "end_turn":
-                raise RuntimeError(f"prompt {i} ended {result.stop_reason!r}")
-            if i > opts.warmup:
-                samples.append(elapsed * 1000.0)
-        cpu_ms = 1000.0 * (time.process_time() - cpu0) / max(1, opts.prompts)
+        samples, meter = await _prompts(rt, ref.id, opts, set())
+        cpu_ms, _ = meter.per_op_ms(max(1, opts.prompts))
         await rt.stop(ref.id, "bench done")
     return LatencyRow(f"{LIFECYCLE_ROW}, {engine} engine", tuple(samples), cpu_ms)
 
