@@ -42,8 +42,16 @@ diagrams-check: $(STAMP)
 chromium:
 	-.ci/install-chromium
 
+# The scenario suites again with every chart on python-statemachine's own engine (the chart
+# tests run both engines side by side in the first run).
+REFERENCE_SUITES := tests/runtime/test_scenarios_s1_init.py tests/runtime/test_scenarios_s2_s3_model.py \
+	tests/runtime/test_scenarios_s4_prompt.py tests/runtime/test_scenarios_s4_steer_cancel.py \
+	tests/runtime/test_scenarios_s5_facade.py tests/runtime/test_anomalies.py
+
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q --acpfsm-transition-coverage=100 --acpfsm-check-traces
+	ACPFSM_ENGINE=reference $(BIN)/python -m pytest -q -p no:acpfsm_coverage --acpfsm-check-traces \
+		$(REFERENCE_SUITES)
 
 test: lint typecheck diagrams-check chromium pytest
 

@@ -3,7 +3,8 @@
 Adapters translate every foreign exception (anyio, httpx, msgspec, OS) into one of
 these at the boundary; callers never see a foreign exception type.
 
-    AcpfsmError                      every error this library raises
+    AcpfsmError                      every error this library raises (acpfsm.statecharts.errors)
+    ├── ChartError                   a chart declared or driven wrongly (acpfsm.statecharts.errors)
     ├── TransportError               the carrier (pipe, WebSocket, HTTP) failed
     │   ├── StreamNotConnected       no live stream; a request was not (or may not have been) delivered
     │   ├── TransportClosed          the peer went away (EOF, broken pipe, process exit)
@@ -35,6 +36,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from acpfsm.statecharts.errors import AcpfsmError
+
 __all__ = [
     "AcpfsmError",
     "AgentRequestError",
@@ -61,20 +64,6 @@ __all__ = [
 ]
 
 
-class AcpfsmError(Exception):
-    """Root of every error acpfsm raises."""
-
-    execution_id: str | None
-
-    def __init__(self, message: str, *, execution_id: str | None = None) -> None:
-        super().__init__(message)
-        self.execution_id = execution_id
-
-    @property
-    def message(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
 class LaunchSpecError(AcpfsmError):
     """The launch cannot be honoured (unknown profile or executor, no workspace …)."""
 
@@ -87,7 +76,7 @@ class StreamNotConnected(TransportError):
     """No live stream to the agent (the seed's ``agent stream not connected``).
 
     ``while_waiting`` is true when the request was written and the stream dropped before
-    the answer arrived: delivery is then ambiguous (lifecycle.md §9 H1)."""
+    the answer arrived: delivery is then ambiguous (kandev H1)."""
 
     while_waiting: bool
 
@@ -153,8 +142,8 @@ class AgentRequestError(AcpfsmError):
     """The agent answered a JSON-RPC request with an error object.
 
     ``code``/``error_message``/``data`` are the structured error; ``method`` is the request
-    that failed. ``str()`` is the compact JSON projection agentctl uses on the wire
-    (agentctl-protocol.md §4), optionally behind a ``prefix``."""
+    that failed. ``str()`` is the compact JSON projection agentctl uses on the wire (its
+    HTTP error bodies), optionally behind a ``prefix``."""
 
     code: int
     error_message: str

@@ -1,6 +1,7 @@
 """Errors of the runtime, rooted (with the adapters' errors) at :class:`AcpfsmError`.
 
-    AcpfsmError
+    AcpfsmError                      (acpfsm.statecharts.errors)
+    ├── (statecharts: ChartError → IllegalTransition, ChartDefinitionError, CoordinationError)
     ├── (adapters: TransportError, ProtocolError, AgentRequestError, SteerUnsupported …)
     ├── ExecutionNotFound            no execution with that id (runtime: execution not found)
     ├── ExecutionIdRequired          an empty execution id (executionID is required)

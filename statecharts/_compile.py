@@ -98,8 +98,10 @@ class EffectSpec:
 
 
 def effect(name: str, *fields: str, **defaults: Any) -> EffectSpec:
-    """Declare an effect named ``name`` carrying ``fields`` (and fields with ``defaults``)."""
-    return EffectSpec(name, tuple(fields) + tuple(defaults), tuple(defaults.items()))
+    """Declare an effect named ``name`` carrying ``fields`` (and fields with ``defaults``; a
+    field may be named in both)."""
+    extra = tuple(k for k in defaults if k not in fields)
+    return EffectSpec(name, tuple(fields) + extra, tuple(defaults.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +229,9 @@ class CompiledChart:
     initial_effects: tuple[EffectSpec, ...]
     """The entry effects of the initial configuration, outermost first (a new machine's
     ``initial_effects()``)."""
+    index: dict[tuple[int, str], int]
+    """``(id(python-statemachine's transition object), event)`` → the declared transition's
+    index (what the reference engine took, in these tables)."""
 
     def configuration(self, leaf: str) -> tuple[str, ...]:
         """``leaf`` and its ancestors, innermost first."""
@@ -244,14 +249,16 @@ class CompiledChart:
         return self.transition_effects.get(index, ())
 
     def absorbing_states(self, exit_state: str) -> frozenset[str]:
-        """Leaves whose every declared transition (from them or an ancestor) goes back to
-        themselves or to ``exit_state``, and that declare at least one."""
+        """Leaves that take at least one event and that every transition they can take
+        leaves where it is (targetless, or re-entering the leaf) or moves to the leaf
+        ``exit_state`` lands on: a prompt generation's terminal outcomes."""
+        exit_leaf = self.default_leaf.get(exit_state, exit_state)
         out: set[str] = set()
-        for leaf in self.states:
-            if leaf == exit_state or leaf in self.parent.values():
+        for leaf, by_event in self.table.items():
+            if leaf == exit_leaf:
                 continue
-            outgoing = [t for (lf, _, _, t) in self.step if lf == leaf]
-            if outgoing and all(t in (leaf, exit_state) for t in outgoing):
+            after = {cand.state for cands in by_event.values() for cand in cands}
+            if after and after <= {leaf, exit_leaf}:
                 out.add(leaf)
         return frozenset(out)
 
@@ -280,8 +287,13 @@ def _check_callbacks(chart: type[Chart], states: Mapping[str, Any], events: Iter
 
 def _guard(chart: type[Chart], spec: Any, where: str) -> Guard:
     name = spec.func
-    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-        raise _refuse(chart, f"the guard {spec.func!r} on {where} (name a method)")
+    if not isinstance(name, str):
+        given = getattr(name, "__qualname__", None) or repr(name)
+        raise _refuse(chart, f"the guard given as the callable {given} on {where} (name a method)")
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise _refuse(
+            chart, f"the guard expression {name!r} on {where} (name one method that combines them)"
+        )
     fn = inspect.getattr_static(chart, name, None)
     if not inspect.isfunction(fn):
         raise _refuse(chart, f"the guard {name!r} on {where} (not a plain method)")
@@ -356,6 +368,7 @@ def compile_chart(chart: type[Chart]) -> CompiledChart:
 
     # every evented transition, in declaration order: (event, source, target, guards)
     declared: list[tuple[str, str, str | None, tuple[Guard, ...]]] = []
+    by_object: dict[tuple[int, str], int] = {}
     per_state: dict[str, list[int]] = {sid: [] for sid in states}
     events: set[str] = set()
     for sid, state in states.items():
@@ -382,6 +395,7 @@ def compile_chart(chart: type[Chart]) -> CompiledChart:
                 if not name.isidentifier():
                     raise _refuse(chart, f"the event name {name!r}")
                 per_state[sid].append(len(declared))
+                by_object[(id(transition), name)] = len(declared)
                 declared.append((name, sid, target, tuple(guard_list)))
                 events.add(name)
     _check_callbacks(chart, states, events)
@@ -503,4 +517,5 @@ def compile_chart(chart: type[Chart]) -> CompiledChart:
             for s in reversed(ancestors[default_leaf[top_initial]])
             for e in entry_effects.get(s, ())
         ),
+        index=by_object,
     )

@@ -15,7 +15,8 @@ running instance of the chart. Both engines give the same interface (:class:`Cha
 :class:`Machine` (the default, ``engine="compiled"``) is a few slots: a fire is a dict lookup
 and the candidates' guards. :class:`ReferenceMachine` (``engine="reference"``) runs the same
 declaration on python-statemachine's sync engine and looks up the effects of the transition
-it took in the compiled tables: the two must agree (the property test in
+it selects in the compiled tables (before it exits anything, so a step that cannot be built
+raises with nothing changed, as on the compiled engine): the two must agree (the property test in
 tests/statecharts/test_engines.py). The environment variable ``ACPFSM_ENGINE`` sets the
 default engine for a whole process (``compiled`` or ``reference``).
 
@@ -259,15 +260,23 @@ def machine_class(compiled: CompiledChart) -> type[Machine]:
 
 
 class _Taken:
-    """python-statemachine listener: remembers the transition its engine just took."""
+    """python-statemachine listener: builds the step of the transition its engine selected,
+    before the engine exits or enters anything (so an effect that cannot be built raises
+    with the configuration unchanged, as on the compiled engine)."""
 
-    __slots__ = ("transition",)
+    __slots__ = ("build", "step")
 
-    def __init__(self) -> None:
-        self.transition: Any = None
+    def __init__(self, build: Callable[[Any], Step]) -> None:
+        self.build = build
+        self.step: Step | None = None
 
-    def after_transition(self, transition: Any) -> None:
-        self.transition = transition
+    def before_transition(self, transition: Any) -> None:
+        self.step = self.build(transition)
+
+    def pop(self) -> Step | None:
+        """The step built since the last pop, if any."""
+        step, self.step = self.step, None
+        return step
 
 
 class ReferenceMachine:
@@ -291,18 +300,9 @@ class ReferenceMachine:
             raise TypeError(f"{compiled.name}: unknown constants {sorted(unknown)}")
         values.update(constants)
         self._constants = values
-        self._taken = _Taken()
+        self._taken = _Taken(self._build)
+        self._pending: tuple[str, str, Mapping[str, Any]] = ("", "", {})
         self.sm: Chart = compiled.cls(constants=values, listeners=[self._taken])
-        # the declared transition's index, by python-statemachine's transition object and event
-        self._index: dict[tuple[int, str], int] = {}
-        index = 0
-        for state in compiled.cls.states_map.values():
-            for transition in state.transitions:
-                if transition.initial:
-                    continue
-                for name in transition.events:
-                    self._index[(id(transition), str(name))] = index
-                    index += 1
 
     @property
     def chart_name(self) -> str:
@@ -338,12 +338,19 @@ class ReferenceMachine:
             return constants[name]
         raise AttributeError(name)
 
+    def _build(self, transition: Any) -> Step:
+        leaf, event, data = self._pending
+        index = self.compiled.index[(id(transition), event)]
+        cand = next(c for c in self.compiled.table[leaf][event] if c.index == index)
+        return _step(cand, self, event, data)
+
     def fire(self, event: str, **data: Any) -> Step:
         from statemachine.exceptions import TransitionNotAllowed
 
         leaf = self.state
         ended = self.ended
-        self._taken.transition = None
+        self._taken.pop()
+        self._pending = (leaf, event, data)
         try:
             self.sm.send(event, **data)
         except TransitionNotAllowed:
@@ -353,12 +360,11 @@ class ReferenceMachine:
                 event,
                 execution_id=self.tags.get("execution_id"),
             ) from None
-        taken = self._taken.transition
-        if taken is None:  # pragma: no cover - python-statemachine took nothing, silently
+        finally:
+            self._pending = ("", "", {})
+        step = self._taken.pop()
+        if step is None:  # pragma: no cover - python-statemachine took nothing, silently
             raise IllegalTransition(self.compiled.name, (leaf,), event)
-        index = self._index[(id(taken), event)]
-        cand = next(c for c in self.compiled.table[leaf][event] if c.index == index)
-        step = _step(cand, self, event, data)
         _report(self, step)
         return step
 

@@ -8,10 +8,14 @@
     │   ├── ChartDefinitionError     a declaration the compiled engine does not support
     │   └── CoordinationError        the coordination between charts went wrong
     ├── (adapters: TransportError, ProtocolError, AgentRequestError … acpfsm.adapters.errors)
-    └── (runtime: ExecutionNotFound, PromptError … acpfsm.runtime.errors)
+    ├── (runtime: ExecutionNotFound, PromptError … acpfsm.runtime.errors; HistoryError,
+    │    SubscriberOverflow in acpfsm.runtime.history and .hub)
+    └── (tools: DiagramError, TraceFormatError, ConformUsageError, AgentGone in
+         acpfsm.runtime.tools)
 
 The adapters and the runtime re-export :class:`AcpfsmError`; ``except AcpfsmError`` catches
-everything acpfsm raises on purpose.
+everything acpfsm raises on purpose (tests/test_errors.py lists the few exception classes
+that are not errors of ours: control flow inside a module, the reference agent's own).
 """
 
 from __future__ import annotations

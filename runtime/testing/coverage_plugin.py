@@ -3,9 +3,9 @@
 Theory of operation
 -------------------
 At session start the plugin registers a transition observer
-(:func:`acpfsm.statecharts._base.add_transition_observer`) that records every fired
+(:func:`acpfsm.statecharts.add_transition_observer`) that records every fired
 ``(chart, source, event, target)``. After the test loop it compares the record with
-:func:`~acpfsm.statecharts._base.declared_transitions` of every chart in
+:func:`~acpfsm.statecharts.declared_transitions` of every chart in
 ``acpfsm.statecharts.ALL_CHARTS`` (a chart that declares nothing has nothing to cover) and
 prints, in the terminal summary, the percentage per chart and overall and every declared
 transition never exercised.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -84,17 +84,10 @@ class CoverageReport:
         return self.covered * 100 < threshold * self.declared
 
 
-def _canonical_events(declared: Collection[tuple[str, str, str]]) -> dict[str, str]:
-    """Map SCXML dot aliases (``done.state.x``) onto their underscore event
-    (``done_state_x``) when both are declared: they name one event (the engine fires the dot
-    form, the chart declares the underscore attribute)."""
-    names = {event for _, event, _ in declared}
-    return {n: n.replace(".", "_") for n in names if "." in n and n.replace(".", "_") in names}
-
-
 def compute_coverage(charts: Iterable[type[Chart]], fired: Iterable[Fired]) -> CoverageReport:
     """Coverage of every declared transition of ``charts`` by the ``fired`` records (matched by
-    ``chart_name``). Fired transitions of other charts are ignored."""
+    ``chart_name``; a targetless transition is ``(source, event, source)`` in both). Fired
+    transitions of other charts are ignored."""
     from acpfsm.statecharts import declared_transitions
 
     seen: dict[str, set[tuple[str, str, str]]] = {}
@@ -102,10 +95,8 @@ def compute_coverage(charts: Iterable[type[Chart]], fired: Iterable[Fired]) -> C
         seen.setdefault(chart, set()).add((source, event, target))
     out: list[ChartCoverage] = []
     for chart_cls in charts:
-        declared = declared_transitions(chart_cls)
-        alias = _canonical_events(declared)
-        wanted = {(s, alias.get(e, e), t) for s, e, t in declared}
-        hit = {(s, alias.get(e, e), t) for s, e, t in seen.get(chart_cls.chart_name, ())}
+        wanted = set(declared_transitions(chart_cls))
+        hit = seen.get(chart_cls.chart_name, set())
         out.append(ChartCoverage(chart_cls.chart_name, len(wanted), tuple(sorted(wanted - hit))))
     return CoverageReport(tuple(out))
 

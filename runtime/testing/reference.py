@@ -124,7 +124,8 @@ class ReferenceAgent:
 
 
 class TraceViolationError(AssertionError):
-    """A trace does not follow the charts (raised by :func:`assert_trace_conforms`)."""
+    """A trace does not follow the charts (raised by :func:`assert_trace_conforms`): a test
+    failure, so an ``AssertionError`` and not an ``AcpfsmError``."""
 
 
 def format_violations(

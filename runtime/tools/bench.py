@@ -23,17 +23,30 @@
    ratios to the bare transport.
 
 2. **Chart transitions per second**, in a tight loop on the event loop thread (N cycles per
-   row), each acpfsm row against a raw python-statemachine ("psm") ``StateChart`` of the same
-   shape: the Execution chart's prompt cycle (``prompt_began`` / ``turn_completed``) against
-   a bare two-state chart; the construction of a
+   row), each lifecycle row twice, on the reference engine (python-statemachine running the
+   declared chart) and on the compiled one, beside a raw python-statemachine ("psm")
+   ``StateChart`` of the same shape: the Execution chart's prompt cycle (``prompt_began`` /
+   ``turn_completed``) against a bare two-state chart; the construction of a
    :class:`~acpfsm.statecharts.PromptGeneration` (the runtime builds one per prompt) against a
    four-state chart's; and the whole per-prompt cycle the runtime fires (a new
    PromptGeneration, ``dispatch_accepted``, ``completion_received``,
    ``superseded_by_successor`` and the two Execution transitions, with the runtime's
    :class:`~acpfsm.runtime.Trace` observer attached, records not kept) against a raw chart
-   doing the same five transitions. The ratio is the cost per item relative to raw psm.
+   doing the same five transitions. ``x cost`` is the cost per item relative to the row
+   named after it: the compiled Execution cycle to the reference engine's, every other row to
+   raw psm.
 
-3. **Memory per idle execution**: ``tracemalloc`` growth of this process per execution
+3. **Lifecycle CPU per prompt**: :meth:`~acpfsm.runtime.Runtime.prompt` over the in-memory
+   transport (:class:`~acpfsm.testing.memory.MemoryExecutor`, every prompt answered at once),
+   N prompts after W warm-up, ``Runtime(engine="reference")`` then
+   ``Runtime(engine="compiled")``: with no agent and no pipe, the process CPU per prompt is the
+   runtime's lifecycle (charts, event pump, hub, trace).
+
+   The compiled rows carry the goals of the compiled engine beside their ratio (``goal``):
+   one transition at most 0.05x the reference engine's cost, the prompt cycle at most 0.2x
+   raw psm's, the lifecycle CPU at most 0.25x the reference engine's.
+
+4. **Memory per idle execution**: ``tracemalloc`` growth of this process per execution
    brought to READY and left idle (K over the in-memory transport; K' over stdio against
    real reference agents, and the same number of bare initialized StdioTransports as the
    baseline); the agent processes are not in that figure, so their RSS and private memory
@@ -56,7 +69,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -68,11 +81,12 @@ from statemachine import State, StateChart
 
 from acpfsm.adapters.acp.stdio import StdioTransport, open_stdio_transport
 from acpfsm.adapters.events import Complete, ErrorEvent
+from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime.runtime import Runtime, reference_profile
 from acpfsm.runtime.trace import Trace
 from acpfsm.runtime.types import AgentProfile, LaunchSpec, WorkspaceRef
+from acpfsm.statecharts import EngineName, PromptGeneration, TransitionObserver
 from acpfsm.statecharts import Execution as ExecutionChart
-from acpfsm.statecharts import PromptGeneration
 from acpfsm.testing.memory import MemoryExecutor
 
 __all__ = [
@@ -87,6 +101,14 @@ __all__ = [
     "main",
     "run_bench",
 ]
+
+#: The goals of the compiled engine (issue 10), printed beside their rows, never asserted:
+#: one transition at least 20x cheaper than on the reference engine; a new PromptGeneration
+#: and its cycle at least 5x cheaper than raw python-statemachine doing the same
+#: transitions; the lifecycle CPU of a prompt at most a quarter of the reference engine's.
+GOAL_TRANSITION = "<=0.05x"
+GOAL_CYCLE = "<=0.20x"
+GOAL_LIFECYCLE = "<=0.25x"
 
 #: The reference agent's flags for every path: no pacing, quiet stderr.
 AGENT_ARGS: tuple[str, ...] = ("--delay", "0", "--log-level", "error")
@@ -122,6 +144,7 @@ class RateRow:
     seconds: float
     baseline: str = ""  # the name of the row this one is compared with
     unit: str = "transitions"  # what ``transitions`` counts (``charts`` for constructions)
+    goal: str = ""  # the ratio to the baseline this row aims at (printed, never asserted)
 
     @property
     def per_second(self) -> float:
@@ -156,6 +179,7 @@ class BenchReport:
     options: BenchOptions
     latency: list[LatencyRow] = field(default_factory=list)
     rates: list[RateRow] = field(default_factory=list)
+    lifecycle: list[LatencyRow] = field(default_factory=list)
     memory: list[MemoryRow] = field(default_factory=list)
     seconds: float = 0.0
     section_seconds: dict[str, float] = field(default_factory=dict)
@@ -275,19 +299,12 @@ async def bench_bare_transport(opts: BenchOptions, root: Path) -> LatencyRow:
         async with open_stdio_transport(_agent_argv(ws / "sessions"), cwd=ws) as transport:
             await transport.initialize()
             await transport.new_session(str(ws))
-            agent = child_pids() - before
-            samples: list[float] = []
-            meter = _CpuMeter(agent)
-            for g in range(1, opts.warmup + opts.prompts + 1):
-                if g == opts.warmup + 1:
-                    meter = _CpuMeter(agent)
-                with anyio.fail_after(PROMPT_TIMEOUT):
-                    t0 = time.perf_counter()
-                    await transport.prompt(_prompt_text(g), [], g)
-                    await _complete_of(transport, g)
-                    elapsed = time.perf_counter() - t0
-                if g > opts.warmup:
-                    samples.append(elapsed * 1000.0)
+
+            async def one(g: int) -> None:
+                await transport.prompt(_prompt_text(g), [], g)
+                await _complete_of(transport, g)
+
+            samples, meter = await _round_trips(one, opts, child_pids() - before)
             client, agent_cpu = meter.per_op_ms(opts.prompts)
     return LatencyRow("bare StdioTransport", tuple(samples), client, agent_cpu)
 
@@ -306,23 +323,42 @@ async def bench_runtime_prompt(opts: BenchOptions, root: Path) -> LatencyRow:
                     workspace=WorkspaceRef(path=str(ws)),
                 )
             )
-            agent = child_pids() - before
-            samples: list[float] = []
-            meter = _CpuMeter(agent)
-            for i in range(1, opts.warmup + opts.prompts + 1):
-                if i == opts.warmup + 1:
-                    meter = _CpuMeter(agent)
-                with anyio.fail_after(PROMPT_TIMEOUT):
-                    t0 = time.perf_counter()
-                    result = await rt.prompt(ref.id, _prompt_text(i))
-                    elapsed = time.perf_counter() - t0
-                if result.stop_reason != "end_turn":
-                    raise RuntimeError(f"prompt {i} ended {result.stop_reason!r}")
-                if i > opts.warmup:
-                    samples.append(elapsed * 1000.0)
+            samples, meter = await _prompts(rt, ref.id, opts, child_pids() - before)
             client, agent_cpu = meter.per_op_ms(opts.prompts)
             await rt.stop(ref.id, "bench done")
     return LatencyRow("Runtime.prompt", tuple(samples), client, agent_cpu)
+
+
+async def _round_trips(
+    one: Callable[[int], Awaitable[None]], opts: BenchOptions, agent: set[int]
+) -> tuple[list[float], _CpuMeter]:
+    """W warm-up then N timed round trips ``one(i)`` (i = 1, 2 …): the latencies (ms) and the
+    CPU meter of the timed ones (this process and the ``agent`` processes)."""
+    samples: list[float] = []
+    meter = _CpuMeter(agent)
+    for i in range(1, opts.warmup + opts.prompts + 1):
+        if i == opts.warmup + 1:
+            meter = _CpuMeter(agent)
+        with anyio.fail_after(PROMPT_TIMEOUT):
+            t0 = time.perf_counter()
+            await one(i)
+            elapsed = time.perf_counter() - t0
+        if i > opts.warmup:
+            samples.append(elapsed * 1000.0)
+    return samples, meter
+
+
+async def _prompts(
+    rt: Runtime, execution_id: str, opts: BenchOptions, agent: set[int]
+) -> tuple[list[float], _CpuMeter]:
+    """:func:`_round_trips` of ``Runtime.prompt``, each required to end its turn."""
+
+    async def one(i: int) -> None:
+        result = await rt.prompt(execution_id, _prompt_text(i))
+        if result.stop_reason != "end_turn":
+            raise RuntimeError(f"prompt {i} ended {result.stop_reason!r}")
+
+    return await _round_trips(one, opts, agent)
 
 
 SDK_ROW = "ACP SDK client (asyncio thread)"
@@ -427,7 +463,64 @@ def _timed(loop: Callable[[int], int], cycles: int) -> tuple[int, float]:
     return transitions, time.perf_counter() - t0
 
 
+def _execution_cycle(engine: EngineName) -> Callable[[int], int]:
+    chart = ExecutionChart.start(engine=engine, tags={"execution_id": "bench"})
+    chart.fire("start_requested")
+    chart.fire("booted")
+
+    def cycle(n: int) -> int:
+        for g in range(n):
+            chart.fire("prompt_began")
+            chart.fire("turn_completed", generation=g, stop_reason="end_turn")
+        return 2 * n
+
+    return cycle
+
+
+def _prompt_cycle(engine: EngineName, observer: TransitionObserver) -> Callable[[int], int]:
+    """What the runtime fires per prompt: BeginPrompt (the predecessor superseded, a new
+    PromptGeneration admitted, the execution RUNNING), then dispatch, claim, READY."""
+    tags = {"execution_id": "bench"}
+    execution = ExecutionChart.start(engine=engine, tags=tags, observers=(observer,))
+    execution.fire("start_requested")
+    execution.fire("booted")
+
+    def cycle(n: int) -> int:
+        previous = PromptGeneration.start(
+            engine=engine, generation=0, tags=tags, observers=(observer,)
+        )
+        previous.fire("dispatch_accepted")
+        previous.fire("completion_received", stop_reason="end_turn")
+        for g in range(1, n + 1):
+            previous.fire("superseded_by_successor")
+            current = PromptGeneration.start(
+                engine=engine, generation=g, tags=tags, observers=(observer,)
+            )
+            execution.fire("prompt_began")
+            current.fire("dispatch_accepted")
+            current.fire("completion_received", stop_reason="end_turn")
+            execution.fire("turn_completed", generation=g, stop_reason="end_turn")
+            previous = current
+        return 5 * n
+
+    return cycle
+
+
+def _generation_new(engine: EngineName, observer: TransitionObserver) -> Callable[[int], int]:
+    def new(n: int) -> int:
+        for g in range(n):
+            PromptGeneration.start(
+                engine=engine, generation=g, tags={"execution_id": "bench"}, observers=(observer,)
+            )
+        return n
+
+    return new
+
+
 def bench_transitions(opts: BenchOptions) -> list[RateRow]:
+    """Each lifecycle row on the reference engine (python-statemachine running the declared
+    charts) and on the compiled one, against raw python-statemachine charts of the same
+    shape; the compiled rows carry the goals of issue 10."""
     cycles = max(1, opts.cycles)
 
     raw = _RawCycle()
@@ -436,15 +529,6 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
         for _ in range(n):
             raw.send("prompt_began")
             raw.send("turn_completed")
-        return 2 * n
-
-    chart = ExecutionChart.start(tags={"execution_id": "bench"})
-    chart.fire("booted")
-
-    def execution_cycle(n: int) -> int:
-        for _ in range(n):
-            chart.fire("prompt_began")
-            chart.fire("turn_completed")
         return 2 * n
 
     raw_exec = _RawCycle()
@@ -463,69 +547,80 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
             previous = current
         return 5 * n
 
-    trace = Trace(keep=False)
-    observer = trace.observer("bench")
-    traced = ExecutionChart.start(tags={"execution_id": "bench"}, observers=(observer,))
-    traced.fire("booted")
-
-    def prompt_cycle(n: int) -> int:
-        previous = PromptGeneration.start(
-            generation=0, tags={"execution_id": "bench"}, observers=(observer,)
-        )
-        previous.fire("dispatch_accepted")
-        previous.fire("completion_received")
-        for g in range(1, n + 1):
-            # BeginPrompt: supersede, admit, RUNNING; then dispatch, claim, READY
-            previous.fire("superseded_by_successor")
-            current = PromptGeneration.start(
-                generation=g, tags={"execution_id": "bench"}, observers=(observer,)
-            )
-            traced.fire("prompt_began")
-            current.fire("dispatch_accepted")
-            current.fire("completion_received")
-            traced.fire("turn_completed")
-            previous = current
-        return 5 * n
-
     def raw_new(n: int) -> int:
         for _ in range(n):
             _RawGeneration()
         return n
 
-    def generation_new(n: int) -> int:
-        for g in range(n):
-            PromptGeneration.start(
-                generation=g, tags={"execution_id": "bench"}, observers=(observer,)
-            )
-        return n
-
+    observer = Trace(keep=False).observer("bench")
     raw_name = "raw psm: 2-state cycle"
+    ref_cycle = "Execution, reference engine: prompt_began/turn_completed"
     raw_new_name = "raw psm: new 4-state chart"
     raw_full = "raw psm: new chart + 5 transitions"
     return [
         RateRow(raw_name, *_timed(raw_cycle, cycles)),
+        RateRow(ref_cycle, *_timed(_execution_cycle("reference"), cycles), baseline=raw_name),
         RateRow(
             "Execution chart: prompt_began/turn_completed",
-            *_timed(execution_cycle, cycles),
-            baseline=raw_name,
+            *_timed(_execution_cycle("compiled"), cycles),
+            baseline=ref_cycle,
+            goal=GOAL_TRANSITION,
         ),
         RateRow(raw_new_name, *_timed(raw_new, cycles), unit="charts"),
         RateRow(
+            "new PromptGeneration, reference engine (traced)",
+            *_timed(_generation_new("reference", observer), cycles),
+            baseline=raw_new_name,
+            unit="charts",
+        ),
+        RateRow(
             "new PromptGeneration chart (traced)",
-            *_timed(generation_new, cycles),
+            *_timed(_generation_new("compiled", observer), cycles),
             baseline=raw_new_name,
             unit="charts",
         ),
         RateRow(raw_full, *_timed(raw_prompt_cycle, cycles)),
         RateRow(
-            "prompt cycle: new PromptGeneration + 5, traced",
-            *_timed(prompt_cycle, cycles),
+            "prompt cycle, reference engine: new + 5, traced",
+            *_timed(_prompt_cycle("reference", observer), cycles),
             baseline=raw_full,
+        ),
+        RateRow(
+            "prompt cycle: new PromptGeneration + 5, traced",
+            *_timed(_prompt_cycle("compiled", observer), cycles),
+            baseline=raw_full,
+            goal=GOAL_CYCLE,
         ),
     ]
 
 
-# ---------------------------------------------------------------- 3. memory --
+# ------------------------------------------------- 3. lifecycle CPU per prompt --
+
+LIFECYCLE_ROW = "Runtime.prompt over MemoryTransport"
+
+
+async def bench_lifecycle(opts: BenchOptions, root: Path) -> list[LatencyRow]:
+    """The whole prompt path with no agent and no pipe behind it (the in-memory transport
+    answers every prompt at once): what is left is the runtime's lifecycle, on each engine."""
+    return [await _lifecycle(engine, opts, root) for engine in ("reference", "compiled")]
+
+
+async def _lifecycle(engine: EngineName, opts: BenchOptions, root: Path) -> LatencyRow:
+    profile = AgentProfile(id="memory-agent", command=("unused",))
+    spec = LaunchSpec(
+        agent_profile_id=profile.id, executor_id="memory", workspace=WorkspaceRef(path=str(root))
+    )
+    executor = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    async with Runtime(profiles=[profile], executors={"memory": executor}, engine=engine) as rt:
+        ref = await rt.launch(spec)
+        await _until_ready(rt, [ref.id])
+        samples, meter = await _prompts(rt, ref.id, opts, set())
+        cpu_ms, _ = meter.per_op_ms(max(1, opts.prompts))
+        await rt.stop(ref.id, "bench done")
+    return LatencyRow(f"{LIFECYCLE_ROW}, {engine} engine", tuple(samples), cpu_ms)
+
+
+# ---------------------------------------------------------------- 4. memory --
 
 
 async def _settle() -> None:
@@ -670,6 +765,10 @@ async def run_bench(opts: BenchOptions) -> BenchReport:
         report.rates = bench_transitions(opts)
         report.section_seconds["transitions"] = time.perf_counter() - mark
         mark = time.perf_counter()
+        if opts.prompts > 0:
+            report.lifecycle = await bench_lifecycle(opts, root)
+        report.section_seconds["lifecycle"] = time.perf_counter() - mark
+        mark = time.perf_counter()
         report.memory = await bench_memory(opts, root)
         report.section_seconds["memory"] = time.perf_counter() - mark
     report.seconds = time.perf_counter() - started
@@ -686,11 +785,12 @@ def _num(value: float | None, fmt: str = "{:.3f}") -> str:
 def _ratio(value: float | None, base: float | None) -> str:
     if value is None or base is None or base <= 0:
         return "n/a"
-    return f"{value / base:.2f}x"
+    ratio = value / base
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.3f}x"
 
 
 class _Table:
-    WIDTH: ClassVar[int] = 64
+    WIDTH: ClassVar[int] = 72
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -742,7 +842,7 @@ def format_report(report: BenchReport) -> str:
     if report.rates:
         table.section(
             f"chart transitions ({opts.cycles} cycles)",
-            ["per second", "us each", "x raw cost"],
+            ["per second", "us each", "x cost", "goal"],
         )
         by_name = {r.name: r for r in report.rates}
         for rate in report.rates:
@@ -753,7 +853,27 @@ def format_report(report: BenchReport) -> str:
                     f"{rate.per_second:,.0f}",
                     f"{rate.micros:.2f}",
                     _ratio(rate.micros, baseline.micros) if baseline else "1.00x",
+                    rate.goal or "-",
                 ],
+                f"vs {rate.baseline.split(':')[0]}" if baseline else "",
+            )
+
+    if report.lifecycle:
+        table.section(
+            f"lifecycle CPU per prompt, in-memory transport ({opts.prompts} prompts)",
+            ["median ms", "CPU ms", "x CPU", "goal"],
+        )
+        base = report.lifecycle[0]
+        for row in report.lifecycle:
+            table.row(
+                row.name,
+                [
+                    _num(row.median_ms),
+                    _num(row.client_cpu_ms),
+                    _ratio(row.client_cpu_ms, base.client_cpu_ms),
+                    GOAL_LIFECYCLE if row is not base else "-",
+                ],
+                "vs the reference engine" if row is not base else "",
             )
 
     if report.memory:

@@ -246,7 +246,7 @@ AGENTCTL_NOT_OBSERVABLE: dict[str, str] = {
 }
 
 
-class ConformUsageError(ValueError):
+class ConformUsageError(AcpfsmError):
     """The battery cannot run with these arguments (the CLI exits 2)."""
 
 
@@ -1055,7 +1055,7 @@ _NOT_UPDATES = (
     AgentCapabilities,
     SessionStatus,
 )
-#: What session/load may replay (agentctl suppresses most of it, §2.3).
+#: What session/load may replay (agentctl suppresses most of it).
 _HISTORY = (MessageChunk, Reasoning, ToolCall, ToolUpdate, Plan, SessionInfo)
 
 

@@ -1,4 +1,4 @@
-"""Review diagrams generated from the chart declarations (style.md practice 13).
+"""Review diagrams generated from the chart declarations.
 
 Theory of operation
 -------------------
@@ -7,9 +7,10 @@ are derived from them and committed so that a reviewer sees every lifecycle chan
 diff. For every chart class this module produces:
 
 * ``<chart_name>.mmd``: a Mermaid ``stateDiagram-v2`` (rendered inline by GitHub);
-* ``<chart_name>.md``: the transition table (source | event | target | guard), one row per
-  declared ``(source, event, target)`` in declaration order: the same triples the
-  transition-coverage plugin counts;
+* ``<chart_name>.md``: the transition table (source | event | target | guard | effects), one
+  row per declared ``(source, event, target)`` in declaration order: the same triples the
+  transition-coverage plugin counts (a targetless transition's target reads *stays*); then
+  the entry effects of each state;
 * ``<chart_name>.svg``: rendered by the ``graphviz-pure`` binary (a dot-compatible Graphviz
   port with the same output on every platform, acpfsm's ``[diagrams]`` extra) from DOT text
   generated here; without it the other files are still written;
@@ -29,8 +30,9 @@ comparison. Every generated file starts with :data:`HEADER` in that format's com
 
 The renderers walk the chart classes themselves (not python-statemachine's diagram
 formatter) so that they show state and event *ids* (what traces and the coverage report
-print), keep internal self-transitions (the lifecycle's "ignored" events are declared that way)
-and can highlight the states and transitions of one run: :func:`render_mermaid` and
+print), list a state's targetless transitions inside it rather than as loops (``ignores …``,
+or ``handles in place …`` for those with effects: the lifecycle's ignored late events are
+declared that way, dozens of them) and can highlight the states and transitions of one run: :func:`render_mermaid` and
 :func:`render_dot` take ``highlight_states`` and ``highlight_transitions`` (``(source, event,
 target)`` triples, as in :class:`~acpfsm.statecharts._base.TransitionRecord`).
 """
@@ -49,7 +51,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from acpfsm.adapters.errors import AcpfsmError
-from acpfsm.statecharts import Chart, ChartMachine
+from acpfsm.statecharts import Chart, ChartMachine, EffectSpec
 
 __all__ = [
     "GRAPHVIZ_BINARY",
@@ -68,6 +70,7 @@ __all__ = [
     "choose_layout",
     "default_charts",
     "edges",
+    "entry_effects",
     "find_graphviz",
     "generate",
     "one_line",
@@ -79,6 +82,7 @@ __all__ = [
     "render_table",
     "run_highlights",
     "svg_width",
+    "transition_effects",
     "transition_rows",
     "write",
     "write_run",
@@ -128,6 +132,8 @@ class Edge:
     guards: tuple[str, ...]
     """``cond`` names as given, ``unless`` names as ``not name``."""
     internal: bool
+    targetless: bool = False
+    """Declared ``state.to(None)``: the chart stays where it is (drawn inside the state)."""
 
     @property
     def guard_text(self) -> str:
@@ -233,6 +239,7 @@ def edges(chart: ChartRef) -> list[Edge]:
                     target=str(target.id) if target is not None else str(state.id),
                     guards=_guard_names(transition),
                     internal=bool(transition.internal),
+                    targetless=target is None,
                 )
             )
     return out
@@ -277,6 +284,98 @@ def _label(edge: Edge, *, wrap: bool = False) -> str:
     return label
 
 
+# --- effects and targetless transitions ---------------------------------------------------
+
+_WRAP = 44
+"""Characters per line of a state's list of targetless events."""
+_IGNORES = "ignores"
+_HANDLES = "handles in place"
+_NOTE_COLOUR = "#555555"
+
+EffectKey = tuple[str, str, str, tuple[str, ...]]
+"""``(source, event, target, guards)``: one row of the transition table."""
+
+
+def _effect_text(spec: EffectSpec) -> str:
+    """``release_waiter(error, result='completed')``: fields, defaults shown."""
+    defaults = dict(spec.defaults)
+    fields = [f"{f}={defaults[f]!r}" if f in defaults else f for f in spec.fields]
+    return f"{spec.name}({', '.join(fields)})" if fields else spec.name
+
+
+def transition_effects(chart: ChartRef) -> dict[EffectKey, tuple[EffectSpec, ...]]:
+    """The effects each declared transition asks for itself (entry effects are the states'),
+    by ``(source, event, target, guards)`` as :func:`edges` gives them."""
+    cls = _chart_class(chart)
+    compiled = cls.compiled()
+    out: dict[EffectKey, tuple[EffectSpec, ...]] = {}
+    for state in _walk(_top_states(cls)):
+        for transition in state.transitions:
+            target = transition.target
+            target_id = str(target.id) if target is not None else str(state.id)
+            for event in _event_names(transition):
+                index = compiled.index.get((id(transition), event))
+                specs = compiled.effects_of(index) if index is not None else ()
+                key = (str(state.id), event, target_id, _guard_names(transition))
+                out[key] = specs
+    return out
+
+
+def entry_effects(chart: ChartRef) -> list[tuple[str, tuple[EffectSpec, ...]]]:
+    """``(state, effects)`` for every state that declares entry effects, in document order."""
+    cls = _chart_class(chart)
+    declared = cls.compiled().entry_effects
+    return [
+        (str(st.id), declared[str(st.id)])
+        for st in _walk(_top_states(cls))
+        if declared.get(str(st.id))
+    ]
+
+
+def _in_place(chart: ChartRef, transitions: frozenset[Triple]) -> dict[str, list[str]]:
+    """Per state, the lines listing its targetless transitions (drawn inside the state, not
+    as loops): ``ignores …`` for those without effects, ``handles in place …`` for those with
+    (the table names the effects). A fired one (``transitions``) is marked ``✔``."""
+    effects = transition_effects(chart)
+    groups: dict[str, dict[str, list[str]]] = {}
+    for edge in edges(chart):
+        if not edge.targetless:
+            continue
+        for event in edge.events:
+            label = f"{event} [{edge.guard_text}]" if edge.guards else event
+            if (edge.source, event, edge.target) in transitions:
+                label = f"✔ {label}"
+            key = (edge.source, event, edge.target, edge.guards)
+            kind = _HANDLES if effects.get(key) else _IGNORES
+            groups.setdefault(edge.source, {}).setdefault(kind, []).append(label)
+    out: dict[str, list[str]] = {}
+    for source, kinds in groups.items():  # wrapped at about _WRAP characters
+        lines: list[str] = []
+        for kind in (_IGNORES, _HANDLES):
+            line = kind
+            for i, label in enumerate(kinds.get(kind, ())):
+                piece = f" {label}," if i < len(kinds[kind]) - 1 else f" {label}"
+                if len(line) + len(piece) > _WRAP and line.strip() != kind:
+                    lines.append(line)
+                    line = "  "
+                line += piece
+            if line != kind:
+                lines.append(line)
+        out[source] = lines
+    return out
+
+
+def _html_label(title: str, notes: Sequence[str], size: int) -> str:
+    """A Graphviz HTML-like label: ``title``, then ``notes`` smaller and grey."""
+
+    def esc(text: str) -> str:
+        return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+    body = "<BR/>".join(esc(n.strip()) for n in notes)
+    head = f"{esc(title)}<BR/>" if title else ""
+    return f'<{head}<FONT POINT-SIZE="{size}" COLOR="{_NOTE_COLOUR}">{body}</FONT>>'
+
+
 # --- Mermaid ------------------------------------------------------------------------------
 
 
@@ -299,14 +398,18 @@ def render_mermaid(
     """Mermaid ``stateDiagram-v2`` source of ``chart``.
 
     Highlighted states get the ``acpfsm_hl`` class; a highlighted transition's label is
-    prefixed with ``✔`` (Mermaid state diagrams cannot style single arrows). Given a chart
-    instance, the defaults highlight its active states and the transitions it has fired.
+    prefixed with ``✔`` (Mermaid state diagrams cannot style single arrows). Given a running
+    machine, the default highlights its active states. Targetless transitions are listed in
+    their state (an atomic state's description lines, a compound's note).
     """
     cls = _chart_class(chart)
     hl_states, hl_transitions = _highlights(chart, highlight_states, highlight_transitions)
     by_id = _states_by_id(cls)
+    in_place = _in_place(cls, hl_transitions)
     scoped: dict[str | None, list[Edge]] = {}
     for edge in edges(cls):
+        if edge.targetless:
+            continue
         source = _ancestors(by_id[edge.source])
         target = _ancestors(by_id[edge.target])
         scope: str | None = None
@@ -345,8 +448,13 @@ def render_mermaid(
                 lines.append(f"{pad}state {sid} {{")
                 block(children, sid, depth + 1)
                 lines.append(f"{pad}}}")
+                if sid in in_place:
+                    lines.append(f"{pad}note right of {sid}")
+                    lines.extend(f"{pad}    {_mermaid_text(t)}" for t in in_place[sid])
+                    lines.append(f"{pad}end note")
             else:
                 lines.append(f"{pad}{sid}")
+                lines.extend(f"{pad}{sid} : {_mermaid_text(t)}" for t in in_place.get(sid, ()))
         for state in states:
             if state.final:
                 lines.append(f"{pad}{state.id} --> [*]")
@@ -442,14 +550,16 @@ def render_dot(
 ) -> str:
     """Graphviz DOT source of ``chart``: compound states as clusters entered through their
     initial pseudo-state, final states with a double border, edges labelled ``event [guard]``
-    (the guard on its own line). A simple state's self-transitions (the lifecycle's declared
-    "ignored" events, mostly) are listed inside its box, one ``↺ event [guard]`` line each,
-    rather than drawn as loops. Highlighted states are filled and highlighted transitions drawn
-    thick and red (a highlighted self-transition's line is red and bold); a chart instance
-    highlights its active states and fired transitions by default."""
+    (the guard on its own line). Targetless transitions (the events a state ignores or handles
+    in place) are listed in small grey type inside their state (in a plain node of a
+    compound's cluster, so edges are routed around the list); a simple state's remaining
+    self-transitions are listed inside its box, one ``↺ event [guard]`` line each, rather than
+    drawn as loops. Highlighted states are filled and highlighted transitions drawn thick and
+    red; a running machine highlights its active states by default."""
     cls = _chart_class(chart)
     hl_states, hl_transitions = _highlights(chart, highlight_states, highlight_transitions)
     by_id = _states_by_id(cls)
+    in_place = _in_place(cls, hl_transitions)
     name = cls.chart_name
     label_attr = "xlabel" if layout.floating_labels else "label"
     lines = [
@@ -465,15 +575,16 @@ def render_dot(
         "    edge [fontname=Helvetica, fontsize=9, arrowsize=0.7];",
     ]
     # Parallel transitions (same source and target) are drawn as one edge with one label line
-    # per transition, so the many declared "ignored" self-transitions stay readable; a simple
-    # state's self-transitions are listed in its box.
+    # per transition; targetless ones are listed inside their state instead, and a simple
+    # state's self-transitions in its box.
     grouped: dict[tuple[str, str], list[Edge]] = {}
     for edge in edges(cls):
-        grouped.setdefault((edge.source, edge.target), []).append(edge)
+        if not edge.targetless:
+            grouped.setdefault((edge.source, edge.target), []).append(edge)
     loops = {
         source: group
         for (source, target), group in grouped.items()
-        if source == target and not _children(by_id[source])
+        if source == target and not _children(by_id[source]) and source not in in_place
     }
 
     def node(state: Any, pad: str) -> None:
@@ -485,7 +596,9 @@ def render_dot(
             attrs += ["shape=circle", 'label="H"']
         if sid in hl_states:
             attrs += [f'fillcolor="{_HL_FILL}"', f'color="{_HL_STROKE}"', "penwidth=2"]
-        if sid in loops:
+        if sid in in_place:
+            attrs.append(f"label={_html_label(sid, in_place[sid], 8)}")
+        elif sid in loops:
             attrs.append(f"label=<{_loop_label(sid, loops[sid], hl_transitions)}>")
         lines.append(f"{pad}{_q(sid)}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";")
 
@@ -508,16 +621,20 @@ def render_dot(
                 continue
             style = "rounded,dashed" if state.parallel else "rounded"
             lines.append(f"{pad}subgraph {_q('cluster_' + sid)} {{")
-            attrs = [f"label={_q(sid)}", f'style="{style}"']
+            title = _q(sid)
+            attrs = [f"label={title}", f'style="{style}"']
             if sid in hl_states:
                 attrs = [
-                    f"label={_q(sid)}",
+                    f"label={title}",
                     f'style="{style},filled"',
                     f'fillcolor="{_HL_CLUSTER_FILL}"',
                     f'color="{_HL_STROKE}"',
                     "penwidth=2",
                 ]
             lines.append(f"{pad}    graph [{', '.join(attrs)}];")
+            if sid in in_place:  # a node, so that edges are routed around the list
+                notes = _html_label("", in_place[sid], 8)
+                lines.append(f"{pad}    {_q('@notes:' + sid)} [shape=plaintext, label={notes}];")
             block(children, sid, pad + "    ")
             lines.append(f"{pad}}}")
 
@@ -682,13 +799,43 @@ def render_table(chart: ChartRef) -> str:
             f"Diagram: [{name}.svg]({name}.svg), Mermaid source: [{name}.mmd]({name}.mmd)."
         ),
         "",
-        "| source | event | target | guard |",
-        "| --- | --- | --- | --- |",
     ]
-    for source, event, target, guard in transition_rows(cls):
-        guard_cell = f"`{_md_cell(guard)}`" if guard else ""
-        lines.append(f"| `{source}` | `{event}` | `{target}` | {guard_cell} |")
+    lines += _effects_tables(cls)
     return "\n".join(lines) + "\n"
+
+
+def _effects_tables(chart: type[Chart]) -> list[str]:
+    """The transition table with each transition's own effects (a targetless one stays in
+    its source: *stays*), then the entry effects of each state, which every transition that
+    enters the state adds after its own."""
+    effects = transition_effects(chart)
+    lines = [
+        "| source | event | target | guard | effects |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for edge in edges(chart):
+        for event in edge.events:
+            guard_cell = f"`{_md_cell(edge.guard_text)}`" if edge.guards else ""
+            target = "*stays*" if edge.targetless else f"`{edge.target}`"
+            specs = effects.get((edge.source, event, edge.target, edge.guards), ())
+            cells = "<br>".join(f"`{_md_cell(_effect_text(e))}`" for e in specs)
+            lines.append(f"| `{edge.source}` | `{event}` | {target} | {guard_cell} | {cells} |")
+    entries = entry_effects(chart)
+    if entries:
+        lines += [
+            "",
+            (
+                "Entry effects: performed, outermost state first, after the transition's own "
+                "whenever a transition enters the state (also when it re-enters it)."
+            ),
+            "",
+            "| state | entry effects |",
+            "| --- | --- |",
+        ]
+        for state, specs in entries:
+            cells = "<br>".join(f"`{_md_cell(_effect_text(e))}`" for e in specs)
+            lines.append(f"| `{state}` | {cells} |")
+    return lines
 
 
 # --- the whole directory ------------------------------------------------------------------

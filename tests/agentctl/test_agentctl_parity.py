@@ -8,12 +8,14 @@ a prompt → stop. The (chart, generation, event, source,
 target) sequences of the two runs must be equal, execution by execution.
 
 Excluded: the ``agent_stream`` chart (transport-specific by nature: how the carrier connects
-and closes) and the ``config_settlement`` chart: whether the settled snapshot is published
-at once or deferred depends on whether the event pump has already applied the agent's
-authoritative ``session_models`` answer when the init task settles, and each later update is
-a record of its own. That is a race inside the runtime (pump task vs init task), seen on
-stdio alone under load, not a carrier difference; both paths publish the settled snapshot
-once (the scenario asserts it).
+and closes) and the ``config_settlement`` chart, whose ``models_updated`` records follow the
+agent's ``session_models`` notifications: the event pump applies them whenever they arrive,
+so their number and their place among the init's and the prompts' records depend on how the
+carrier interleaves notifications with request answers (compared on their own below). One
+record is normalized, not excluded: a cancel's answer (``cancel_answered``, targetless) is
+applied after the lifecycle lock is taken again, so it lands on the stalled generation while
+it is still ``dispatched`` or just after its cancelled turn ended (``ended``), whichever the
+pump reaches first; both change nothing.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ import anyio
 import pytest
 
 from acpfsm.adapters.agentctl.executor import AgentctlExecutor
-from acpfsm.adapters.events import SessionStatus
-from acpfsm.runtime import PromptResult, Runtime
+from acpfsm.adapters.events import SessionModels, SessionStatus
+from acpfsm.runtime import PromptResult, Runtime, TraceRecord
 
 from .agentctl_server import AgentctlServer
 from .helpers import (
@@ -47,6 +49,12 @@ pytestmark = [pytest.mark.both_backends, pytest.mark.integration]
 EXCLUDED_CHARTS = frozenset({"agent_stream", "config_settlement"})
 
 Trace = list[tuple[str, int, str, str, str]]
+
+
+def _normalized(r: TraceRecord) -> tuple[str, int, str, str, str]:
+    if r.event == "cancel_answered" and r.source == r.target:
+        return (r.chart, r.generation, r.event, "*", "*")
+    return (r.chart, r.generation, r.event, r.source, r.target)
 
 
 async def _scenario(rt: Runtime, executor_id: str, ws: Path) -> list[Trace]:
@@ -93,12 +101,8 @@ async def _scenario(rt: Runtime, executor_id: str, ws: Path) -> list[Trace]:
         assert rt.get_execution(ref2.id).acp_session_id == acp_id
         await rt.stop(ref2.id, "done")
     return [
-        [
-            (r.chart, r.generation, r.event, r.source, r.target)
-            for r in rt.trace.for_execution(execution_id)
-            if r.chart not in EXCLUDED_CHARTS
-        ]
-        for execution_id in ids
+        [_normalized(r) for r in rt.trace.for_execution(i) if r.chart not in EXCLUDED_CHARTS]
+        for i in ids
     ]
 
 
@@ -122,3 +126,40 @@ async def test_same_scenario_same_chart_traces(agentctl: AgentctlServer, tmp_pat
         )
     charts = {record[0] for trace in over_agentctl for record in trace}
     assert {"execution", "session_init", "prompt_generation", "start_model_policy"} <= charts
+
+
+async def _settled(rt: Runtime, executor_id: str, ws: Path) -> tuple[list[str], bool]:
+    """Launch with a start model (set through the model config option), wait for the init
+    and one prompt round trip (every notification sent before the turn's end is applied by
+    then); the settlement's states and whether the settled snapshot was published."""
+    with anyio.fail_after(60):
+        ref = await rt.launch(spec(ws, executor_id, metadata={"runtime_model": "ref-smart"}))
+        await session_of(rt, ref.id).init.admission.wait()
+        assert (await rt.resume(ref.id, "settled?")).stop_reason == "end_turn"
+        states = [
+            r.target for r in rt.trace.for_execution(ref.id) if r.chart == "config_settlement"
+        ]
+        settled = any(
+            isinstance(e, SessionModels) and e.data.get("config_options_settled")
+            for e in published(rt, ref.id, SessionModels)
+        )
+        await rt.stop(ref.id, "done")
+    return states, settled
+
+
+@pytest.mark.xfail(
+    reason="over stdio the agent's answer to set_config_option arrives as session_models "
+    "with config_options_source=provider_response but no config_options_config_id, so the "
+    "settlement waiting for config id 'model' never publishes (over agentctl the id is there)",
+    strict=True,
+)
+async def test_both_carriers_publish_the_settled_config_options(
+    agentctl: AgentctlServer, tmp_path: Path
+) -> None:
+    async with make_runtime({"stdio": stdio_executor()}) as rt:
+        over_stdio = await _settled(rt, "stdio", workspace(tmp_path, "stdio"))
+    executor = AgentctlExecutor(url=agentctl.url, token=agentctl.token(), config=TEST_CONFIG)
+    async with make_runtime({"agentctl": executor}) as rt:
+        over_agentctl = await _settled(rt, "agentctl", workspace(tmp_path, "agentctl"))
+    assert over_agentctl[1] and "published" in over_agentctl[0], over_agentctl
+    assert over_stdio[1] and "published" in over_stdio[0], over_stdio

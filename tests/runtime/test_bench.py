@@ -16,11 +16,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.acpfsm_unchecked_trace]
 LATENCY_ROWS = ("bare StdioTransport", "Runtime.prompt", "ACP SDK client (asyncio thread)")
 RATE_ROWS = (
     "raw psm: 2-state cycle [transitions]",
+    "Execution, reference engine: prompt_began/turn_completed [transitions]",
     "Execution chart: prompt_began/turn_completed [transitions]",
     "raw psm: new 4-state chart [charts]",
+    "new PromptGeneration, reference engine (traced) [charts]",
     "new PromptGeneration chart (traced) [charts]",
     "raw psm: new chart + 5 transitions [transitions]",
+    "prompt cycle, reference engine: new + 5, traced [transitions]",
     "prompt cycle: new PromptGeneration + 5, traced [transitions]",
+)
+#: rows with a goal, and what their ratio is to
+GOALS = {
+    "Execution chart: prompt_began/turn_completed [transitions]": (
+        "<=0.05x",
+        "(vs Execution, reference engine)",
+    ),
+    "prompt cycle: new PromptGeneration + 5, traced [transitions]": ("<=0.20x", "(vs raw psm)"),
+}
+LIFECYCLE_ROWS = (
+    "Runtime.prompt over MemoryTransport, reference engine",
+    "Runtime.prompt over MemoryTransport, compiled engine",
 )
 MEMORY_ROWS = (
     "bare StdioTransport, session open (tracemalloc)",
@@ -40,7 +55,8 @@ def _line(out: str, name: str) -> str:
 
 
 def _cells(out: str, name: str) -> list[str]:
-    return _line(out, name)[len(name) + 2 :].split()
+    """The row's cells, without the note in parentheses after them."""
+    return _line(out, name)[len(name) + 2 :].split("  (")[0].split()
 
 
 def test_tiny_bench_prints_every_row(capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,7 +65,12 @@ def test_tiny_bench_prints_every_row(capsys: pytest.CaptureFixture[str]) -> None
     assert main(argv) == 0
     out = capsys.readouterr().out
 
-    for header in ("prompt round trip", "chart transitions (5 cycles)", "memory per idle"):
+    for header in (
+        "prompt round trip",
+        "chart transitions (5 cycles)",
+        "lifecycle CPU per prompt, in-memory transport (3 prompts)",
+        "memory per idle",
+    ):
         assert header in out
     for name in LATENCY_ROWS:
         cells = _cells(out, name)
@@ -60,7 +81,16 @@ def test_tiny_bench_prints_every_row(capsys: pytest.CaptureFixture[str]) -> None
     assert _cells(out, LATENCY_ROWS[0])[4:] == ["1.00x", "1.00x"]
     for name in RATE_ROWS:
         cells = _cells(out, name)
-        assert len(cells) == 3 and all(NUMBER.match(c) for c in cells), (name, cells)
+        assert len(cells) == 4 and all(NUMBER.match(c) for c in cells[:3]), (name, cells)
+        goal, versus = GOALS.get(name, ("-", ""))
+        assert cells[3] == goal, (name, cells)
+        assert _line(out, name).endswith(versus), name
+    for name in LIFECYCLE_ROWS:  # median, CPU, ratio to the reference engine, goal
+        cells = _cells(out, name)
+        assert len(cells) == 4 and all(NUMBER.match(c) for c in cells[:3]), (name, cells)
+    assert _cells(out, LIFECYCLE_ROWS[0])[2:] == ["1.00x", "-"]
+    assert _cells(out, LIFECYCLE_ROWS[1])[3] == "<=0.25x"
+    assert _line(out, LIFECYCLE_ROWS[1]).endswith("(vs the reference engine)")
     for name in MEMORY_ROWS:
         cells = _cells(out, name)
         assert len(cells) >= 3, (name, cells)

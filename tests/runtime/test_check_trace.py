@@ -49,7 +49,11 @@ def rec(seq: int, chart: str, event: str, source: str, target: str, gen: int = 0
     )
 
 
-# (chart, event, source, target, generation): one execution, two prompts, stopped
+# (chart, event, source, target, generation): one execution, two prompts, stopped. The
+# records a Runtime writes (a run over the memory transport, its session_init and
+# config_settlement records left out): a source is the state that declares the transition
+# (``dispatched`` for the generation's leaf ``awaited``), a targetless transition records its
+# source as its target.
 LIFE: list[tuple[str, str, str, str, int]] = [
     ("execution", "start_requested", "running", "starting", 0),
     ("agent_stream", "connect_started", "disconnected", "connecting", 0),
@@ -57,15 +61,15 @@ LIFE: list[tuple[str, str, str, str, int]] = [
     ("execution", "booted", "starting", "ready", 0),
     ("execution", "prompt_began", "ready", "running", 0),
     ("prompt_generation", "dispatch_accepted", "admitted", "awaited", 1),
-    ("prompt_generation", "steered", "awaited", "awaited", 1),
+    ("prompt_generation", "steered", "dispatched", "dispatched", 1),
     ("prompt_generation", "completion_received", "dispatched", "completed", 1),
     ("execution", "turn_completed", "running", "ready", 0),
-    ("prompt_generation", "superseded_by_successor", "completed", "superseded", 1),
+    ("prompt_generation", "superseded_by_successor", "ended", "superseded", 1),
     ("execution", "prompt_began", "ready", "running", 0),
     ("prompt_generation", "dispatch_accepted", "admitted", "awaited", 2),
     ("prompt_generation", "completion_received", "dispatched", "completed", 2),
     ("execution", "turn_completed", "running", "ready", 0),
-    ("execution", "stop_requested", "ready", "stopped", 0),
+    ("execution", "stop_requested", "active", "stopped", 0),
     ("agent_stream", "close_requested", "connected", "closed", 0),
 ]
 
@@ -102,8 +106,8 @@ def test_the_declared_race_completion_before_dispatch_is_legal() -> None:
         *LIFE[:5],
         ("prompt_generation", "completion_received", "admitted", "completed", 1),
         ("execution", "turn_completed", "running", "ready", 0),
-        ("prompt_generation", "dispatch_accepted", "completed", "completed", 1),
-        ("execution", "stop_requested", "ready", "stopped", 0),
+        ("prompt_generation", "dispatch_accepted", "ended", "ended", 1),
+        ("execution", "stop_requested", "active", "stopped", 0),
         ("agent_stream", "close_requested", "connected", "closed", 0),
     ]
     assert kinds(life(rows)) == []
@@ -125,8 +129,8 @@ def test_a_second_terminal_outcome() -> None:
     result = check_records(bad)
     assert [(v.line, v.kind) for v in result.violations] == [(14, "second_outcome")]
     assert "line 13" in result.violations[0].message
-    # the declared R7 duplicate (a self-transition) is not a second outcome
-    dup = rec(0, "prompt_generation", "completion_received", "completed", "completed", 2)
+    # the declared R7 duplicate (targetless, declared on ended) is not a second outcome
+    dup = rec(0, "prompt_generation", "completion_received", "ended", "ended", 2)
     assert kinds(renumber([*records[:13], dup, *records[13:]])) == []
 
 
@@ -252,9 +256,10 @@ def test_compilation_follows_the_engine() -> None:
     def observe(r: Any) -> None:
         fired.append(rec(len(fired) + 1, r.chart, r.event, r.source, r.target))
 
-    g = Gate(observers=(observe,))
+    g = Gate.start(observers=(observe,))
     for event in ("pushed", "shoved", "slammed"):
         g.fire(event)
+    assert g.ended
     assert check_records(fired, charts=charts, partial=True).ok
 
 
@@ -338,7 +343,12 @@ async def test_runtime_traces_pass(tmp_path: Path, time_scale: float) -> None:
     async with make_runtime(ex, time_scale=time_scale, trace_path=trace_file) as rt:
         await _scenarios(rt, ex)
     events = {(r.chart, r.event) for r in rt.trace.records}
-    for wanted in ("steered", "completion_received", "superseded_by_successor", "stream_lost"):
+    for wanted in (
+        "steered",
+        "completion_received",
+        "superseded_by_successor",
+        "execution_stopped",
+    ):
         assert ("prompt_generation", wanted) in events
     assert ("execution", "stop_requested") in events
     assert check_records(rt.trace.records).ok, check_records(rt.trace.records).violations

@@ -13,11 +13,11 @@ from statemachine import State
 
 from acpfsm import statecharts
 from acpfsm.runtime.tools import cli, diagrams
-from acpfsm.statecharts._base import Chart, declared_transitions
+from acpfsm.statecharts import Chart, Effects, declared_transitions, effect
 
 
 class Toy(Chart):
-    """A toy chart: a compound state, guards, finals and an ignored event."""
+    """A toy chart: a compound state, guards, finals, ignored events and effects."""
 
     chart_name = "toy"
 
@@ -26,20 +26,26 @@ class Toy(Chart):
     class working(State.Compound):
         starting = State(initial=True)
         running = State()
-        stopped = State(final=True)
 
         started = starting.to(running)
-        halted = running.to(stopped)
-        ticked = running.to.itself(internal=True)
+        ticked = running.to(None)
+        polled = running.to(None)
 
     done = State(final=True)
     failed = State(final=True)
 
     began = idle.to(working)
-    done_state_working = working.to(done)
     finished = working.to(done, cond="is_ok") | working.to(failed, unless="is_ok")
     crashed = idle.to(failed) | working.to(failed)
-    ignored = idle.to.itself(event="late_reply duplicate_reply")
+    ignored = idle.to(None, event="late_reply duplicate_reply")
+
+    effects = Effects(
+        transitions={
+            "polled: running": ["poll"],
+            "finished: working -> done": [effect("report", "ok", tone="happy")],
+        },
+        on_enter={"working": ["open_work"], "running": [effect("run", "why")]},
+    )
 
     def is_ok(self, ok: bool = False) -> bool:
         return ok
@@ -54,18 +60,6 @@ class Pair(Chart):
 
 
 CHARTS: tuple[type[Chart], ...] = (Toy, Pair)
-
-
-def _canonical(declared: set[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
-    """Declared triples with the SCXML dot alias (``done.state.x``) folded into its
-    underscore event (``done_state_x``), as the diagrams show it."""
-    events = {e for _, e, _ in declared}
-
-    def fold(event: str) -> str:
-        under = event.replace(".", "_")
-        return under if "." in event and under in events else event
-
-    return {(s, fold(e), t) for s, e, t in declared}
 
 
 def test_generation_is_deterministic(tmp_path: Path) -> None:
@@ -138,7 +132,7 @@ def test_svg_is_rendered_by_graphviz_pure() -> None:
     assert "<svg" in svg
     assert svg.rstrip().endswith("</svg>")
     assert "<title>cluster_working</title>" in svg  # the compound state is a cluster
-    for state in ("idle", "starting", "running", "stopped", "done", "failed"):
+    for state in ("idle", "starting", "running", "done", "failed"):
         assert f"<title>{state}</title>" in svg
     assert re.search(r">finished</text>\n<text [^>]*>\[is_ok\]</text>", svg)
     assert re.search(r">finished</text>\n<text [^>]*>\[not is_ok\]</text>", svg)
@@ -157,13 +151,12 @@ def test_dot_shapes_compounds_initial_and_final_states() -> None:
         '"@initial:working" -> "failed" [label="finished\\n[not is_ok]\\ncrashed", '
         'ltail="cluster_working"];' in dot  # parallel transitions share one edge
     )
-    # a simple state's self-transitions are listed in its box (internal ones in italics)
-    assert '"running" -> "running"' not in dot
-    assert '"running" [label=<running<br/><font point-size="8"><i>↺ ticked</i></font>>];' in dot
+    # targetless transitions are listed in their state, not drawn as loops
     assert (
-        '"idle" [label=<idle<br/><font point-size="8">↺ late_reply, duplicate_reply, ignored'
-        "</font>>];" in dot
+        '"running" [label=<running<BR/><FONT POINT-SIZE="8" COLOR="#555555">ignores ticked'
+        "<BR/>handles in place polled</FONT>>];" in dot
     )
+    assert '"running" -> "running"' not in dot and '"idle" -> "idle"' not in dot
 
 
 def test_dot_layouts() -> None:
@@ -248,18 +241,23 @@ def test_renderer_failure_is_a_diagram_error() -> None:
         diagrams.render_svg("digraph { this is not dot")
 
 
-def test_table_lists_every_declared_transition() -> None:
+def test_table_lists_every_declared_transition_with_its_effects() -> None:
     table = diagrams.render_table(Toy)
-    row = re.compile(r"^\| `([^`]+)` \| `([^`]+)` \| `([^`]+)` \| (.*) \|$")
+    row = re.compile(r"^\| `([^`]+)` \| `([^`]+)` \| (`[^`]+`|\*stays\*) \| (.*?) \| (.*) \|$")
     rows = [m.groups() for line in table.splitlines() if (m := row.match(line))]
-    assert {(s, e, t) for s, e, t, _ in rows} == _canonical(declared_transitions(Toy))
-    assert len(rows) == len({(s, e, t) for s, e, t, _ in rows})  # no duplicate rows
-    guards = {(s, e, t): g for s, e, t, g in rows}
-    assert guards[("working", "finished", "done")] == "`is_ok`"
-    assert guards[("working", "finished", "failed")] == "`not is_ok`"
-    assert guards[("idle", "began", "working")] == ""
-    assert "| source | event | target | guard |" in table
-    assert "A toy chart: a compound state, guards, finals and an ignored event." in table
+    triples = {(s, e, s if t == "*stays*" else t.strip("`")) for s, e, t, _, _ in rows}
+    assert triples == set(declared_transitions(Toy))
+    assert len(rows) == len(triples)  # no duplicate rows
+    cells = {(s, e, t.strip("`")): (g, fx) for s, e, t, g, fx in rows}
+    assert cells[("working", "finished", "done")] == ("`is_ok`", "`report(ok, tone='happy')`")
+    assert cells[("working", "finished", "failed")] == ("`not is_ok`", "")
+    assert cells[("idle", "began", "working")] == ("", "")  # entry effects are the states'
+    assert cells[("running", "polled", "*stays*")] == ("", "`poll`")
+    assert cells[("idle", "late_reply", "*stays*")] == ("", "")
+    assert "| source | event | target | guard | effects |" in table
+    assert "| `working` | `open_work` |" in table  # the entry effects, per state
+    assert "| `running` | `run(why)` |" in table
+    assert "A toy chart: a compound state, guards, finals, ignored events and effects." in table
 
 
 def test_mermaid_has_every_transition_in_its_scope() -> None:
@@ -269,37 +267,62 @@ def test_mermaid_has_every_transition_in_its_scope() -> None:
     assert "    [*] --> idle" in lines
     assert "    state working {" in lines
     assert "        [*] --> starting" in lines
-    assert "        running --> running : ticked" in lines  # internal self-transition kept
-    assert "        stopped --> [*]" in lines
-    assert "    working --> done : done_state_working" in lines
+    assert "        starting --> running : started" in lines
+    assert "        running : ignores ticked" in lines  # targetless: inside the state
+    assert "        running : handles in place polled" in lines
     assert "    working --> failed : finished [not is_ok]" in lines
-    assert "    idle --> idle : late_reply, duplicate_reply, ignored" in lines
+    assert "    idle : ignores late_reply, duplicate_reply, ignored" in lines
     assert "    done --> [*]" in lines
+    assert "running --> running" not in mmd and "idle --> idle" not in mmd
     assert "classDef" not in mmd
 
 
-def test_highlighting_a_run() -> None:
-    chart = Toy()
-    chart.fire("began")
-    chart.fire("started")
+def test_a_compound_lists_its_targetless_transitions_in_a_note() -> None:
+    class Boxed(Chart):
+        chart_name = "boxed"
 
-    mmd = diagrams.render_mermaid(chart, header=False)
+        class box(State.Compound):
+            a = State(initial=True)
+            b = State()
+            went = a.to(b)
+
+        out = State(final=True)
+        left = box.to(out)
+        nudged = box.to(None)
+
+    mmd = diagrams.render_mermaid(Boxed).splitlines()
+    at = mmd.index("    note right of box")
+    assert mmd[at : at + 3] == ["    note right of box", "        ignores nudged", "    end note"]
+    dot = diagrams.render_dot(Boxed)
+    assert '"@notes:box" [shape=plaintext, label=<<FONT' in dot  # a node: edges go round it
+
+
+def test_highlighting_a_run() -> None:
+    chart = Toy.start()
+    chart.fire("began")
+    chart.fire("started", why="go")
+    fired = {("idle", "began", "working"), ("starting", "started", "running")}
+
+    mmd = diagrams.render_mermaid(chart, highlight_transitions=fired, header=False)
     assert not mmd.startswith("%%")
     assert "    idle --> working : ✔ began" in mmd
     assert "        starting --> running : ✔ started" in mmd
-    assert "        running --> stopped : halted" in mmd
-    assert "    class working,running acpfsm_hl" in mmd
+    assert "    working --> failed : finished [not is_ok]" in mmd
+    assert "    class working,running acpfsm_hl" in mmd  # the machine's configuration
 
     explicit = diagrams.render_mermaid(
-        Toy, highlight_states={"failed"}, highlight_transitions={("idle", "crashed", "failed")}
+        Toy,
+        highlight_states={"failed"},
+        highlight_transitions={("idle", "crashed", "failed"), ("running", "ticked", "running")},
     )
     assert "    idle --> failed : ✔ crashed" in explicit
+    assert "        running : ignores ✔ ticked" in explicit
     assert "    class failed acpfsm_hl" in explicit
 
-    dot = diagrams.render_dot(chart)
+    dot = diagrams.render_dot(chart, highlight_transitions=fired)
     assert '"running" [fillcolor="#fff3b0"' in dot
     assert re.search(r'"starting" -> "running" \[label="started", color="#c0392b"', dot)
-    assert re.search(r'"running" -> "stopped" \[label="halted"\];', dot)
+    assert re.search(r'"idle" -> "failed" \[label="crashed"\];', dot)
 
 
 def test_readme_indexes_every_chart_with_inline_mermaid() -> None:

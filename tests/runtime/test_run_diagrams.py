@@ -60,7 +60,10 @@ def test_cli_writes_mermaid_svg_and_an_index(
     )
     mermaid = (out / "prompt_generation.mmd").read_text()
     assert "admitted --> awaited : ✔ dispatch_accepted" in mermaid
-    assert "admitted --> unawaited : dispatch_accepted [dispatch_only]" in mermaid  # not taken
+    assert "admitted --> unawaited : dispatch_accepted [is_dispatch_only]" in mermaid  # not taken
+    # a fired targetless transition is marked in its state's list, not drawn as a loop
+    note = mermaid[mermaid.index("note right of ended") : mermaid.index("end note", mermaid.index("note right of ended"))]  # fmt: skip
+    assert "✔ successor_admitting" in note and "ended --> ended" not in mermaid
     hl = next(line for line in mermaid.splitlines() if line.strip().startswith("class "))
     assert "awaited" in hl and "completed" in hl and "reconnecting" not in hl
     svg = (out / "prompt_generation.svg").read_text()

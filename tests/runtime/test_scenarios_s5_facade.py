@@ -216,7 +216,7 @@ async def test_s142_resume_maps_not_found(time_scale: float, tmp_path: Path) -> 
             await rt.resume("exec-missing", "follow-up")
         assert info.value.execution_id == "exec-missing"
         assert str(info.value).startswith("runtime: execution not found")
-        with pytest.raises(ExecutionIdRequired, match="^executionID is required$"):
+        with pytest.raises(ExecutionIdRequired, match=r"^executionID is required$"):
             await rt.resume("", "follow-up")
         ref = await rt.launch(launch_spec(str(tmp_path)))
         s = session_of(rt, ref.id)

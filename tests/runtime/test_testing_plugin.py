@@ -133,7 +133,7 @@ def test_assert_trace_conforms() -> None:
     assert_trace_conforms(trace, partial=True)
     with pytest.raises(TraceViolationError, match=r"record 1: end_state"):
         assert_trace_conforms(trace)
-    observe(TransitionRecord("execution", "starting", "stop_requested", "stopped", {}))
+    observe(TransitionRecord("execution", "active", "stop_requested", "stopped", {}))
     assert_trace_conforms(trace.records)
 
 

@@ -1,47 +1,50 @@
 """How to bring each chart into each of its states, and the event data that selects each
-guarded branch. Shared by the exhaustive transition sweep and the scenario walks."""
+guarded branch. Shared by the exhaustive transition sweep, the scenario walks and the
+engine-agreement property test."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from acpfsm.statecharts import (
     AgentStream,
     Chart,
+    ChartMachine,
+    ConfigSettlement,
     ErrorClass,
     Execution,
     PromptGeneration,
     SessionInit,
     StartModelPolicy,
+    Step,
 )
 
-Step = tuple[str, dict[str, Any]]
+Recipe = list[tuple[str, dict[str, Any]]]
 
 # --- SessionInit ------------------------------------------------------------------------
 
-_TO_HANDSHAKE: list[Step] = [("stream_ready", {})]
-_TO_CREATING: list[Step] = [*_TO_HANDSHAKE, ("initialize_succeeded", {})]
-_TO_LOADING: list[Step] = [
+_TO_HANDSHAKE: Recipe = [("stream_ready", {})]
+_TO_CREATING: Recipe = [*_TO_HANDSHAKE, ("initialize_succeeded", {})]
+_TO_LOADING: Recipe = [
     *_TO_HANDSHAKE,
     ("initialize_succeeded", {"native_session_resume": True, "prior_session_id": "s-1"}),
 ]
-_TO_AWAITING: list[Step] = [*_TO_CREATING, ("new_session_succeeded", {})]
-_TO_WAITING: list[Step] = [
+_TO_AWAITING: Recipe = [*_TO_CREATING, ("new_session_succeeded", {})]
+_TO_WAITING: Recipe = [
     *_TO_AWAITING,
     ("catalog_checked", {"snapshot_available": False, "model_requested": True}),
 ]
-_TO_POLICY: list[Step] = [*_TO_AWAITING, ("catalog_checked", {})]
-_TO_PROFILE: list[Step] = [*_TO_POLICY, ("start_model_settled", {})]
-_TO_ORIGINAL: list[Step] = [*_TO_PROFILE, ("profile_layer_applied", {})]
-_TO_MODE: list[Step] = [*_TO_ORIGINAL, ("original_snapshot_published", {})]
-_TO_OPTIONS: list[Step] = [*_TO_MODE, ("runtime_mode_applied", {"catalog_known": True})]
-_TO_SETTLING: list[Step] = [*_TO_OPTIONS, ("runtime_options_applied", {})]
-_TO_ANNOUNCING: list[Step] = [*_TO_SETTLING, ("settlement_published", {})]
+_TO_POLICY: Recipe = [*_TO_AWAITING, ("catalog_checked", {})]
+_TO_PROFILE: Recipe = [*_TO_POLICY, ("start_model_settled", {})]
+_TO_ORIGINAL: Recipe = [*_TO_PROFILE, ("profile_layer_applied", {})]
+_TO_MODE: Recipe = [*_TO_ORIGINAL, ("original_snapshot_published", {})]
+_TO_OPTIONS: Recipe = [*_TO_MODE, ("runtime_mode_applied", {"catalog_known": True})]
+_TO_SETTLING: Recipe = [*_TO_OPTIONS, ("runtime_options_applied", {})]
+_TO_ANNOUNCING: Recipe = [*_TO_SETTLING, ("settlement_requested", {})]
 
-SESSION_INIT_RECIPES: dict[str, list[Step]] = {
-    "connecting_stream": [],
+SESSION_INIT_RECIPES: dict[str, Recipe] = {
     "initializing": [],
+    "connecting_stream": [],
     "handshaking": _TO_HANDSHAKE,
     "loading": _TO_LOADING,
     "creating": _TO_CREATING,
@@ -54,47 +57,71 @@ SESSION_INIT_RECIPES: dict[str, list[Step]] = {
     "applying_runtime_options": _TO_OPTIONS,
     "settling": _TO_SETTLING,
     "announcing": _TO_ANNOUNCING,
+    "prompting": [*_TO_ANNOUNCING, ("session_announced", {"has_initial_prompt": True})],
+    "booted": [*_TO_ANNOUNCING, ("session_announced", {})],
+    "ready": [*_TO_ANNOUNCING, ("session_announced", {})],
+    "resume_context_pending": [
+        *_TO_ANNOUNCING,
+        ("session_announced", {"resume_context_pending": True}),
+    ],
 }
 
-# --- StartModelPolicy -------------------------------------------------------------------
+# --- StartModelPolicy (constants: requested "m", fallback "fb") ----------------------------
 
-START_MODEL_RECIPES: dict[str, list[Step]] = {
+START_MODEL_RECIPES: dict[str, Recipe] = {
     "evaluating": [],
     "setting_requested": [("policy_evaluated", {"advertised": ["m"]})],
     "setting_fallback": [("policy_evaluated", {"advertised": ["fb"]})],
 }
 
-# --- PromptGeneration ---------------------------------------------------------------------
+# --- ConfigSettlement -----------------------------------------------------------------------
 
-PROMPT_RECIPES: dict[str, list[Step]] = {
+CONFIG_SETTLEMENT_RECIPES: dict[str, Recipe] = {
+    "unsettled": [],
+    "deferred": [("settle_requested", {})],
+    "published": [("settle_requested", {"catalog_cached": True, "response_applied": True})],
+}
+
+# --- PromptGeneration -----------------------------------------------------------------------
+
+_DISPATCHED: Recipe = [("dispatch_accepted", {})]
+PROMPT_RECIPES: dict[str, Recipe] = {
+    "live": [],
     "admitted": [],
     "reconnecting": [("dispatch_unreachable", {"reconnectable": True})],
-    "dispatched": [("dispatch_accepted", {})],
-    "awaited": [("dispatch_accepted", {})],
-    "stall_reported": [("dispatch_accepted", {}), ("stall_detected", {})],
-    "unawaited": [("dispatch_accepted", {})],
-    "handed_off": [("dispatch_accepted", {}), ("handoff_received", {})],
-    "completed": [("dispatch_accepted", {}), ("completion_received", {})],
-    "failed": [("dispatch_accepted", {}), ("completion_received", {"is_error": True})],
-    "undelivered": [("dispatch_failed", {})],
-    "cancel_escalated": [("dispatch_accepted", {}), ("escalated", {})],
-    "disconnected": [("dispatch_accepted", {}), ("stream_lost", {})],
+    "dispatched": _DISPATCHED,
+    "awaited": _DISPATCHED,
+    "stall_reported": [*_DISPATCHED, ("stall_detected", {"stalled_for": 30.0})],
+    "unawaited": _DISPATCHED,  # with the constant dispatch_only
+    "handed_off": [*_DISPATCHED, ("handoff_received", {})],
+    "escalating": [*_DISPATCHED, ("cancel_answered", {"acknowledged": False})],
+    "ended": [*_DISPATCHED, ("completion_received", {"stop_reason": "end_turn"})],
+    "completed": [*_DISPATCHED, ("completion_received", {"stop_reason": "end_turn"})],
+    "failed": [*_DISPATCHED, ("completion_received", {"is_error": True, "error": "boom"})],
+    "undelivered": [("dispatch_failed", {"error": "no route"})],
+    "cancel_escalated": [
+        *_DISPATCHED,
+        ("cancel_answered", {"acknowledged": False}),
+        ("waiter_returned", {}),
+    ],
+    "disconnected": [*_DISPATCHED, ("stream_lost", {"error": "gone"})],
     "superseded": [("superseded_by_successor", {})],
 }
 
 # --- Execution ----------------------------------------------------------------------------
 
-EXECUTION_RECIPES: dict[str, list[Step]] = {
+EXECUTION_RECIPES: dict[str, Recipe] = {
+    "active": [],
     "running": [],
     "starting": [("start_requested", {})],
     "ready": [("start_requested", {}), ("booted", {})],
     "completed": [("process_exited", {"exit_code": 0})],
-    "failed": [("process_exited", {"exit_code": 1})],
+    "failed": [("process_exited", {"exit_code": 1, "error": "exit status 1"})],
 }
 
 # --- AgentStream ----------------------------------------------------------------------------
 
-STREAM_RECIPES: dict[str, list[Step]] = {
+STREAM_RECIPES: dict[str, Recipe] = {
     "disconnected": [],
     "connecting": [("connect_started", {})],
     "connected": [("connect_started", {}), ("connect_succeeded", {})],
@@ -116,8 +143,12 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
     ],
     "catalog_checked": [{}, {"snapshot_available": False, "model_requested": True}],
     "runtime_mode_applied": [{"catalog_known": True}, {"catalog_known": False}],
-    "session_announced": [{"has_initial_prompt": True}, {"resume_context": True}, {}],
-    # StartModelPolicy (fresh instances use model "m", fallback "fb")
+    "session_announced": [
+        {"has_initial_prompt": True},
+        {"resume_context_pending": True},
+        {},
+    ],
+    # StartModelPolicy (constants: requested "m", fallback "fb", or as CHARTS lists)
     "policy_evaluated": [
         {"advertised": []},
         {"advertised": ["m"]},
@@ -125,6 +156,12 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
         {"advertised": ["other"]},
     ],
     "set_model_failed": [{"method_not_found": True}, {}],
+    # ConfigSettlement
+    "settle_requested": [{"catalog_cached": True}, {"response_applied": True}, {}],
+    "models_updated": [
+        {"provider_response": True, "response_config_id": "c-1"},
+        {},
+    ],
     # PromptGeneration
     "dispatch_failed": [{"cancel_release": True}, {}],
     "dispatch_unreachable": [{"reconnectable": True}, {}],
@@ -137,42 +174,61 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
     ],
     # Execution
     "turn_failed": [{"shutting_down": True}, {}],
-    "process_exited": [{"shutting_down": True}, {"exit_code": 0}, {"exit_code": 1}],
+    "wakeup_turn_failed": [{"shutting_down": True}, {}],
+    "process_exited": [
+        {"exit_code": 1, "shutting_down": True},
+        {"exit_code": 0},
+        {"exit_code": 1},
+    ],
+    "stream_lost": [{"generation": 2}, {}],
     # AgentStream
     "connection_lost": [{"reconnectable": True}, {}],
-    "connect_failed": [{"reconnectable": True}, {}],
     "reconnect_requested": [{"reconnectable": True}],
 }
 
-Factory = Callable[[], Chart]
-
-
-def _start_model_factory(**kw: Any) -> Factory:
-    return lambda: StartModelPolicy(model="m", fallback_model="fb", **kw)
-
-
-#: chart class → (factories to try, recipes)
-CHARTS: dict[type[Chart], tuple[list[Factory], dict[str, list[Step]]]] = {
-    SessionInit: ([SessionInit], SESSION_INIT_RECIPES),
+#: chart class → (constants to try, in order; recipes). The first constants are the
+#: chart's ordinary ones.
+CHARTS: dict[type[Chart], tuple[list[dict[str, Any]], dict[str, Recipe]]] = {
+    SessionInit: ([{}], SESSION_INIT_RECIPES),
     StartModelPolicy: (
         [
-            _start_model_factory(),
-            _start_model_factory(auto_fallback=True),
-            lambda: StartModelPolicy(model=""),
-            lambda: StartModelPolicy(model="m"),
+            {"requested_model": "m", "fallback_model": "fb"},
+            {"requested_model": "m", "fallback_model": "fb", "auto_fallback": True},
+            {"requested_model": ""},
+            {"requested_model": "m"},
         ],
         START_MODEL_RECIPES,
     ),
+    ConfigSettlement: ([{}, {"config_id": "c-1"}], CONFIG_SETTLEMENT_RECIPES),
     PromptGeneration: (
-        [lambda: PromptGeneration(1), lambda: PromptGeneration(1, dispatch_only=True)],
+        [{"generation": 1}, {"generation": 1, "dispatch_only": True}],
         PROMPT_RECIPES,
     ),
-    Execution: ([Execution], EXECUTION_RECIPES),
-    AgentStream: ([AgentStream], STREAM_RECIPES),
+    Execution: ([{}], EXECUTION_RECIPES),
+    AgentStream: ([{}], STREAM_RECIPES),
 }
 
 
-def walk(chart: Chart, steps: list[Step]) -> Chart:
-    for event, data in steps:
-        chart.fire(event, **data)
-    return chart
+def effect_fields(machine: ChartMachine, event: str) -> dict[str, Any]:
+    """Placeholder values for the effect fields ``event`` may need that neither a default
+    nor a constant provides, leaving out every guard parameter (those select the branch)."""
+    compiled = machine.compiled
+    fields: set[str] = set()
+    guarded: set[str] = set()
+    for by_event in compiled.table.values():
+        for cand in by_event.get(event, ()):
+            guarded.update(p for _, params, _ in cand.guards for p in params)
+            for spec in cand.effects:
+                fields.update(f for f in spec.fields if f not in dict(spec.defaults))
+    return {f: f"<{f}>" for f in sorted(fields - guarded - set(compiled.constants))}
+
+
+def fire(machine: ChartMachine, event: str, **data: Any) -> Step:
+    """``machine.fire(event, **data)`` with placeholders for the effect fields not given."""
+    return machine.fire(event, **{**effect_fields(machine, event), **data})
+
+
+def walk(machine: ChartMachine, recipe: Recipe) -> ChartMachine:
+    for event, data in recipe:
+        fire(machine, event, **data)
+    return machine
