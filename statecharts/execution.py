@@ -149,6 +149,7 @@ class Execution(Chart):
         | active.starting.to(active.ready)
         | failed.to(active.ready)
         | active.ready.to(None)
+        | completed.to(None)  # the agent exited cleanly: nothing to make READY
     )
     # non-terminal → FAILED (+agent.failed), or STOPPED during shutdown (R32)
     turn_failed = (
