@@ -1,15 +1,27 @@
 """Error classification: one error plus the call it came from → an :class:`ErrorClass`.
 
 The charts never look at exceptions or strings; they branch on the :class:`Classification`
-this module returns (lifecycle.md §2.1, §5.4, §5.10). The rules reproduce the classification
-functions at the end of kandev's seed ``session.go`` (seed-vs-mirror.md D1–D5); where this
-module says "seed" it means those functions.
+this module returns (the SessionInit chart's ``load_failed``, the PromptGeneration chart's
+dispatch and completion facts). The rules reproduce the classification functions at the end
+of kandev's lifecycle/session.go (``isSessionLoadFallbackErr``, ``isTransportDeadErr``,
+``isCancelReleaseError`` …, as of the seed that introduced the three-way session/load
+outcome); where this module says "seed" it means those functions.
 
 Inputs
     * a structured :class:`~acpfsm.adapters.errors.AgentRequestError` (in-process stdio);
-    * a string, the agentctl projection after the WebSocket hop (agentctl-protocol.md §4),
-      e.g. ``load session failed: failed to load session: {"code":-32002,…}``;
+    * a string, the agentctl projection after the WebSocket hop, e.g.
+      ``load session failed: failed to load session: {"code":-32002,…}``;
     * any other exception (our transport errors, cancellation, a wrapper raised ``from`` one).
+
+Both carriers take the same decision. kandev classifies agentctl's *string*, in which a
+structured code no longer exists, so its ``…: {"code":-32002,…}`` is inconclusive (the init
+fails) where the same error over stdio is ``session_unknown`` (fall back to session/new).
+acpfsm's agentctl adapter recovers the JSON-RPC error from agentctl's text
+(:func:`acpfsm.adapters.agentctl.error_from_text` raises the structured
+:class:`~acpfsm.adapters.errors.AgentRequestError`, kept as the ``__cause__``), so the
+structural rows below see the code over agentctl too and session/load errors are classified
+exactly as over stdio. A bare string given to :func:`classify_error` is still judged by its
+text alone, as the seed does.
 
 Matching model (the Python reading of Go's ``errors.Is``/``errors.As`` and ``err.Error()``)
     * *Structural* checks (type, JSON-RPC code) search the whole error tree: the
@@ -21,10 +33,10 @@ Matching model (the Python reading of Go's ``errors.Is``/``errors.As`` and ``err
 The canonical rule (seed ``hasCanonicalSessionLoadMessage``, D2): trim (Go's
 ``strings.TrimSpace``) and lower-case both the message and the phrase; the phrase matches when
 the message equals it or ends with ``": " + phrase``. A phrase in the middle, or one followed
-by anything (a JSON object, ``: abc``), does not match. Consequently the agentctl projection
-``…: {"code":-32002,"message":"Resource not found",…}`` is **inconclusive** (lifecycle.md
-§2.1, acp-and-agents.md §4.5), exactly as the seed code decides, while a structured −32002 is
-``session_unknown``.
+by anything (a JSON object, ``: abc``), does not match. Consequently the *string*
+``…: {"code":-32002,"message":"Resource not found",…}`` is **inconclusive**, exactly as the
+seed code decides, while a structured −32002 is ``session_unknown`` (which is what the agentctl
+adapter hands over: see above).
 
 The Codex missing-rollout check (D3) decodes a JSON object the way the seed's Go decoder
 does: ``code`` must be a JSON integer −32603, ``message`` exactly ``Internal error``,

@@ -105,12 +105,15 @@ class TurnStarted(_Event, tag="turn_started", frozen=True):
 
 class Complete(_Event, tag="complete", frozen=True):
     """A turn ended. ``stop_reason`` is the ACP stopReason verbatim. ``control_turn_id`` is
-    agentctl v0.95.1's own turn counter (0 when absent: stdio, kandev HEAD)."""
+    agentctl v0.95.1's own turn counter (0 when absent: stdio, kandev HEAD). A completion
+    with ``data["is_error"]`` carries its error text in ``error`` (kandev
+    ``extractErrorMessage``: the frame's error, else its text)."""
 
     stop_reason: str = "end_turn"
     usage: dict[str, Any] | None = None
     data: dict[str, Any] = {}
     control_turn_id: int = 0
+    error: str = ""
 
 
 class ErrorEvent(_Event, tag="error", frozen=True):

@@ -38,10 +38,14 @@ class _Lifecycle(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
 
 
 class AcpSessionCreated(_Lifecycle, frozen=True, tag="agent.acp_session_created"):
+    """The ACP session exists. ``resume_attempt_id`` is the launch's resume attempt
+    (metadata ``resume_attempt_id``; kandev ``PublishACPSessionCreatedWithAttempt``)."""
+
     session_id: str
     task_id: str
     acp_session_id: str
     resumed: bool = False
+    resume_attempt_id: str = ""
 
 
 class AgentRunning(_Lifecycle, frozen=True, tag="agent.running"):

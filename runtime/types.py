@@ -33,9 +33,10 @@ class WorkspaceRef(msgspec.Struct, frozen=True, kw_only=True):
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """What to launch. ``prior_acp_session`` asks for session/load (with NativeSessionResume).
 
-    Recognised ``metadata`` keys (all optional): ``session_id`` (the task session id; defaults
-    to the execution id), ``task_id``, ``runtime_model``, ``session_mode``,
-    ``runtime_config_options`` (a dict), ``executor_profile_id``. Other keys are kept."""
+        Recognised ``metadata`` keys (all optional): ``session_id`` (the task session id; defaults
+        to the execution id), ``task_id``, ``runtime_model``, ``session_mode``,
+        ``runtime_config_options`` (a dict), ``executor_profile_id``, ``resume_attempt_id`` (carried by
+    ``agent.acp_session_created``). Other keys are kept."""
 
     agent_profile_id: str
     executor_id: str = "stdio"

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import enum
 import logging
 import os
 import pathlib
@@ -204,27 +205,32 @@ class StdioConfig(msgspec.Struct, frozen=True, kw_only=True):
 DEFAULT_CONFIG: Final = StdioConfig()
 
 
+class _Fate(enum.Enum):
+    """What a ``session/prompt`` owes the event stream.
+
+    ``OWED`` → ``SETTLED`` when its terminal event is emitted (or nothing is owed any more);
+    ``OWED`` → ``HANDED_OFF`` when a steer's prompt takes over (its own end is then
+    suppressed; a steer that fails to send gives it back: ``HANDED_OFF`` → ``OWED``);
+    ``OWED`` → ``ABANDONED`` when its cancel was not acknowledged in time (its end is
+    suppressed: ``prompt abandoned after cancel``). Settling a handed-off or abandoned turn
+    emits nothing."""
+
+    OWED = "owed"
+    HANDED_OFF = "handed_off"
+    ABANDONED = "abandoned"
+    SETTLED = "settled"
+
+
 class _Turn:
     """One ``session/prompt`` owed a terminal event (Complete/ErrorEvent)."""
 
-    __slots__ = (
-        "abandoned",
-        "attachments",
-        "finished",
-        "generation",
-        "handed_off",
-        "pending",
-        "settled",
-        "text",
-    )
+    __slots__ = ("attachments", "fate", "finished", "generation", "pending", "text")
 
     def __init__(self, text: str, attachments: Sequence[Attachment], generation: int) -> None:
         self.text = text
         self.attachments = tuple(attachments)
         self.generation = generation
-        self.handed_off = False
-        self.abandoned = False
-        self.settled = False
+        self.fate = _Fate.OWED
         self.pending: Any = None  # jsonrpc.PendingRequest once sent
         self.finished = anyio.Event()
 
@@ -499,8 +505,8 @@ class StdioTransport:
             message = str(error)
             owed = [self._active, *self._queue] if self._active else list(self._queue)
             for turn in owed:
-                if turn is not None and not (turn.settled or turn.handed_off or turn.abandoned):
-                    turn.settled = True
+                if turn is not None and turn.fate is _Fate.OWED:
+                    turn.fate = _Fate.SETTLED
                     self._emit(
                         ErrorEvent(
                             session_id=self._session_id or "",
@@ -949,7 +955,7 @@ class StdioTransport:
             if turn.pending is None:
                 try:
                     blocks = await self._prompt_blocks(turn.text, turn.attachments)
-                    if turn.abandoned:
+                    if turn.fate is _Fate.ABANDONED:
                         return
                     self._replaying = False
                     turn.pending = await self._conn.send_request(
@@ -997,15 +1003,15 @@ class StdioTransport:
         )
 
     def _settle(self, turn: _Turn, outcome: AgentEvent | None) -> None:
-        if turn.settled:
+        fate, turn.fate = turn.fate, _Fate.SETTLED
+        if fate is _Fate.SETTLED:
             return
-        turn.settled = True
-        if turn.handed_off:
+        if fate is _Fate.HANDED_OFF:
             log.debug(
                 "suppressing completion from handed-off prompt (generation %d)", turn.generation
             )
             return
-        if turn.abandoned:
+        if fate is _Fate.ABANDONED:
             log.debug("prompt abandoned after cancel (generation %d)", turn.generation)
             return
         if outcome is None:
@@ -1029,16 +1035,16 @@ class StdioTransport:
         predecessor = self._in_flight_or_raise()
         self._cancel_permissions()
         successor = _Turn(text, attachments, generation)
-        predecessor.handed_off = True
+        predecessor.fate = _Fate.HANDED_OFF
         self._active = successor
         try:
             successor.pending = await self._conn.send_request(
                 "session/prompt", acp.PromptRequest(session_id=sid, prompt=blocks)
             )
         except BaseException:
-            if not successor.settled:  # not delivered: the successor owes nothing
-                successor.settled = True
-                predecessor.handed_off = False
+            if successor.fate is _Fate.OWED:  # not delivered: the successor owes nothing
+                successor.fate = _Fate.SETTLED
+                predecessor.fate = _Fate.OWED
                 if self._active is successor:
                     self._active = predecessor
             raise
@@ -1047,13 +1053,7 @@ class StdioTransport:
 
     def _in_flight_or_raise(self) -> _Turn:
         turn = self._active
-        if (
-            turn is None
-            or turn.settled
-            or turn.abandoned
-            or turn.pending is None
-            or turn.pending.done
-        ):
+        if turn is None or turn.fate is not _Fate.OWED or turn.pending is None or turn.pending.done:
             raise SteerUnsupported("steer was not dispatched: no prompt in flight")
         return turn
 
@@ -1078,7 +1078,8 @@ class StdioTransport:
             "turn cancel not acknowledged: in-flight session/prompt did not end within %ss",
             self.config.cancel_timeout,
         )
-        turn.abandoned = True
+        if turn.fate is _Fate.OWED:
+            turn.fate = _Fate.ABANDONED
         if turn.pending is not None:
             turn.pending.abandon()
         self._release(turn)

@@ -403,6 +403,8 @@ def to_event(event: WireEvent, raw: str | bytes) -> AgentEvent:
                 usage=event.usage,
                 data=dict(data),
                 control_turn_id=event.control_turn_id,
+                # an error completion's text: the frame's error wins over its text
+                error=(event.error or event.text) if data.get("is_error") else "",
             )
         case "error":
             return ErrorEvent(

@@ -56,6 +56,7 @@ class InitDriver:
         self._start_initial_prompt = start_initial_prompt
         self._todo: list[str] = []
         self._error = ""
+        self._cause: BaseException | None = None
         self._applied_model = ""
         self._final_config_id = ""
         self._profile_applied: dict[str, str] = {}
@@ -135,7 +136,7 @@ class InitDriver:
             with anyio.fail_after(self.ctx.timeouts.request):
                 await self.ctx.transport_or_raise().initialize()
         except (AcpfsmError, TimeoutError) as exc:
-            self._error = f"initialize failed: {_why(exc)}"
+            self._error, self._cause = f"initialize failed: {_why(exc)}", exc
             await self._fire(machine, "initialize_failed")
         else:
             await self._fire(
@@ -153,7 +154,7 @@ class InitDriver:
                 result = await ctx.transport_or_raise().load_session(prior, ctx.spec.workspace.path)
         except (AcpfsmError, TimeoutError) as exc:
             cls = classify_error(exc, call=Call.SESSION_LOAD, loading_session_id=prior)
-            self._error = f"session/load failed: {_why(exc)}"
+            self._error, self._cause = f"session/load failed: {_why(exc)}", exc
             log.warning("session/load failed (%s): %s", cls.kind, exc)
             await self._fire(machine, "load_failed", error_class=cls.kind)
         else:
@@ -168,7 +169,7 @@ class InitDriver:
             with anyio.fail_after(ctx.timeouts.request):
                 result = await ctx.transport_or_raise().new_session(ctx.spec.workspace.path)
         except (AcpfsmError, TimeoutError) as exc:
-            self._error = f"session/new failed: {_why(exc)}"
+            self._error, self._cause = f"session/new failed: {_why(exc)}", exc
             await self._fire(machine, "new_session_failed")
         else:
             self._snapshot_cached = self.config.establish(result.session_id, result)
@@ -235,6 +236,7 @@ class InitDriver:
                 task_id=str(ctx.metadata.get("task_id", "")),
                 acp_session_id=ctx.acp_session_id,
                 resumed=self._resumed,
+                resume_attempt_id=str(ctx.metadata.get("resume_attempt_id", "")),
             )
         )
         await self._fire(
@@ -261,3 +263,4 @@ class InitDriver:
         self.failure = SessionInitError(
             f"failed to initialize ACP: {self._error}", execution_id=self.ctx.id
         )
+        self.failure.__cause__ = self._cause

@@ -174,7 +174,7 @@ class TurnDriver:
         does not claim it, it ends a wakeup turn (kandev's gen-0 path, R27)."""
         ctx = self.ctx
         is_error = isinstance(event, ev.ErrorEvent) or bool(event.data.get("is_error"))
-        message = event.error if isinstance(event, ev.ErrorEvent) else ""
+        message = event.error if is_error else ""  # extractErrorMessage: error, else text
         if is_error and not message:
             message = "agent error completion"
         cls = classify_error(message, call=Call.PROMPT) if is_error else None

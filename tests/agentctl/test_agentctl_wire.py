@@ -321,3 +321,23 @@ def test_envelopes() -> None:
         "error",
         "UNKNOWN_ACTION",
     )
+
+
+def test_an_error_completion_carries_its_text_error_winning_over_text() -> None:
+    """kandev ``extractErrorMessage``: an error ``complete`` frame's message is its ``error``,
+    else its ``text``, else the default; the runtime ends the turn with that message (it was
+    always "agent error completion")."""
+    both = decode(
+        '{"type":"complete","prompt_generation":4,"error":"quota exceeded","text":"partial",'
+        '"data":{"is_error":true}' + COMMON + "}"
+    )
+    only_text = decode(
+        '{"type":"complete","prompt_generation":4,"text":"the model refused",'
+        '"data":{"is_error":true}' + COMMON + "}"
+    )
+    neither = decode('{"type":"complete","prompt_generation":4,"data":{"is_error":true}}')
+    fine = decode('{"type":"complete","prompt_generation":4,"text":"x","data":{}}')
+    assert isinstance(both, Complete) and both.error == "quota exceeded"
+    assert isinstance(only_text, Complete) and only_text.error == "the model refused"
+    assert isinstance(neither, Complete) and neither.error == ""
+    assert isinstance(fine, Complete) and fine.error == ""  # not an error: no error text

@@ -1,0 +1,268 @@
+"""Cancellation and waits: a cancel never overtakes the prompt it cancels, a caller that leaves
+cancels its turn, ``timeout=`` bounds a prompt, the snapshot never says READY over a live turn,
+and ``wait_ready`` waits for READY or says why not. Each test fails on the first runtime."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from acpfsm.adapters.errors import AgentRequestError
+from acpfsm.adapters.events import MessageChunk
+from acpfsm.adapters.memory import MemoryTransport
+from acpfsm.adapters.transport import Attachment, CancelResult, SessionResult
+from acpfsm.runtime import (
+    CancelEscalated,
+    NotReadyForPrompts,
+    PromptTimeout,
+    SessionInitError,
+)
+from acpfsm.runtime import events as le
+
+from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .prompt_helpers import live, of_type, sent, start
+
+pytestmark = pytest.mark.both_backends
+
+
+def _gated(transport: MemoryTransport, gate: anyio.Event) -> list[str]:
+    """The agent answers ``session/prompt`` only once ``gate`` is set; the order in which the
+    prompt and the cancel reached the agent is recorded."""
+    order: list[str] = []
+
+    async def prompt(text: str, atts: tuple[Attachment, ...], g: int) -> None:
+        order.append(f"prompt {g}")
+        await gate.wait()
+        transport.running.append(g)
+
+    def cancel() -> CancelResult:
+        order.append("cancel")
+        for g in list(transport.running):
+            transport.complete(g, "cancelled")
+        return CancelResult(acknowledged=True)
+
+    transport.handlers["prompt"] = prompt
+    transport.handlers["cancel"] = cancel
+    return order
+
+
+async def test_a_cancel_before_the_prompt_is_sent_withdraws_it(time_scale: float) -> None:
+    """A cancel while the prompt is admitted but not yet sent (here: its attachment is being
+    materialized) withdraws it: nothing reaches the agent, no session/cancel either, and the
+    caller gets a ``cancelled`` result; the execution is READY again."""
+    gate = anyio.Event()
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+
+        async def slow_materialize(att: Attachment) -> Attachment:
+            await gate.wait()
+            return att
+
+        ex.last.handlers["materialize"] = slow_materialize
+        att = Attachment(name="a.txt", data=b"x", attachment_id="a1")
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "work", attachments=(att,))
+            await wait_until(lambda: s.current is not None and s.current.leaf == "admitted")
+            await rt.cancel(ref.id)
+            gate.set()
+            await p.wait()
+        assert p.error is None and p.prompt_result.stop_reason == "cancelled"
+        assert sent(ex.last, "prompt") == [] and sent(ex.last, "cancel") == []
+        assert s.generations[1].leaf == "withdrawn"
+        assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_cancel_while_the_prompt_is_in_flight_goes_out_after_it(
+    time_scale: float,
+) -> None:
+    """A cancel right after the prompt request was written, before the agent answered it,
+    waits for that answer: session/cancel never overtakes the session/prompt it cancels, so
+    an agent that honours cancel ends the turn ``cancelled`` (no escalation)."""
+    gate = anyio.Event()
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        order = _gated(ex.last, gate)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "work")
+            await wait_until(lambda: order == ["prompt 1"])
+            c = start(tg, rt.cancel, ref.id)
+            await settle()
+            assert order == ["prompt 1"]  # the cancel waits for the prompt's answer
+            gate.set()
+            await c.wait()
+            await p.wait()
+        assert order == ["prompt 1", "cancel"]
+        assert c.error is None
+        assert p.error is None and p.prompt_result.stop_reason == "cancelled"
+        assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_caller_that_leaves_cancels_its_turn_and_the_next_prompt_is_clean(
+    time_scale: float,
+) -> None:
+    """A cancel scope around ``prompt`` abandons the wait *and* the turn: session/cancel goes
+    out, the turn's own late output is claimed by it, and the next prompt's result holds only
+    its own reply."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        agent = ex.last
+        async with anyio.create_task_group() as tg:
+            scope = anyio.CancelScope()
+
+            async def leaving() -> None:
+                with scope:
+                    await rt.prompt(ref.id, "first")
+
+            tg.start_soon(leaving)
+            await wait_until(lambda: live(s, 1))
+            agent.emit(MessageChunk(text="first's words", prompt_generation=1))
+            await settle()
+            scope.cancel()
+        await wait_until(lambda: s.generations[1].leaf == "completed")  # cancelled at the agent
+        assert sent(agent, "cancel") == [()]
+        agent.auto_complete = True
+        agent.reply = ("second's words",)
+        result = await rt.prompt(ref.id, "second")
+        assert result.agent_message == "second's words"
+        assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_caller_that_leaves_an_unanswered_turn_does_not_block_the_next(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """The agent ignores the cancel of an abandoned turn: the next prompt waits for that turn
+    to end at most its bound (10 s), then goes ahead; it is never blocked for good."""
+    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            scope = anyio.CancelScope()
+
+            async def leaving() -> None:
+                with scope:
+                    await rt.prompt(ref.id, "stuck")
+
+            tg.start_soon(leaving)
+            await wait_until(lambda: live(s, 1))
+            scope.cancel()
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "next")
+            await wait_until(lambda: live(s, 2), limit=60)
+            ex.last.complete(2)
+            await p.wait()
+        assert p.error is None and p.prompt_result.generation == 2
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_prompt_timeout_is_typed_and_cancels_the_turn(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """``prompt(..., timeout=)`` against a hung agent: PromptTimeout (a PromptError naming the
+    generation) within the bound, and the turn is cancelled at the agent."""
+    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        start_at = anyio.current_time()
+        with pytest.raises(PromptTimeout) as info:
+            await rt.prompt(ref.id, "hang", timeout=3 * time_scale)
+        assert anyio.current_time() - start_at < 4 * time_scale
+        assert info.value.generation == 1
+        await wait_until(lambda: sent(ex.last, "cancel") == [()])
+        await rt.stop(ref.id, "done")
+
+
+async def test_the_snapshot_is_never_ready_over_a_live_turn(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """The agent acknowledges the cancel and keeps running the turn: the cancel escalates, but
+    the execution stays RUNNING until the agent ends the turn (kandev said READY at once)."""
+    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            start(tg, rt.prompt, ref.id, "long")
+            await wait_until(lambda: live(s, 1))
+            with pytest.raises(CancelEscalated):
+                await rt.cancel(ref.id)
+        assert rt.get_execution(ref.id).status == "RUNNING"
+        ex.last.complete(1, "cancelled")
+        await wait_until(lambda: rt.get_execution(ref.id).status == "READY")
+        await rt.stop(ref.id, "done")
+
+
+async def test_wait_ready_returns_the_snapshot_once_ready(time_scale: float) -> None:
+    """``wait_ready`` waits through the init and the initial turn and returns the READY
+    snapshot."""
+    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec(prompt="hello"))
+        snapshot = await rt.wait_ready(ref.id)
+        assert snapshot.status == "READY" and snapshot.prompt_generation == 1
+        assert of_type(session_of(rt, ref.id), le.AgentReady)
+        await rt.stop(ref.id, "done")
+
+
+async def test_wait_ready_raises_the_init_failure_with_its_cause(time_scale: float) -> None:
+    """An init that fails: ``wait_ready`` raises SessionInitError whose ``__cause__`` is the
+    agent's refusal."""
+
+    def refusing() -> MemoryTransport:
+        t = MemoryTransport()
+
+        def refuse(cwd: str) -> SessionResult:
+            raise AgentRequestError(-32603, "Internal error: no sessions today")
+
+        t.handlers["session/new"] = refuse
+        return t
+
+    ex = MemoryExecutor(refusing)
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        with pytest.raises(SessionInitError) as info:
+            await rt.wait_ready(ref.id)
+        assert "no sessions today" in str(info.value)
+        assert isinstance(info.value.__cause__, AgentRequestError)
+        with pytest.raises(NotReadyForPrompts):
+            await rt.prompt(ref.id, "hi")
+        await rt.stop(ref.id, "done")
+
+
+async def test_cancelling_wait_ready_is_bounded(time_scale: float) -> None:
+    """A caller that stops waiting for READY leaves nothing behind: the execution keeps going
+    and stops cleanly."""
+    gate = anyio.Event()
+
+    def make() -> MemoryTransport:
+        t = MemoryTransport()
+
+        async def slow(cwd: str) -> SessionResult:
+            await gate.wait()
+            return SessionResult(session_id="s")
+
+        t.handlers["session/new"] = slow
+        return t
+
+    ex = MemoryExecutor(make)
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        with anyio.move_on_after(0.05) as scope:
+            await rt.wait_ready(ref.id)
+        assert scope.cancelled_caught
+        snapshot = await rt.stop(ref.id, "done")
+        assert snapshot.status == "STOPPED"
+        assert ("aclose", ()) in ex.last.calls

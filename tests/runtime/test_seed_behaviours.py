@@ -1,0 +1,112 @@
+"""Seed behaviours the first runtime missed (mapped branch by branch from kandev's
+lifecycle/session.go and manager_*.go): each test fails on the old runtime."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from acpfsm.adapters.events import Complete, MessageChunk
+from acpfsm.adapters.memory import MemoryTransport
+from acpfsm.adapters.transport import CancelResult
+from acpfsm.runtime import AgentReportedError, CancelEscalated
+from acpfsm.runtime import events as le
+
+from .memory_runtime import MemoryExecutor, make_runtime, session_of, spec, wait_until
+from .prompt_helpers import live, of_type, published, start
+
+pytestmark = pytest.mark.both_backends
+
+
+async def test_an_error_completion_reports_its_own_text(time_scale: float) -> None:
+    """An error ``complete`` carrying its text fails the turn with that text (kandev
+    extractErrorMessage), not "agent error completion"."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "go")
+            await wait_until(lambda: live(s, 1))
+            ex.last.emit(
+                Complete(prompt_generation=1, data={"is_error": True}, error="quota exceeded")
+            )
+            await p.wait()
+        assert isinstance(p.error, AgentReportedError)
+        assert str(p.error) == "agent error: quota exceeded"
+        (failed,) = of_type(s, le.AgentFailed)
+        assert failed.error == "quota exceeded"
+        await rt.stop(ref.id, "done")
+
+
+async def test_agent_running_comes_once_before_the_ready_that_ends_a_turn(
+    time_scale: float,
+) -> None:
+    """``agent.running`` is published once per execution, on the first activity while not
+    READY (kandev ``firstActivityOnce``), and a claimed generation-bearing success that finds
+    it not yet published publishes it before its ``agent.ready``; later turns publish none."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "one")
+            await wait_until(lambda: live(s, 1))
+            ex.last.complete(1)  # no activity at all before the end of the turn
+            await p.wait()
+        kinds = [type(e).__name__ for e in published(s)]
+        assert kinds.count("AgentRunning") == 1
+        assert kinds.index("AgentRunning") < kinds.index("AgentReady", kinds.index("AgentRunning"))
+        (ready_of_turn,) = [e for e in of_type(s, le.AgentReady) if e.prompt_generation == 1]
+        running = of_type(s, le.AgentRunning)[0]
+        assert published(s).index(running) < published(s).index(ready_of_turn)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "two")
+            await wait_until(lambda: live(s, 2))
+            ex.last.emit(MessageChunk(text="hi", prompt_generation=2))
+            ex.last.complete(2)
+            await p.wait()
+        assert len(of_type(s, le.AgentRunning)) == 1  # once per execution
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_cancel_with_no_turn_in_flight_unacknowledged_escalates_to_ready(
+    time_scale: float,
+) -> None:
+    """A cancel with no turn in flight that the agent does not acknowledge escalates
+    (CancelEscalated) and the execution is READY again, also from FAILED (kandev CancelAgent
+    with a closed ``promptFinished``)."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "one")
+            await wait_until(lambda: live(s, 1))
+            ex.last.fail(1, "provider error")
+            await p.wait()
+        assert rt.get_execution(ref.id).status == "FAILED"
+        ex.last.handlers["cancel"] = lambda: CancelResult(acknowledged=False)
+        readies = len(of_type(s, le.AgentReady))
+        with pytest.raises(CancelEscalated):
+            await rt.cancel(ref.id)
+        assert rt.get_execution(ref.id).status == "READY"
+        assert len(of_type(s, le.AgentReady)) == readies + 1
+        # acknowledged, with no turn in flight: nothing to escalate
+        ex.last.handlers["cancel"] = lambda: CancelResult(acknowledged=True)
+        await rt.cancel(ref.id)
+        assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
+async def test_acp_session_created_carries_the_resume_attempt(time_scale: float) -> None:
+    """seed D12: ``agent.acp_session_created`` carries the launch's resume attempt id."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec(metadata={"resume_attempt_id": "attempt-7"}))
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: bool(of_type(s, le.AcpSessionCreated)))
+        (created,) = of_type(s, le.AcpSessionCreated)
+        assert created.resume_attempt_id == "attempt-7"
+        await rt.stop(ref.id, "done")
