@@ -7,7 +7,6 @@ import anyio
 import pytest
 
 from acpfsm.adapters.events import Complete, MessageChunk
-from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import CancelResult
 from acpfsm.runtime import AgentReportedError, CancelEscalated
 from acpfsm.runtime import events as le
