@@ -447,10 +447,12 @@ class _RawGeneration(StateChart[Any]):
     """Raw python-statemachine: a generation's happy path as four flat states."""
 
     admitted = State("admitted", initial=True)
+    sending = State("sending")
     dispatched = State("dispatched")
     completed = State("completed")
     superseded = State("superseded", final=True)
-    dispatch_accepted = admitted.to(dispatched)
+    dispatch_started = admitted.to(sending)
+    dispatch_accepted = sending.to(dispatched)
     completion_received = dispatched.to(completed)
     superseded_by_successor = completed.to(superseded)
 
@@ -479,7 +481,7 @@ def _execution_cycle(engine: EngineName) -> Callable[[int], int]:
 
 def _prompt_cycle(engine: EngineName, observer: TransitionObserver) -> Callable[[int], int]:
     """What the runtime fires per prompt: BeginPrompt (the predecessor superseded, a new
-    PromptGeneration admitted, the execution RUNNING), then dispatch, claim, READY."""
+    PromptGeneration admitted, the execution RUNNING), then send, dispatch, claim, READY."""
     tags = {"execution_id": "bench"}
     execution = ExecutionChart.start(engine=engine, tags=tags, observers=(observer,))
     execution.fire("start_requested")
@@ -489,6 +491,7 @@ def _prompt_cycle(engine: EngineName, observer: TransitionObserver) -> Callable[
         previous = PromptGeneration.start(
             engine=engine, generation=0, tags=tags, observers=(observer,)
         )
+        previous.fire("dispatch_started")
         previous.fire("dispatch_accepted")
         previous.fire("completion_received", stop_reason="end_turn")
         for g in range(1, n + 1):
@@ -497,11 +500,12 @@ def _prompt_cycle(engine: EngineName, observer: TransitionObserver) -> Callable[
                 engine=engine, generation=g, tags=tags, observers=(observer,)
             )
             execution.fire("prompt_began")
+            current.fire("dispatch_started")
             current.fire("dispatch_accepted")
             current.fire("completion_received", stop_reason="end_turn")
             execution.fire("turn_completed", generation=g, stop_reason="end_turn")
             previous = current
-        return 5 * n
+        return 6 * n
 
     return cycle
 
@@ -535,17 +539,19 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
 
     def raw_prompt_cycle(n: int) -> int:
         previous = _RawGeneration()
+        previous.send("dispatch_started")
         previous.send("dispatch_accepted")
         previous.send("completion_received")
         for _ in range(n):
             previous.send("superseded_by_successor")
             current = _RawGeneration()
             raw_exec.send("prompt_began")
+            current.send("dispatch_started")
             current.send("dispatch_accepted")
             current.send("completion_received")
             raw_exec.send("turn_completed")
             previous = current
-        return 5 * n
+        return 6 * n
 
     def raw_new(n: int) -> int:
         for _ in range(n):
