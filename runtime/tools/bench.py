@@ -28,11 +28,11 @@
    ``StateChart`` of the same shape: the Execution chart's prompt cycle (``prompt_began`` /
    ``turn_completed``) against a bare two-state chart; the construction of a
    :class:`~acpfsm.statecharts.PromptGeneration` (the runtime builds one per prompt) against a
-   four-state chart's; and the whole per-prompt cycle the runtime fires (a new
-   PromptGeneration, ``dispatch_accepted``, ``completion_received``,
+   five-state chart's; and the whole per-prompt cycle the runtime fires (a new
+   PromptGeneration, ``dispatch_started``, ``dispatch_accepted``, ``completion_received``,
    ``superseded_by_successor`` and the two Execution transitions, with the runtime's
    :class:`~acpfsm.runtime.Trace` observer attached, records not kept) against a raw chart
-   doing the same five transitions. ``x cost`` is the cost per item relative to the row
+   doing the same six transitions. ``x cost`` is the cost per item relative to the row
    named after it: the compiled Execution cycle to the reference engine's, every other row to
    raw psm.
 
@@ -444,13 +444,15 @@ class _RawCycle(StateChart[Any]):
 
 
 class _RawGeneration(StateChart[Any]):
-    """Raw python-statemachine: a generation's happy path as four flat states."""
+    """Raw python-statemachine: a generation's happy path as five flat states."""
 
     admitted = State("admitted", initial=True)
+    sending = State("sending")
     dispatched = State("dispatched")
     completed = State("completed")
     superseded = State("superseded", final=True)
-    dispatch_accepted = admitted.to(dispatched)
+    dispatch_started = admitted.to(sending)
+    dispatch_accepted = sending.to(dispatched)
     completion_received = dispatched.to(completed)
     superseded_by_successor = completed.to(superseded)
 
@@ -489,6 +491,7 @@ def _prompt_cycle(engine: EngineName, observer: TransitionObserver) -> Callable[
         previous = PromptGeneration.start(
             engine=engine, generation=0, tags=tags, observers=(observer,)
         )
+        previous.fire("dispatch_started")
         previous.fire("dispatch_accepted")
         previous.fire("completion_received", stop_reason="end_turn")
         for g in range(1, n + 1):
@@ -497,11 +500,12 @@ def _prompt_cycle(engine: EngineName, observer: TransitionObserver) -> Callable[
                 engine=engine, generation=g, tags=tags, observers=(observer,)
             )
             execution.fire("prompt_began")
+            current.fire("dispatch_started")
             current.fire("dispatch_accepted")
             current.fire("completion_received", stop_reason="end_turn")
             execution.fire("turn_completed", generation=g, stop_reason="end_turn")
             previous = current
-        return 5 * n
+        return 6 * n
 
     return cycle
 
@@ -535,17 +539,19 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
 
     def raw_prompt_cycle(n: int) -> int:
         previous = _RawGeneration()
+        previous.send("dispatch_started")
         previous.send("dispatch_accepted")
         previous.send("completion_received")
         for _ in range(n):
             previous.send("superseded_by_successor")
             current = _RawGeneration()
             raw_exec.send("prompt_began")
+            current.send("dispatch_started")
             current.send("dispatch_accepted")
             current.send("completion_received")
             raw_exec.send("turn_completed")
             previous = current
-        return 5 * n
+        return 6 * n
 
     def raw_new(n: int) -> int:
         for _ in range(n):
@@ -555,8 +561,8 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
     observer = Trace(keep=False).observer("bench")
     raw_name = "raw psm: 2-state cycle"
     ref_cycle = "Execution, reference engine: prompt_began/turn_completed"
-    raw_new_name = "raw psm: new 4-state chart"
-    raw_full = "raw psm: new chart + 5 transitions"
+    raw_new_name = "raw psm: new 5-state chart"
+    raw_full = "raw psm: new chart + 6 transitions"
     return [
         RateRow(raw_name, *_timed(raw_cycle, cycles)),
         RateRow(ref_cycle, *_timed(_execution_cycle("reference"), cycles), baseline=raw_name),
@@ -581,12 +587,12 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
         ),
         RateRow(raw_full, *_timed(raw_prompt_cycle, cycles)),
         RateRow(
-            "prompt cycle, reference engine: new + 5, traced",
+            "prompt cycle, reference engine: new + 6, traced",
             *_timed(_prompt_cycle("reference", observer), cycles),
             baseline=raw_full,
         ),
         RateRow(
-            "prompt cycle: new PromptGeneration + 5, traced",
+            "prompt cycle: new PromptGeneration + 6, traced",
             *_timed(_prompt_cycle("compiled", observer), cycles),
             baseline=raw_full,
             goal=GOAL_CYCLE,
