@@ -30,6 +30,9 @@ NOT_OURS: dict[str, str] = {
     ),
     "acpfsm.adapters.reference_agent._wire.RpcError": "the reference agent's, as above",
     "acpfsm.adapters.reference_agent._faults.FaultError": "the reference agent's, as above",
+    "acpfsm.runtime.tools.agentctl._Stop": (
+        "private control flow: `acpfsm agentctl`'s SIGTERM handler stops it as Ctrl-C does"
+    ),
     "acpfsm.testing.reference.TraceViolationError": (
         "a test assertion (an AssertionError), raised by assert_trace_conforms in tests"
     ),

@@ -28,11 +28,11 @@
    ``StateChart`` of the same shape: the Execution chart's prompt cycle (``prompt_began`` /
    ``turn_completed``) against a bare two-state chart; the construction of a
    :class:`~acpfsm.statecharts.PromptGeneration` (the runtime builds one per prompt) against a
-   four-state chart's; and the whole per-prompt cycle the runtime fires (a new
-   PromptGeneration, ``dispatch_accepted``, ``completion_received``,
+   five-state chart's; and the whole per-prompt cycle the runtime fires (a new
+   PromptGeneration, ``dispatch_started``, ``dispatch_accepted``, ``completion_received``,
    ``superseded_by_successor`` and the two Execution transitions, with the runtime's
    :class:`~acpfsm.runtime.Trace` observer attached, records not kept) against a raw chart
-   doing the same five transitions. ``x cost`` is the cost per item relative to the row
+   doing the same six transitions. ``x cost`` is the cost per item relative to the row
    named after it: the compiled Execution cycle to the reference engine's, every other row to
    raw psm.
 
@@ -444,7 +444,7 @@ class _RawCycle(StateChart[Any]):
 
 
 class _RawGeneration(StateChart[Any]):
-    """Raw python-statemachine: a generation's happy path as four flat states."""
+    """Raw python-statemachine: a generation's happy path as five flat states."""
 
     admitted = State("admitted", initial=True)
     sending = State("sending")
@@ -561,8 +561,8 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
     observer = Trace(keep=False).observer("bench")
     raw_name = "raw psm: 2-state cycle"
     ref_cycle = "Execution, reference engine: prompt_began/turn_completed"
-    raw_new_name = "raw psm: new 4-state chart"
-    raw_full = "raw psm: new chart + 5 transitions"
+    raw_new_name = "raw psm: new 5-state chart"
+    raw_full = "raw psm: new chart + 6 transitions"
     return [
         RateRow(raw_name, *_timed(raw_cycle, cycles)),
         RateRow(ref_cycle, *_timed(_execution_cycle("reference"), cycles), baseline=raw_name),
@@ -587,12 +587,12 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
         ),
         RateRow(raw_full, *_timed(raw_prompt_cycle, cycles)),
         RateRow(
-            "prompt cycle, reference engine: new + 5, traced",
+            "prompt cycle, reference engine: new + 6, traced",
             *_timed(_prompt_cycle("reference", observer), cycles),
             baseline=raw_full,
         ),
         RateRow(
-            "prompt cycle: new PromptGeneration + 5, traced",
+            "prompt cycle: new PromptGeneration + 6, traced",
             *_timed(_prompt_cycle("compiled", observer), cycles),
             baseline=raw_full,
             goal=GOAL_CYCLE,

@@ -39,8 +39,8 @@ Violations (``Violation.kind``)
         it but it can never be selected there).
     ``second_outcome``
         a prompt generation entered a terminal outcome (a state it can only leave to
-        ``superseded``: completed, failed, undelivered, cancel_escalated) although it had
-        one already.
+        ``superseded``: completed, failed, undelivered, cancel_escalated, withdrawn) although
+        it had one already.
     ``steer_not_live``
         ``steered`` for a generation that is not in ``dispatched`` (dispatched and live).
     ``completion_before_dispatch``
@@ -59,7 +59,7 @@ Violations (``Violation.kind``)
         state or its ``agent_stream`` live (connecting, connected, reconnecting).
 
 The completion-before-dispatch rule. The PromptGeneration chart *declares* a completion
-claimed before dispatch (``admitted --completion_received--> completed``, lifecycle race R23:
+claimed before dispatch (``sending --completion_received--> completed``, lifecycle race R23:
 the agent answered before MarkPromptDispatched ran; the late ``dispatch_accepted`` is then an
 ignored self-transition), so that shape alone is legal and a correct runtime produces it.
 What a correct runtime can never produce is a claim for a generation that does not exist

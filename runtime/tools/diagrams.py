@@ -18,8 +18,8 @@ diff. For every chart class this module produces:
 
 Every SVG is a well-formed XML document (comments carry no ``--``; see :func:`xml_comment`)
 and fits a README: :func:`choose_layout` takes the first of :data:`LAYOUTS` (left to right,
-top to bottom, then the same with edge labels floated beside their edges) whose drawing is
-at most :data:`MAX_WIDTH_PT` wide. A simple state's self-transitions are listed inside its
+top to bottom, then the same with edge labels floated beside their edges, last with the
+top-level states stacked top to bottom) whose drawing is at most :data:`MAX_WIDTH_PT` wide. A simple state's self-transitions are listed inside its
 box (``↺ event``) instead of drawn as loops: the lifecycle declares many "ignored" late
 events that way.
 
@@ -40,6 +40,7 @@ target)`` triples, as in :class:`~acpfsm.statecharts._base.TransitionRecord`).
 from __future__ import annotations
 
 import html
+import itertools
 import os
 import re
 import shutil
@@ -523,10 +524,16 @@ class Layout:
     """How Graphviz lays a chart out. ``rankdir`` is the direction of the ranks; with
     ``floating_labels`` the edge labels are Graphviz ``xlabel``\\ s, placed after the layout
     next to their edge, so they take no room between the ranks (a dense chart gets much
-    narrower)."""
+    narrower). ``stacked`` puts the top-level states one after the other along the ranks, in
+    declaration order (invisible edges through a hidden point from every state box inside
+    one to every state box inside the next), instead of letting Graphviz place a compound state
+    beside the one its edges come from; its edges are drawn as curves (``splines=curved``),
+    since the routed splines of edges that leave a cluster swing wide around the stacked
+    clusters."""
 
     rankdir: Literal["LR", "TB"] = "LR"
     floating_labels: bool = False
+    stacked: bool = False
 
 
 LAYOUTS: tuple[Layout, ...] = (
@@ -534,6 +541,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout("TB"),
     Layout("LR", floating_labels=True),
     Layout("TB", floating_labels=True),
+    Layout("TB", floating_labels=True, stacked=True),
 )
 """The layouts :func:`choose_layout` tries, in order of preference."""
 
@@ -562,11 +570,12 @@ def render_dot(
     in_place = _in_place(cls, hl_transitions)
     name = cls.chart_name
     label_attr = "xlabel" if layout.floating_labels else "label"
+    splines = ", splines=curved" if layout.stacked else ""
     lines = [
         f"digraph {_q(name)} {{",
         (
             f"    graph [rankdir={layout.rankdir}, compound=true, fontname=Helvetica, "
-            f"fontsize=14, label={_q(name)}, labelloc=t, nodesep=0.35, ranksep=0.45];"
+            f"fontsize=14, label={_q(name)}, labelloc=t, nodesep=0.35, ranksep=0.45{splines}];"
         ),
         (
             '    node [shape=box, style="rounded,filled", fillcolor=white, fontname=Helvetica, '
@@ -662,8 +671,30 @@ def render_dot(
         if any(_edge_is_highlighted(e, hl_transitions) for e in group):
             attrs += [f'color="{_HL_EDGE}"', f'fontcolor="{_HL_EDGE}"', "penwidth=2.5"]
         lines.append(f"    {_endpoint(source)} -> {_endpoint(target)} [{', '.join(attrs)}];")
+    if layout.stacked:
+        lines += _stacking(_top_states(cls))
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _boxes(state: Any) -> list[str]:
+    """The state boxes drawn for ``state``: its own, or those of the simple states inside it
+    (constraining a compound's initial point or notes too draws it wider)."""
+    children = _children(state)
+    if not children:
+        return [str(state.id)]
+    return [sid for child in children for sid in _boxes(child)]
+
+
+def _stacking(tops: list[Any]) -> list[str]:
+    """Invisible edges that rank each top-level state after the one declared before it."""
+    lines: list[str] = []
+    for i, (before, after) in enumerate(itertools.pairwise(tops)):
+        point = _q(f"@stack:{i}")
+        lines.append(f'    {point} [shape=point, style=invis, width=0, label=""];')
+        lines += [f"    {_q(sid)} -> {point} [style=invis];" for sid in _boxes(before)]
+        lines += [f"    {point} -> {_q(sid)} [style=invis];" for sid in _boxes(after)]
+    return lines
 
 
 # --- SVG ----------------------------------------------------------------------------------

@@ -223,7 +223,7 @@ async def test_an_agent_agentctl_cannot_start_and_a_refused_token(
 def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     url = "http://127.0.0.1:9"
     assert main(["--agentctl", url, "--", *REFERENCE]) == 2
-    assert "--nonce N or its --token T" in capsys.readouterr().err
+    assert "--nonce N, its --token T or a --token-file FILE" in capsys.readouterr().err
     assert main(["--nonce", "n", "--", *REFERENCE]) == 2
     assert "--nonce need --agentctl URL" in capsys.readouterr().err
     assert main(["--agentctl", url, "--token", "t", "--cwd", "/tmp", "--", *REFERENCE]) == 2

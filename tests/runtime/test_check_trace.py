@@ -60,13 +60,15 @@ LIFE: list[tuple[str, str, str, str, int]] = [
     ("agent_stream", "connect_succeeded", "connecting", "connected", 0),
     ("execution", "booted", "starting", "ready", 0),
     ("execution", "prompt_began", "ready", "running", 0),
-    ("prompt_generation", "dispatch_accepted", "admitted", "awaited", 1),
+    ("prompt_generation", "dispatch_started", "admitted", "sending", 1),
+    ("prompt_generation", "dispatch_accepted", "sending", "awaited", 1),
     ("prompt_generation", "steered", "dispatched", "dispatched", 1),
     ("prompt_generation", "completion_received", "dispatched", "completed", 1),
     ("execution", "turn_completed", "running", "ready", 0),
     ("prompt_generation", "superseded_by_successor", "ended", "superseded", 1),
     ("execution", "prompt_began", "ready", "running", 0),
-    ("prompt_generation", "dispatch_accepted", "admitted", "awaited", 2),
+    ("prompt_generation", "dispatch_started", "admitted", "sending", 2),
+    ("prompt_generation", "dispatch_accepted", "sending", "awaited", 2),
     ("prompt_generation", "completion_received", "dispatched", "completed", 2),
     ("execution", "turn_completed", "running", "ready", 0),
     ("execution", "stop_requested", "active", "stopped", 0),
@@ -104,7 +106,8 @@ def test_the_declared_race_completion_before_dispatch_is_legal() -> None:
     """R23: the agent answers before MarkPromptDispatched; the late ack is ignored."""
     rows = [
         *LIFE[:5],
-        ("prompt_generation", "completion_received", "admitted", "completed", 1),
+        ("prompt_generation", "dispatch_started", "admitted", "sending", 1),
+        ("prompt_generation", "completion_received", "sending", "completed", 1),
         ("execution", "turn_completed", "running", "ready", 0),
         ("prompt_generation", "dispatch_accepted", "ended", "ended", 1),
         ("execution", "stop_requested", "active", "stopped", 0),
@@ -114,59 +117,59 @@ def test_the_declared_race_completion_before_dispatch_is_legal() -> None:
 
 
 def test_a_completion_for_a_generation_never_admitted() -> None:
-    rows = [*LIFE[:4], ("prompt_generation", "completion_received", "admitted", "completed", 1)]
+    rows = [*LIFE[:4], ("prompt_generation", "completion_received", "sending", "completed", 1)]
     records = life(rows)
     assert kinds(records, partial=True) == []  # partial traces skip admission
     assert kinds(records) == [(5, "completion_before_dispatch"), (5, "end_state")]
-    rows = [*LIFE[:4], ("prompt_generation", "dispatch_accepted", "admitted", "awaited", 1)]
+    rows = [*LIFE[:4], ("prompt_generation", "dispatch_started", "admitted", "sending", 1)]
     assert (5, "generation_not_admitted") in kinds(life(rows))
 
 
 def test_a_second_terminal_outcome() -> None:
     records = life()
     extra = rec(0, "prompt_generation", "completion_received", "completed", "failed", 2)
-    bad = renumber([*records[:13], extra, *records[13:]])
+    bad = renumber([*records[:15], extra, *records[15:]])
     result = check_records(bad)
-    assert [(v.line, v.kind) for v in result.violations] == [(14, "second_outcome")]
-    assert "line 13" in result.violations[0].message
+    assert [(v.line, v.kind) for v in result.violations] == [(16, "second_outcome")]
+    assert "line 15" in result.violations[0].message
     # the declared R7 duplicate (targetless, declared on ended) is not a second outcome
     dup = rec(0, "prompt_generation", "completion_received", "ended", "ended", 2)
-    assert kinds(renumber([*records[:13], dup, *records[13:]])) == []
+    assert kinds(renumber([*records[:15], dup, *records[15:]])) == []
 
 
 def test_steer_into_a_generation_that_is_not_live() -> None:
     records = life()
     steer = rec(0, "prompt_generation", "steered", "completed", "completed", 1)
-    assert kinds(renumber([*records[:8], steer, *records[8:]])) == [(9, "steer_not_live")]
+    assert kinds(renumber([*records[:9], steer, *records[9:]])) == [(10, "steer_not_live")]
 
 
 def test_a_superseded_generation_may_only_ignore_events() -> None:
     records = life()
     late = rec(0, "prompt_generation", "completion_received", "superseded", "completed", 1)
-    assert kinds(renumber([*records[:11], late, *records[11:]])) == [(12, "superseded_changed")]
+    assert kinds(renumber([*records[:12], late, *records[12:]])) == [(13, "superseded_changed")]
     ignored = rec(0, "prompt_generation", "completion_received", "superseded", "superseded", 1)
-    assert kinds(renumber([*records[:11], ignored, *records[11:]])) == []
+    assert kinds(renumber([*records[:12], ignored, *records[12:]])) == []
 
 
 def test_admission_while_the_predecessor_is_not_superseded() -> None:
     records = life()
-    del records[9]  # superseded_by_successor of generation 1
-    assert kinds(renumber(records)) == [(10, "not_superseded")]
+    del records[10]  # superseded_by_successor of generation 1
+    assert kinds(renumber(records)) == [(11, "not_superseded")]
 
 
 def test_dropped_swapped_and_duplicated_records_name_their_line() -> None:
     records = life()
-    dropped = records[:5] + records[6:]  # dispatch_accepted of generation 1
-    assert kinds(dropped) == [(6, "sequence"), (6, "steer_not_live")]
-    swapped = [*records[:5], records[6], records[5], *records[7:]]
+    dropped = records[:6] + records[7:]  # dispatch_accepted of generation 1
+    assert kinds(dropped) == [(7, "sequence"), (7, "steer_not_live")]
+    swapped = [*records[:6], records[7], records[6], *records[8:]]
     assert kinds(swapped) == [
-        (6, "sequence"),
-        (6, "steer_not_live"),
         (7, "sequence"),
-        (7, "source_mismatch"),
+        (7, "steer_not_live"),
+        (8, "sequence"),
+        (8, "source_mismatch"),
     ]
-    again = [*records[:8], records[7], *records[8:]]
-    assert kinds(again) == [(9, "sequence"), (9, "second_outcome")]
+    again = [*records[:9], records[8], *records[9:]]
+    assert kinds(again) == [(10, "sequence"), (10, "second_outcome")]
 
 
 def test_names_the_charts_do_not_declare() -> None:
@@ -194,11 +197,11 @@ def test_an_undeclared_transition() -> None:
 
 def test_end_states() -> None:
     records = life()
-    assert kinds(records[:-2]) == [(14, "end_state")]  # never stopped
+    assert kinds(records[:-2]) == [(16, "end_state")]  # never stopped
     assert kinds(records[:-2], partial=True) == []
     # stopped, but the stream still claims to be connected
     found = check_records(records[:-1]).violations
-    assert [(v.line, v.kind, v.chart) for v in found] == [(15, "end_state", "agent_stream")]
+    assert [(v.line, v.kind, v.chart) for v in found] == [(17, "end_state", "agent_stream")]
     # a lost stream that was never closed is at rest
     lost = rec(0, "agent_stream", "connection_lost", "connected", "disconnected")
     assert kinds(renumber([*records[:-1], lost])) == []
@@ -210,7 +213,7 @@ def test_seq_restarts_when_a_second_trace_is_appended() -> None:
     assert kinds(first + second) == []
     # the second trace lost its first record (start_requested): one gap, then booted is
     # taken from RUNNING instead of STARTING
-    assert kinds(first + second[1:]) == [(17, "sequence"), (19, "source_mismatch")]
+    assert kinds(first + second[1:]) == [(19, "sequence"), (21, "source_mismatch")]
 
 
 class Gate(Chart):
@@ -476,7 +479,7 @@ def test_malformed_or_unreadable_files_exit_2_with_the_line(
 
 
 def test_a_large_trace_streams_through(tmp_path: Path) -> None:
-    """Not a timing assertion: 40 000 records in chunks, with one violation near the end."""
+    """Not a timing assertion: 45 000 records in chunks, with one violation near the end."""
     records: list[TraceRecord] = []
     for n in range(2500):
         for r in life():
@@ -486,5 +489,5 @@ def test_a_large_trace_streams_through(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "large.jsonl", records)
     assert path.stat().st_size > 2 * (1 << 20)  # several read chunks
     result = check_file(path)
-    assert result.records == 40_000 and result.executions == 2500
-    assert [(v.line, v.kind) for v in result.violations] == [(39_999, "source_mismatch")]
+    assert result.records == 45_000 and result.executions == 2500
+    assert [(v.line, v.kind) for v in result.violations] == [(44_999, "source_mismatch")]

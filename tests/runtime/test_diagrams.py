@@ -136,7 +136,7 @@ def test_svg_is_rendered_by_graphviz_pure() -> None:
         assert f"<title>{state}</title>" in svg
     assert re.search(r">finished</text>\n<text [^>]*>\[is_ok\]</text>", svg)
     assert re.search(r">finished</text>\n<text [^>]*>\[not is_ok\]</text>", svg)
-    assert ">↺ late_reply, duplicate_reply, ignored</text>" in svg  # listed in idle's box
+    assert ">ignores late_reply, duplicate_reply, ignored</text>" in svg  # listed in idle's box
 
 
 def test_dot_shapes_compounds_initial_and_final_states() -> None:
@@ -164,6 +164,40 @@ def test_dot_layouts() -> None:
     top_down = diagrams.render_dot(Toy, layout=diagrams.Layout("TB", floating_labels=True))
     assert "rankdir=TB" in top_down
     assert '"idle" -> "@initial:working" [xlabel="began", lhead="cluster_working"];' in top_down
+
+
+def test_a_stacked_layout_ranks_each_top_level_state_after_the_previous_one() -> None:
+    """Invisible edges through a hidden point from every state box of one top-level state
+    to every state box of the next, in declaration order; curved edges."""
+    plain = diagrams.render_dot(Toy, layout=diagrams.Layout("TB", floating_labels=True))
+    assert "@stack" not in plain and "splines" not in plain
+    dot = diagrams.render_dot(Toy, layout=diagrams.Layout("TB", True, stacked=True))
+    assert "splines=curved" in dot
+    invisible = [line.strip() for line in dot.splitlines() if "style=invis" in line]
+    assert invisible == [
+        '"@stack:0" [shape=point, style=invis, width=0, label=""];',
+        '"idle" -> "@stack:0" [style=invis];',
+        '"@stack:0" -> "starting" [style=invis];',
+        '"@stack:0" -> "running" [style=invis];',
+        '"@stack:1" [shape=point, style=invis, width=0, label=""];',
+        '"starting" -> "@stack:1" [style=invis];',
+        '"running" -> "@stack:1" [style=invis];',
+        '"@stack:1" -> "done" [style=invis];',
+        '"@stack:2" [shape=point, style=invis, width=0, label=""];',
+        '"done" -> "@stack:2" [style=invis];',
+        '"@stack:2" -> "failed" [style=invis];',
+    ]
+    assert diagrams.LAYOUTS[-1] == diagrams.Layout("TB", floating_labels=True, stacked=True)
+
+
+def test_the_prompt_generation_chart_is_drawn_stacked_to_fit() -> None:
+    """The densest chart is wider than a README in every unstacked layout."""
+    chart = statecharts.PromptGeneration
+    exe = diagrams.find_graphviz()
+    for layout in diagrams.LAYOUTS[:-1]:
+        svg = diagrams.render_svg(diagrams.render_dot(chart, layout=layout), binary=exe)
+        assert diagrams.svg_width(svg) > diagrams.MAX_WIDTH_PT, layout
+    assert diagrams.choose_layout(chart, binary=exe) == diagrams.LAYOUTS[-1]
 
 
 class Chain(Chart):

@@ -109,6 +109,7 @@ async def test_a_fixed_script_gives_the_same_trace_on_both_engines(time_scale: f
     charts = {r[2] for r in compiled}
     assert charts == {
         "execution",
+        "first_activity",
         "agent_stream",
         "session_init",
         "config_settlement",
@@ -125,4 +126,7 @@ async def test_a_fixed_script_gives_the_same_trace_on_both_engines(time_scale: f
         ("execution", "process_exited"),
         ("prompt_generation", "execution_stopped"),
         ("start_model_policy", "policy_evaluated"),
+        ("prompt_generation", "dispatch_started"),
+        ("execution", "activity_recorded"),
+        ("first_activity", "activity_seen"),
     } <= fired

@@ -36,9 +36,10 @@ def test_highlights_follow_the_records(trace: Path) -> None:
     assert set(by_chart) == {c.chart_name for c in ALL_CHARTS}
     gen = by_chart["prompt_generation"]
     assert gen.instances == 2
-    assert ("admitted", "dispatch_accepted", "awaited") in gen.transitions
+    assert ("admitted", "dispatch_started", "sending") in gen.transitions
+    assert ("sending", "dispatch_accepted", "awaited") in gen.transitions
     # entering awaited is being in dispatched; the initial state counts as visited
-    assert {"admitted", "dispatched", "awaited", "completed", "superseded"} <= gen.states
+    assert {"admitted", "sending", "dispatched", "awaited", "completed", "superseded"} <= gen.states
     assert "reconnecting" not in gen.states
     assert by_chart["start_model_policy"].records == 0
     assert not by_chart["start_model_policy"].states
@@ -59,8 +60,9 @@ def test_cli_writes_mermaid_svg_and_an_index(
         ["README.md", *(f"{c}.mmd" for c in charts), *(f"{c}.svg" for c in charts)]
     )
     mermaid = (out / "prompt_generation.mmd").read_text()
-    assert "admitted --> awaited : ✔ dispatch_accepted" in mermaid
-    assert "admitted --> unawaited : dispatch_accepted [is_dispatch_only]" in mermaid  # not taken
+    assert "admitted --> sending : ✔ dispatch_started" in mermaid
+    assert "sending --> awaited : ✔ dispatch_accepted" in mermaid
+    assert "sending --> unawaited : dispatch_accepted [is_dispatch_only]" in mermaid  # not taken
     # a fired targetless transition is marked in its state's list, not drawn as a loop
     note = mermaid[mermaid.index("note right of ended") : mermaid.index("end note", mermaid.index("note right of ended"))]  # fmt: skip
     assert "✔ successor_admitting" in note and "ended --> ended" not in mermaid

@@ -13,6 +13,7 @@ from acpfsm.statecharts import (
     ConfigSettlement,
     ErrorClass,
     Execution,
+    FirstActivity,
     PromptGeneration,
     SessionInit,
     StartModelPolicy,
@@ -84,27 +85,31 @@ CONFIG_SETTLEMENT_RECIPES: dict[str, Recipe] = {
 
 # --- PromptGeneration -----------------------------------------------------------------------
 
-_DISPATCHED: Recipe = [("dispatch_accepted", {})]
+_SENDING: Recipe = [("dispatch_started", {})]
+_DISPATCHED: Recipe = [*_SENDING, ("dispatch_accepted", {})]
+_RELEASING: Recipe = [*_DISPATCHED, ("cancel_answered", {"acknowledged": False})]
+_ESCALATING: Recipe = [*_DISPATCHED, ("cancel_answered", {"stream_disconnected": True})]
 PROMPT_RECIPES: dict[str, Recipe] = {
     "live": [],
     "admitted": [],
-    "reconnecting": [("dispatch_unreachable", {"reconnectable": True})],
+    "sending": _SENDING,
+    "reconnecting": [*_SENDING, ("dispatch_unreachable", {"reconnectable": True})],
     "dispatched": _DISPATCHED,
     "awaited": _DISPATCHED,
     "stall_reported": [*_DISPATCHED, ("stall_detected", {"stalled_for": 30.0})],
     "unawaited": _DISPATCHED,  # with the constant dispatch_only
     "handed_off": [*_DISPATCHED, ("handoff_received", {})],
-    "escalating": [*_DISPATCHED, ("cancel_answered", {"acknowledged": False})],
+    "abandoned": [*_DISPATCHED, ("waiter_abandoned", {})],
+    "releasing": _RELEASING,
+    "escalating": _ESCALATING,
+    "escalated": [*_ESCALATING, ("waiter_returned", {})],
     "ended": [*_DISPATCHED, ("completion_received", {"stop_reason": "end_turn"})],
     "completed": [*_DISPATCHED, ("completion_received", {"stop_reason": "end_turn"})],
     "failed": [*_DISPATCHED, ("completion_received", {"is_error": True, "error": "boom"})],
-    "undelivered": [("dispatch_failed", {"error": "no route"})],
-    "cancel_escalated": [
-        *_DISPATCHED,
-        ("cancel_answered", {"acknowledged": False}),
-        ("waiter_returned", {}),
-    ],
+    "undelivered": [*_SENDING, ("dispatch_failed", {"error": "no route"})],
+    "cancel_escalated": [*_RELEASING, ("waiter_returned", {})],
     "disconnected": [*_DISPATCHED, ("stream_lost", {"error": "gone"})],
+    "withdrawn": [("cancel_requested", {})],
     "superseded": [("superseded_by_successor", {})],
 }
 
@@ -119,17 +124,22 @@ EXECUTION_RECIPES: dict[str, Recipe] = {
     "failed": [("process_exited", {"exit_code": 1, "error": "exit status 1"})],
 }
 
+# --- FirstActivity ------------------------------------------------------------------------
+
+FIRST_ACTIVITY_RECIPES: dict[str, Recipe] = {"quiet": [], "announced": [("activity_seen", {})]}
+
 # --- AgentStream ----------------------------------------------------------------------------
 
+_UP: Recipe = [("connect_started", {}), ("connect_succeeded", {})]
+_ANNOUNCED: Recipe = [*_UP, ("connection_lost", {"redialable": True})]
 STREAM_RECIPES: dict[str, Recipe] = {
     "disconnected": [],
     "connecting": [("connect_started", {})],
-    "connected": [("connect_started", {}), ("connect_succeeded", {})],
-    "reconnecting": [
-        ("connect_started", {}),
-        ("connect_succeeded", {}),
-        ("connection_lost", {"reconnectable": True}),
-    ],
+    "connected": _UP,
+    "reconnecting": _ANNOUNCED,
+    "announced": _ANNOUNCED,
+    "silent": [*_UP, ("connection_lost", {"redialable": True, "clean": True})],
+    "giving_up": [*_ANNOUNCED, ("reconnect_timed_out", {})],
 }
 
 #: Event data tried, in order, to select each guarded branch of an event.
@@ -168,7 +178,7 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
     "cancel_answered": [{"acknowledged": False}, {"stream_disconnected": True}, {}],
     "completion_received": [
         {"startup_generation": 99},
-        {"cancel_release": True},
+        {"is_error": True, "cancel_release": True},
         {"is_error": True},
         {},
     ],
@@ -182,8 +192,8 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
     ],
     "stream_lost": [{"generation": 2}, {}],
     # AgentStream
-    "connection_lost": [{"reconnectable": True}, {}],
-    "reconnect_requested": [{"reconnectable": True}],
+    "connection_lost": [{"redialable": True, "clean": True}, {"redialable": True}, {}],
+    "redial_failed": [{"fatal": True}, {}],
 }
 
 #: chart class → (constants to try, in order; recipes). The first constants are the
@@ -205,6 +215,7 @@ CHARTS: dict[type[Chart], tuple[list[dict[str, Any]], dict[str, Recipe]]] = {
         PROMPT_RECIPES,
     ),
     Execution: ([{}], EXECUTION_RECIPES),
+    FirstActivity: ([{}], FIRST_ACTIVITY_RECIPES),
     AgentStream: ([{}], STREAM_RECIPES),
 }
 

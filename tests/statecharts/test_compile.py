@@ -494,6 +494,7 @@ def test_unknown_constants_are_refused(engine: EngineName) -> None:
 def test_guards_read_the_constants(engine: EngineName) -> None:
     def outcome(**constants: Any) -> str:
         gen = PromptGeneration.start(engine=engine, **constants)
+        gen.fire("dispatch_started")
         return gen.fire("dispatch_accepted").state
 
     assert outcome() == "awaited"
@@ -545,5 +546,5 @@ def test_a_generations_terminal_outcomes_are_the_states_it_only_leaves_when_supe
     """check-trace's ``second_outcome`` rule reads these: targetless transitions declared on
     ``ended`` keep a leaf where it is; ``disconnected`` may still claim a completion."""
     outcomes = PromptGeneration.compiled().absorbing_states("superseded")
-    assert outcomes == {"completed", "failed", "undelivered", "cancel_escalated"}
+    assert outcomes == {"completed", "failed", "undelivered", "cancel_escalated", "withdrawn"}
     assert Box.compiled().absorbing_states("gone") == frozenset()

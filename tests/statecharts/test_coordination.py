@@ -203,9 +203,6 @@ UNREACHABLE: dict[tuple[str, str, str], str] = {
         "a process exit reaches the runtime after the stream loss that ends the live "
         "generation (the pump handles both in order), so no generation can complete later"
     ),
-    ("prompt_generation.cancel_escalated", "execution", "completed"): (
-        "as above: after the process exit no generation is live, so none escalates"
-    ),
 }
 
 
@@ -256,9 +253,144 @@ def test_a_generation_outcome_moves_the_execution(engine: EngineName) -> None:
         ("prompt_generation", "completion_received", "completed"),
         ("execution", "turn_completed", "ready"),
     ]
-    assert (
-        str(fired[1][1].effects[0]) == "publish_agent_ready(generation=4, stop_reason='end_turn')"
-    )
+    assert [str(e) for e in fired[1][1].effects] == [
+        "announce_first_activity",
+        "publish_agent_ready(generation=4, stop_reason='end_turn')",
+        "watch_for_wakeup",
+    ]
+
+
+#: the execution's effects when a turn ended without a reply of the agent's
+READY_AGAIN = ["publish_agent_ready(generation=4, stop_reason='')", "watch_for_wakeup"]
+
+#: (walk of the generation, event, its data, the generation's outcome, the execution's
+#: event and status afterwards, the execution's effects)
+OUTCOMES: list[tuple[str, str, dict[str, Any], str, str, str, list[str]]] = [
+    (
+        "awaited",
+        "completion_received",
+        {"is_error": True, "error": "boom"},
+        "failed",
+        "turn_failed",
+        "failed",
+        ["record_failure(error='boom')", "publish_agent_failed(error='boom', generation=4, phase='prompt_send')"],
+    ),
+    (
+        "awaited",
+        "completion_received",
+        {"is_error": True, "cancel_release": True, "error": "released"},
+        "failed",  # the waiter learns a cancel escalation, the execution fails
+        "turn_failed",
+        "failed",
+        ["record_failure(error='released')", "publish_agent_failed(error='released', generation=4, phase='prompt_send')"],
+    ),
+    (
+        "awaited",
+        "completion_received",
+        {"is_error": True, "error": "boom", "shutting_down": True},
+        "failed",
+        "turn_failed",
+        "stopped",  # R32
+        ["record_finish", "publish_agent_stopped(reason='shutdown')"],
+    ),
+    (
+        "releasing",
+        "waiter_returned",
+        {},
+        "cancel_escalated",
+        "cancel_escalated",
+        "ready",
+        READY_AGAIN,
+    ),
+    (
+        "sending",
+        "dispatch_failed",
+        {"cancel_release": True, "error": "released"},
+        "cancel_escalated",
+        "cancel_escalated",
+        "ready",
+        READY_AGAIN,
+    ),
+    (
+        "sending",
+        "dispatch_failed",
+        {"error": "no route"},
+        "undelivered",
+        "turn_undelivered",
+        "ready",
+        READY_AGAIN,
+    ),
+    (
+        "admitted",
+        "cancel_requested",
+        {},
+        "withdrawn",
+        "turn_undelivered",
+        "ready",
+        READY_AGAIN,
+    ),
+    (
+        "awaited",
+        "stream_lost",
+        {"error": "gone"},
+        "disconnected",
+        "stream_lost",
+        "failed",
+        ["record_failure(error='gone')"],  # the generation published the stream error
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("recipe", "event", "data", "outcome", "follows", "status", "effects"),
+    OUTCOMES,
+    ids=[f"{o[3]}-{o[1]}" for o in OUTCOMES],
+)
+def test_every_outcome_of_a_generation_moves_the_execution(
+    engine: EngineName,
+    recipe: str,
+    event: str,
+    data: dict[str, Any],
+    outcome: str,
+    follows: str,
+    status: str,
+    effects: list[str],
+) -> None:
+    gen = walk(PromptGeneration.start(engine=engine, generation=4), PROMPT_RECIPES[recipe])
+    ex = walk(Execution.start(engine=engine), [("prompt_began", {})])
+    machines = {"prompt_generation": gen, "execution": ex}
+    fired = fire(machines, gen, event, data)
+    # a stop comes back to the generation, which has ended already: nothing changes
+    back = [("prompt_generation", "execution_stopped", outcome)] if status == "stopped" else []
+    assert _trail(fired) == [
+        ("prompt_generation", event, outcome),
+        ("execution", follows, status),
+        *back,
+    ]
+    assert [str(e) for e in fired[1][1].effects] == effects
+
+
+@pytest.mark.parametrize(
+    ("recipe", "event", "data", "state"),
+    [
+        ("awaited", "cancel_answered", {"stream_disconnected": True}, "escalating"),
+        ("escalating", "waiter_returned", {}, "escalated"),
+        ("awaited", "cancel_answered", {"acknowledged": False}, "releasing"),
+        ("awaited", "waiter_abandoned", {}, "abandoned"),
+        ("awaited", "handoff_received", {}, "handed_off"),
+        ("sending", "dispatch_unreachable", {"reconnectable": True, "error": "x"}, "reconnecting"),
+    ],
+)
+def test_a_turn_still_owed_leaves_the_execution_running(
+    engine: EngineName, recipe: str, event: str, data: dict[str, Any], state: str
+) -> None:
+    """An escalated, released, abandoned or handed-off turn may still end at the agent: the
+    execution stays RUNNING until it does (or the carrier gives it up, or a stop)."""
+    gen = walk(PromptGeneration.start(engine=engine, generation=4), PROMPT_RECIPES[recipe])
+    ex = walk(Execution.start(engine=engine), [("prompt_began", {})])
+    fired = fire({"prompt_generation": gen, "execution": ex}, gen, event, data)
+    assert _trail(fired) == [("prompt_generation", event, state)]
+    assert ex.state == "running"
 
 
 def test_a_stop_ends_the_live_generation_and_closes_the_stream(engine: EngineName) -> None:
