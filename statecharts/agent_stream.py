@@ -88,11 +88,13 @@ class AgentStream(Chart):
         reconnecting.announced.to(connected)
         | reconnecting.silent.to(connected)
         | giving_up.to(None)  # a dial that won the race with the give-up
+        | disconnected.to(None)  # … or with the carrier's own end
     )
     redial_failed = (
         reconnecting.to(giving_up, cond="fatal")
         | reconnecting.to(None)  # retryable: the next dial
         | giving_up.to(None)
+        | disconnected.to(None)  # a dial result that raced the carrier's end
     )
     reconnect_timed_out = reconnecting.to(giving_up) | giving_up.to(None)
 

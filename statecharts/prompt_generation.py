@@ -137,6 +137,7 @@ class PromptGeneration(Chart):
         live.sending.to(live.dispatched.unawaited, cond="is_dispatch_only")
         | live.sending.to(live.dispatched.awaited)
         | live.abandoned.to(None)  # the ack of a prompt whose waiter left: a cancel follows
+        | live.releasing.to(None)  # a late ack after the carrier gave the turn up
         | live.escalating.to(None)  # a late ack after the cancel released the trigger
         | live.escalated.to(None)
         | ended.to(None)  # R23: completion claimed before MarkPromptDispatched
@@ -164,7 +165,8 @@ class PromptGeneration(Chart):
         | live.dispatched.to(ended.failed, cond="is_cancel_release")
         | live.dispatched.to(ended.failed, cond="is_error")
         | live.dispatched.to(ended.completed)
-        | live.sending.to(ended.failed, cond="is_error")  # R23: before MarkPromptDispatched
+        | live.sending.to(ended.failed, cond="is_cancel_release")  # R23: before the ack
+        | live.sending.to(ended.failed, cond="is_error")
         | live.sending.to(ended.completed)
         | live.handed_off.to(ended.failed, cond="is_error")
         | live.handed_off.to(ended.completed)
@@ -193,6 +195,8 @@ class PromptGeneration(Chart):
         live.dispatched.to(ended.disconnected)
         | live.handed_off.to(ended.disconnected)
         | live.abandoned.to(ended.disconnected)
+        | live.releasing.to(ended.disconnected)  # the escalation ends with the stream
+        | live.escalating.to(ended.disconnected)
         | live.escalated.to(ended.disconnected)
         | live.to(None)  # not yet at the agent: the dispatch reports its own failure
         | ended.to(None)
@@ -203,6 +207,8 @@ class PromptGeneration(Chart):
         live.dispatched.to(ended.disconnected)
         | live.handed_off.to(ended.disconnected)
         | live.abandoned.to(ended.disconnected)
+        | live.releasing.to(ended.disconnected)
+        | live.escalating.to(ended.disconnected)
         | live.escalated.to(ended.disconnected)
         | live.to(None)
         | ended.to(None)
@@ -230,7 +236,8 @@ class PromptGeneration(Chart):
     # (an end may still come after a redial), and for a dispatch-only turn (nobody waits on
     # it); otherwise wait (≤ 10 s) for the turn to end.
     cancel_answered = (
-        live.dispatched.to(live.releasing, cond="turn_given_up")
+        live.dispatched.unawaited.to(live.releasing, cond="turn_given_up")
+        | live.dispatched.to(live.releasing, cond="turn_given_up")
         | live.handed_off.to(live.releasing, cond="turn_given_up")
         | live.abandoned.to(live.releasing, cond="turn_given_up")
         | live.dispatched.unawaited.to(live.escalating)
@@ -367,7 +374,10 @@ class PromptGeneration(Chart):
             "completion_received: dispatched -> failed [is_error]": [
                 effect("release_waiter", "error", result="agent_error")
             ],
-            "completion_received: sending -> failed": [
+            "completion_received: sending -> failed [is_cancel_release]": [
+                effect("release_waiter", "error", result="agent_cancel_escalated")
+            ],
+            "completion_received: sending -> failed [is_error]": [
                 effect("release_waiter", "error", result="agent_error")
             ],
             "completion_received: handed_off -> failed": [
@@ -405,6 +415,12 @@ class PromptGeneration(Chart):
                 effect("publish_stream_error", "generation", "error")
             ],
             "stream_lost: escalated -> disconnected": [
+                effect("publish_stream_error", "generation", "error")
+            ],
+            "stream_lost: releasing -> disconnected": [
+                effect("publish_stream_error", "generation", "error")
+            ],
+            "stream_lost: escalating -> disconnected": [
                 effect("publish_stream_error", "generation", "error")
             ],
             "cancel_requested: sending": ["await_dispatch"],

@@ -160,6 +160,9 @@ CASES: list[tuple[Walk, str, dict[str, Any], str, str | None, str, tuple[Effect,
         (*STOP, e("give_up", error="redial failed: 401")),
     ),
     (GIVING_UP, "redial_failed", {"failures": 1, "error": "x"}, "giving_up", None, "giving_up", ()),
+    # a dial result that raced the carrier's own end (a final loss): nothing changes
+    ([], "redial_failed", {"failures": 1, "error": "x"}, "disconnected", None, "disconnected", ()),
+    ([], "redial_succeeded", {}, "disconnected", None, "disconnected", ()),
     (
         SILENT,
         "reconnect_timed_out",
@@ -244,9 +247,10 @@ def test_an_outage_from_loss_to_redial() -> None:
 
 def test_a_stdio_loss_is_final() -> None:
     """Pipes cannot be redialled: the loss (not ``redialable``) is final and announced, and
-    nothing redials it (no dial result is accepted)."""
+    nothing redials it: a dial result that raced the carrier's end changes nothing."""
     machine = walk(AgentStream.start(), UP)
     step = machine.fire("connection_lost", error="peer disconnected")
     assert machine.state == "disconnected" and step.effects == (Effect("announce_loss"),)
-    with pytest.raises(IllegalTransition):
-        machine.fire("redial_failed", failures=1, error="x")
+    for event in ("redial_failed", "redial_succeeded"):
+        late = machine.fire(event, failures=1, error="x")
+        assert late.targetless and late.effects == () and machine.state == "disconnected"
