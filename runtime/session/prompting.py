@@ -41,7 +41,7 @@ from ..errors import (
     SteerDispatchTimeout,
     SteerNotDispatched,
 )
-from ..types import PromptResult
+from ..types import PromptResult, stop_reason_of
 from .cancelling import Canceller
 from .context import ExecutionContext
 from .init import InitDriver
@@ -89,8 +89,12 @@ class PromptDriver:
         validate_status: bool = True,
         initial: bool = False,
         timeout: float | None = None,  # noqa: ASYNC109 - a typed PromptTimeout, turn cancelled
+        on_admitted: Callable[[int], object] | None = None,
     ) -> PromptResult:
-        """``sendPrompt``; ``timeout`` bounds the whole call (PromptTimeout, turn cancelled)."""
+        """``sendPrompt``; ``timeout`` bounds the whole call (PromptTimeout, turn cancelled).
+        ``on_admitted(generation)`` is called the moment the prompt's generation is admitted,
+        before anything of that generation can be sent or published (a streamed turn
+        attributes the events by it)."""
         ctx = self.ctx
         with anyio.move_on_after(math.inf if timeout is None else timeout) as bound:
             if not initial:
@@ -101,6 +105,8 @@ class PromptDriver:
                     await self._validate_status()
                 async with ctx.lifecycle_lock:
                     generation, fired = self.turns.admit(dispatch_only)
+                    if on_admitted is not None:
+                        on_admitted(generation.number)
                     # resetStreamingStateWithHistory (R20): detach the unclaimed partial
                     # text and reset the buffer in one step; a chunk arriving meanwhile is
                     # the new turn's
@@ -335,7 +341,7 @@ class PromptDriver:
         result = generation.result
         if result == "completed":
             return PromptResult(
-                stop_reason=generation.stop_reason or "end_turn",
+                stop_reason=stop_reason_of(generation.stop_reason or "end_turn"),
                 generation=g,
                 agent_message=generation.agent_message,
             )
