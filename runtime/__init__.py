@@ -32,6 +32,7 @@ from . import events as events
 from .errors import AcpfsmError as AcpfsmError
 from .errors import AgentReportedError as AgentReportedError
 from .errors import AttachmentError as AttachmentError
+from .errors import AuthenticationRequired as AuthenticationRequired
 from .errors import CancelEscalated as CancelEscalated
 from .errors import CancelEscalatedAgentError as CancelEscalatedAgentError
 from .errors import CancelFailed as CancelFailed
@@ -42,6 +43,7 @@ from .errors import LaunchSpecError as LaunchSpecError
 from .errors import NotReadyForPrompts as NotReadyForPrompts
 from .errors import PendingDispatchedPromptTimeout as PendingDispatchedPromptTimeout
 from .errors import ProfileNotFound as ProfileNotFound
+from .errors import PromptAuthenticationRequired as PromptAuthenticationRequired
 from .errors import PromptDispatchError as PromptDispatchError
 from .errors import PromptError as PromptError
 from .errors import PromptTimeout as PromptTimeout
@@ -94,6 +96,7 @@ __all__ = [
     "Attachment",
     "AttachmentError",
     "AuthenticationFailed",
+    "AuthenticationRequired",
     "CancelEscalated",
     "CancelEscalatedAgentError",
     "CancelFailed",
@@ -111,6 +114,7 @@ __all__ = [
     "NotReadyForPrompts",
     "PendingDispatchedPromptTimeout",
     "ProfileNotFound",
+    "PromptAuthenticationRequired",
     "PromptDispatchError",
     "PromptError",
     "PromptResult",

@@ -72,6 +72,9 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     mcp_mode: str = ""
     attachments: tuple[Attachment, ...] = ()
     metadata: dict[str, Any] = {}
+    auth_method: str = ""
+    """An ACP auth method id (one of the agent's ``authMethods``): the session init calls
+    ``authenticate`` with it before session/new or session/load. Overrides the profile's."""
 
 
 class ExecutionRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -137,6 +140,9 @@ class AgentProfile(msgspec.Struct, frozen=True, kw_only=True):
     auto_fallback: bool = False
     mode: str = ""
     config_options: dict[str, str] = {}
+    auth_method: str = ""
+    """An ACP auth method id the agent advertises: every launch authenticates with it before
+    opening a session (a launch spec's ``auth_method`` overrides it)."""
 
     def launch_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The environment this profile gives its agent when launched from ``environ``."""

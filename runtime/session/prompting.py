@@ -24,6 +24,7 @@ import anyio
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.errors import AcpfsmError, SteerUnsupported, StreamNotConnected
 from acpfsm.adapters.transport import Attachment
+from acpfsm.statecharts import ErrorClass
 
 from ..errors import (
     CANCEL_ESCALATED_MESSAGE,
@@ -34,6 +35,7 @@ from ..errors import (
     CancelEscalatedAgentError,
     NotReadyForPrompts,
     PendingDispatchedPromptTimeout,
+    PromptAuthenticationRequired,
     PromptDispatchError,
     PromptError,
     PromptTimeout,
@@ -172,7 +174,8 @@ class PromptDriver:
     async def _validate_status(self) -> None:
         fired = await self.ctx.step(self.status.machine, "prompt_requested")
         if wants(fired, "refuse_prompt"):
-            raise NotReadyForPrompts(self.ctx.id, self.status.status)
+            # the init's failure, when that is why (AuthenticationRequired among them)
+            raise NotReadyForPrompts(self.ctx.id, self.status.status) from self.init.failure
 
     async def _pass_barrier(self) -> None:
         """sendPrompt step 3 with seed D8: wait ≤ 10 s for a dispatch-only predecessor."""
@@ -349,6 +352,14 @@ class PromptDriver:
             return PromptResult(
                 stop_reason="foreground_idle", generation=g, agent_message=generation.agent_message
             )
+        if result == "agent_error" and _needs_authentication(generation.error):
+            caps = ctx.transport.capabilities if ctx.transport is not None else None
+            raise PromptAuthenticationRequired(
+                generation.error,
+                auth_methods=caps.auth_methods if caps is not None else (),
+                execution_id=ctx.id,
+                generation=g,
+            )
         if result in ("agent_error", "disconnected"):
             raise AgentReportedError(generation.error, execution_id=ctx.id, generation=g)
         if result in ("cancel_escalated", "agent_cancel_escalated"):
@@ -421,3 +432,8 @@ class PromptDriver:
             if wants(fired, "dispatch_steer"):
                 return generation
         raise SteerNotDispatched("no live prompt generation", execution_id=self.ctx.id)
+
+
+def _needs_authentication(error: str) -> bool:
+    """The agent ended the turn with "authentication required" (JSON-RPC -32000)."""
+    return classify_error(error, call=Call.PROMPT).kind is ErrorClass.AUTH_REQUIRED

@@ -1,5 +1,5 @@
 """``rt.turn`` over the real agentctl (v0.95.1) running the reference agent: the same checks
-as over stdio (tests/runtime/turn_scenarios.py), under trio and asyncio."""
+as over stdio (tests/runtime/real_agent_scenarios.py), under trio and asyncio."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from acpfsm.runtime import AgentctlExecutor
-from tests.runtime.turn_scenarios import check_turns
+from tests.runtime.real_agent_scenarios import check_turns
 
 from .agentctl_server import AgentctlServer
 from .helpers import TEST_CONFIG, make_runtime, spec, workspace

@@ -17,7 +17,7 @@ from acpfsm.runtime import (
     reference_profile,
 )
 
-from .turn_scenarios import check_turns
+from .real_agent_scenarios import check_turns
 
 pytestmark = [pytest.mark.both_backends, pytest.mark.integration]
 

@@ -1,12 +1,15 @@
-"""``rt.turn`` against the real reference agent, whatever carries it (stdio here, the real
-agentctl in tests/agentctl): the same checks, written once."""
+"""Checks against the real reference agent, whatever carries it (stdio in tests/runtime, the
+real agentctl in tests/agentctl): written once, run over both."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
+import pytest
 
 from acpfsm.adapters.reference_agent._script import reply_for
-from acpfsm.runtime import Runtime, Turn
+from acpfsm.runtime import AuthenticationRequired, LaunchSpec, Runtime, Turn, WorkspaceRef
 from acpfsm.runtime.events import (
     MessageChunk,
     PermissionRequest,
@@ -17,7 +20,7 @@ from acpfsm.runtime.events import (
     TurnUpdate,
 )
 
-__all__ = ["check_turns"]
+__all__ = ["check_authentication", "check_turns"]
 
 
 async def _stream(turn: Turn) -> list[TurnUpdate]:
@@ -72,3 +75,30 @@ async def check_turns(rt: Runtime, execution_id: str, *, session_generation: int
         if getattr(e, "prompt_generation", None) == g + 2 and type(e).__name__ == "Complete"
     ]
     assert [getattr(e, "stop_reason", "") for e in cancelled] == ["cancelled"]
+
+
+async def check_authentication(rt: Runtime, ws: Path, executor_id: str) -> None:
+    """The reference agent with its ``auth_required`` fault: launched without an auth method
+    its init fails with AuthenticationRequired naming its method; launched with it, it
+    authenticates first and works."""
+
+    def spec(**kw: str) -> LaunchSpec:
+        return LaunchSpec(
+            agent_profile_id="reference",
+            executor_id=executor_id,
+            workspace=WorkspaceRef(path=str(ws)),
+            **kw,
+        )
+
+    ref = await rt.launch(spec())
+    with pytest.raises(AuthenticationRequired) as info:
+        await rt.wait_ready(ref.id)
+    assert info.value.method_ids == ["reference-login"]
+    assert "Authentication required" in str(info.value.__cause__)
+    await rt.stop(ref.id, "done")
+
+    ref = await rt.launch(spec(auth_method="reference-login"))
+    await rt.wait_ready(ref.id)
+    result = await rt.prompt(ref.id, "hello after login")
+    assert result.stop_reason == "end_turn" and "hello after login" in result.agent_message
+    await rt.stop(ref.id, "done")
