@@ -142,47 +142,40 @@ async def test_session_load_needing_authentication_is_authentication_required(
         assert "session/new" not in [m for m, _ in executor.last.calls]
 
 
+async def _turn_failing_with(rt: Runtime, executor: MemoryExecutor, error: str) -> Exception:
+    """What a prompt raises on a fresh execution whose agent ends the turn with ``error``."""
+    ref = await rt.launch(spec())
+    await rt.wait_ready(ref.id)
+    agent = executor.last
+
+    async def refuse() -> None:
+        while 1 not in agent.running:
+            await anyio.sleep(0.001)
+        agent.fail(1, error)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(refuse)
+        with pytest.raises(AgentReportedError) as info:
+            await rt.prompt(ref.id, "hi")
+    return info.value
+
+
 async def test_a_turn_refused_for_authentication_is_prompt_authentication_required(
     time_scale: float,
 ) -> None:
     """claude-agent-acp without credentials: the session opens, the turn answers -32000."""
     executor = MemoryExecutor()
+    refusal = '{"code":-32000,"message":"Authentication required"}'
     async with make_runtime(executor, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
-        agent = executor.last
-
-        async def refuse() -> None:
-            while 1 not in agent.running:
-                await anyio.sleep(0.001)
-            agent.fail(1, '{"code":-32000,"message":"Authentication required"}')
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(refuse)
-            with pytest.raises(PromptAuthenticationRequired) as info:
-                await rt.prompt(ref.id, "hi")
-        err = info.value
-        assert isinstance(err, AgentReportedError) and isinstance(err, AuthenticationRequired)
+        err = await _turn_failing_with(rt, executor, refusal)
+        assert isinstance(err, PromptAuthenticationRequired)
+        assert isinstance(err, AuthenticationRequired)
         assert err.generation == 1 and err.auth_methods == []  # claude advertises none
         assert "none advertised: set its credentials" in str(err)
-        assert err.agent_message == '{"code":-32000,"message":"Authentication required"}'
-
-        # any other agent error stays an AgentReportedError (a fresh execution: a failed
-        # turn leaves the first one FAILED)
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
-        other_agent = executor.last
-
-        async def fail_otherwise() -> None:
-            while 1 not in other_agent.running:
-                await anyio.sleep(0.001)
-            other_agent.fail(1, '{"code":-32603,"message":"Internal error"}')
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(fail_otherwise)
-            with pytest.raises(AgentReportedError) as other:
-                await rt.prompt(ref.id, "again")
-        assert not isinstance(other.value, AuthenticationRequired)
+        assert err.agent_message == refusal
+        # any other agent error stays a plain AgentReportedError
+        other = await _turn_failing_with(rt, executor, '{"code":-32603,"message":"Internal"}')
+        assert not isinstance(other, AuthenticationRequired)
 
 
 # ------------------------------------------------------------------ the reference agent --

@@ -73,6 +73,20 @@ async def drain(turn: Turn) -> list[TurnUpdate]:
     return [update async for update in turn]
 
 
+def when_live(tg: anyio.abc.TaskGroup, rt: Runtime, eid: str, *events: Any) -> None:
+    """Once generation 1 of ``eid`` is live, its agent sends ``events``."""
+    s = session_of(rt, eid)
+    agent = rt.executors["memory"]
+    assert isinstance(agent, MemoryExecutor)
+
+    async def play() -> None:
+        await wait_until(lambda: live(s, 1))
+        for event in events:
+            agent.last.emit(event)
+
+    tg.start_soon(play)
+
+
 async def test_a_turn_yields_its_updates_typed_in_order_then_its_result(time_scale: float) -> None:
     async with make_runtime(MemoryExecutor(), time_scale=time_scale) as rt:
         eid, agent = await ready(rt)
@@ -161,12 +175,7 @@ async def test_leaving_the_block_early_cancels_the_turn_at_the_agent(time_scale:
         eid, agent = await ready(rt)
         s = session_of(rt, eid)
         async with rt.turn(eid, "long job") as turn, anyio.create_task_group() as tg:
-
-            async def play() -> None:
-                await wait_until(lambda: live(s, 1))
-                agent.emit(MessageChunk(prompt_generation=1, text="working"))
-
-            tg.start_soon(play)
+            when_live(tg, rt, eid, MessageChunk(prompt_generation=1, text="working"))
             async for update in turn:
                 assert isinstance(update, MessageChunk)
                 break  # the caller has seen enough
@@ -202,15 +211,9 @@ async def test_leaving_before_the_prompt_was_admitted_sends_nothing(time_scale: 
 async def test_cancel_keeps_the_stream_and_ends_cancelled(time_scale: float) -> None:
     async with make_runtime(MemoryExecutor(), time_scale=time_scale) as rt:
         eid, agent = await ready(rt)
-        s = session_of(rt, eid)
         seen: list[Any] = []
         async with rt.turn(eid, "job") as turn, anyio.create_task_group() as tg:
-
-            async def play() -> None:
-                await wait_until(lambda: live(s, 1))
-                agent.emit(MessageChunk(prompt_generation=1, text="before cancel"))
-
-            tg.start_soon(play)
+            when_live(tg, rt, eid, MessageChunk(prompt_generation=1, text="before cancel"))
             async for update in turn:
                 seen.append(update)
                 await turn.cancel()  # the memory agent ends its turn "cancelled"
