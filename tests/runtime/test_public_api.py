@@ -105,7 +105,7 @@ def report(execution: Execution, result: PromptResult) -> str:
 
 
 def executor() -> AgentctlExecutor:
-    return AgentctlExecutor(url="http://127.0.0.1:1", nonce="n")
+    return AgentctlExecutor(url="http://127.0.0.1:1", {nonce}="n")
 
 
 async def stream(rt: Runtime, execution_id: str) -> None:
@@ -134,12 +134,18 @@ def _mypy(tmp_path: Path, **words: str) -> tuple[str, int]:
 
 
 def test_mypy_strict_catches_a_typo_in_a_status_or_a_stop_reason(tmp_path: Path) -> None:
-    out, status = _mypy(tmp_path, status="READY", stop_reason="end_turn")
+    out, status = _mypy(tmp_path, status="READY", stop_reason="end_turn", nonce="nonce")
     assert status == 0, out
-    out, status = _mypy(tmp_path, status="REDY", stop_reason="end_trun")
+    out, status = _mypy(tmp_path, status="REDY", stop_reason="end_trun", nonce="nonce")
     assert status == 1
     assert 'Non-overlapping equality check (left operand type: "Literal[' in out
     assert out.count("[comparison-overlap]") == 2, out
+
+
+def test_the_lazy_agentctl_executor_is_still_typed(tmp_path: Path) -> None:
+    out, status = _mypy(tmp_path, status="READY", stop_reason="end_turn", nonce="nonse")
+    assert status == 1
+    assert 'Unexpected keyword argument "nonse" for "AgentctlExecutor"' in out, out
 
 
 # ------------------------------------------------------------------------- the lazy import --
