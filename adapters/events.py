@@ -11,7 +11,7 @@ passes high-rate content (``message_chunk``, ``reasoning``) straight to subscrib
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard, get_args
 
 import msgspec
 
@@ -44,6 +44,7 @@ __all__ = [
     "ToolCall",
     "ToolUpdate",
     "TurnStarted",
+    "TurnUpdate",
     "Unknown",
     "decode_event",
     "encode_event",
@@ -291,7 +292,11 @@ AgentEvent = (
     | Unknown
 )
 
-_TURN_CONTENT = (MessageChunk, Reasoning, ToolCall, ToolUpdate, Plan, PermissionRequest)
+TurnUpdate = MessageChunk | Reasoning | ToolCall | ToolUpdate | Plan | PermissionRequest
+"""Turn content: what the agent streams while it works on a turn (its reply and thoughts, its
+tool calls and their updates, its plan, the permissions it asks for)."""
+
+_TURN_CONTENT: tuple[type[TurnUpdate], ...] = get_args(TurnUpdate)
 _TERMINAL_TOOL_STATUSES = frozenset(
     {"complete", "completed", "success", "error", "failed", "cancelled"}
 )
@@ -309,7 +314,7 @@ def encode_event(event: AgentEvent) -> bytes:
     return _encoder.encode(event)
 
 
-def is_turn_content(event: AgentEvent) -> bool:
+def is_turn_content(event: object) -> TypeGuard[TurnUpdate]:
     """Turn-content events mark prompt activity (lifecycle.md §5.9); a plan re-emitted after
     session/load is history, not activity."""
     if isinstance(event, Plan) and event.replayed:

@@ -215,6 +215,9 @@ class MemoryTransport:
         self._initialized = result
         return result
 
+    async def authenticate(self, method_id: str) -> None:
+        await self._call("authenticate", (method_id,), lambda: None)
+
     def _session_result(self, session_id: str) -> SessionResult:
         return SessionResult(
             session_id=session_id,

@@ -262,6 +262,11 @@ class AgentTransport(Protocol):
 
     async def initialize(self) -> InitializeResult: ...
 
+    async def authenticate(self, method_id: str) -> None:
+        """ACP ``authenticate`` with one of the agent's advertised ``authMethods`` (after
+        initialize, before any session)."""
+        ...
+
     async def new_session(
         self, cwd: str, mcp_servers: Sequence[McpServer] = ()
     ) -> SessionResult: ...

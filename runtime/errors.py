@@ -10,6 +10,7 @@
     │   └── ProfileNotFound          no agent profile / executor with that id
     ├── Unsupported                  the operation is not supported (runtime: operation not supported)
     ├── SessionInitError             failed to initialize ACP (the launch failed)
+    │   └── AuthenticationRequired   … because the agent wants authentication first (authMethods)
     ├── NotReadyForPrompts           status is not RUNNING or READY
     ├── PromptError                  a prompt could not be delivered or did not complete
     │   ├── PromptDispatchError      the trigger failed (failed to trigger prompt: …)
@@ -20,7 +21,9 @@
     │   ├── SteerDispatchTimeout     the steer ack did not arrive within 5 s
     │   ├── PromptTimeout            the caller's timeout= passed; the turn was cancelled
     │   ├── AgentReportedError       the agent ended the turn with an error (agent error: …)
-    │   │   └── CancelEscalatedAgentError  … because a cancel was escalated (also CancelEscalated)
+    │   │   ├── CancelEscalatedAgentError  … because a cancel was escalated (also CancelEscalated)
+    │   │   └── PromptAuthenticationRequired  … because it wants authentication (also
+    │   │                                      AuthenticationRequired)
     │   └── CancelEscalated          a cancel was escalated (cancel escalated: …)
     └── CancelFailed                 the cancel request itself failed
 
@@ -31,6 +34,9 @@ The seed's sentinels map to types: ``ErrPendingDispatchedPromptTimeout`` →
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 from acpfsm.adapters.errors import (
     AcpfsmError,
@@ -53,6 +59,7 @@ __all__ = [
     "AgentRequestError",
     "AttachmentError",
     "AuthenticationFailed",
+    "AuthenticationRequired",
     "CancelEscalated",
     "CancelEscalatedAgentError",
     "CancelFailed",
@@ -64,6 +71,7 @@ __all__ = [
     "NotReadyForPrompts",
     "PendingDispatchedPromptTimeout",
     "ProfileNotFound",
+    "PromptAuthenticationRequired",
     "PromptDispatchError",
     "PromptError",
     "PromptTimeout",
@@ -114,7 +122,40 @@ class Unsupported(AcpfsmError):
 
 
 class SessionInitError(AcpfsmError):
-    """The ACP session could not be initialized (``failed to initialize ACP: …``)."""
+    """The ACP session could not be initialized (``failed to initialize ACP: …``); its
+    ``__cause__`` is the failure (the agent's answer, a timeout, a dead transport)."""
+
+
+class AuthenticationRequired(SessionInitError):
+    """The agent wants authentication before it opens a session: session/new or
+    session/load answered "authentication required" (JSON-RPC -32000). ``auth_methods`` are
+    the methods the agent advertised at initialize, as it sent them (``id``, ``name``,
+    ``description``, codex's ``type``/``vars`` …); launch again with one of their ids as the
+    profile's or the launch spec's ``auth_method`` (acpfsm then calls ACP ``authenticate``
+    first), or give the agent its credentials (the profile's ``inherit_env``)."""
+
+    auth_methods: list[dict[str, Any]]
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        auth_methods: Sequence[dict[str, Any]] = (),
+        execution_id: str | None = None,
+    ) -> None:
+        ids = _method_ids(auth_methods)
+        advertised = ", ".join(ids) if ids else "none advertised: set its credentials"
+        super().__init__(f"{message} (auth methods: {advertised})", execution_id=execution_id)
+        self.auth_methods = [dict(m) for m in auth_methods]
+
+    @property
+    def method_ids(self) -> list[str]:
+        """The ids of :attr:`auth_methods`, the values ``auth_method`` takes."""
+        return _method_ids(self.auth_methods)
+
+
+def _method_ids(methods: Sequence[dict[str, Any]]) -> list[str]:
+    return [str(m["id"]) for m in methods if isinstance(m, dict) and m.get("id")]
 
 
 class NotReadyForPrompts(AcpfsmError):
@@ -210,6 +251,29 @@ class CancelEscalatedAgentError(AgentReportedError, CancelEscalated):
             self, agent_message, execution_id=execution_id, generation=generation
         )
         self.args = (f"agent error: {agent_message}: {CANCEL_ESCALATED_MESSAGE}",)
+
+
+class PromptAuthenticationRequired(AgentReportedError, AuthenticationRequired):
+    """The agent opened the session but refused the turn until authenticated (the Claude
+    adapters without credentials answer session/prompt with -32000): both an
+    :class:`AgentReportedError` and an :class:`AuthenticationRequired`."""
+
+    def __init__(
+        self,
+        agent_message: str,
+        *,
+        auth_methods: Sequence[dict[str, Any]] = (),
+        execution_id: str | None = None,
+        generation: int = 0,
+    ) -> None:
+        AuthenticationRequired.__init__(
+            self,
+            f"agent error: {agent_message}: the agent needs authentication",
+            auth_methods=auth_methods,
+            execution_id=execution_id,
+        )
+        self.generation = generation
+        self.agent_message = agent_message
 
 
 class CancelFailed(AcpfsmError):

@@ -1,35 +1,109 @@
-"""Lifecycle events the runtime publishes beside the agent's own events.
+"""Every event an execution publishes, importable from this one module.
 
-A subscriber of one execution receives, in order, the agent events of
-:mod:`acpfsm.adapters.events` (``message_chunk``, ``tool_call``, ``complete`` …) interleaved with
-these lifecycle events (kandev's ``agent.*`` bus events). All are frozen tagged msgspec Structs.
+A subscriber of one execution receives, in order, the agent's events (defined in
+:mod:`acpfsm.adapters.events` and re-exported here: ``MessageChunk``, ``ToolCall``,
+``Complete`` …) interleaved with the lifecycle events defined here (kandev's ``agent.*`` bus
+events: ``AgentReady``, ``PromptCompleted`` …). All are frozen tagged msgspec Structs; match
+them by type::
+
+    from acpfsm.runtime.events import AgentReady, MessageChunk
+
+    async for event in events:
+        match event:
+            case MessageChunk(text=text): print(text, end="")
+            case AgentReady(): break
+
+:data:`RuntimeEvent` is the union of all of them, :data:`AgentEvent` the agent's,
+:data:`LifecycleEvent` the lifecycle's, :data:`TurnUpdate` the turn content that
+:meth:`Runtime.turn <acpfsm.runtime.Runtime.turn>` yields.
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from acpfsm.adapters.events import AgentEvent
+from acpfsm.adapters.events import (
+    AgentCapabilities,
+    AgentEvent,
+    AuthRequired,
+    AvailableCommands,
+    Complete,
+    ConfigOption,
+    ContextWindow,
+    ErrorEvent,
+    ForegroundIdle,
+    MessageChunk,
+    ModeInfo,
+    ModelInfo,
+    PermissionCancelled,
+    PermissionOption,
+    PermissionRequest,
+    Plan,
+    PlanEntry,
+    ProtocolErrorEvent,
+    Reasoning,
+    SessionInfo,
+    SessionMode,
+    SessionModels,
+    SessionStatus,
+    StreamDisconnected,
+    StreamReconnected,
+    ToolCall,
+    ToolUpdate,
+    TurnStarted,
+    TurnUpdate,
+    Unknown,
+)
 
-__all__ = [
+__all__ = [  # the agent's events (re-exported) and the lifecycle's
     "AcpSessionCreated",
     "AgentBootReady",
+    "AgentCapabilities",
     "AgentCompleted",
+    "AgentEvent",
     "AgentFailed",
     "AgentReady",
     "AgentRunning",
     "AgentStalled",
     "AgentStopped",
     "AgentctlError",
+    "AuthRequired",
+    "AvailableCommands",
+    "Complete",
     "ConfigFailures",
+    "ConfigOption",
+    "ContextWindow",
+    "ErrorEvent",
     "EventsTruncated",
+    "ForegroundIdle",
     "InitialPromptFailed",
     "LifecycleEvent",
+    "MessageChunk",
+    "ModeInfo",
     "ModelFallback",
+    "ModelInfo",
     "ModelSelectionWarning",
+    "PermissionCancelled",
+    "PermissionOption",
+    "PermissionRequest",
+    "Plan",
+    "PlanEntry",
     "PromptCompleted",
     "PromptFailed",
+    "ProtocolErrorEvent",
+    "Reasoning",
     "RuntimeEvent",
+    "SessionInfo",
+    "SessionMode",
+    "SessionModels",
+    "SessionStatus",
+    "StreamDisconnected",
+    "StreamReconnected",
+    "ToolCall",
+    "ToolUpdate",
+    "TurnStarted",
+    "TurnUpdate",
+    "Unknown",
 ]
 
 

@@ -5,7 +5,8 @@ blocks the execution; a subscriber that falls ``buffer`` events behind is cut of
 everything that was buffered and then :class:`SubscriberOverflow` naming how many events it
 missed. A hub also retains the execution's last ``retain`` events, so a subscriber that comes
 late first replays them (preceded by an ``EventsTruncated`` marker when older ones were
-dropped); ``subscribe_events`` right after ``launch`` therefore sees the whole life.
+dropped); ``subscribe_events`` right after ``launch`` therefore sees the whole life. A live-only
+subscriber (``replay=False``) starts with the next event published.
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ class Subscription:
         self._closed = True
         self._wakeup.set()
 
+    def close(self) -> None:
+        """Stop receiving: the events already received are still delivered, then the
+        iteration ends (leaving the ``async with`` block closes it too)."""
+        self._hub._unsubscribe(self)
+        self._finish()
+
     def __aiter__(self) -> AsyncIterator[RuntimeEvent]:
         return self
 
@@ -110,12 +117,14 @@ class EventHub:
         for sub in self._subscribers:
             sub._push(event)
 
-    def subscribe(self) -> Subscription:
+    def subscribe(self, *, replay: bool = True) -> Subscription:
+        """A subscription to every event from now on, after (``replay``) the retained ones."""
         backlog: list[RuntimeEvent] = []
         dropped = self._published - len(self._backlog)
-        if dropped:
+        if replay and dropped:
             backlog.append(EventsTruncated(execution_id=self.execution_id, missed=dropped))
-        backlog.extend(self._backlog)
+        if replay:
+            backlog.extend(self._backlog)
         sub = Subscription(self, backlog)
         if self._closed:
             sub._finish()

@@ -46,6 +46,7 @@ from .history import HistoryStore
 from .hub import Subscription
 from .session import ExecutionSession
 from .trace import Trace
+from .turn import Turn
 from .types import (
     AgentProfile,
     Execution,
@@ -334,10 +335,11 @@ class Runtime:
     def list_executions(self) -> list[Execution]:
         return [s.snapshot() for s in self._sessions.values()]
 
-    def subscribe_events(self, execution_id: str) -> Subscription:
-        """Every event of the execution in order, from its start; ends when it finishes.
-        Use as ``async with rt.subscribe_events(id) as events: async for e in events``."""
-        return self._session(execution_id).hub.subscribe()
+    def subscribe_events(self, execution_id: str, *, replay: bool = True) -> Subscription:
+        """Every event of the execution in order, from its start (``replay=False``: from
+        now on); ends when it finishes. Use as ``async with rt.subscribe_events(id) as
+        events: async for e in events``; the types are in :mod:`acpfsm.runtime.events`."""
+        return self._session(execution_id).hub.subscribe(replay=replay)
 
     async def set_mcp_mode(self, execution_id: str, mode: str) -> None:
         """Record the MCP mode; ACP sets MCP servers at session/new, so it takes effect on the
@@ -370,6 +372,33 @@ class Runtime:
             dispatch_only=dispatch_only,
             on_dispatched=on_dispatched,
             timeout=timeout,
+        )
+
+    def turn(
+        self,
+        execution_id: str,
+        text: str,
+        *,
+        attachments: Sequence[Attachment] = (),
+        timeout: float | None = None,
+    ) -> Turn:
+        """Send ``text`` and stream this turn's updates as they arrive::
+
+            async with rt.turn(execution_id, "hello") as turn:
+                async for update in turn:  # MessageChunk, Reasoning, ToolCall, ToolUpdate,
+                    ...                    # Plan, PermissionRequest: this turn's only
+            print(turn.result.stop_reason)
+
+        The prompt is :meth:`prompt`'s (same queueing, ``attachments`` and ``timeout``); the
+        iteration ends when the turn does, raising what :meth:`prompt` would raise.
+        ``turn.cancel()`` cancels the turn and keeps the stream; leaving the block before the
+        turn ended cancels it (withdrawn if not sent, else cancelled at the agent)."""
+        return Turn(
+            self._session(execution_id),
+            self._task_group().start_soon,
+            text,
+            attachments,
+            timeout,
         )
 
     async def steer(

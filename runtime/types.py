@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 import msgspec
 
@@ -15,11 +15,38 @@ __all__ = [
     "Attachment",
     "Execution",
     "ExecutionRef",
+    "ExecutionStatus",
     "LaunchSpec",
     "PromptResult",
+    "StopReason",
     "Timeouts",
     "WorkspaceRef",
+    "stop_reason_of",
 ]
+
+ExecutionStatus = Literal["STARTING", "RUNNING", "READY", "COMPLETED", "FAILED", "STOPPED"]
+"""An execution's status (the Execution chart's states, by kandev's names)."""
+
+StopReason = Literal[
+    "end_turn",
+    "max_tokens",
+    "max_turn_requests",
+    "refusal",
+    "cancelled",
+    "dispatched",
+    "foreground_idle",
+]
+"""Why a turn ended: ACP's five stopReasons, ``"dispatched"`` (a dispatch-only prompt or a
+steer returns once sent) and ``"foreground_idle"`` (the agent handed the turn off)."""
+
+_STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
+
+
+def stop_reason_of(value: str) -> StopReason:
+    """``value`` as a :data:`StopReason`; a stopReason outside ACP's vocabulary (an agent's
+    invention) is reported as ``"end_turn"``, the turn having ended normally (the verbatim
+    value stays in the turn's ``Complete`` event)."""
+    return cast(StopReason, value) if value in _STOP_REASONS else "end_turn"
 
 
 class WorkspaceRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,6 +73,9 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     mcp_mode: str = ""
     attachments: tuple[Attachment, ...] = ()
     metadata: dict[str, Any] = {}
+    auth_method: str = ""
+    """An ACP auth method id (one of the agent's ``authMethods``): the session init calls
+    ``authenticate`` with it before session/new or session/load. Overrides the profile's."""
 
 
 class ExecutionRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,7 +94,7 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True):
     agent_profile_id: str
     workspace_path: str
     agentctl_url: str
-    status: str
+    status: ExecutionStatus
     started_at: dt.datetime
     finished_at: dt.datetime | None
     exit_code: int | None
@@ -86,7 +116,7 @@ class PromptResult(msgspec.Struct, frozen=True, kw_only=True):
     is the assistant text streamed during this wait (unlike kandev's, which is always empty,
     H12)."""
 
-    stop_reason: str
+    stop_reason: StopReason
     generation: int = 0
     agent_message: str = ""
 
@@ -111,6 +141,9 @@ class AgentProfile(msgspec.Struct, frozen=True, kw_only=True):
     auto_fallback: bool = False
     mode: str = ""
     config_options: dict[str, str] = {}
+    auth_method: str = ""
+    """An ACP auth method id the agent advertises: every launch authenticates with it before
+    opening a session (a launch spec's ``auth_method`` overrides it)."""
 
     def launch_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The environment this profile gives its agent when launched from ``environ``."""

@@ -10,18 +10,24 @@ reports the fact.
 1. ``connecting_stream`` - stream connect, bounded by 10 s. The dial attempt
    finishing (success *or* refusal) is ``stream_ready``; a refused dial then fails at the
    handshake, as in kandev. ``stream_connect_timed_out`` fails the init.
-2. ``handshaking`` - ``initialize``. On success the load/new decision is taken from the
-   event data: NativeSessionResume and a prior ACP session id →
-   ``loading``; otherwise ``creating`` (a prior id is ignored without NativeSessionResume).
+2. ``handshaking`` - ``initialize``. On success, when the launch names an ACP auth method
+   (``auth_method``, not in kandev) → ``authenticating``: ACP ``authenticate`` with it before
+   any session (``authenticated``, or ``authentication_failed`` → ``failed``). Then (or at
+   once without one) the load/new decision is taken from the event data: NativeSessionResume
+   and a prior ACP session id → ``loading``; otherwise ``creating`` (a prior id is ignored
+   without NativeSessionResume).
 3. ``loading`` - session/load. ``load_failed`` carries the classification
    (:class:`~acpfsm.statecharts.vocab.ErrorClass`, computed by the adapters' table):
 
    * transport-dead → ``failed``; no session/new fallback;
    * fallback-authorizing (method not found, session unknown, load capability false, provider
      rollout missing for *this* id) → ``creating``;
+   * authentication required (not in kandev) → ``failed`` with ``require_authentication``:
+     the init's failure says so, with the agent's auth methods;
    * anything else is inconclusive → ``failed``, and the stored ACP session id is preserved
      (the runtime only records an id when the session is established).
-4. ``creating`` - session/new.
+4. ``creating`` - session/new. ``new_session_failed`` carries the classification too: an
+   agent that needs authentication first fails the init with ``require_authentication``.
 5. ``awaiting_catalog`` - the runtime reports whether the synchronous catalog snapshot arrived
    and whether a model is requested; only "no snapshot and a model requested" waits
    (``waiting_for_catalog``, 10 ms polls ≤ 2 s, R30). Expiry is not a failure.
@@ -55,7 +61,8 @@ __all__ = ["SessionInit"]
 
 
 class SessionInit(Chart):
-    """Stream connect → initialize → load/new → catalog → policy → layers → announce."""
+    """Stream connect → initialize (→ authenticate) → load/new → catalog → policy → layers →
+    announce."""
 
     chart_name: ClassVar[str] = "session_init"
     # a session that is prompting or booted is at rest, not ended: it still takes
@@ -65,6 +72,7 @@ class SessionInit(Chart):
     class initializing(State.Compound):
         connecting_stream = State("connecting_stream", initial=True)
         handshaking = State("handshaking")
+        authenticating = State("authenticating")
         loading = State("loading")
         creating = State("creating")
         awaiting_catalog = State("awaiting_catalog")
@@ -89,21 +97,30 @@ class SessionInit(Chart):
     # 1. stream connect
     stream_ready = initializing.connecting_stream.to(initializing.handshaking)
     stream_connect_timed_out = initializing.connecting_stream.to(failed)
-    # 2. initialize and the load/new decision
-    initialize_succeeded = initializing.handshaking.to(
-        initializing.loading, cond="should_load"
-    ) | initializing.handshaking.to(initializing.creating)
+    # 2. initialize, authenticate when the launch names a method, and the load/new decision
+    initialize_succeeded = (
+        initializing.handshaking.to(initializing.authenticating, cond="should_authenticate")
+        | initializing.handshaking.to(initializing.loading, cond="should_load")
+        | initializing.handshaking.to(initializing.creating)
+    )
     initialize_failed = initializing.handshaking.to(failed)
+    authenticated = initializing.authenticating.to(
+        initializing.loading, cond="should_load"
+    ) | initializing.authenticating.to(initializing.creating)
+    authentication_failed = initializing.authenticating.to(failed)
     # 3. session/load, seed D1: three outcomes
     load_succeeded = initializing.loading.to(initializing.awaiting_catalog)
     load_failed = (
         initializing.loading.to(failed, cond="is_transport_dead")
         | initializing.loading.to(initializing.creating, cond="authorizes_fallback")
+        | initializing.loading.to(failed, cond="needs_authentication")
         | initializing.loading.to(failed)  # inconclusive: identity preserved
     )
     # 4. session/new
     new_session_succeeded = initializing.creating.to(initializing.awaiting_catalog)
-    new_session_failed = initializing.creating.to(failed)
+    new_session_failed = initializing.creating.to(
+        failed, cond="needs_authentication"
+    ) | initializing.creating.to(failed)
     # 5. fresh model catalog
     catalog_checked = initializing.awaiting_catalog.to(
         initializing.waiting_for_catalog, cond="needs_catalog_wait"
@@ -140,6 +157,7 @@ class SessionInit(Chart):
         on_enter={
             "connecting_stream": ["await_stream"],
             "handshaking": ["initialize"],
+            "authenticating": ["authenticate"],
             "loading": ["load_session"],
             "creating": ["new_session"],
             "awaiting_catalog": ["check_catalog"],
@@ -158,10 +176,20 @@ class SessionInit(Chart):
         },
         transitions={
             "prompt_composed: resume_context_pending -> ready": ["inject_resume_context"],
+            "load_failed: loading -> failed [needs_authentication]": ["require_authentication"],
+            "new_session_failed: creating -> failed [needs_authentication]": [
+                "require_authentication"
+            ],
         },
     )
 
     # --- guards: pure functions of event data ------------------------------------------
+
+    def should_authenticate(self, auth_method: str = "") -> bool:
+        return auth_method.strip() != ""
+
+    def needs_authentication(self, error_class: ErrorClass = ErrorClass.INCONCLUSIVE) -> bool:
+        return error_class is ErrorClass.AUTH_REQUIRED
 
     def should_load(self, native_session_resume: bool = False, prior_session_id: str = "") -> bool:
         return native_session_resume and prior_session_id.strip() != ""

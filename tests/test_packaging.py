@@ -57,8 +57,10 @@ def test_readme_example_runs(tmp_path: Path) -> None:
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
         )
         assert proc.returncode == 0, proc.stderr
-        assert "end_turn" in proc.stdout
-        assert "AgentReady" in proc.stdout
+        # the turn's reply streamed as it came, its tool call, then its result
+        assert 'Reference reply: "hello" (1 word).' in proc.stdout
+        assert "[tool: Read the prompt]" in proc.stdout
+        assert proc.stdout.splitlines()[-2:] == ["end_turn", "AgentReady"]
 
 
 def _python_block(containing: str) -> str:

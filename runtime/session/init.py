@@ -19,7 +19,7 @@ from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.statecharts import ChartMachine, Effect, SessionInit
 
 from .. import events as le
-from ..errors import SessionInitError
+from ..errors import AuthenticationRequired, SessionInitError
 from .config import ConfigDriver
 from .context import ExecutionContext
 from .stream import StreamDriver
@@ -57,6 +57,7 @@ class InitDriver:
         self._todo: list[str] = []
         self._error = ""
         self._cause: BaseException | None = None
+        self._needs_authentication = False
         self._applied_model = ""
         self._final_config_id = ""
         self._profile_applied: dict[str, str] = {}
@@ -66,6 +67,7 @@ class InitDriver:
         self._steps: dict[str, Callable[[ChartMachine], Awaitable[None]]] = {
             "await_stream": self._await_stream,
             "initialize": self._initialize,
+            "authenticate": self._authenticate,
             "load_session": self._load_session,
             "new_session": self._new_session,
             "check_catalog": self._check_catalog,
@@ -84,6 +86,7 @@ class InitDriver:
                 "send_initial_prompt": self._send_initial_prompt,
                 "open_admission": self._open_admission,
                 "fail_init": self._fail_init,
+                "require_authentication": self._require_authentication,
                 "inject_resume_context": self._noop,
             }
         )
@@ -124,7 +127,7 @@ class InitDriver:
             while not transport.is_connected():  # noqa: ASYNC110 - a bounded poll
                 await anyio.sleep(t.catalog_poll)
         if scope.cancelled_caught:
-            self._error = "timeout waiting for agent stream to connect"
+            self._error, self._cause = "timeout waiting for agent stream to connect", None
             await self.stream.connect_timed_out()
             await self._fire(machine, "stream_connect_timed_out")
         else:
@@ -142,6 +145,26 @@ class InitDriver:
             await self._fire(
                 machine,
                 "initialize_succeeded",
+                auth_method=self._auth_method(),
+                native_session_resume=self.ctx.profile.native_session_resume,
+                prior_session_id=self.ctx.spec.prior_acp_session,
+            )
+
+    def _auth_method(self) -> str:
+        return self.ctx.spec.auth_method or self.ctx.profile.auth_method
+
+    async def _authenticate(self, machine: ChartMachine) -> None:
+        method = self._auth_method()
+        try:
+            with anyio.fail_after(self.ctx.timeouts.request):
+                await self.ctx.transport_or_raise().authenticate(method)
+        except (AcpfsmError, TimeoutError) as exc:
+            self._error, self._cause = f"authenticate {method!r} failed: {_why(exc)}", exc
+            await self._fire(machine, "authentication_failed")
+        else:
+            await self._fire(
+                machine,
+                "authenticated",
                 native_session_resume=self.ctx.profile.native_session_resume,
                 prior_session_id=self.ctx.spec.prior_acp_session,
             )
@@ -169,8 +192,9 @@ class InitDriver:
             with anyio.fail_after(ctx.timeouts.request):
                 result = await ctx.transport_or_raise().new_session(ctx.spec.workspace.path)
         except (AcpfsmError, TimeoutError) as exc:
+            cls = classify_error(exc, call=Call.SESSION_NEW)
             self._error, self._cause = f"session/new failed: {_why(exc)}", exc
-            await self._fire(machine, "new_session_failed")
+            await self._fire(machine, "new_session_failed", error_class=cls.kind)
         else:
             self._snapshot_cached = self.config.establish(result.session_id, result)
             await self._fire(machine, "new_session_succeeded")
@@ -197,7 +221,7 @@ class InitDriver:
     async def _apply_start_model(self, machine: ChartMachine) -> None:
         self._applied_model, error = await self.config.start_model()
         if error:
-            self._error = error
+            self._error, self._cause = error, None
             await self._fire(machine, "start_model_failed")
         else:
             await self._fire(machine, "start_model_settled")
@@ -259,8 +283,19 @@ class InitDriver:
     def _open_admission(self, effect: Effect, machine: ChartMachine) -> None:
         self.admission.set()
 
+    def _require_authentication(self, effect: Effect, machine: ChartMachine) -> None:
+        self._needs_authentication = True
+
     def _fail_init(self, effect: Effect, machine: ChartMachine) -> None:
-        self.failure = SessionInitError(
-            f"failed to initialize ACP: {self._error}", execution_id=self.ctx.id
-        )
+        ctx = self.ctx
+        message = f"failed to initialize ACP: {self._error}"
+        if self._needs_authentication:
+            caps = ctx.transport.capabilities if ctx.transport is not None else None
+            self.failure = AuthenticationRequired(
+                message,
+                auth_methods=caps.auth_methods if caps is not None else (),
+                execution_id=ctx.id,
+            )
+        else:
+            self.failure = SessionInitError(message, execution_id=ctx.id)
         self.failure.__cause__ = self._cause

@@ -24,6 +24,7 @@ import anyio
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.errors import AcpfsmError, SteerUnsupported, StreamNotConnected
 from acpfsm.adapters.transport import Attachment
+from acpfsm.statecharts import ErrorClass
 
 from ..errors import (
     CANCEL_ESCALATED_MESSAGE,
@@ -34,6 +35,7 @@ from ..errors import (
     CancelEscalatedAgentError,
     NotReadyForPrompts,
     PendingDispatchedPromptTimeout,
+    PromptAuthenticationRequired,
     PromptDispatchError,
     PromptError,
     PromptTimeout,
@@ -41,7 +43,7 @@ from ..errors import (
     SteerDispatchTimeout,
     SteerNotDispatched,
 )
-from ..types import PromptResult
+from ..types import PromptResult, stop_reason_of
 from .cancelling import Canceller
 from .context import ExecutionContext
 from .init import InitDriver
@@ -89,8 +91,12 @@ class PromptDriver:
         validate_status: bool = True,
         initial: bool = False,
         timeout: float | None = None,  # noqa: ASYNC109 - a typed PromptTimeout, turn cancelled
+        on_admitted: Callable[[int], object] | None = None,
     ) -> PromptResult:
-        """``sendPrompt``; ``timeout`` bounds the whole call (PromptTimeout, turn cancelled)."""
+        """``sendPrompt``; ``timeout`` bounds the whole call (PromptTimeout, turn cancelled).
+        ``on_admitted(generation)`` is called the moment the prompt's generation is admitted,
+        before anything of that generation can be sent or published (a streamed turn
+        attributes the events by it)."""
         ctx = self.ctx
         with anyio.move_on_after(math.inf if timeout is None else timeout) as bound:
             if not initial:
@@ -101,6 +107,8 @@ class PromptDriver:
                     await self._validate_status()
                 async with ctx.lifecycle_lock:
                     generation, fired = self.turns.admit(dispatch_only)
+                    if on_admitted is not None:
+                        on_admitted(generation.number)
                     # resetStreamingStateWithHistory (R20): detach the unclaimed partial
                     # text and reset the buffer in one step; a chunk arriving meanwhile is
                     # the new turn's
@@ -166,7 +174,8 @@ class PromptDriver:
     async def _validate_status(self) -> None:
         fired = await self.ctx.step(self.status.machine, "prompt_requested")
         if wants(fired, "refuse_prompt"):
-            raise NotReadyForPrompts(self.ctx.id, self.status.status)
+            # the init's failure, when that is why (AuthenticationRequired among them)
+            raise NotReadyForPrompts(self.ctx.id, self.status.status) from self.init.failure
 
     async def _pass_barrier(self) -> None:
         """sendPrompt step 3 with seed D8: wait ≤ 10 s for a dispatch-only predecessor."""
@@ -335,13 +344,21 @@ class PromptDriver:
         result = generation.result
         if result == "completed":
             return PromptResult(
-                stop_reason=generation.stop_reason or "end_turn",
+                stop_reason=stop_reason_of(generation.stop_reason or "end_turn"),
                 generation=g,
                 agent_message=generation.agent_message,
             )
         if result == "handed_off":
             return PromptResult(
                 stop_reason="foreground_idle", generation=g, agent_message=generation.agent_message
+            )
+        if result == "agent_error" and _needs_authentication(generation.error):
+            caps = ctx.transport.capabilities if ctx.transport is not None else None
+            raise PromptAuthenticationRequired(
+                generation.error,
+                auth_methods=caps.auth_methods if caps is not None else (),
+                execution_id=ctx.id,
+                generation=g,
             )
         if result in ("agent_error", "disconnected"):
             raise AgentReportedError(generation.error, execution_id=ctx.id, generation=g)
@@ -415,3 +432,8 @@ class PromptDriver:
             if wants(fired, "dispatch_steer"):
                 return generation
         raise SteerNotDispatched("no live prompt generation", execution_id=self.ctx.id)
+
+
+def _needs_authentication(error: str) -> bool:
+    """The agent ended the turn with "authentication required" (JSON-RPC -32000)."""
+    return classify_error(error, call=Call.PROMPT).kind is ErrorClass.AUTH_REQUIRED

@@ -273,6 +273,7 @@ class ExecutionSession:
         on_dispatched: Callable[[], object] | None = None,
         validate_status: bool = True,
         timeout: float | None = None,  # noqa: ASYNC109 - a typed PromptTimeout, turn cancelled
+        on_admitted: Callable[[int], object] | None = None,
     ) -> PromptResult:
         return await self.prompts.prompt(
             text,
@@ -281,6 +282,7 @@ class ExecutionSession:
             on_dispatched=on_dispatched,
             validate_status=validate_status,
             timeout=timeout,
+            on_admitted=on_admitted,
         )
 
     async def steer(

@@ -8,13 +8,14 @@ a wakeup turn, a stop) into its events.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
 from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity
 
 from .. import events as le
+from ..types import ExecutionStatus
 from .context import ExecutionContext, utcnow
 
 __all__ = ["StatusDriver"]
@@ -55,9 +56,9 @@ class StatusDriver:
         ctx.on_step(Execution.chart_name, self._notify)
 
     @property
-    def status(self) -> str:
+    def status(self) -> ExecutionStatus:
         """The kandev status name (``READY`` …)."""
-        return self.machine.compiled.display[self.machine.state]
+        return cast(ExecutionStatus, self.machine.compiled.display[self.machine.state])
 
     @property
     def ended(self) -> bool:

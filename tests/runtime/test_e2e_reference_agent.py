@@ -28,6 +28,8 @@ from acpfsm.runtime import (
 )
 from acpfsm.runtime import events as le
 
+from .real_agent_scenarios import check_turns
+
 pytestmark = [pytest.mark.both_backends, pytest.mark.integration]
 
 FAST_SHUTDOWN = ShutdownPolicy(stdin_close_wait=1.0, term_wait=1.0, kill_wait=1.0)
@@ -52,6 +54,13 @@ def launch_spec(ws: Path, prompt: str = "", prior: str = "") -> LaunchSpec:
         prompt=prompt,
         prior_acp_session=prior,
     )
+
+
+async def test_turns_stream_their_own_updates_and_leaving_early_cancels(tmp_path: Path) -> None:
+    async with make_runtime() as rt:
+        ref = await rt.launch(launch_spec(tmp_path))
+        await check_turns(rt, ref.id, session_generation=1)
+        await rt.stop(ref.id, "done")
 
 
 async def test_full_life_launch_prompt_steer_cancel_stop_relaunch(tmp_path: Path) -> None:

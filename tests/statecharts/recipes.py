@@ -30,6 +30,7 @@ _TO_LOADING: Recipe = [
     *_TO_HANDSHAKE,
     ("initialize_succeeded", {"native_session_resume": True, "prior_session_id": "s-1"}),
 ]
+_TO_AUTHENTICATING: Recipe = [*_TO_HANDSHAKE, ("initialize_succeeded", {"auth_method": "m"})]
 _TO_AWAITING: Recipe = [*_TO_CREATING, ("new_session_succeeded", {})]
 _TO_WAITING: Recipe = [
     *_TO_AWAITING,
@@ -47,6 +48,7 @@ SESSION_INIT_RECIPES: dict[str, Recipe] = {
     "initializing": [],
     "connecting_stream": [],
     "handshaking": _TO_HANDSHAKE,
+    "authenticating": _TO_AUTHENTICATING,
     "loading": _TO_LOADING,
     "creating": _TO_CREATING,
     "awaiting_catalog": _TO_AWAITING,
@@ -145,12 +147,19 @@ STREAM_RECIPES: dict[str, Recipe] = {
 #: Event data tried, in order, to select each guarded branch of an event.
 GUARD_DATA: dict[str, list[dict[str, Any]]] = {
     # SessionInit
-    "initialize_succeeded": [{}, {"native_session_resume": True, "prior_session_id": "s-1"}],
+    "initialize_succeeded": [
+        {},
+        {"native_session_resume": True, "prior_session_id": "s-1"},
+        {"auth_method": "m"},
+    ],
+    "authenticated": [{}, {"native_session_resume": True, "prior_session_id": "s-1"}],
     "load_failed": [
         {"error_class": ErrorClass.TRANSPORT_DEAD},
         {"error_class": ErrorClass.SESSION_UNKNOWN},
         {"error_class": ErrorClass.INCONCLUSIVE},
+        {"error_class": ErrorClass.AUTH_REQUIRED},
     ],
+    "new_session_failed": [{}, {"error_class": ErrorClass.AUTH_REQUIRED}],
     "catalog_checked": [{}, {"snapshot_available": False, "model_requested": True}],
     "runtime_mode_applied": [{"catalog_known": True}, {"catalog_known": False}],
     "session_announced": [

@@ -1,0 +1,198 @@
+"""What a user imports and type-checks: one events module, the exports of ``acpfsm.runtime``,
+``Literal`` statuses and stop reasons that mypy --strict holds a program to, a live-only
+subscription, and an import that leaves the agentctl stack unloaded for a stdio-only user."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import typing
+from pathlib import Path
+
+import pytest
+from mypy import api as mypy_api
+
+import acpfsm.runtime
+from acpfsm.adapters import errors as adapter_errors
+from acpfsm.adapters import events as agent_events
+from acpfsm.adapters.memory import MemoryTransport
+from acpfsm.runtime import events
+from acpfsm.runtime.events import MessageChunk, PromptCompleted
+
+from .memory_runtime import MemoryExecutor, make_runtime, session_of, spec
+
+AGENTCTL_STACK = ("httpx", "httpx_ws", "httpcore")
+
+
+# --------------------------------------------------------------------- one events module --
+
+
+def test_every_event_type_is_importable_from_acpfsm_runtime_events() -> None:
+    every = set(typing.get_args(events.RuntimeEvent))
+    assert len(every) == len(typing.get_args(agent_events.AgentEvent)) + len(
+        typing.get_args(events.LifecycleEvent)
+    )
+    for cls in every:
+        assert getattr(events, cls.__name__) is cls
+        assert cls.__name__ in events.__all__
+    for name in ("AgentEvent", "LifecycleEvent", "RuntimeEvent", "TurnUpdate", "PlanEntry"):
+        assert name in events.__all__
+    assert set(events.__all__) <= set(dir(events))
+    # the agent stream's whole public vocabulary (its types: the codec functions stay there)
+    types = {n for n in agent_events.__all__ if n[0].isupper()}
+    assert types <= set(events.__all__)
+
+
+def test_subscription_and_the_transport_errors_are_exported() -> None:
+    from acpfsm.runtime import Subscription
+    from acpfsm.runtime.hub import Subscription as HubSubscription
+
+    assert Subscription is HubSubscription
+    for name in (
+        "TransportError",
+        "StreamNotConnected",
+        "TransportClosed",
+        "TransportTimeout",
+        "AuthenticationFailed",
+        "DialFailed",
+        "DialRefused",
+        "ProtocolError",
+        "RemoteProtocolError",
+        "AgentRequestError",
+        "SteerUnsupported",
+    ):
+        assert getattr(acpfsm.runtime, name) is getattr(adapter_errors, name)
+        assert name in acpfsm.runtime.__all__
+    assert set(acpfsm.runtime.__all__) <= set(dir(acpfsm.runtime)) | {"AgentctlExecutor"}
+
+
+@pytest.mark.both_backends
+async def test_a_live_only_subscription_starts_with_the_next_event(time_scale: float) -> None:
+    executor = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    async with make_runtime(executor, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        backlog = session_of(rt, ref.id).hub._backlog
+        async with rt.subscribe_events(ref.id) as replayed:  # the default replays the life
+            assert await replayed.__anext__() == backlog[0]
+        before = len(backlog)
+        async with rt.subscribe_events(ref.id, replay=False) as live:
+            result = await rt.prompt(ref.id, "hi")
+            got: list[events.RuntimeEvent] = []
+            async for event in live:
+                got.append(event)
+                if isinstance(event, PromptCompleted):
+                    break
+        assert before > 0
+        assert got == list(backlog)[before : before + len(got)]  # exactly what came since
+        assert [e.text for e in got if isinstance(e, MessageChunk)] == ["Hello", " world"]
+        assert result.generation == 1
+
+
+# ------------------------------------------------------------------------ typed for mypy --
+
+USER_PROGRAM = """
+from acpfsm.runtime import AgentctlExecutor, Execution, PromptResult, Runtime
+
+
+def report(execution: Execution, result: PromptResult) -> str:
+    if execution.status == {status!r}:
+        return "ready"
+    if result.stop_reason == {stop_reason!r}:
+        return "done"
+    return "other"
+
+
+def executor() -> AgentctlExecutor:
+    return AgentctlExecutor(url="http://127.0.0.1:1", {nonce}="n")
+
+
+async def stream(rt: Runtime, execution_id: str) -> None:
+    async with rt.turn(execution_id, "hi") as turn:
+        async for update in turn:
+            print(update.prompt_generation)
+    print(turn.result.stop_reason)
+"""
+
+
+def _mypy(tmp_path: Path, **words: str) -> tuple[str, int]:
+    program = tmp_path / "user_program.py"
+    program.write_text(textwrap.dedent(USER_PROGRAM.format(**words)))
+    out, err, status = mypy_api.run(
+        [
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--config-file",
+            "",
+            str(program),
+        ]
+    )
+    return out + err, status
+
+
+def test_mypy_strict_catches_a_typo_in_a_status_or_a_stop_reason(tmp_path: Path) -> None:
+    out, status = _mypy(tmp_path, status="READY", stop_reason="end_turn", nonce="nonce")
+    assert status == 0, out
+    out, status = _mypy(tmp_path, status="REDY", stop_reason="end_trun", nonce="nonce")
+    assert status == 1
+    assert 'Non-overlapping equality check (left operand type: "Literal[' in out
+    assert out.count("[comparison-overlap]") == 2, out
+
+
+def test_the_lazy_agentctl_executor_is_still_typed(tmp_path: Path) -> None:
+    out, status = _mypy(tmp_path, status="READY", stop_reason="end_turn", nonce="nonse")
+    assert status == 1
+    assert 'Unexpected keyword argument "nonse" for "AgentctlExecutor"' in out, out
+
+
+# ------------------------------------------------------------------------- the lazy import --
+
+LAZY_PROBE = """
+import sys
+import anyio
+
+STACK = {stack!r}
+import acpfsm.runtime
+print("after import:", [m for m in STACK if m in sys.modules])
+
+from acpfsm.runtime import LaunchSpec, Runtime, WorkspaceRef
+
+
+async def main() -> None:
+    async with Runtime() as rt:
+        ref = await rt.launch(LaunchSpec(agent_profile_id="reference",
+                                         workspace=WorkspaceRef(path={ws!r})))
+        async with rt.turn(ref.id, "hello") as turn:
+            async for update in turn:
+                pass
+        print("turn:", turn.result.stop_reason)
+        await rt.stop(ref.id, "done")
+
+
+anyio.run(main)
+print("after a stdio launch:", [m for m in STACK if m in sys.modules])
+from acpfsm.runtime import AgentctlExecutor
+print("on first use:", AgentctlExecutor.__name__, [m for m in STACK if m in sys.modules])
+"""
+
+
+def test_import_and_a_stdio_launch_leave_the_agentctl_stack_unloaded(tmp_path: Path) -> None:
+    code = LAZY_PROBE.format(stack=AGENTCTL_STACK, ws=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "after import: []",
+        "turn: end_turn",
+        "after a stdio launch: []",
+        f"on first use: AgentctlExecutor {list(AGENTCTL_STACK)}",
+    ]
+
+
+def test_an_unknown_attribute_is_still_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
+        acpfsm.runtime.NoSuchThing  # noqa: B018
