@@ -10,6 +10,10 @@ from acpfsm.adapters.acp.executor import StdioExecutor as StdioExecutor
 from acpfsm.adapters.agentctl.executor import AgentctlExecutor as AgentctlExecutor
 from acpfsm.adapters.executor import AgentLaunch as AgentLaunch
 from acpfsm.adapters.executor import Executor as Executor
+from acpfsm.adapters.mcp_servers import McpServer as McpServer
+from acpfsm.adapters.mcp_servers import McpServerHttp as McpServerHttp
+from acpfsm.adapters.mcp_servers import McpServerSse as McpServerSse
+from acpfsm.adapters.mcp_servers import McpServerStdio as McpServerStdio
 
 from . import events as events
 from .errors import AcpfsmError as AcpfsmError
@@ -34,6 +38,10 @@ from .errors import SteerDispatchTimeout as SteerDispatchTimeout
 from .errors import SteerNotDispatched as SteerNotDispatched
 from .errors import Unsupported as Unsupported
 from .hub import SubscriberOverflow as SubscriberOverflow
+from .mcp.tools import Tool as Tool
+from .mcp.tools import ToolDeclarationError as ToolDeclarationError
+from .mcp.tools import ToolSet as ToolSet
+from .mcp.tools import tool as tool
 from .runtime import BUILTIN_PROFILES as BUILTIN_PROFILES
 from .runtime import Runtime as Runtime
 from .runtime import reference_profile as reference_profile
@@ -68,6 +76,10 @@ __all__ = [
     "Executor",
     "LaunchSpec",
     "LaunchSpecError",
+    "McpServer",
+    "McpServerHttp",
+    "McpServerSse",
+    "McpServerStdio",
     "NotReadyForPrompts",
     "PendingDispatchedPromptTimeout",
     "ProfileNotFound",
@@ -83,10 +95,14 @@ __all__ = [
     "SteerNotDispatched",
     "SubscriberOverflow",
     "Timeouts",
+    "Tool",
+    "ToolDeclarationError",
+    "ToolSet",
     "Trace",
     "TraceRecord",
     "Unsupported",
     "WorkspaceRef",
     "events",
     "reference_profile",
+    "tool",
 ]

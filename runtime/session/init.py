@@ -150,7 +150,9 @@ class InitDriver:
         prior = ctx.spec.prior_acp_session
         try:
             with anyio.fail_after(ctx.timeouts.request):
-                result = await ctx.transport_or_raise().load_session(prior, ctx.spec.workspace.path)
+                result = await ctx.transport_or_raise().load_session(
+                    prior, ctx.spec.workspace.path, ctx.session_mcp_servers()
+                )
         except (AcpfsmError, TimeoutError) as exc:
             cls = classify_error(exc, call=Call.SESSION_LOAD, loading_session_id=prior)
             self._error = f"session/load failed: {_why(exc)}"
@@ -166,7 +168,9 @@ class InitDriver:
         ctx = self.ctx
         try:
             with anyio.fail_after(ctx.timeouts.request):
-                result = await ctx.transport_or_raise().new_session(ctx.spec.workspace.path)
+                result = await ctx.transport_or_raise().new_session(
+                    ctx.spec.workspace.path, ctx.session_mcp_servers()
+                )
         except (AcpfsmError, TimeoutError) as exc:
             self._error = f"session/new failed: {_why(exc)}"
             await self._fire(machine, "new_session_failed")
