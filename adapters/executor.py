@@ -17,6 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .mcp_servers import McpRequestHandler, McpServer
 from .transport import AgentTransport
 
 __all__ = ["AgentLaunch", "Executor"]
@@ -28,7 +29,10 @@ class AgentLaunch:
 
     ``command`` and ``env`` come from the agent profile (``env`` already holds what the
     runtime decided the agent may see); ``workspace`` is the agent's working directory and the
-    root its file-system requests are confined to."""
+    root its file-system requests are confined to. ``mcp_servers`` are the MCP servers the
+    runtime will offer the agent's sessions (an executor masks their credentials in what it
+    records, and may rewrite nothing); ``mcp_handler`` answers the carrier's own MCP
+    requests for this execution (agentctl's ``mcp.*``)."""
 
     execution_id: str
     session_id: str
@@ -38,6 +42,8 @@ class AgentLaunch:
     env: dict[str, str] = field(default_factory=dict)
     task_id: str = ""
     mcp_mode: str = ""
+    mcp_servers: tuple[McpServer, ...] = ()
+    mcp_handler: McpRequestHandler | None = None
 
 
 class Executor(Protocol):

@@ -76,8 +76,12 @@ class MemoryTransport:
         reconnectable: bool = False,
         redial_policy: RedialPolicy = _REDIAL,
         endpoint: str = "",
+        mcp_http: bool | None = True,
+        mcp_sse: bool | None = False,
     ) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.mcp_servers: list[tuple[str, tuple[McpServer, ...]]] = []
+        """The MCP servers each session/new and session/load was given, in order."""
         self.reconnectable = reconnectable
         self.redial_policy = redial_policy
         self.endpoint = endpoint
@@ -90,6 +94,8 @@ class MemoryTransport:
             agent=AgentInfo(name="memory-agent", version="1"),
             load_session=load_session,
             prompt_queueing=prompt_queueing,
+            mcp_http=mcp_http,
+            mcp_sse=mcp_sse,
         )
         self.models = list(models)
         self.current_model = current_model
@@ -233,6 +239,7 @@ class MemoryTransport:
             self.session_id = f"mem-session-{self._counter}"
             return self._session_result(self.session_id)
 
+        self.mcp_servers.append(("session/new", tuple(mcp_servers)))
         result: SessionResult = await self._call("session/new", (cwd,), default)
         return result
 
@@ -243,6 +250,7 @@ class MemoryTransport:
             self.session_id = session_id
             return self._session_result(session_id)
 
+        self.mcp_servers.append(("session/load", tuple(mcp_servers)))
         result: SessionResult = await self._call("session/load", (session_id, cwd), default)
         return result
 

@@ -22,6 +22,7 @@ import msgspec
 
 from .errors import LocalProtocolError
 from .events import AgentEvent, ConfigOption, ModeInfo, ModelInfo, PermissionRequest
+from .mcp_servers import McpServer, McpServerHttp, McpServerSse, McpServerStdio
 
 __all__ = [
     "AgentInfo",
@@ -31,10 +32,14 @@ __all__ = [
     "EventQueue",
     "InitializeResult",
     "McpServer",
+    "McpServerHttp",
+    "McpServerSse",
+    "McpServerStdio",
     "PermissionPolicy",
     "PermissionPrompts",
     "RedialPolicy",
     "SessionResult",
+    "SupportsMcpMode",
     "allow_first_permission_policy",
     "attachment_content",
 ]
@@ -65,6 +70,11 @@ class InitializeResult(msgspec.Struct, frozen=True, kw_only=True):
     """The fields of the agent's initialize answer acpfsm does not model, as sent and nested
     where they were (e.g. ``{"agentCapabilities": {"auth": {"logout": {}}}}``); empty when the
     carrier does not forward the answer (agentctl). See :func:`acpfsm.adapters.acp.messages.unmodelled`."""
+    mcp_http: bool | None = None
+    """Whether the agent takes HTTP MCP servers (``mcpCapabilities.http``); ``None`` when the
+    carrier does not report it (agentctl, which filters the servers on its side)."""
+    mcp_sse: bool | None = None
+    """Likewise for SSE MCP servers (``mcpCapabilities.sse``)."""
 
 
 class SessionResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,13 +123,6 @@ async def attachment_content(attachment: Attachment) -> tuple[bytes, str]:
         guessed, _ = mimetypes.guess_type(attachment.path or attachment.name)
         mime = guessed or mime
     return data, mime
-
-
-class McpServer(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    command: str
-    args: list[str] = []
-    env: dict[str, str] = {}
 
 
 class CancelResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -323,3 +326,11 @@ class AgentTransport(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class SupportsMcpMode(AgentTransport, Protocol):
+    """A carrier that serves MCP tools of its own whose set follows the execution's MCP mode
+    (agentctl's embedded MCP server: ``AgentctlTransport``)."""
+
+    async def set_mcp_mode(self, mode: str) -> None: ...

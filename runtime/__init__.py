@@ -27,6 +27,10 @@ from acpfsm.adapters.errors import TransportError as TransportError
 from acpfsm.adapters.errors import TransportTimeout as TransportTimeout
 from acpfsm.adapters.executor import AgentLaunch as AgentLaunch
 from acpfsm.adapters.executor import Executor as Executor
+from acpfsm.adapters.mcp_servers import McpServer as McpServer
+from acpfsm.adapters.mcp_servers import McpServerHttp as McpServerHttp
+from acpfsm.adapters.mcp_servers import McpServerSse as McpServerSse
+from acpfsm.adapters.mcp_servers import McpServerStdio as McpServerStdio
 
 from . import events as events
 from .errors import AcpfsmError as AcpfsmError
@@ -54,6 +58,10 @@ from .errors import SteerNotDispatched as SteerNotDispatched
 from .errors import Unsupported as Unsupported
 from .hub import SubscriberOverflow as SubscriberOverflow
 from .hub import Subscription as Subscription
+from .mcp.tools import Tool as Tool
+from .mcp.tools import ToolDeclarationError as ToolDeclarationError
+from .mcp.tools import ToolSet as ToolSet
+from .mcp.tools import tool as tool
 from .runtime import BUILTIN_PROFILES as BUILTIN_PROFILES
 from .runtime import Runtime as Runtime
 from .runtime import reference_profile as reference_profile
@@ -111,6 +119,10 @@ __all__ = [
     "Executor",
     "LaunchSpec",
     "LaunchSpecError",
+    "McpServer",
+    "McpServerHttp",
+    "McpServerSse",
+    "McpServerStdio",
     "NotReadyForPrompts",
     "PendingDispatchedPromptTimeout",
     "ProfileNotFound",
@@ -133,6 +145,9 @@ __all__ = [
     "SubscriberOverflow",
     "Subscription",
     "Timeouts",
+    "Tool",
+    "ToolDeclarationError",
+    "ToolSet",
     "Trace",
     "TraceRecord",
     "TransportClosed",
@@ -143,4 +158,5 @@ __all__ = [
     "WorkspaceRef",
     "events",
     "reference_profile",
+    "tool",
 ]

@@ -78,6 +78,10 @@ __all__ = [  # the agent's events (re-exported) and the lifecycle's
     "ForegroundIdle",
     "InitialPromptFailed",
     "LifecycleEvent",
+    "McpCallEnded",
+    "McpCallStarted",
+    "McpModeChanged",
+    "McpServerDropped",
     "MessageChunk",
     "ModeInfo",
     "ModelFallback",
@@ -209,6 +213,46 @@ class EventsTruncated(_Lifecycle, frozen=True, tag="events.truncated"):
     missed: int
 
 
+class McpServerDropped(_Lifecycle, frozen=True, tag="mcp.server_dropped"):
+    """An MCP server of the launch was not offered to the agent's session: ``reason`` says
+    why (the agent does not take its ``kind``, or an earlier server has its name)."""
+
+    name: str
+    kind: str
+    reason: str
+
+
+class McpModeChanged(_Lifecycle, frozen=True, tag="mcp.mode_changed"):
+    """``set_mcp_mode`` switched the execution's tool set (and the ``mcp.*`` actions answered)."""
+
+    mode: str
+    previous: str
+
+
+class McpCallStarted(_Lifecycle, frozen=True, tag="mcp.call_started"):
+    """The agent called an app tool (``kind`` ``tool``) or agentctl forwarded one of kandev's
+    ``mcp.*`` actions (``kind`` ``action``). ``arguments`` is their JSON, cut at 4 KiB."""
+
+    call_id: str
+    kind: str
+    name: str
+    mode: str
+    arguments: str
+
+
+class McpCallEnded(_Lifecycle, frozen=True, tag="mcp.call_ended"):
+    """The call's answer: ``output`` (its text, cut at 4 KiB), or ``error`` when the agent was
+    answered with an error (the tool raised, timed out, returned too much, the arguments
+    were invalid, or nothing serves it in this mode)."""
+
+    call_id: str
+    kind: str
+    name: str
+    mode: str
+    output: str = ""
+    error: str = ""
+
+
 LifecycleEvent = (
     AcpSessionCreated
     | AgentRunning
@@ -226,6 +270,10 @@ LifecycleEvent = (
     | PromptFailed
     | InitialPromptFailed
     | EventsTruncated
+    | McpServerDropped
+    | McpModeChanged
+    | McpCallStarted
+    | McpCallEnded
 )
 
 RuntimeEvent = AgentEvent | LifecycleEvent

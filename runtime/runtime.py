@@ -44,6 +44,8 @@ from .errors import (
 )
 from .history import HistoryStore
 from .hub import Subscription
+from .mcp.execution import KANDEV_MCP_MODES, ExecutionMcp, RuntimeTools
+from .mcp.tools import ToolSet
 from .session import ExecutionSession
 from .trace import Trace
 from .turn import Turn
@@ -64,7 +66,7 @@ __all__ = [
     "reference_profile",
 ]
 
-MCP_MODES = ("task", "config", "office")
+MCP_MODES = KANDEV_MCP_MODES
 LAUNCH_REQUEST_KEY = "launch_request"
 _BASE_SPEC_FIELDS = ("agent_profile_id", "executor_id", "prompt", "prior_acp_session", "mcp_mode")
 
@@ -184,6 +186,11 @@ class Runtime:
     resume-context injection. ``engine`` runs the charts on acpfsm's compiled engine
     (``"compiled"``, the default) or on python-statemachine's own (``"reference"``); the
     environment variable ``ACPFSM_ENGINE`` sets the default.
+
+    ``tool_sets`` are the app's MCP tools, one :class:`~acpfsm.runtime.mcp.ToolSet` per MCP
+    mode: each execution serves its mode's tools to the agent (a tool server on loopback,
+    offered to every session it opens) and answers agentctl's ``mcp.*`` requests from the
+    mode's actions; see :meth:`set_mcp_mode`. Serving tools needs the ``acpfsm[mcp]`` extra.
     """
 
     def __init__(
@@ -195,6 +202,7 @@ class Runtime:
         trace_path: str | Path | None = None,
         history_root: str | Path | None = None,
         engine: EngineName | None = None,
+        tool_sets: Iterable[ToolSet] = (),
     ) -> None:
         self.profiles: dict[str, AgentProfile] = {p.id: p for p in BUILTIN_PROFILES}
         self.profiles.update({p.id: p for p in profiles})
@@ -208,6 +216,10 @@ class Runtime:
         self._by_task_session: dict[str, str] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
+        tool_sets = tuple(tool_sets)
+        self.tools = RuntimeTools(tool_sets) if tool_sets else None
+        self.mcp_modes = self.tools.modes if self.tools is not None else MCP_MODES
+        """The modes :meth:`set_mcp_mode` and ``LaunchSpec.mcp_mode`` accept."""
 
     # ------------------------------------------------------------------ lifecycle --
 
@@ -268,7 +280,7 @@ class Runtime:
         executor = self.executors.get(spec.executor_id)
         if executor is None:
             raise ProfileNotFound(f"unknown executor {spec.executor_id!r}")
-        if spec.mcp_mode and spec.mcp_mode not in MCP_MODES:
+        if spec.mcp_mode and spec.mcp_mode not in self.mcp_modes:
             raise Unsupported(f"MCP mode {spec.mcp_mode!r}")
         execution_id = str(uuid.uuid4())
         session_id = str(spec.metadata.get("session_id") or execution_id)
@@ -286,17 +298,21 @@ class Runtime:
             task_id=str(spec.metadata.get("task_id", "")),
             mcp_mode=spec.mcp_mode,
         )
+        mcp = self._execution_mcp(execution_id, spec, profile)
         session = ExecutionSession(
             execution_id=execution_id,
             session_id=session_id,
             spec=spec,
             profile=profile,
-            open_transport=lambda: executor.open(launch),
+            open_transport=lambda: (
+                mcp.open_transport(executor, launch) if mcp is not None else executor.open(launch)
+            ),
             trace=self.trace,
             timeouts=self.timeouts,
             history=self.history,
             shutting_down=lambda: self._closing,
             engine=self.engine,
+            mcp=mcp,
         )
         self._sessions[execution_id] = session
         self._by_task_session[session_id] = execution_id
@@ -310,6 +326,21 @@ class Runtime:
             session_id=session_id,
             agentctl_url=session.endpoint,
             started_at=session.started_at,
+        )
+
+    def _execution_mcp(
+        self, execution_id: str, spec: LaunchSpec, profile: AgentProfile
+    ) -> ExecutionMcp | None:
+        """The execution's MCP side, when it has MCP servers or the Runtime has tools."""
+        servers = (*profile.mcp_servers, *spec.mcp_servers)
+        if not servers and self.tools is None:
+            return None
+        return ExecutionMcp(
+            execution_id=execution_id,
+            servers=servers,
+            tools=self.tools,
+            mode=spec.mcp_mode or (self.tools.default_mode if self.tools is not None else ""),
+            call_timeout=self.timeouts.tool_call,
         )
 
     def _forget(self, session: ExecutionSession) -> None:
@@ -342,12 +373,14 @@ class Runtime:
         return self._session(execution_id).hub.subscribe(replay=replay)
 
     async def set_mcp_mode(self, execution_id: str, mode: str) -> None:
-        """Record the MCP mode; ACP sets MCP servers at session/new, so it takes effect on the
-        next session of this task (there is no mid-session MCP change in ACP)."""
+        """Switch the execution's MCP mode while it runs (kandev's ``SetMcpMode``): the tool
+        set its agent sees (the tool server announces ``notifications/tools/list_changed``),
+        the ``mcp.*`` actions answered, and, for kandev's modes over agentctl, agentctl's
+        embedded MCP server. An unknown mode is :class:`Unsupported`."""
         session = self._session(execution_id)
-        if mode not in MCP_MODES:
+        if mode not in self.mcp_modes:
             raise Unsupported(f"MCP mode {mode!r}", execution_id=execution_id)
-        session.metadata["mcp_mode"] = mode
+        await session.set_mcp_mode(mode)
 
     # -------------------------------------------------------- session-manager surface --
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import LaunchSpecError
 from ..executor import AgentLaunch
+from ..mcp_servers import mcp_server_secrets
 from ..transport import AgentTransport, PermissionPolicy, allow_first_permission_policy
 from .process import DEFAULT_INHERITED_ENV, DEFAULT_SHUTDOWN, ShutdownPolicy
 from .stdio import DEFAULT_CONFIG, StdioConfig, TerminalHandler
@@ -62,4 +63,5 @@ class StdioExecutor:
             shutdown=self.shutdown,
             stderr_max_bytes=self.stderr_max_bytes,
             stderr_max_lines=self.stderr_max_lines,
+            secrets=mcp_server_secrets(launch.mcp_servers),
         )

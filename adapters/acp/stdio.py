@@ -60,7 +60,7 @@ import pathlib
 import re
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, Final, TypeVar
 
@@ -115,6 +115,7 @@ from ..events import (
     ToolUpdate,
     Unknown,
 )
+from ..mcp_servers import McpServerStdio
 from ..transport import (
     AgentInfo,
     Attachment,
@@ -607,6 +608,8 @@ class StdioTransport:
                 **(response.meta or {}),
             },
             unmodelled=acp.unmodelled(acp.InitializeResponse, raw),
+            mcp_http=caps.mcp_capabilities.http,
+            mcp_sse=caps.mcp_capabilities.sse,
         )
         self._capabilities = result
         self._emit(
@@ -627,15 +630,28 @@ class StdioTransport:
 
     @staticmethod
     def _mcp_servers(servers: Sequence[McpServer]) -> list[Any]:
-        return [
-            acp.McpServerStdio(
-                name=server.name,
-                command=server.command,
-                args=list(server.args),
-                env=[acp.EnvVariable(name=k, value=v) for k, v in server.env.items()],
+        out: list[Any] = []
+        for server in servers:
+            if isinstance(server, McpServerStdio):
+                out.append(
+                    acp.McpServerStdio(
+                        name=server.name,
+                        command=server.command,
+                        args=list(server.args),
+                        env=[acp.EnvVariable(name=k, value=v) for k, v in server.env.items()],
+                    )
+                )
+                continue
+            wire = acp.McpServerHttp if server.__struct_config__.tag == "http" else acp.McpServerSse
+            out.append(
+                wire(
+                    type=str(server.__struct_config__.tag),
+                    name=server.name,
+                    url=server.url,
+                    headers=[acp.HttpHeader(name=k, value=v) for k, v in server.headers.items()],
+                )
             )
-            for server in servers
-        ]
+        return out
 
     async def new_session(self, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> SessionResult:
         caps = self._require_initialized()
@@ -1420,11 +1436,14 @@ async def open_stdio_transport(
     shutdown: ShutdownPolicy = DEFAULT_SHUTDOWN,
     stderr_max_bytes: int = 64 * 1024,
     stderr_max_lines: int = 200,
+    secrets: Iterable[str] = (),
 ) -> AsyncIterator[StdioTransport]:
     """Spawn the agent (``argv``, no shell, its own process group, ``cwd`` as working
     directory, environment per :func:`~.process.build_agent_env`) and yield a connected,
     not yet initialized :class:`StdioTransport`. The workspace (fs confinement root)
-    defaults to ``cwd``. Leaving the block closes everything; no process survives."""
+    defaults to ``cwd``. ``secrets`` are masked in the agent's stderr we keep, beside its
+    secret-looking environment values. Leaving the block closes everything; no process
+    survives."""
     async with (
         open_agent_process(
             argv,
@@ -1434,6 +1453,7 @@ async def open_stdio_transport(
             stderr_max_bytes=stderr_max_bytes,
             stderr_max_lines=stderr_max_lines,
             shutdown=shutdown,
+            secrets=secrets,
         ) as process,
         connect_stdio_transport(
             process.stdout,

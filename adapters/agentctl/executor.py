@@ -25,6 +25,10 @@ A lost agent WebSocket is redialled when the runtime's AgentStream chart says so
 executor used without a Runtime (``acpfsm conform``) passes ``auto_redial=True`` so that its
 transports redial on their own (see :mod:`.transport`).
 
+agentctl's own ``mcp.*`` requests (kandev's tools, called by the agent on agentctl's embedded
+MCP server) are answered by the launch's ``mcp_handler`` (a Runtime with tool sets gives one
+per execution), else by the executor's ``mcp_handler``, else refused.
+
 Credentials: ``token`` is agentctl's bearer token; ``nonce`` is its bootstrap nonce
 (``AGENTCTL_BOOTSTRAP_NONCE``), traded once for the token on first use (``POST
 /auth/handshake``) and kept in :attr:`AgentctlExecutor.token`.
@@ -46,6 +50,7 @@ import httpx
 
 from ..errors import AcpfsmError, LaunchSpecError
 from ..executor import AgentLaunch
+from ..mcp_servers import mcp_server_secrets
 from ..redaction import Redactor, secret_values
 from ..transport import AgentTransport, PermissionPolicy, allow_first_permission_policy
 from .control import AgentctlConfig, ControlClient, InstanceClient
@@ -151,8 +156,15 @@ class AgentctlExecutor:
                     instance,
                     config=self.config,
                     permission_policy=self.permission_policy,
-                    mcp_handler=self.mcp_handler,
-                    redact=Redactor([*secret_values(env), self._nonce, token]),
+                    mcp_handler=launch.mcp_handler or self.mcp_handler,
+                    redact=Redactor(
+                        [
+                            *secret_values(env),
+                            *mcp_server_secrets(launch.mcp_servers),
+                            self._nonce,
+                            token,
+                        ]
+                    ),
                     auto_redial=self.auto_redial,
                 ) as transport:
                     self.transports[execution_id] = transport

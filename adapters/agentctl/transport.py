@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
 import anyio
@@ -118,6 +118,7 @@ from ..events import (
     ToolUpdate,
     TurnStarted,
 )
+from ..mcp_servers import McpRequestHandler, McpServerStdio, mcp_server_kind
 from ..redaction import NO_REDACTION, Redactor
 from ..transport import (
     AgentInfo,
@@ -139,9 +140,10 @@ __all__ = ["AgentctlTransport", "McpHandler", "open_agentctl_transport"]
 
 log = logging.getLogger(__name__)
 
-McpHandler = Callable[[str, Any], Awaitable[Any]]
+McpHandler = McpRequestHandler
 """Serves agentctl's ``mcp.*`` requests: ``(action, payload)`` → the response payload; an
-exception answers with an ``INTERNAL_ERROR`` error envelope."""
+:class:`AgentctlError` answers with an error envelope of its ``code`` (``UNKNOWN_ACTION`` for
+an action not served), any other exception with ``INTERNAL_ERROR``."""
 
 _CLEAN_CLOSE_CODES: Final = frozenset({1000, 1001})
 _STAMPED = (MessageChunk, Reasoning, ToolCall, ToolUpdate, Plan, PermissionRequest)
@@ -315,6 +317,11 @@ class AgentctlTransport:
     async def stop_agent(self) -> None:
         """Ask agentctl to stop the agent process gracefully (``POST /api/v1/stop``)."""
         await self.instance.stop()
+
+    async def set_mcp_mode(self, mode: str) -> None:
+        """Switch the tools of agentctl's embedded MCP server (``PUT /api/v1/mcp/mode``)."""
+        self._check_open()
+        await self.instance.set_mcp_mode(mode)
 
     async def aclose(self) -> None:
         """Close the socket (normal close), release every waiter, end the event stream with
@@ -579,6 +586,12 @@ class AgentctlTransport:
                 payload = msgspec.json.decode(envelope.payload)
                 result = await self._mcp_handler(action, payload)
                 reply = _wire.encode_reply(envelope.id, action, payload=result)
+            except AgentctlError as exc:
+                reply = _wire.encode_reply(
+                    envelope.id,
+                    action,
+                    error={"code": exc.code or "INTERNAL_ERROR", "message": str(exc)},
+                )
             except Exception as exc:  # noqa: BLE001 - user code: any failure is an answer
                 reply = _wire.encode_reply(
                     envelope.id, action, error={"code": "INTERNAL_ERROR", "message": str(exc)}
@@ -830,16 +843,29 @@ class AgentctlTransport:
 
     @staticmethod
     def _mcp_servers(servers: Sequence[McpServer]) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": s.name,
-                "command": s.command,
-                "args": list(s.args),
-                "env": dict(s.env),
-                "type": "stdio",
-            }
-            for s in servers
-        ]
+        """agentctl's ``McpServer`` JSON: ``env`` and ``headers`` as maps."""
+        out: list[dict[str, Any]] = []
+        for s in servers:
+            if isinstance(s, McpServerStdio):
+                out.append(
+                    {
+                        "name": s.name,
+                        "command": s.command,
+                        "args": list(s.args),
+                        "env": dict(s.env),
+                        "type": "stdio",
+                    }
+                )
+            else:
+                out.append(
+                    {
+                        "name": s.name,
+                        "url": s.url,
+                        "headers": dict(s.headers),
+                        "type": mcp_server_kind(s),
+                    }
+                )
+        return out
 
     def _session_result(self, session_id: str, data: dict[str, Any]) -> SessionResult:
         state = data.get("model_state")

@@ -12,20 +12,21 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import AcpfsmError, TransportClosed
-from acpfsm.adapters.transport import AgentTransport, Attachment
+from acpfsm.adapters.transport import AgentTransport, Attachment, SupportsMcpMode
 from acpfsm.statecharts import ChartMachine, EngineName
 
 from .. import events as le
 from ..errors import NotReadyForPrompts, PendingDispatchedPromptTimeout, PromptError
 from ..history import HistoryStore
 from ..hub import EventHub
+from ..mcp.execution import KANDEV_MCP_MODES
 from ..trace import Trace, TraceRecord
 from ..types import AgentProfile, LaunchSpec, PromptResult, Timeouts
 from ..types import Execution as ExecutionSnapshot
@@ -37,6 +38,9 @@ from .prompting import PromptDriver
 from .status import StatusDriver
 from .stream import StreamDriver
 from .turns import Generation, TurnDriver
+
+if TYPE_CHECKING:
+    from ..mcp.execution import ExecutionMcp
 
 __all__ = ["ExecutionSession"]
 
@@ -61,6 +65,7 @@ class ExecutionSession:
         history: HistoryStore | None,
         shutting_down: Callable[[], bool],
         engine: EngineName | None = None,
+        mcp: ExecutionMcp | None = None,
     ) -> None:
         ctx = self.ctx = ExecutionContext(
             execution_id=execution_id,
@@ -90,6 +95,9 @@ class ExecutionSession:
         self._finished = anyio.Event()
         self._tool_names: dict[str, str] = {}
         ctx.handle("execution", {"close_subscriptions": lambda effect, m: ctx.hub.close()})
+        if mcp is not None:
+            ctx.mcp = mcp
+            mcp.publish = ctx.publish
 
     # --- identity and views ----------------------------------------------------------------
 
@@ -328,6 +336,16 @@ class ExecutionSession:
     async def set_config_option(self, config_id: str, value: str) -> None:
         await self.init.admission.wait()
         await self.ctx.transport_or_raise().set_config_option(config_id, value)
+
+    async def set_mcp_mode(self, mode: str) -> None:
+        """Switch the MCP mode (already validated): agentctl's embedded MCP server first
+        (kandev's modes only), then the app's tool set and the ``mcp.*`` actions answered."""
+        transport = self.ctx.transport
+        if mode in KANDEV_MCP_MODES and isinstance(transport, SupportsMcpMode):
+            await transport.set_mcp_mode(mode)
+        self.ctx.metadata["mcp_mode"] = mode
+        if self.ctx.mcp is not None:
+            await self.ctx.mcp.set_mode(mode)
 
     async def stop(self, reason: str, *, force: bool = False) -> ExecutionSnapshot:
         """StopAgentWithReason: STOPPED (the live turn and the stream follow), a graceful

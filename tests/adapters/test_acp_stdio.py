@@ -761,31 +761,37 @@ class PipeReader(anyio.abc.ByteReceiveStream):
         self.stream.close()
 
 
+async def scripted_agent(
+    requests: MemoryObjectReceiveStream[bytes],
+    answers: MemoryObjectSendStream[bytes],
+    results: dict[str, Any],
+    seen: dict[str, Any] | None = None,
+) -> None:
+    """Answer each JSON-RPC request line with ``results[method]`` until the client closes;
+    ``seen`` keeps the params of each method's last request."""
+    buffer = b""
+    while True:
+        while b"\n" not in buffer:
+            try:
+                buffer += await requests.receive()
+            except anyio.EndOfStream:
+                return
+        line, buffer = buffer.split(b"\n", 1)
+        request = json.loads(line)
+        if seen is not None:
+            seen[request["method"]] = request.get("params")
+        answer = {"jsonrpc": "2.0", "id": request["id"], "result": results[request["method"]]}
+        await answers.send(json.dumps(answer).encode() + b"\n")
+
+
 async def test_transport_over_plain_byte_streams(tmp_path: Path) -> None:
     to_agent_send, to_agent_receive = anyio.create_memory_object_stream[bytes](100)
     from_agent_send, from_agent_receive = anyio.create_memory_object_stream[bytes](100)
     with to_agent_send, to_agent_receive, from_agent_send, from_agent_receive:
-
-        async def scripted_agent() -> None:
-            buffer = b""
-            while True:
-                while b"\n" not in buffer:
-                    try:
-                        buffer += await to_agent_receive.receive()
-                    except anyio.EndOfStream:
-                        return
-                line, buffer = buffer.split(b"\n", 1)
-                request = json.loads(line)
-                result = {
-                    "initialize": {"protocolVersion": 1},
-                    "session/new": {"sessionId": "mem-1"},
-                }[request["method"]]
-                answer = {"jsonrpc": "2.0", "id": request["id"], "result": result}
-                await from_agent_send.send(json.dumps(answer).encode() + b"\n")
-
+        results = {"initialize": {"protocolVersion": 1}, "session/new": {"sessionId": "mem-1"}}
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(scripted_agent)
+                tg.start_soon(scripted_agent, to_agent_receive, from_agent_send, results)
                 async with connect_stdio_transport(
                     PipeReader(from_agent_receive), PipeWriter(to_agent_send), workspace=tmp_path
                 ) as t:

@@ -915,6 +915,7 @@ COVERED = {
     "fs_bad_paths",
     "fs_huge_read",
     "fs_symlink_race",
+    "no_mcp_http",  # test_mcp_tools::test_an_agent_without_http_support_gets_no_tool_server
     *(shape[0] for shape in LOAD_SHAPES),
 }
 

@@ -301,11 +301,11 @@ async def test_s145_get_execution_snapshot(time_scale: float, tmp_path: Path) ->
 
 
 async def test_s146_set_mcp_mode(time_scale: float, tmp_path: Path) -> None:
-    """``set_mcp_mode(id, "config")`` records the mode once (ACP fixes MCP servers at
-    session/new, so no request reaches the agent mid-session; it applies to the task's next
-    session). An unknown mode is Unsupported. An empty or unknown id is ExecutionNotFound
-    (Go passed the lifecycle's unwrapped ``not found`` / ``has no agentctl client`` through;
-    a Python session always has its transport between launch and stop)."""
+    """``set_mcp_mode(id, "config")`` records the mode; no ACP request reaches the agent (the
+    tool sets it switches are served over MCP, and a carrier without an MCP server of its own,
+    unlike agentctl, is not asked). An unknown mode is Unsupported. An empty id is
+    ExecutionIdRequired, an unknown one ExecutionNotFound (Go passed the lifecycle's unwrapped ``not found`` / ``has no agentctl
+    client`` through; a Python session always has its transport between launch and stop)."""
     ex = RecordingExecutor()
     async with runtime(ex, time_scale) as rt:
         ref = await rt.launch(launch_spec(str(tmp_path), mcp_mode="task"))
