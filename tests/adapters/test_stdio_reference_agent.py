@@ -868,7 +868,7 @@ async def test_symlink_race_through_the_reference_agent(
         f"{resolver}: {report['reads']} reads, {report['writes']} writes, {report['escaped']} escaped"
     )
     assert report["escaped"] == 0
-    assert report["reads"] > 20 and report["swaps"] > 0
+    assert report["reads"] > 0 and report["swaps"] > 0  # counts, never a rate: load varies
     assert report["inside_reads"] > 0 and sum(report["errors"].values()) > 0  # the race was on
 
 
