@@ -17,7 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .transport import AgentTransport
+from .transport import AgentTransport, PermissionPolicy, reject_permission_policy
 
 __all__ = ["AgentLaunch", "Executor"]
 
@@ -28,7 +28,9 @@ class AgentLaunch:
 
     ``command`` and ``env`` come from the agent profile (``env`` already holds what the
     runtime decided the agent may see); ``workspace`` is the agent's working directory and the
-    root its file-system requests are confined to."""
+    root its file-system requests are confined to. ``permission_policy`` answers the agent's
+    permission requests: the executor hands it to the transport it opens (the runtime gives
+    each execution its own; the default refuses every request)."""
 
     execution_id: str
     session_id: str
@@ -38,6 +40,7 @@ class AgentLaunch:
     env: dict[str, str] = field(default_factory=dict)
     task_id: str = ""
     mcp_mode: str = ""
+    permission_policy: PermissionPolicy = reject_permission_policy
 
 
 class Executor(Protocol):

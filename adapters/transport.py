@@ -21,9 +21,17 @@ import anyio.lowlevel
 import msgspec
 
 from .errors import LocalProtocolError
-from .events import AgentEvent, ConfigOption, ModeInfo, ModelInfo, PermissionRequest
+from .events import (
+    AgentEvent,
+    ConfigOption,
+    ModeInfo,
+    ModelInfo,
+    PermissionOption,
+    PermissionRequest,
+)
 
 __all__ = [
+    "REJECT_KINDS",
     "AgentInfo",
     "AgentTransport",
     "Attachment",
@@ -35,8 +43,11 @@ __all__ = [
     "PermissionPrompts",
     "RedialPolicy",
     "SessionResult",
-    "allow_first_permission_policy",
+    "allow_once_option",
+    "allow_once_permission_policy",
     "attachment_content",
+    "reject_option",
+    "reject_permission_policy",
 ]
 
 _T = TypeVar("_T")
@@ -154,17 +165,44 @@ class RedialPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
 
 PermissionPolicy = Callable[[PermissionRequest], Awaitable[str | None]]
-"""Decides a permission request: the chosen ``option_id``, or ``None`` to answer ``cancelled``."""
+"""Decides a permission request: the chosen ``option_id``, or ``None`` to answer ``cancelled``.
+A transport puts every ``session/request_permission`` (agentctl: ``permission_request``) to
+the policy it was given; the runtime gives each execution its own (see
+:class:`~acpfsm.adapters.executor.AgentLaunch`)."""
+
+REJECT_KINDS: tuple[str, ...] = ("reject_once", "reject_always")
+"""The option kinds that refuse, in order of preference (ACP ``PermissionOptionKind``)."""
 
 
-async def allow_first_permission_policy(request: PermissionRequest) -> str | None:
-    """The default policy: the first ``allow_once``/``allow_always`` option, else the first
-    option, else ``None`` (answer ``cancelled``). It never asks anyone: use it only for
-    agents you trust with the workspace (the reference agent, tests, sandboxes)."""
-    for option in request.permission_options:
-        if option.kind in ("allow_once", "allow_always"):
-            return option.option_id
-    return request.permission_options[0].option_id if request.permission_options else None
+def reject_option(options: Sequence[PermissionOption]) -> str | None:
+    """The option that refuses: the ``reject_once`` one, else the ``reject_always`` one,
+    else ``None`` (the request is then answered ``cancelled``). Never an allow option,
+    whatever the order the agent listed them in."""
+    for kind in REJECT_KINDS:
+        for option in options:
+            if option.kind == kind:
+                return option.option_id
+    return None
+
+
+def allow_once_option(options: Sequence[PermissionOption]) -> str | None:
+    """The ``allow_once`` option, else ``None``: never ``allow_always``, which would allow
+    every later request of the kind without asking."""
+    return next((o.option_id for o in options if o.kind == "allow_once"), None)
+
+
+async def reject_permission_policy(request: PermissionRequest) -> str | None:
+    """The default policy: refuse (:func:`reject_option`; ``cancelled`` when the request
+    offers no reject option). An agent with it cannot run a tool that needs permission."""
+    return reject_option(request.permission_options)
+
+
+async def allow_once_permission_policy(request: PermissionRequest) -> str | None:
+    """Allow this one request (:func:`allow_once_option`); refuse it when it offers no
+    ``allow_once`` option. Only for agents you trust with the workspace (the reference
+    agent, tests, sandboxes)."""
+    options = request.permission_options
+    return allow_once_option(options) or reject_option(options)
 
 
 class PermissionPrompts:

@@ -24,6 +24,10 @@ from .errors import ExecutionNotFound as ExecutionNotFound
 from .errors import LaunchSpecError as LaunchSpecError
 from .errors import NotReadyForPrompts as NotReadyForPrompts
 from .errors import PendingDispatchedPromptTimeout as PendingDispatchedPromptTimeout
+from .errors import PermissionAlreadyResolved as PermissionAlreadyResolved
+from .errors import PermissionAnswerError as PermissionAnswerError
+from .errors import PermissionOptionNotOffered as PermissionOptionNotOffered
+from .errors import PermissionRequestNotFound as PermissionRequestNotFound
 from .errors import ProfileNotFound as ProfileNotFound
 from .errors import PromptDispatchError as PromptDispatchError
 from .errors import PromptError as PromptError
@@ -44,6 +48,7 @@ from .types import Attachment as Attachment
 from .types import Execution as Execution
 from .types import ExecutionRef as ExecutionRef
 from .types import LaunchSpec as LaunchSpec
+from .types import PermissionPolicyName as PermissionPolicyName
 from .types import PromptResult as PromptResult
 from .types import Timeouts as Timeouts
 from .types import WorkspaceRef as WorkspaceRef
@@ -70,6 +75,11 @@ __all__ = [
     "LaunchSpecError",
     "NotReadyForPrompts",
     "PendingDispatchedPromptTimeout",
+    "PermissionAlreadyResolved",
+    "PermissionAnswerError",
+    "PermissionOptionNotOffered",
+    "PermissionPolicyName",
+    "PermissionRequestNotFound",
     "ProfileNotFound",
     "PromptDispatchError",
     "PromptError",

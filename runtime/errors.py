@@ -8,6 +8,10 @@
     ├── ExecutionAlreadyExists       a second execution for one task session (R31)
     ├── LaunchSpecError              the launch spec cannot be honoured (e.g. no workspace)
     │   └── ProfileNotFound          no agent profile / executor with that id
+    ├── PermissionAnswerError        the app's answer to a permission request was not taken
+    │   ├── PermissionRequestNotFound    no such request was asked
+    │   ├── PermissionAlreadyResolved    it was already answered, refused or cancelled
+    │   └── PermissionOptionNotOffered   the request offers no such option (still pending)
     ├── Unsupported                  the operation is not supported (runtime: operation not supported)
     ├── SessionInitError             failed to initialize ACP (the launch failed)
     ├── NotReadyForPrompts           status is not RUNNING or READY
@@ -63,6 +67,10 @@ __all__ = [
     "LocalProtocolError",
     "NotReadyForPrompts",
     "PendingDispatchedPromptTimeout",
+    "PermissionAlreadyResolved",
+    "PermissionAnswerError",
+    "PermissionOptionNotOffered",
+    "PermissionRequestNotFound",
     "ProfileNotFound",
     "PromptDispatchError",
     "PromptError",
@@ -106,6 +114,59 @@ class ExecutionAlreadyExists(AcpfsmError):
 
 class ProfileNotFound(LaunchSpecError):
     """No agent profile or executor with that id."""
+
+
+class PermissionAnswerError(AcpfsmError):
+    """The app's answer to a permission request was not taken. ``request_id`` names it."""
+
+    request_id: str
+
+    def __init__(self, message: str, *, execution_id: str, request_id: str) -> None:
+        super().__init__(message, execution_id=execution_id)
+        self.request_id = request_id
+
+
+class PermissionRequestNotFound(PermissionAnswerError):
+    """The execution was never asked this request."""
+
+    def __init__(self, *, execution_id: str, request_id: str) -> None:
+        super().__init__(
+            f"no permission request {request_id!r} in execution {execution_id!r}",
+            execution_id=execution_id,
+            request_id=request_id,
+        )
+
+
+class PermissionAlreadyResolved(PermissionAnswerError):
+    """The request was already answered, refused (its bound passed) or cancelled (its turn
+    ended): ``resolution`` says how."""
+
+    resolution: str
+
+    def __init__(self, *, execution_id: str, request_id: str, resolution: str) -> None:
+        super().__init__(
+            f"permission request {request_id!r} is already resolved ({resolution})",
+            execution_id=execution_id,
+            request_id=request_id,
+        )
+        self.resolution = resolution
+
+
+class PermissionOptionNotOffered(PermissionAnswerError):
+    """The request does not offer that option; it is still pending (answer it again)."""
+
+    option_id: str
+
+    def __init__(
+        self, *, execution_id: str, request_id: str, option_id: str, offered: list[str]
+    ) -> None:
+        super().__init__(
+            f"permission request {request_id!r} offers no option {option_id!r} "
+            f"(offered: {', '.join(offered) or 'none'})",
+            execution_id=execution_id,
+            request_id=request_id,
+        )
+        self.option_id = option_id
 
 
 class Unsupported(AcpfsmError):

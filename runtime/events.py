@@ -7,9 +7,11 @@ these lifecycle events (kandev's ``agent.*`` bus events). All are frozen tagged 
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
-from acpfsm.adapters.events import AgentEvent
+from acpfsm.adapters.events import AgentEvent, PermissionOption
 
 __all__ = [
     "AcpSessionCreated",
@@ -27,6 +29,9 @@ __all__ = [
     "LifecycleEvent",
     "ModelFallback",
     "ModelSelectionWarning",
+    "PermissionRequested",
+    "PermissionResolved",
+    "PermissionToolCall",
     "PromptCompleted",
     "PromptFailed",
     "RuntimeEvent",
@@ -131,6 +136,48 @@ class EventsTruncated(_Lifecycle, frozen=True, tag="events.truncated"):
     missed: int
 
 
+class PermissionToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """The tool call a permission request is about: its id, title, ``kind`` (ACP's
+    ``execute``, ``edit``, ``read`` …; agentctl's action type) and ``raw_input`` (what it
+    would run or write, as the agent sent it)."""
+
+    tool_call_id: str = ""
+    title: str = ""
+    kind: str = ""
+    raw_input: Any = None
+
+
+class PermissionRequested(_Lifecycle, frozen=True, tag="permission.requested"):
+    """The agent asks permission to run a tool call. Under the ``ask`` policy the app answers
+    with ``Runtime.respond_permission(execution_id, request_id, option_id)`` within
+    ``expires_in`` seconds; otherwise the execution's ``policy`` answers at once. A
+    ``permission.resolved`` for the same ``request_id`` always follows."""
+
+    request_id: str
+    tool_call: PermissionToolCall
+    options: list[PermissionOption]
+    policy: str
+    prompt_generation: int = 0
+    expires_in: float = 0.0
+
+
+class PermissionResolved(_Lifecycle, frozen=True, tag="permission.resolved"):
+    """How a permission request was answered: ``outcome`` ``selected`` (``option_id`` of
+    kind ``option_kind``) or ``cancelled``. ``decided_by``: ``app``
+    (``respond_permission``), ``policy`` (``reject`` or ``allow_once``), ``timeout`` (an
+    ``ask`` left unanswered past its bound: refused), ``turn_ended`` (its turn ended first:
+    cancelled), ``withdrawn`` (a cancel, a new prompt, the carrier's end or the execution's
+    stop withdrew it), ``limit`` (too many requests waiting: refused) or ``duplicate`` (an id
+    that is still waiting: refused). ``reason`` says it in words."""
+
+    request_id: str
+    outcome: str
+    decided_by: str
+    option_id: str = ""
+    option_kind: str = ""
+    reason: str = ""
+
+
 LifecycleEvent = (
     AcpSessionCreated
     | AgentRunning
@@ -148,6 +195,8 @@ LifecycleEvent = (
     | PromptFailed
     | InitialPromptFailed
     | EventsTruncated
+    | PermissionRequested
+    | PermissionResolved
 )
 
 RuntimeEvent = AgentEvent | LifecycleEvent

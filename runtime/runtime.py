@@ -17,10 +17,12 @@ only for ``Stop`` and ``GetExecution``, H11).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -31,7 +33,7 @@ import msgspec
 
 from acpfsm.adapters.acp.executor import StdioExecutor
 from acpfsm.adapters.executor import AgentLaunch, Executor
-from acpfsm.adapters.transport import Attachment
+from acpfsm.adapters.transport import AgentTransport, Attachment, PermissionPolicy
 from acpfsm.statecharts import EngineName, default_engine
 
 from .errors import (
@@ -39,6 +41,7 @@ from .errors import (
     ExecutionAlreadyExists,
     ExecutionIdRequired,
     ExecutionNotFound,
+    LaunchSpecError,
     ProfileNotFound,
     Unsupported,
 )
@@ -47,6 +50,7 @@ from .hub import Subscription
 from .session import ExecutionSession
 from .trace import Trace
 from .types import (
+    PERMISSION_POLICIES,
     AgentProfile,
     Execution,
     ExecutionRef,
@@ -99,6 +103,7 @@ def reference_profile(*args: str, **overrides: Any) -> AgentProfile:
         "command": (sys.executable, "-m", "acpfsm.adapters.reference_agent", *args),
         "native_session_resume": True,
         "history_context_injection": False,
+        "permission_policy": "allow_once",  # its tools only pretend; its writes stay inside
     }
     fields.update(overrides)
     return AgentProfile(**fields)
@@ -267,6 +272,11 @@ class Runtime:
         executor = self.executors.get(spec.executor_id)
         if executor is None:
             raise ProfileNotFound(f"unknown executor {spec.executor_id!r}")
+        policy = spec.permission_policy or profile.permission_policy
+        if policy not in PERMISSION_POLICIES:
+            raise LaunchSpecError(
+                f"unknown permission policy {policy!r} (one of: {', '.join(PERMISSION_POLICIES)})"
+            )
         if spec.mcp_mode and spec.mcp_mode not in MCP_MODES:
             raise Unsupported(f"MCP mode {spec.mcp_mode!r}")
         execution_id = str(uuid.uuid4())
@@ -285,12 +295,17 @@ class Runtime:
             task_id=str(spec.metadata.get("task_id", "")),
             mcp_mode=spec.mcp_mode,
         )
+
+        def open_transport(policy: PermissionPolicy) -> AbstractAsyncContextManager[AgentTransport]:
+            # the execution's own permission policy (its PermissionBroker) goes with the launch
+            return executor.open(dataclasses.replace(launch, permission_policy=policy))
+
         session = ExecutionSession(
             execution_id=execution_id,
             session_id=session_id,
             spec=spec,
             profile=profile,
-            open_transport=lambda: executor.open(launch),
+            open_transport=open_transport,
             trace=self.trace,
             timeouts=self.timeouts,
             history=self.history,
@@ -401,6 +416,14 @@ class Runtime:
         ``RecoverAgentPromptStream``): READY and ``agent.boot_ready``, or
         ``TransportClosed`` when the agent is not running; a no-op unless FAILED."""
         await self._session(execution_id).recover_stream()
+
+    async def respond_permission(self, execution_id: str, request_id: str, option_id: str) -> None:
+        """Answer the agent's permission request ``request_id`` (a ``permission.requested``
+        event of an execution whose policy is ``ask``) with one of its options. Raises
+        :class:`PermissionRequestNotFound` (never asked), :class:`PermissionAlreadyResolved`
+        (answered, refused at its bound, or cancelled with its turn: a second or late
+        answer), :class:`PermissionOptionNotOffered` (the request stays pending)."""
+        self._session(execution_id).permissions.respond(request_id, option_id)
 
     async def set_model(self, execution_id: str, model_id: str) -> None:
         await self._session(execution_id).set_model(model_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -16,10 +16,30 @@ __all__ = [
     "Execution",
     "ExecutionRef",
     "LaunchSpec",
+    "PermissionPolicyName",
     "PromptResult",
     "Timeouts",
     "WorkspaceRef",
 ]
+
+
+PermissionPolicyName = Literal["reject", "allow_once", "ask"]
+"""How an execution answers the agent's permission requests (``session/request_permission``;
+agentctl's ``permission_request``):
+
+* ``"reject"``: refuse every one (the ``reject_once`` option, else ``reject_always``, else
+  ``cancelled``): the agent cannot run a tool that needs permission. The default of every
+  profile but the embedded reference agent's.
+* ``"allow_once"``: allow each one once (never ``allow_always``); refused when the request
+  offers no ``allow_once`` option.
+* ``"ask"``: the app decides: each request is published as a ``permission.requested`` event
+  and answered with :meth:`~acpfsm.runtime.Runtime.respond_permission`; unanswered, it is
+  refused after ``Timeouts.permission_wait`` and cancelled when its turn ends.
+
+Every request, and how it was answered and why, is published (``permission.requested``,
+``permission.resolved``)."""
+
+PERMISSION_POLICIES: tuple[PermissionPolicyName, ...] = ("reject", "allow_once", "ask")
 
 
 class WorkspaceRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,6 +65,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     mcp_mode: str = ""
     attachments: tuple[Attachment, ...] = ()
     metadata: dict[str, Any] = {}
+    permission_policy: PermissionPolicyName | None = None
+    """How this execution answers permission requests; ``None``: the profile's."""
 
 
 class ExecutionRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,6 +132,9 @@ class AgentProfile(msgspec.Struct, frozen=True, kw_only=True):
     auto_fallback: bool = False
     mode: str = ""
     config_options: dict[str, str] = {}
+    permission_policy: PermissionPolicyName = "reject"
+    """How its executions answer permission requests unless the launch spec says otherwise
+    (:data:`PermissionPolicyName`)."""
 
     def launch_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The environment this profile gives its agent when launched from ``environ``."""
@@ -133,6 +158,9 @@ class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
     cancel_wait: float = 10.0
     cancel_escalation: float = 2.0
     request: float = 120.0  # session/new, session/load and other RPCs (agentctl: 2 min)
+    permission_wait: float = 300.0
+    """How long an ``ask`` permission request waits for the app's answer before it is
+    refused (its turn's end cancels it sooner)."""
 
     def scaled(self, factor: float) -> Timeouts:
         return Timeouts(**{f: getattr(self, f) * factor for f in self.__struct_fields__})

@@ -47,7 +47,7 @@ import httpx
 from ..errors import AcpfsmError, LaunchSpecError
 from ..executor import AgentLaunch
 from ..redaction import Redactor, secret_values
-from ..transport import AgentTransport, PermissionPolicy, allow_first_permission_policy
+from ..transport import AgentTransport
 from .control import AgentctlConfig, ControlClient, InstanceClient
 from .transport import AgentctlTransport, McpHandler, open_agentctl_transport
 
@@ -67,7 +67,6 @@ class AgentctlExecutor:
         token: str = "",
         config: AgentctlConfig | None = None,
         env: Mapping[str, str] | None = None,
-        permission_policy: PermissionPolicy = allow_first_permission_policy,
         mcp_handler: McpHandler | None = None,
         check_workspace: bool | None = None,
         auto_redial: bool = False,
@@ -78,7 +77,6 @@ class AgentctlExecutor:
         )
         self.config = config or AgentctlConfig()
         self.env = dict(env or {})
-        self.permission_policy = permission_policy
         self.mcp_handler = mcp_handler
         self.auto_redial = auto_redial
         self._nonce = nonce
@@ -150,7 +148,7 @@ class AgentctlExecutor:
                 async with open_agentctl_transport(
                     instance,
                     config=self.config,
-                    permission_policy=self.permission_policy,
+                    permission_policy=launch.permission_policy,
                     mcp_handler=self.mcp_handler,
                     redact=Redactor([*secret_values(env), self._nonce, token]),
                     auto_redial=self.auto_redial,

@@ -19,7 +19,7 @@ import anyio.abc
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import AcpfsmError, TransportClosed
-from acpfsm.adapters.transport import AgentTransport, Attachment
+from acpfsm.adapters.transport import AgentTransport, Attachment, PermissionPolicy
 from acpfsm.statecharts import ChartMachine, EngineName
 
 from .. import events as le
@@ -33,6 +33,7 @@ from .cancelling import Canceller
 from .config import ConfigDriver
 from .context import ExecutionContext
 from .init import InitDriver
+from .permissions import PermissionBroker
 from .prompting import PromptDriver
 from .status import StatusDriver
 from .stream import StreamDriver
@@ -42,7 +43,8 @@ __all__ = ["ExecutionSession"]
 
 log = logging.getLogger("acpfsm.runtime")
 
-TransportFactory = Callable[[], AbstractAsyncContextManager[AgentTransport]]
+TransportFactory = Callable[[PermissionPolicy], AbstractAsyncContextManager[AgentTransport]]
+"""Opens the execution's transport; the agent's permission requests go to the policy given."""
 
 
 class ExecutionSession:
@@ -84,6 +86,9 @@ class ExecutionSession:
         self.canceller = Canceller(ctx, self.turns, self.status)
         self.prompts = PromptDriver(
             ctx, self.turns, self.status, self.stream, self.init, self.canceller, self._spawn
+        )
+        self.permissions = PermissionBroker(
+            ctx, spec.permission_policy or profile.permission_policy, self._turn_over
         )
         self._tg: anyio.abc.TaskGroup | None = None
         self._stop_requested = anyio.Event()
@@ -199,7 +204,7 @@ class ExecutionSession:
         await self.stream.connect_started()
         started = False
         try:
-            async with self._open_transport() as transport:
+            async with self._open_transport(self.permissions.decide) as transport:
                 ctx.transport = transport
                 ctx.endpoint = transport.endpoint
                 task_status.started()
@@ -222,6 +227,11 @@ class ExecutionSession:
             self.init.admission.set()
             ctx.hub.close()
             self._finished.set()
+
+    def _turn_over(self, generation: int) -> bool:
+        """The generation's chart says its turn is over (ended or superseded)."""
+        g = self.turns.generations.get(generation)
+        return g is not None and g.machine.is_in("ended", "superseded")
 
     async def wait_finished(self) -> None:
         await self._finished.wait()
@@ -331,6 +341,7 @@ class ExecutionSession:
         """StopAgentWithReason: STOPPED (the live turn and the stream follow), a graceful
         agent stop unless ``force``, then the transport is closed."""
         ctx = self.ctx
+        self.permissions.close("the execution stopped")
         if not self.status.ended:
             async with ctx.lifecycle_lock:
                 await self.status.fire(
@@ -384,6 +395,7 @@ class ExecutionSession:
     async def _handle(self, event: ev.AgentEvent) -> None:
         ctx = self.ctx
         if isinstance(event, ev.Complete | ev.ErrorEvent):
+            self.permissions.turn_ended(event.prompt_generation)
             await self.turns.completion(event)
             return
         if isinstance(event, ev.StreamDisconnected):
