@@ -19,8 +19,12 @@ from .errors import CancelEscalated as CancelEscalated
 from .errors import CancelEscalatedAgentError as CancelEscalatedAgentError
 from .errors import CancelFailed as CancelFailed
 from .errors import ExecutionAlreadyExists as ExecutionAlreadyExists
+from .errors import ExecutionCrashed as ExecutionCrashed
 from .errors import ExecutionIdRequired as ExecutionIdRequired
 from .errors import ExecutionNotFound as ExecutionNotFound
+from .errors import ExecutorNotFound as ExecutorNotFound
+from .errors import InvalidPrompt as InvalidPrompt
+from .errors import InvalidWorkspace as InvalidWorkspace
 from .errors import LaunchSpecError as LaunchSpecError
 from .errors import NotReadyForPrompts as NotReadyForPrompts
 from .errors import PendingDispatchedPromptTimeout as PendingDispatchedPromptTimeout
@@ -67,10 +71,14 @@ __all__ = [
     "CancelFailed",
     "Execution",
     "ExecutionAlreadyExists",
+    "ExecutionCrashed",
     "ExecutionIdRequired",
     "ExecutionNotFound",
     "ExecutionRef",
     "Executor",
+    "ExecutorNotFound",
+    "InvalidPrompt",
+    "InvalidWorkspace",
     "LaunchSpec",
     "LaunchSpecError",
     "NotReadyForPrompts",

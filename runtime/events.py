@@ -65,7 +65,7 @@ class AgentBootReady(_Lifecycle, frozen=True, tag="agent.boot_ready"):
 class AgentFailed(_Lifecycle, frozen=True, tag="agent.failed"):
     error: str
     prompt_generation: int = 0
-    phase: str = ""  # "session_init" | "prompt_send" | "process"
+    phase: str = ""  # "session_init" | "prompt_send" | "process" | "crash"
 
 
 class AgentCompleted(_Lifecycle, frozen=True, tag="agent.completed"):

@@ -18,6 +18,7 @@ only for ``Stop`` and ``GetExecution``, H11).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import uuid
@@ -36,11 +37,13 @@ from acpfsm.adapters.executor import AgentLaunch, Executor
 from acpfsm.adapters.transport import AgentTransport, Attachment, PermissionPolicy
 from acpfsm.statecharts import EngineName, default_engine
 
+from .checks import check_launch_spec, check_prompt
 from .errors import (
     AcpfsmError,
     ExecutionAlreadyExists,
     ExecutionIdRequired,
     ExecutionNotFound,
+    ExecutorNotFound,
     LaunchSpecError,
     ProfileNotFound,
     Unsupported,
@@ -66,6 +69,8 @@ __all__ = [
     "launch_spec_from_request",
     "reference_profile",
 ]
+
+log = logging.getLogger("acpfsm.runtime")
 
 MCP_MODES = ("task", "config", "office")
 LAUNCH_REQUEST_KEY = "launch_request"
@@ -226,24 +231,32 @@ class Runtime:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        """Stop every execution, then leave the task group. An exception raised in the body
+        of ``async with`` (``KeyboardInterrupt`` too) propagates as itself, never wrapped in
+        an exception group; a failing stop is logged (its execution is contained)."""
         self._closing = True
         assert self._tg is not None
         try:
             with anyio.CancelScope(shield=True):
                 for session in list(self._sessions.values()):
-                    await session.stop("runtime closed")
-                    self._forget(session)
-        except BaseException as stop_error:
+                    try:
+                        await session.stop("runtime closed")
+                    except Exception:
+                        log.exception("stopping execution %s failed", session.id)
+                    finally:
+                        self._forget(session)
+            if exc is None or isinstance(exc, anyio.get_cancelled_exc_class()):
+                return await self._tg.__aexit__(exc_type, exc, tb)  # it may be the group's own
+            # the body's own exception: leave the (now idle) task group as if the body ended,
+            # and let the exception propagate unwrapped
+            self._tg.cancel_scope.cancel()
             try:
-                await self._tg.__aexit__(type(stop_error), stop_error, stop_error.__traceback__)
-            finally:
-                self.trace.close()
-            raise
-        try:
-            result = await self._tg.__aexit__(exc_type, exc, tb)
+                await self._tg.__aexit__(None, None, None)
+            except BaseException:
+                log.exception("the runtime's task group failed while %r propagated", exc)
+            return None
         finally:
             self.trace.close()
-        return result
 
     def _task_group(self) -> anyio.abc.TaskGroup:
         if self._tg is None:
@@ -265,13 +278,17 @@ class Runtime:
         initialization (and the initial prompt) continue in the background: watch them with
         :meth:`subscribe_events`, or just call :meth:`prompt`, which waits for them."""
         tg = self._task_group()
+        check_launch_spec(spec)
         spec = launch_spec_from_request(spec)
+        check_launch_spec(spec)  # what the base request filled in, too
         profile = self.profiles.get(spec.agent_profile_id)
         if profile is None:
             raise ProfileNotFound(f"unknown agent profile {spec.agent_profile_id!r}")
         executor = self.executors.get(spec.executor_id)
         if executor is None:
-            raise ProfileNotFound(f"unknown executor {spec.executor_id!r}")
+            raise ExecutorNotFound(
+                f"unknown executor {spec.executor_id!r} (known: {', '.join(self.executors)})"
+            )
         policy = spec.permission_policy or profile.permission_policy
         if policy not in PERMISSION_POLICIES:
             raise LaunchSpecError(
@@ -378,8 +395,11 @@ class Runtime:
         the whole call: past it the turn is cancelled at the agent (or never sent) and
         :class:`PromptTimeout` is raised. Leaving the call early (a cancel scope) also
         cancels the turn; the next prompt is never blocked by it for long nor sees its
-        reply."""
-        return await self._session(execution_id).prompt(
+        reply. Text that is not a ``str`` or cannot be encoded, and attachments that are not
+        :class:`Attachment` values, raise :class:`InvalidPrompt` before anything is sent."""
+        session = self._session(execution_id)
+        attachments = check_prompt(text, attachments, execution_id=execution_id)
+        return await session.prompt(
             text,
             attachments=attachments,
             dispatch_only=dispatch_only,
@@ -395,9 +415,9 @@ class Runtime:
         attachments: Sequence[Attachment] = (),
         on_dispatched: Callable[[], object] | None = None,
     ) -> PromptResult:
-        return await self._session(execution_id).steer(
-            text, attachments=attachments, on_dispatched=on_dispatched
-        )
+        session = self._session(execution_id)
+        attachments = check_prompt(text, attachments, execution_id=execution_id, what="steer")
+        return await session.steer(text, attachments=attachments, on_dispatched=on_dispatched)
 
     async def cancel(self, execution_id: str) -> None:
         """Cancel the current turn (``CancelAgent``): a prompt not yet sent is withdrawn (its

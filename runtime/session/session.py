@@ -32,6 +32,7 @@ from ..types import Execution as ExecutionSnapshot
 from .cancelling import Canceller
 from .config import ConfigDriver
 from .context import ExecutionContext
+from .crash import CrashGuard
 from .init import InitDriver
 from .permissions import PermissionBroker
 from .prompting import PromptDriver
@@ -90,6 +91,7 @@ class ExecutionSession:
         self.permissions = PermissionBroker(
             ctx, spec.permission_policy or profile.permission_policy, self._turn_over
         )
+        self.crash = CrashGuard(self)
         self._tg: anyio.abc.TaskGroup | None = None
         self._stop_requested = anyio.Event()
         self._finished = anyio.Event()
@@ -198,7 +200,9 @@ class ExecutionSession:
     # --- the run -------------------------------------------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        """Start the agent (raising if that fails), then drive the execution until stopped."""
+        """Start the agent (raising if that fails), then drive the execution until stopped.
+        Once started, nothing it raises leaves it: a failure of its executor, its transport
+        or its own code makes the execution FAILED (:class:`~.crash.CrashGuard`)."""
         ctx = self.ctx
         await self.status.fire("start_requested")
         await self.stream.connect_started()
@@ -216,17 +220,24 @@ class ExecutionSession:
                     tg.start_soon(self.init.run)
                     await self._stop_requested.wait()
                     tg.cancel_scope.cancel()
-        except BaseException:
+        except BaseException as exc:
             if not started:  # the agent never started: FAILED, and the execution is removed
                 with anyio.CancelScope(shield=True):
                     await self.stream.connect_failed()
                     await self.status.fire("agent_start_failed")
                     await self.status.fire("stop_requested", reason="agent not started", error="")
-            raise
+                raise
+            rest = await self.crash.contain(exc, "run")
+            if rest is not None:
+                raise rest from None  # a cancellation from outside, KeyboardInterrupt …
         finally:
             self.init.admission.set()
             ctx.hub.close()
             self._finished.set()
+
+    def stop_tasks(self) -> None:
+        """End the execution's tasks and close its transport (a crash, or a stop)."""
+        self._stop_requested.set()
 
     def _turn_over(self, generation: int) -> bool:
         """The generation's chart says its turn is over (ended or superseded)."""
@@ -284,13 +295,16 @@ class ExecutionSession:
         validate_status: bool = True,
         timeout: float | None = None,  # noqa: ASYNC109 - a typed PromptTimeout, turn cancelled
     ) -> PromptResult:
-        return await self.prompts.prompt(
-            text,
-            attachments=attachments,
-            dispatch_only=dispatch_only,
-            on_dispatched=on_dispatched,
-            validate_status=validate_status,
-            timeout=timeout,
+        return await self.crash.call(
+            "prompt",
+            lambda: self.prompts.prompt(
+                text,
+                attachments=attachments,
+                dispatch_only=dispatch_only,
+                on_dispatched=on_dispatched,
+                validate_status=validate_status,
+                timeout=timeout,
+            ),
         )
 
     async def steer(
@@ -301,15 +315,18 @@ class ExecutionSession:
         on_dispatched: Callable[[], object] | None = None,
         validate_status: bool = True,
     ) -> PromptResult:
-        return await self.prompts.steer(
-            text,
-            attachments=attachments,
-            on_dispatched=on_dispatched,
-            validate_status=validate_status,
+        return await self.crash.call(
+            "steer",
+            lambda: self.prompts.steer(
+                text,
+                attachments=attachments,
+                on_dispatched=on_dispatched,
+                validate_status=validate_status,
+            ),
         )
 
     async def cancel(self) -> None:
-        await self.canceller.cancel()
+        await self.crash.call("cancel", self.canceller.cancel)
 
     async def wait_ready(self) -> ExecutionSnapshot:
         """Wait until the execution is READY (its init, and its initial prompt, done);
@@ -317,6 +334,8 @@ class ExecutionSession:
         NotReadyForPrompts when the execution ended or failed otherwise."""
         await self.init.admission.wait()
         while True:
+            if self.ctx.crashed is not None:
+                raise self.ctx.crashed
             if self.init.failure is not None:
                 raise self.init.failure
             if self.status.status == "READY":
@@ -327,19 +346,30 @@ class ExecutionSession:
 
     async def set_model(self, model_id: str) -> None:
         await self.init.admission.wait()
-        await self.ctx.transport_or_raise().set_model(model_id)
+        await self.crash.call("set_model", lambda: self._transport().set_model(model_id))
 
     async def set_mode(self, mode_id: str) -> None:
         await self.init.admission.wait()
-        await self.ctx.transport_or_raise().set_mode(mode_id)
+        await self.crash.call("set_mode", lambda: self._transport().set_mode(mode_id))
 
     async def set_config_option(self, config_id: str, value: str) -> None:
         await self.init.admission.wait()
-        await self.ctx.transport_or_raise().set_config_option(config_id, value)
+        await self.crash.call(
+            "set_config_option", lambda: self._transport().set_config_option(config_id, value)
+        )
+
+    def _transport(self) -> AgentTransport:
+        """The transport, unless the execution crashed (its transport is being closed)."""
+        if self.ctx.crashed is not None:
+            raise self.ctx.crashed
+        return self.ctx.transport_or_raise()
 
     async def stop(self, reason: str, *, force: bool = False) -> ExecutionSnapshot:
         """StopAgentWithReason: STOPPED (the live turn and the stream follow), a graceful
         agent stop unless ``force``, then the transport is closed."""
+        return await self.crash.call("stop", lambda: self._stop(reason, force=force))
+
+    async def _stop(self, reason: str, *, force: bool) -> ExecutionSnapshot:
         ctx = self.ctx
         self.permissions.close("the execution stopped")
         if not self.status.ended:
@@ -352,7 +382,7 @@ class ExecutionSession:
         else:  # already STOPPED (R32): close the stream too
             await self.stream.close()
         transport = ctx.transport
-        if not force and transport is not None:
+        if not force and transport is not None and ctx.crashed is None:
             # a graceful stop first (agentctl's /api/v1/stop); its failure is only logged.
             # A stdio agent has none: its shutdown escalates close stdin → SIGTERM → SIGKILL.
             with anyio.move_on_after(ctx.timeouts.cancel_wait):
