@@ -236,12 +236,19 @@ class PermissionPrompts:
 
 
 class EventQueue(Generic[_T]):
-    """Unbounded single-consumer FIFO; ``close()`` ends iteration after what is queued."""
+    """Unbounded single-consumer FIFO; ``close()`` ends iteration after what is queued.
 
-    def __init__(self) -> None:
+    The consumer yields to the other tasks before each item it takes, except while a backlog
+    waits: then once every ``batch`` items (cancellation is still seen at every item). A burst of thousands of events (an agent's flood) is thus consumed in a few
+    scheduling rounds, not in one round per event, which with many executions sharing the
+    event loop made each event wait for all of them; ordinary traffic interleaves as before."""
+
+    def __init__(self, *, batch: int = 64) -> None:
         self.items: deque[_T] = deque()
         self._wakeup = anyio.Event()
         self.closed = False
+        self._batch = batch
+        self._taken = 0
 
     def __len__(self) -> int:
         return len(self.items)
@@ -268,9 +275,15 @@ class EventQueue(Generic[_T]):
             if self.closed:
                 raise StopAsyncIteration
             await self.changed()
-        await anyio.lowlevel.checkpoint()
-        if not self.items:  # another consumer took it meanwhile
-            return await self.__anext__()
+            self._taken = 0  # waiting has yielded
+        self._taken += 1
+        if len(self.items) > 1 and self._taken < self._batch:
+            await anyio.lowlevel.checkpoint_if_cancelled()  # a backlog: drain it in batches
+        else:
+            self._taken = 0
+            await anyio.lowlevel.checkpoint()
+            if not self.items:  # another consumer took it meanwhile
+                return await self.__anext__()
         return self.items.popleft()
 
 

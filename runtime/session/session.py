@@ -239,6 +239,11 @@ class ExecutionSession:
         """End the execution's tasks and close its transport (a crash, or a stop)."""
         self._stop_requested.set()
 
+    def _superseded(self, generation: int) -> bool:
+        """The generation's chart says a successor superseded it."""
+        g = self.turns.generations.get(generation)
+        return g is not None and g.machine.is_in("superseded")
+
     def _turn_over(self, generation: int) -> bool:
         """The generation's chart says its turn is over (ended or superseded)."""
         g = self.turns.generations.get(generation)
@@ -437,7 +442,9 @@ class ExecutionSession:
         await self.status.activity()
         await self._record_activity(event)
         if isinstance(event, ev.MessageChunk) and event.role != "user" and event.text:
-            ctx.message.append(event.text)
+            if not self._superseded(event.prompt_generation):
+                # late text of a turn a successor superseded is not the current reply
+                ctx.message.append(event.text)
         elif isinstance(event, ev.SessionModels):
             await self.config.models_updated(event)
         elif isinstance(event, ev.ToolCall):

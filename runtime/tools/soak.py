@@ -1,7 +1,7 @@
 """``make soak``: many executions, many prompts, random faults, and everything counted.
 
 ``python -m acpfsm.runtime.tools.soak [--executions 200] [--prompts 20] [--concurrency 50]
-[--seed 1] [--backend trio|asyncio] [--fault-rate 0.35] [--bound 60] [--deadline 540]
+[--seed 1] [--backend trio|asyncio] [--fault-rate 0.35] [--bound 30] [--deadline 540]
 [--trace FILE]`` runs one :class:`~acpfsm.runtime.Runtime` over stdio against the embedded
 reference agent and prints one table. ``make soak`` runs it on trio at 200 × 20 (50 at a
 time), then on asyncio at 50 × 10.
@@ -13,7 +13,7 @@ of its own (``tok…``), which the reference agent echoes in its reply, and, at
 ==============  ==================================================  ==========================
 fault           what the agent does (``[[fault:…]]``)                 expected
 ==============  ==================================================  ==========================
-flood           2,000 reasoning chunks back to back                 end_turn, its token
+flood           5,000 reasoning chunks back to back                 end_turn, its token
 garbage         a line that is not JSON                             end_turn, its token
 oversized       one line over the client's 256 KiB line bound       end_turn, its token
 non_utf8        a line with bytes that are not UTF-8                end_turn, its token
@@ -87,7 +87,7 @@ __all__ = [
 Backend = Literal["trio", "asyncio"]
 
 FAULTS: dict[str, str] = {
-    "flood": "[[fault:flood=2000]]",
+    "flood": "[[fault:flood=5000]]",
     "garbage": "[[fault:garbage]]",
     "oversized": "[[fault:oversized=300000]]",
     "non_utf8": "[[fault:non_utf8]]",
@@ -120,7 +120,7 @@ class SoakOptions:
     seed: int = 1
     backend: Backend = "trio"
     fault_rate: float = 0.35
-    bound: float = 60.0
+    bound: float = 30.0
     """How long one prompt may take before it is counted lost."""
     deadline: float = 540.0
     """The whole run's bound; what is still running then is counted unfinished."""
@@ -170,6 +170,8 @@ class SoakReport:
     executions_launched: int = 0
     launch_errors: collections.Counter[str] = field(default_factory=collections.Counter)
     launch_failures: list[str] = field(default_factory=list)
+    error_samples: dict[str, str] = field(default_factory=dict)
+    """The first message of each typed error class."""
     leftover: list[int] = field(default_factory=list)
     zombies: list[int] = field(default_factory=list)
     fds: list[int] = field(default_factory=list)
@@ -319,24 +321,34 @@ class _Soak:
             except AcpfsmError as exc:
                 report.cancel_errors[type(exc).__name__] += 1
 
-        with anyio.move_on_after(self.options.bound) as bound:
-            async with anyio.create_task_group() as tg:
-                if fault in CANCELLED_BY_SOAK:
-                    tg.start_soon(cancel_it)
-                try:
-                    result = await rt.prompt(ref.id, text, on_dispatched=dispatched.set)
-                except AcpfsmError as exc:
-                    report.typed_errors[type(exc).__name__] += 1
-                    counts[f"error {type(exc).__name__}"] += 1
-                except Exception as exc:  # noqa: BLE001 - what the soak is here to count
-                    report.untyped_errors[f"{type(exc).__name__}: {exc}"[:200]] += 1
-                    counts["untyped error"] += 1
-                finally:
-                    dispatched.set()  # a canceller waiting for a dispatch that never came
-        if bound.cancelled_caught:
-            self.record_lost(ref, slot, number, fault)
-            counts["lost"] += 1
-            return
+        finished = anyio.Event()
+
+        async def send() -> None:
+            nonlocal result
+            try:
+                result = await rt.prompt(ref.id, text, on_dispatched=dispatched.set)
+            except AcpfsmError as exc:
+                report.typed_errors[type(exc).__name__] += 1
+                report.error_samples.setdefault(type(exc).__name__, f"{fault or 'plain'}: {exc}")
+                counts[f"error {type(exc).__name__}"] += 1
+            except Exception as exc:  # noqa: BLE001 - what the soak is here to count
+                report.untyped_errors[f"{type(exc).__name__}: {exc}"[:200]] += 1
+                counts["untyped error"] += 1
+            finally:
+                dispatched.set()  # a canceller waiting for a dispatch that never came
+                finished.set()
+
+        async with anyio.create_task_group() as tg:
+            if fault in CANCELLED_BY_SOAK:
+                tg.start_soon(cancel_it)
+            tg.start_soon(send)
+            with anyio.move_on_after(self.options.bound):
+                await finished.wait()
+            if not finished.is_set():  # where its charts are at the bound, then abandon it
+                self.record_lost(ref, slot, number, fault)
+                counts["lost"] += 1
+                tg.cancel_scope.cancel()
+                return
         if result is None:
             return
         report.results[result.stop_reason] += 1
@@ -503,6 +515,10 @@ def format_report(report: SoakReport) -> str:
     problems = [
         ("lost", [str(x) for x in report.lost]),
         ("lost after the soak's cancel", [str(x) for x in report.lost_after_cancel]),
+        (
+            "typed errors (the first of each class)",
+            [f"{k}: {v}" for k, v in report.error_samples.items()],
+        ),
         ("launch failures", report.launch_failures),
         ("duplicated", report.duplicated),
         ("cross-talk", report.cross_talk),
