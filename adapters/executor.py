@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .mcp_servers import McpRequestHandler, McpServer
-from .transport import AgentTransport
+from .transport import AgentTransport, PermissionPolicy, reject_permission_policy
 
 __all__ = ["AgentLaunch", "Executor"]
 
@@ -32,7 +32,9 @@ class AgentLaunch:
     root its file-system requests are confined to. ``mcp_servers`` are the MCP servers the
     runtime will offer the agent's sessions (an executor masks their credentials in what it
     records, and may rewrite nothing); ``mcp_handler`` answers the carrier's own MCP
-    requests for this execution (agentctl's ``mcp.*``)."""
+    requests for this execution (agentctl's ``mcp.*``). ``permission_policy`` answers the
+    agent's permission requests: the executor hands it to the transport it opens (the runtime gives
+    each execution its own; the default refuses every request)."""
 
     execution_id: str
     session_id: str
@@ -44,6 +46,7 @@ class AgentLaunch:
     mcp_mode: str = ""
     mcp_servers: tuple[McpServer, ...] = ()
     mcp_handler: McpRequestHandler | None = None
+    permission_policy: PermissionPolicy = reject_permission_policy
 
 
 class Executor(Protocol):

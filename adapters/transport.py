@@ -21,10 +21,18 @@ import anyio.lowlevel
 import msgspec
 
 from .errors import LocalProtocolError
-from .events import AgentEvent, ConfigOption, ModeInfo, ModelInfo, PermissionRequest
+from .events import (
+    AgentEvent,
+    ConfigOption,
+    ModeInfo,
+    ModelInfo,
+    PermissionOption,
+    PermissionRequest,
+)
 from .mcp_servers import McpServer, McpServerHttp, McpServerSse, McpServerStdio
 
 __all__ = [
+    "REJECT_KINDS",
     "AgentInfo",
     "AgentTransport",
     "Attachment",
@@ -40,8 +48,11 @@ __all__ = [
     "RedialPolicy",
     "SessionResult",
     "SupportsMcpMode",
-    "allow_first_permission_policy",
+    "allow_once_option",
+    "allow_once_permission_policy",
     "attachment_content",
+    "reject_option",
+    "reject_permission_policy",
 ]
 
 _T = TypeVar("_T")
@@ -157,17 +168,44 @@ class RedialPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
 
 PermissionPolicy = Callable[[PermissionRequest], Awaitable[str | None]]
-"""Decides a permission request: the chosen ``option_id``, or ``None`` to answer ``cancelled``."""
+"""Decides a permission request: the chosen ``option_id``, or ``None`` to answer ``cancelled``.
+A transport puts every ``session/request_permission`` (agentctl: ``permission_request``) to
+the policy it was given; the runtime gives each execution its own (see
+:class:`~acpfsm.adapters.executor.AgentLaunch`)."""
+
+REJECT_KINDS: tuple[str, ...] = ("reject_once", "reject_always")
+"""The option kinds that refuse, in order of preference (ACP ``PermissionOptionKind``)."""
 
 
-async def allow_first_permission_policy(request: PermissionRequest) -> str | None:
-    """The default policy: the first ``allow_once``/``allow_always`` option, else the first
-    option, else ``None`` (answer ``cancelled``). It never asks anyone: use it only for
-    agents you trust with the workspace (the reference agent, tests, sandboxes)."""
-    for option in request.permission_options:
-        if option.kind in ("allow_once", "allow_always"):
-            return option.option_id
-    return request.permission_options[0].option_id if request.permission_options else None
+def reject_option(options: Sequence[PermissionOption]) -> str | None:
+    """The option that refuses: the ``reject_once`` one, else the ``reject_always`` one,
+    else ``None`` (the request is then answered ``cancelled``). Never an allow option,
+    whatever the order the agent listed them in."""
+    for kind in REJECT_KINDS:
+        for option in options:
+            if option.kind == kind:
+                return option.option_id
+    return None
+
+
+def allow_once_option(options: Sequence[PermissionOption]) -> str | None:
+    """The ``allow_once`` option, else ``None``: never ``allow_always``, which would allow
+    every later request of the kind without asking."""
+    return next((o.option_id for o in options if o.kind == "allow_once"), None)
+
+
+async def reject_permission_policy(request: PermissionRequest) -> str | None:
+    """The default policy: refuse (:func:`reject_option`; ``cancelled`` when the request
+    offers no reject option). An agent with it cannot run a tool that needs permission."""
+    return reject_option(request.permission_options)
+
+
+async def allow_once_permission_policy(request: PermissionRequest) -> str | None:
+    """Allow this one request (:func:`allow_once_option`); refuse it when it offers no
+    ``allow_once`` option. Only for agents you trust with the workspace (the reference
+    agent, tests, sandboxes)."""
+    options = request.permission_options
+    return allow_once_option(options) or reject_option(options)
 
 
 class PermissionPrompts:
@@ -201,12 +239,19 @@ class PermissionPrompts:
 
 
 class EventQueue(Generic[_T]):
-    """Unbounded single-consumer FIFO; ``close()`` ends iteration after what is queued."""
+    """Unbounded single-consumer FIFO; ``close()`` ends iteration after what is queued.
 
-    def __init__(self) -> None:
+    The consumer yields to the other tasks before each item it takes, except while a backlog
+    waits: then once every ``batch`` items (cancellation is still seen at every item). A burst of thousands of events (an agent's flood) is thus consumed in a few
+    scheduling rounds, not in one round per event, which with many executions sharing the
+    event loop made each event wait for all of them; ordinary traffic interleaves as before."""
+
+    def __init__(self, *, batch: int = 64) -> None:
         self.items: deque[_T] = deque()
         self._wakeup = anyio.Event()
         self.closed = False
+        self._batch = batch
+        self._taken = 0
 
     def __len__(self) -> int:
         return len(self.items)
@@ -233,9 +278,15 @@ class EventQueue(Generic[_T]):
             if self.closed:
                 raise StopAsyncIteration
             await self.changed()
-        await anyio.lowlevel.checkpoint()
-        if not self.items:  # another consumer took it meanwhile
-            return await self.__anext__()
+            self._taken = 0  # waiting has yielded
+        self._taken += 1
+        if len(self.items) > 1 and self._taken < self._batch:
+            await anyio.lowlevel.checkpoint_if_cancelled()  # a backlog: drain it in batches
+        else:
+            self._taken = 0
+            await anyio.lowlevel.checkpoint()
+            if not self.items:  # another consumer took it meanwhile
+                return await self.__anext__()
         return self.items.popleft()
 
 

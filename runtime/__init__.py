@@ -41,11 +41,19 @@ from .errors import CancelEscalated as CancelEscalated
 from .errors import CancelEscalatedAgentError as CancelEscalatedAgentError
 from .errors import CancelFailed as CancelFailed
 from .errors import ExecutionAlreadyExists as ExecutionAlreadyExists
+from .errors import ExecutionCrashed as ExecutionCrashed
 from .errors import ExecutionIdRequired as ExecutionIdRequired
 from .errors import ExecutionNotFound as ExecutionNotFound
+from .errors import ExecutorNotFound as ExecutorNotFound
+from .errors import InvalidPrompt as InvalidPrompt
+from .errors import InvalidWorkspace as InvalidWorkspace
 from .errors import LaunchSpecError as LaunchSpecError
 from .errors import NotReadyForPrompts as NotReadyForPrompts
 from .errors import PendingDispatchedPromptTimeout as PendingDispatchedPromptTimeout
+from .errors import PermissionAlreadyResolved as PermissionAlreadyResolved
+from .errors import PermissionAnswerError as PermissionAnswerError
+from .errors import PermissionOptionNotOffered as PermissionOptionNotOffered
+from .errors import PermissionRequestNotFound as PermissionRequestNotFound
 from .errors import ProfileNotFound as ProfileNotFound
 from .errors import PromptAuthenticationRequired as PromptAuthenticationRequired
 from .errors import PromptDispatchError as PromptDispatchError
@@ -74,6 +82,7 @@ from .types import Execution as Execution
 from .types import ExecutionRef as ExecutionRef
 from .types import ExecutionStatus as ExecutionStatus
 from .types import LaunchSpec as LaunchSpec
+from .types import PermissionPolicyName as PermissionPolicyName
 from .types import PromptResult as PromptResult
 from .types import StopReason as StopReason
 from .types import Timeouts as Timeouts
@@ -112,11 +121,15 @@ __all__ = [
     "DialRefused",
     "Execution",
     "ExecutionAlreadyExists",
+    "ExecutionCrashed",
     "ExecutionIdRequired",
     "ExecutionNotFound",
     "ExecutionRef",
     "ExecutionStatus",
     "Executor",
+    "ExecutorNotFound",
+    "InvalidPrompt",
+    "InvalidWorkspace",
     "LaunchSpec",
     "LaunchSpecError",
     "McpServer",
@@ -125,6 +138,11 @@ __all__ = [
     "McpServerStdio",
     "NotReadyForPrompts",
     "PendingDispatchedPromptTimeout",
+    "PermissionAlreadyResolved",
+    "PermissionAnswerError",
+    "PermissionOptionNotOffered",
+    "PermissionPolicyName",
+    "PermissionRequestNotFound",
     "ProfileNotFound",
     "PromptAuthenticationRequired",
     "PromptDispatchError",

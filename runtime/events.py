@@ -20,6 +20,8 @@ them by type::
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from acpfsm.adapters.events import (
@@ -90,6 +92,9 @@ __all__ = [  # the agent's events (re-exported) and the lifecycle's
     "PermissionCancelled",
     "PermissionOption",
     "PermissionRequest",
+    "PermissionRequested",
+    "PermissionResolved",
+    "PermissionToolCall",
     "Plan",
     "PlanEntry",
     "PromptCompleted",
@@ -142,7 +147,7 @@ class AgentBootReady(_Lifecycle, frozen=True, tag="agent.boot_ready"):
 class AgentFailed(_Lifecycle, frozen=True, tag="agent.failed"):
     error: str
     prompt_generation: int = 0
-    phase: str = ""  # "session_init" | "prompt_send" | "process"
+    phase: str = ""  # "session_init" | "prompt_send" | "process" | "crash"
 
 
 class AgentCompleted(_Lifecycle, frozen=True, tag="agent.completed"):
@@ -253,6 +258,48 @@ class McpCallEnded(_Lifecycle, frozen=True, tag="mcp.call_ended"):
     error: str = ""
 
 
+class PermissionToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """The tool call a permission request is about: its id, title, ``kind`` (ACP's
+    ``execute``, ``edit``, ``read`` …; agentctl's action type) and ``raw_input`` (what it
+    would run or write, as the agent sent it)."""
+
+    tool_call_id: str = ""
+    title: str = ""
+    kind: str = ""
+    raw_input: Any = None
+
+
+class PermissionRequested(_Lifecycle, frozen=True, tag="permission.requested"):
+    """The agent asks permission to run a tool call. Under the ``ask`` policy the app answers
+    with ``Runtime.respond_permission(execution_id, request_id, option_id)`` within
+    ``expires_in`` seconds; otherwise the execution's ``policy`` answers at once. A
+    ``permission.resolved`` for the same ``request_id`` always follows."""
+
+    request_id: str
+    tool_call: PermissionToolCall
+    options: list[PermissionOption]
+    policy: str
+    prompt_generation: int = 0
+    expires_in: float = 0.0
+
+
+class PermissionResolved(_Lifecycle, frozen=True, tag="permission.resolved"):
+    """How a permission request was answered: ``outcome`` ``selected`` (``option_id`` of
+    kind ``option_kind``) or ``cancelled``. ``decided_by``: ``app``
+    (``respond_permission``), ``policy`` (``reject`` or ``allow_once``), ``timeout`` (an
+    ``ask`` left unanswered past its bound: refused), ``turn_ended`` (its turn ended first:
+    cancelled), ``withdrawn`` (a cancel, a new prompt, the carrier's end or the execution's
+    stop withdrew it), ``limit`` (too many requests waiting: refused) or ``duplicate`` (an id
+    that is still waiting: refused). ``reason`` says it in words."""
+
+    request_id: str
+    outcome: str
+    decided_by: str
+    option_id: str = ""
+    option_kind: str = ""
+    reason: str = ""
+
+
 LifecycleEvent = (
     AcpSessionCreated
     | AgentRunning
@@ -274,6 +321,8 @@ LifecycleEvent = (
     | McpModeChanged
     | McpCallStarted
     | McpCallEnded
+    | PermissionRequested
+    | PermissionResolved
 )
 
 RuntimeEvent = AgentEvent | LifecycleEvent

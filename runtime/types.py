@@ -18,6 +18,7 @@ __all__ = [
     "ExecutionRef",
     "ExecutionStatus",
     "LaunchSpec",
+    "PermissionPolicyName",
     "PromptResult",
     "StopReason",
     "Timeouts",
@@ -48,6 +49,25 @@ def stop_reason_of(value: str) -> StopReason:
     invention) is reported as ``"end_turn"``, the turn having ended normally (the verbatim
     value stays in the turn's ``Complete`` event)."""
     return cast(StopReason, value) if value in _STOP_REASONS else "end_turn"
+
+
+PermissionPolicyName = Literal["reject", "allow_once", "ask"]
+"""How an execution answers the agent's permission requests (``session/request_permission``;
+agentctl's ``permission_request``):
+
+* ``"reject"``: refuse every one (the ``reject_once`` option, else ``reject_always``, else
+  ``cancelled``): the agent cannot run a tool that needs permission. The default of every
+  profile but the embedded reference agent's.
+* ``"allow_once"``: allow each one once (never ``allow_always``); refused when the request
+  offers no ``allow_once`` option.
+* ``"ask"``: the app decides: each request is published as a ``permission.requested`` event
+  and answered with :meth:`~acpfsm.runtime.Runtime.respond_permission`; unanswered, it is
+  refused after ``Timeouts.permission_wait`` and cancelled when its turn ends.
+
+Every request, and how it was answered and why, is published (``permission.requested``,
+``permission.resolved``)."""
+
+PERMISSION_POLICIES: tuple[PermissionPolicyName, ...] = ("reject", "allow_once", "ask")
 
 
 class WorkspaceRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,6 +101,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """An ACP auth method id (one of the agent's ``authMethods``): the session init calls
     ``authenticate`` with it before session/new or session/load. Overrides the profile's."""
     mcp_servers: tuple[McpServer, ...] = ()
+    permission_policy: PermissionPolicyName | None = None
+    """How this execution answers permission requests; ``None``: the profile's."""
 
 
 class ExecutionRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -152,6 +174,9 @@ class AgentProfile(msgspec.Struct, frozen=True, kw_only=True):
     mcp_servers: tuple[McpServer, ...] = ()
     """MCP servers offered to every session of this agent (those it cannot take are dropped,
     with an ``McpServerDropped`` event)."""
+    permission_policy: PermissionPolicyName = "reject"
+    """How its executions answer permission requests unless the launch spec says otherwise
+    (:data:`PermissionPolicyName`)."""
 
     def launch_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The environment this profile gives its agent when launched from ``environ``."""
@@ -176,6 +201,9 @@ class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
     cancel_escalation: float = 2.0
     request: float = 120.0  # session/new, session/load and other RPCs (agentctl: 2 min)
     tool_call: float = 60.0  # one call of an app tool (unless the tool says) or mcp.* action
+    permission_wait: float = 300.0
+    """How long an ``ask`` permission request waits for the app's answer before it is
+    refused (its turn's end cancels it sooner)."""
 
     def scaled(self, factor: float) -> Timeouts:
         return Timeouts(**{f: getattr(self, f) * factor for f in self.__struct_fields__})

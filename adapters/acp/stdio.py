@@ -34,7 +34,7 @@ death every turn still owed an end first gets an ``ErrorEvent`` quoting the deat
 (``peer disconnected before response: agent process exited with code N; stderr: …``).
 
 **Agent → client requests**: ``session/request_permission`` goes to the permission policy
-(default :func:`allow_first_permission_policy`); ``fs/read_text_file``/``fs/write_text_file``
+(default :func:`~acpfsm.adapters.transport.reject_permission_policy`: refuse); ``fs/read_text_file``/``fs/write_text_file``
 are served by :class:`~acpfsm.adapters.workspace.Workspace`: every path is resolved beneath
 the workspace's directory descriptor (``openat2``, else a walk that follows no link), only
 regular files are read or replaced, reads stream ``line``/``limit`` up to ``fs_max_read_bytes``,
@@ -127,8 +127,8 @@ from ..transport import (
     PermissionPrompts,
     RedialPolicy,
     SessionResult,
-    allow_first_permission_policy,
     attachment_content,
+    reject_permission_policy,
 )
 from ..workspace import Resolver, Workspace, run_in_thread, safe_component
 from . import messages as acp
@@ -148,7 +148,6 @@ __all__ = [
     "StdioConfig",
     "StdioTransport",
     "TerminalHandler",
-    "allow_first_permission_policy",
     "connect_stdio_transport",
     "open_stdio_transport",
 ]
@@ -345,7 +344,7 @@ class StdioTransport:
         *,
         workspace: str | os.PathLike[str],
         process: AgentProcess | None = None,
-        permission_policy: PermissionPolicy = allow_first_permission_policy,
+        permission_policy: PermissionPolicy = reject_permission_policy,
         terminal_handler: TerminalHandler | None = None,
         config: StdioConfig = DEFAULT_CONFIG,
     ) -> None:
@@ -1322,6 +1321,8 @@ class StdioTransport:
                 PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind)
                 for o in params.options
             ],
+            tool_kind=params.tool_call.kind or "",
+            raw_input=params.tool_call.raw_input,
         )
         self._emit(event)
         choice, withdrawn = await self._permissions.ask(event)
@@ -1399,7 +1400,7 @@ async def connect_stdio_transport(
     *,
     workspace: str | os.PathLike[str],
     process: AgentProcess | None = None,
-    permission_policy: PermissionPolicy = allow_first_permission_policy,
+    permission_policy: PermissionPolicy = reject_permission_policy,
     terminal_handler: TerminalHandler | None = None,
     config: StdioConfig = DEFAULT_CONFIG,
 ) -> AsyncIterator[StdioTransport]:
@@ -1430,7 +1431,7 @@ async def open_stdio_transport(
     env: Mapping[str, str] | None = None,
     inherit_env: Sequence[str] = DEFAULT_INHERITED_ENV,
     workspace: str | os.PathLike[str] | None = None,
-    permission_policy: PermissionPolicy = allow_first_permission_policy,
+    permission_policy: PermissionPolicy = reject_permission_policy,
     terminal_handler: TerminalHandler | None = None,
     config: StdioConfig = DEFAULT_CONFIG,
     shutdown: ShutdownPolicy = DEFAULT_SHUTDOWN,

@@ -52,7 +52,7 @@ from ..errors import AcpfsmError, LaunchSpecError
 from ..executor import AgentLaunch
 from ..mcp_servers import mcp_server_secrets
 from ..redaction import Redactor, secret_values
-from ..transport import AgentTransport, PermissionPolicy, allow_first_permission_policy
+from ..transport import AgentTransport
 from .control import AgentctlConfig, ControlClient, InstanceClient
 from .transport import AgentctlTransport, McpHandler, open_agentctl_transport
 
@@ -72,7 +72,6 @@ class AgentctlExecutor:
         token: str = "",
         config: AgentctlConfig | None = None,
         env: Mapping[str, str] | None = None,
-        permission_policy: PermissionPolicy = allow_first_permission_policy,
         mcp_handler: McpHandler | None = None,
         check_workspace: bool | None = None,
         auto_redial: bool = False,
@@ -83,7 +82,6 @@ class AgentctlExecutor:
         )
         self.config = config or AgentctlConfig()
         self.env = dict(env or {})
-        self.permission_policy = permission_policy
         self.mcp_handler = mcp_handler
         self.auto_redial = auto_redial
         self._nonce = nonce
@@ -155,7 +153,7 @@ class AgentctlExecutor:
                 async with open_agentctl_transport(
                     instance,
                     config=self.config,
-                    permission_policy=self.permission_policy,
+                    permission_policy=launch.permission_policy,
                     mcp_handler=launch.mcp_handler or self.mcp_handler,
                     redact=Redactor(
                         [

@@ -60,9 +60,12 @@ normal close), as a network failure would.
 ``set_config_option`` return once agentctl's ``session_models`` convergence event is queued
 (≤ ``convergence_wait``), as the stdio transport emits it before returning.
 
-**Permissions** go to ``permission_policy`` (default: the first allow option, as on stdio)
-and are answered with ``agent.permissions.respond``; ``permission_cancelled`` withdraws the
-question.
+**Permissions**: agentctl relays the agent's request as a ``permission_request`` event; it
+goes to ``permission_policy`` (default: refuse, as on stdio) in a task of its own, so the
+reader keeps draining agentctl's queue (agentctl cancels a request it cannot queue within
+5 s), and the answer goes back with ``agent.permissions.respond`` (``pending_id`` and the
+option, or ``cancelled``). ``permission_cancelled``, a cancel and the end of the carrier
+withdraw the question (the policy is cancelled; nothing is sent).
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ from ..transport import (
     PermissionPrompts,
     RedialPolicy,
     SessionResult,
-    allow_first_permission_policy,
+    reject_permission_policy,
 )
 from . import _wire
 from .control import AgentctlConfig, InstanceClient
@@ -216,7 +219,7 @@ class AgentctlTransport:
         instance: InstanceClient,
         *,
         config: AgentctlConfig | None = None,
-        permission_policy: PermissionPolicy = allow_first_permission_policy,
+        permission_policy: PermissionPolicy = reject_permission_policy,
         mcp_handler: McpHandler | None = None,
         redact: Redactor = NO_REDACTION,
         auto_redial: bool = True,
@@ -1040,7 +1043,7 @@ async def open_agentctl_transport(
     instance: InstanceClient,
     *,
     config: AgentctlConfig | None = None,
-    permission_policy: PermissionPolicy = allow_first_permission_policy,
+    permission_policy: PermissionPolicy = reject_permission_policy,
     mcp_handler: McpHandler | None = None,
     redact: Redactor = NO_REDACTION,
     auto_redial: bool = True,

@@ -30,6 +30,7 @@ from acpfsm.statecharts import Chart, ChartMachine, Effect, EngineName
 from acpfsm.statecharts.coordination import Fired, fire
 
 from .. import events as le
+from ..errors import ExecutionCrashed
 from ..history import HistoryStore
 from ..hub import EventHub
 from ..trace import Trace
@@ -154,6 +155,9 @@ class ExecutionContext:
         self.models = ModelCache()
         self.activity = Activity()
         self.message: list[str] = []
+        self.crashed: ExecutionCrashed | None = None
+        """Set once the execution's own code failed (see :mod:`.crash`): what its waiters
+        raise."""
         self.lifecycle_lock = anyio.Lock()
         """kandev's ``promptLifecycleMu``: generation ownership (begin, claims, steer)."""
         self.machines: dict[str, ChartMachine] = {}

@@ -31,7 +31,6 @@ from acpfsm.adapters.acp.stdio import (
     PermissionPolicy,
     StdioConfig,
     StdioTransport,
-    allow_first_permission_policy,
     open_stdio_transport,
 )
 from acpfsm.adapters.classify import Call, authorizes_load_fallback, classify_error
@@ -61,7 +60,7 @@ from acpfsm.adapters.events import (
     is_turn_content,
 )
 from acpfsm.adapters.reference_agent import AGENT_NAME, FAULTS, reply_for
-from acpfsm.adapters.transport import AgentTransport
+from acpfsm.adapters.transport import AgentTransport, allow_once_permission_policy
 from acpfsm.statecharts.vocab import ErrorClass
 
 pytestmark = [pytest.mark.both_backends, pytest.mark.integration]
@@ -115,7 +114,7 @@ async def reference(
     config: StdioConfig = CONFIG,
     shutdown: ShutdownPolicy = FAST,
     sessions: Path | None = None,
-    permission_policy: PermissionPolicy = allow_first_permission_policy,
+    permission_policy: PermissionPolicy = allow_once_permission_policy,
     initialize: bool = True,
     session: bool = True,
     env: dict[str, str] | None = None,
