@@ -765,13 +765,20 @@ class StdioTransport:
                 for o in _flat_options(option.options)
             ]
 
-    def _models_event(self, source: str) -> SessionModels:
+    def _models_event(self, source: str, config_id: str = "") -> SessionModels:
+        """The session's model state; ``config_id`` names the config option whose
+        ``session/set_config_option`` answer this is (``config_options_config_id``, as
+        kandev's agentctl ACP adapter marks its convergence event), so the runtime's config
+        settlement waiting for that option can settle."""
+        data = {"config_options_source": source}
+        if config_id:
+            data["config_options_config_id"] = config_id
         return SessionModels(
             session_id=self._session_id or "",
             current_model_id=self._current_model_id,
             session_models=list(self._models),
             config_options=[_config_option(o) for o in self._config_options],
-            data={"config_options_source": source},
+            data=data,
         )
 
     def _emit_session_snapshot(self, result: SessionResult, status: str) -> None:
@@ -823,7 +830,7 @@ class StdioTransport:
                 for o in self._config_options
             ]
         self._refresh_models()
-        self._emit(self._models_event("provider_response"))
+        self._emit(self._models_event("provider_response", config_id))
 
     async def set_model(self, model_id: str) -> None:
         """Model selection: through the ``category: "model"`` config option when the agent

@@ -162,12 +162,6 @@ async def _settled(rt: Runtime, executor_id: str, ws: Path) -> tuple[list[str], 
     return states, settled
 
 
-@pytest.mark.xfail(
-    reason="over stdio the agent's answer to set_config_option arrives as session_models "
-    "with config_options_source=provider_response but no config_options_config_id, so the "
-    "settlement waiting for config id 'model' never publishes (over agentctl the id is there)",
-    strict=True,
-)
 async def test_both_carriers_publish_the_settled_config_options(
     agentctl: AgentctlServer, tmp_path: Path
 ) -> None:
