@@ -48,10 +48,15 @@ REFERENCE_SUITES := tests/runtime/test_scenarios_s1_init.py tests/runtime/test_s
 	tests/runtime/test_scenarios_s4_prompt.py tests/runtime/test_scenarios_s4_steer_cancel.py \
 	tests/runtime/test_scenarios_s5_facade.py tests/runtime/test_anomalies.py
 
+# The tests run on PYTEST_WORKERS processes (pytest-xdist; the transition coverage joins the
+# workers' records); PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= 2
+
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q --acpfsm-transition-coverage=100 --acpfsm-check-traces
-	ACPFSM_ENGINE=reference $(BIN)/python -m pytest -q -p no:acpfsm_coverage --acpfsm-check-traces \
-		$(REFERENCE_SUITES)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal \
+		--acpfsm-transition-coverage=100 --acpfsm-check-traces
+	ACPFSM_ENGINE=reference $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal \
+		-p no:acpfsm_coverage --acpfsm-check-traces $(REFERENCE_SUITES)
 
 test: lint typecheck diagrams-check chromium pytest
 
