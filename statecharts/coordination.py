@@ -62,8 +62,9 @@ COORDINATION: tuple[Rule, ...] = (
     # MarkBootReady, UpdateError)
     Rule("session_init", "booted", "execution", "booted", ("resume_context_pending",)),
     Rule("session_init", "failed", "execution", "init_failed", ("error",)),
-    # a prompt generation's outcome moves the execution's status (kandev session_manager.go
-    # handleCompleteEventMarkState, handleStreamDisconnect, escalateStuckCancel)
+    # a prompt generation's outcome moves the execution's status (kandev manager_events.go
+    # handleCompleteEventMarkState, handleStreamDisconnect; manager_interaction.go
+    # escalateStuckCancel)
     Rule(
         "prompt_generation",
         "completed",

@@ -114,7 +114,7 @@ class PromptGeneration(Chart):
 
     superseded = State("superseded")
 
-    # --- a successor's admission: the barriers (sendPrompt step 3, seed D8) ---------------
+    # --- a successor's admission: the barriers (waitForPendingDispatchedPrompt, seed D8) ---
     successor_admitting = (
         live.dispatched.unawaited.to(None)  # the dispatch-only barrier: hold_barrier
         | live.abandoned.to(None)  # an abandoned turn is let end first: hold_barrier
@@ -127,7 +127,7 @@ class PromptGeneration(Chart):
         | ended.to(None)
     )
 
-    # --- dispatch (sendPrompt steps 7-10, retryPromptAfterReconnect) ---------------------
+    # --- dispatch (sendPrompt: triggerPrompt, markPromptDispatched, retryPromptAfterReconnect)
     dispatch_started = (
         live.admitted.to(live.sending)
         | live.reconnecting.to(live.sending)

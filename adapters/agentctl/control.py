@@ -1,5 +1,6 @@
-"""agentctl's HTTP surface (agentctl-protocol.md §1.1-§1.4): the control port (handshake,
-instances) and one instance's port (configure, start, status, health, attachments).
+"""agentctl's HTTP surface (kandev internal/agentctl/server/api/: control_server.go, server.go,
+attachments.go): the control port (handshake, instances) and one instance's port (configure,
+start, status, health, attachments).
 
 Every call is bounded (:class:`AgentctlConfig`) and every failure is an acpfsm error:
 

@@ -1,5 +1,6 @@
 """``AgentctlTransport``: the :class:`~acpfsm.adapters.transport.AgentTransport` over one
-agentctl instance's agent WebSocket, ``/api/v1/agent/stream`` (agentctl-protocol.md §1.5).
+agentctl instance's agent WebSocket, ``/api/v1/agent/stream`` (kandev internal/agentctl/server/
+api/agent.go ``handleAgentStreamWS``; kandev's own client: agent.go ``readUpdatesStream``).
 
 Theory of operation
 -------------------

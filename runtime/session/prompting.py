@@ -178,7 +178,7 @@ class PromptDriver:
             raise NotReadyForPrompts(self.ctx.id, self.status.status) from self.init.failure
 
     async def _pass_barrier(self) -> None:
-        """sendPrompt step 3 with seed D8: wait ≤ 10 s for a dispatch-only predecessor."""
+        """sendPrompt's barrier with seed D8: wait ≤ 10 s for a dispatch-only predecessor."""
         predecessor = self.turns.current
         if predecessor is None:
             return

@@ -92,7 +92,8 @@ def usage(url: str, nonce: str) -> str:
             '    # LaunchSpec(executor_id="agentctl", ...); the executor\'s .token holds the token',
             "Check an agent through it:",
             f"    acpfsm conform --agentctl {url} --nonce {nonce} -- AGENT_COMMAND [ARGS...]",
-            "    (it prints the token it got: run it again with --token TOKEN)",
+            "    (it saves the token it got to a private file and says where: run it again",
+            "    with --token-file FILE)",
             "Ctrl-C stops agentctl and every agent it started.",
         ]
     )

@@ -1,9 +1,12 @@
 """Error classification against the exact answers real agents give offline.
 
-Shapes come from acp-and-agents.md §4.2 (claude-agent-acp 0.101.0, claude-code-acp 0.16.2,
-codex-acp 0.16.0, gemini-cli 0.61.0) and their agentctl string projections from
-agentctl-protocol.md §4; the expected kinds are the seed's (seed-vs-mirror.md D1–D5,
-acp-and-agents.md §4.5).
+Shapes are what the agents answered when probed without credentials (claude-agent-acp
+0.101.0, claude-code-acp 0.16.2, codex-acp 0.16.0, gemini-cli 0.61.0; README.md, "What conform
+reports for real agents"). Their agentctl string projections are agentctl's: its ACP adapter
+wraps the agent's error (``failed to load session: <the error's JSON>``, kandev
+internal/agentctl/server/adapter/transport/acp/adapter_session.go) and kandev's Go client
+prefixes it (``load session failed: …``, internal/agent/runtime/agentctl/agent.go
+``LoadSession``). The expected kinds are the seed's (D1–D5, KANDEV.md).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def projected(obj: dict[str, Any], prefix: str = LOAD_PREFIX) -> str:
     return f"{prefix}: {jsn(obj)}"
 
 
-# --- exact agent answers (acp-and-agents.md §4.2) -----------------------------------------
+# --- exact agent answers -----------------------------------------------------------------
 CLAUDE_AGENT_LOAD_UNKNOWN = {
     "code": -32002,
     "message": "Resource not found",
@@ -493,7 +496,7 @@ ROWS: list[Any] = [
         Call.SESSION_LOAD,
         UNKNOWN_ID,
         E.INCONCLUSIVE,
-        id="claude-agent-acp/load/-32002/projection-ends-with-json(seed-code,lifecycle-2.1)",
+        id="claude-agent-acp/load/-32002/projection-ends-with-json(seed-code)",
     ),
     pytest.param(
         projected(LOAD_MNF),

@@ -277,8 +277,9 @@ async def test_agent_stream_follows_a_carrier_that_redials_or_gives_up(time_scal
 
 
 async def test_stop_tries_a_graceful_agent_stop_unless_forced(time_scale: float) -> None:
-    """§5.12 step 3: without ``force`` the carrier's graceful stop runs first (its failure is
-    only logged); with ``force`` it is skipped. Either way the execution is STOPPED."""
+    """kandev's ``StopAgentWithReason``: without ``force`` the carrier's graceful stop runs
+    first (its failure is only logged); with ``force`` it is skipped. Either way the execution
+    is STOPPED."""
     from acpfsm.adapters.errors import TransportClosed
 
     ex = MemoryExecutor()

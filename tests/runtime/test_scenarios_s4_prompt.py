@@ -1,6 +1,7 @@
-"""S4 scenarios of scenarios.md: execution store and generations (§5.1-5.2), sendPrompt, the
-dispatch-only barrier and serialization (§5.3-5.4), completion, handoff and disconnect
-(§5.4-5.6), driven through the real Runtime over the in-memory agent.
+"""Scenarios S4 (tests/runtime/README.md): execution store and generations (kandev
+lifecycle/execution_store.go), sendPrompt, the dispatch-only barrier and serialization
+(lifecycle/session.go ``sendPrompt``, ``waitForPromptDone``), completion, handoff and disconnect
+(lifecycle/manager_events.go), driven through the real Runtime over the in-memory agent.
 
 kandev's store keeps three counters per execution (P admitted, D dispatched, C claimed); here
 each generation is a PromptGeneration chart, so "generation g is owned / steerable / claimed"
@@ -633,10 +634,11 @@ async def test_s86_plain_complete(time_scale: float) -> None:
 
 
 async def test_s86_plain_complete_ends_a_wakeup_turn(time_scale: float) -> None:
-    """s86 (§5.5 step 6b, R26/R27). With no prompt waiting, a generation-0 ``complete`` ends
-    the wakeup turn: content while READY made it RUNNING, the complete makes it READY with
-    ``agent.ready``; an empty wakeup turn first shows ``agent.running``, then ``agent.ready``;
-    a generation-0 error with no live generation fails the execution."""
+    """s86 (kandev ``handleCompleteEvent``'s generation-0 path, R26/R27). With no prompt
+    waiting, a generation-0 ``complete`` ends the wakeup turn: content while READY made it
+    RUNNING, the complete makes it READY with ``agent.ready``; an empty wakeup turn first shows
+    ``agent.running``, then ``agent.ready``; a generation-0 error with no live generation fails
+    the execution."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
