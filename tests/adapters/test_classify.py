@@ -480,6 +480,22 @@ ROWS: list[Any] = [
         E.STREAM_NOT_CONNECTED,
         id="order/steer/stream-before-transport-dead",
     ),
+    # both dispatch-only rows hold: the stream test comes first (the two rows swapped
+    # would say cancel_released)
+    pytest.param(
+        "cancel escalated: agent stream not connected",
+        Call.PROMPT,
+        "",
+        E.STREAM_NOT_CONNECTED,
+        id="order/prompt/stream-before-cancel-release",
+    ),
+    pytest.param(
+        StreamNotConnected("cancel escalated: agent stream not connected"),
+        Call.CANCEL,
+        "",
+        E.STREAM_NOT_CONNECTED,
+        id="order/cancel/stream-before-cancel-release",
+    ),
     pytest.param(
         StreamNotConnected("agent stream not connected: connection closed"),
         Call.SESSION_LOAD,
@@ -873,6 +889,28 @@ def test_structured_error_found_through_cause_chain() -> None:
     result = classify_error(err, call=Call.SESSION_LOAD, loading_session_id=UNKNOWN_ID)
     assert result.kind is E.SESSION_UNKNOWN
     assert result.message == "session/load failed: " + jsn(CLAUDE_AGENT_LOAD_UNKNOWN)
+
+
+@pytest.mark.parametrize(
+    ("inner", "call", "flag"),
+    [
+        (CLAUDE_AGENT_LOAD_UNKNOWN, Call.SESSION_LOAD, "session_unknown"),
+        (CODEX_SET_MODEL, Call.SET_MODEL, "method_not_found"),
+    ],
+)
+def test_the_first_structured_error_in_the_chain_decides(
+    inner: dict[str, Any], call: Call, flag: str
+) -> None:
+    """Go's ``errors.As`` stops at the first request error: an outer −32603 wrapping an inner
+    −32002 (or −32601) is an internal error, inconclusive, not the inner code's kind."""
+    outer = req({"code": -32603, "message": "Internal error"})
+    outer.__cause__ = req(inner)
+    result = classify_error(outer, call=call, loading_session_id=UNKNOWN_ID)
+    assert result.kind is E.INCONCLUSIVE
+    assert getattr(result, flag) is False
+    # the inner error alone, or behind a plain wrapper, is decided by its code
+    alone = classify_error(_wrapped("failed", req(inner)), call=call)
+    assert getattr(alone, flag) is True and alone.kind is not E.INCONCLUSIVE
 
 
 def test_cause_text_is_read_like_go_wrapping() -> None:

@@ -354,6 +354,20 @@ def test_start_model_policy_rows(
         assert calls == []
 
 
+@pytest.mark.parametrize("fallback", ["", "fb"])
+def test_method_not_found_outranks_auto_fallback(engine: EngineName, fallback: str) -> None:
+    """Row 9 is tested before row 10: a −32601 from SetModel is ``selection_unsupported``
+    even with AutoFallback on (and a fallback declared, which is never tried)."""
+    chart = StartModelPolicy.start(
+        engine=engine, requested_model="m", fallback_model=fallback, auto_fallback=True
+    )
+    chart.fire("policy_evaluated", advertised=["m", "fb"])
+    step = chart.fire("set_model_failed", method_not_found=True, error="Method not found")
+    assert step.state == "selection_unsupported" and chart.ended
+    (decided,) = [e for e in step.effects if e.name == "decided"]
+    assert (decided["outcome"], decided["reason"]) == ("provider_default", "selection_unsupported")
+
+
 def test_the_policy_decides_only_in_a_final_state(engine: EngineName) -> None:
     chart = StartModelPolicy.start(engine=engine, requested_model="m")
     step = chart.fire("policy_evaluated", advertised=["m"])
