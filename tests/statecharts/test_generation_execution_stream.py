@@ -265,18 +265,20 @@ def test_startup_generation_mismatch_keeps_waiting(engine: EngineName) -> None:
     assert step.state == "completed"
 
 
+@pytest.mark.parametrize(("recipe", "source"), [("awaited", "dispatched"), ("sending", "sending")])
 def test_an_error_completion_fails_the_turn_and_names_a_cancel_release(
-    engine: EngineName,
+    engine: EngineName, recipe: str, source: str
 ) -> None:
     """kandev handleCompleteEventMarkState: an error completion fails the execution either
-    way; when it carries the cancel-release text the waiter learns a cancel escalation."""
+    way; when it carries the cancel-release text the waiter learns a cancel escalation (also
+    when the agent answered before the dispatch was acknowledged, R23)."""
     for data, result in [
         ({"cancel_release": True}, "agent_cancel_escalated"),
         ({}, "agent_error"),
     ]:
-        gen = generation(engine, "awaited")
+        gen = generation(engine, recipe)
         step = gen.fire("completion_received", is_error=True, error="released", **data)
-        assert moved(step) == ("dispatched", "failed", False, ("ended", "failed"))
+        assert moved(step) == (source, "failed", False, ("ended", "failed"))
         assert names(step) == [
             "release_waiter",
             "claim_outcome",
@@ -290,6 +292,30 @@ def test_an_error_completion_fails_the_turn_and_names_a_cancel_release(
             "error": "released",
             "outcome": "failed",
         }
+
+
+@pytest.mark.parametrize(
+    ("recipe", "leaf", "event", "data"),
+    [
+        # the waiter left while the request was out; its failure comes after: the cancel
+        # that leaving sent decides, the late failure changes nothing
+        ("abandoned", "abandoned", "dispatch_failed", {"error": "no route"}),
+        ("escalating", "escalating", "dispatch_failed", {"error": "no route"}),
+        # a redial wait that was overtaken by the dispatch (or anything later) is stale
+        ("awaited", "awaited", "reconnect_timed_out", {"error": "late"}),
+        ("handed_off", "handed_off", "reconnect_timed_out", {"error": "late"}),
+        # the request was answered before its cancel bound ran out
+        ("awaited", "awaited", "send_wait_timed_out", {}),
+        ("stall_reported", "stall_reported", "send_wait_timed_out", {}),
+    ],
+)
+def test_late_dispatch_facts_leave_a_live_turn_alone(
+    engine: EngineName, recipe: str, leaf: str, event: str, data: dict[str, Any]
+) -> None:
+    gen = generation(engine, recipe)
+    step = gen.fire(event, **data)
+    assert ignored(step, "live") and names(step) == []
+    assert gen.state == leaf
 
 
 def test_cancel_release_without_an_error_is_an_ordinary_completion(engine: EngineName) -> None:

@@ -311,6 +311,21 @@ ROWS: list[
 ]
 
 
+ROW_STATES = {
+    1: "none",
+    2: "catalog_empty",
+    3: "explicit_fallback",
+    4: "selection_unsupported",
+    5: "failed",
+    6: "requested_not_advertised",
+    7: "fallback_not_advertised",
+    8: "applied",
+    9: "selection_unsupported",
+    10: "selection_failed_auto_fallback",
+    11: "failed",
+}
+
+
 @pytest.mark.parametrize(
     ("row", "policy", "advertised", "results", "expected"), ROWS, ids=[f"row{r[0]}" for r in ROWS]
 )
@@ -335,6 +350,7 @@ def test_start_model_policy_rows(
         calls.append(chart.constant(set_model["model_field"]))
         step = chart.fire(event, **data)
     assert chart.ended
+    assert chart.state == ROW_STATES[row]  # the final state names the row (trace, diagrams)
     (decided,) = [e for e in step.effects if e.name == "decided"]
     error = next((d.get("error", "") for _, d in results if d.get("error")), "")
     decision = model_decision(
