@@ -177,6 +177,8 @@ def test_an_abandoned_turn_holds_back_its_successor_until_it_ends(engine: Engine
     step = gen.fire("completion_received", stop_reason="cancelled")
     assert moved(step) == ("abandoned", "completed", False, ("ended", "completed"))
     assert names(gen.fire("successor_admitting")) == []
+    step = gen.fire("barrier_timed_out")  # a bound that ran out after the end: nothing
+    assert ignored(step, "ended") and names(step) == [] and gen.state == "completed"
 
 
 @pytest.mark.parametrize(
@@ -261,6 +263,9 @@ def test_startup_generation_mismatch_keeps_waiting(engine: EngineName) -> None:
     step = gen.fire("completion_received", startup_generation=1, is_error=True, error="old")
     assert ignored(step, "dispatched") and names(step) == ["unclaimed"]
     assert gen.configuration == ("awaited", "dispatched", "live")
+    # the stale signal is dropped before its outcome is read, a cancel release included
+    step = gen.fire("completion_received", startup_generation=1, is_error=True, cancel_release=True)
+    assert ignored(step, "dispatched") and names(step) == ["unclaimed"]
     step = gen.fire("completion_received", startup_generation=2, stop_reason="end_turn")
     assert step.state == "completed"
 
