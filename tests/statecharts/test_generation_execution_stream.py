@@ -323,6 +323,37 @@ def test_late_dispatch_facts_leave_a_live_turn_alone(
     assert gen.state == leaf
 
 
+LATE_FACTS = (
+    "successor_admitting",
+    "barrier_timed_out",
+    "dispatch_accepted",
+    "dispatch_unreachable",
+    "dispatch_failed",
+    "materialization_failed",
+    "reconnect_timed_out",
+    "handoff_received",
+    "stream_lost",
+    "execution_stopped",
+    "send_wait_timed_out",
+    "cancel_wait_timed_out",
+    "waiter_returned",
+    "escalation_wait_timed_out",
+    "waiter_abandoned",
+    "stall_detected",
+)
+
+
+@pytest.mark.parametrize("recipe", ["completed", "failed", "cancel_escalated", "undelivered"])
+def test_late_facts_leave_an_ended_generation_alone(engine: EngineName, recipe: str) -> None:
+    """R7: once a generation has its outcome, a timer, signal or answer that comes late
+    moves nothing and asks for nothing."""
+    for event in LATE_FACTS:
+        gen = generation(engine, recipe)
+        step = gen.fire(event, error="late")
+        assert ignored(step, "ended") and names(step) == [], event
+        assert gen.state == recipe, event
+
+
 def test_cancel_release_without_an_error_is_an_ordinary_completion(engine: EngineName) -> None:
     gen = generation(engine, "awaited")
     step = gen.fire("completion_received", cancel_release=True, stop_reason="cancelled")
