@@ -987,6 +987,36 @@ def test_cancel_escalation_and_recovery_make_ready(engine: EngineName) -> None:
     assert moved(step) == ("failed", "ready", False, ("active", "ready"))
 
 
+@pytest.mark.parametrize(
+    ("recipe", "event", "data", "effects"),
+    [
+        # an initial prompt's turn ends before MarkBootReady: READY, announced
+        (
+            "starting",
+            "turn_completed",
+            {"generation": 1, "stop_reason": "end_turn"},
+            ["announce_first_activity", "publish_agent_ready", "watch_for_wakeup"],
+        ),
+        (
+            "starting",
+            "cancel_escalated",
+            {"generation": 1},
+            ["publish_agent_ready", "watch_for_wakeup"],
+        ),
+        # MarkBootReady while RUNNING (a prompt began before the boot was marked)
+        ("running", "booted", {}, ["publish_agent_boot_ready", "watch_for_wakeup"]),
+    ],
+)
+def test_facts_that_make_a_starting_or_running_execution_ready(
+    engine: EngineName, recipe: str, event: str, data: dict[str, Any], effects: list[str]
+) -> None:
+    ex = execution(engine, recipe)
+    step = ex.fire(event, **data)
+    assert moved(step) == (recipe, "ready", False, ("ready",))
+    assert names(step) == effects
+    assert ex.state == "ready"
+
+
 def test_a_lost_stream_a_turn_owned_publishes_no_second_error(engine: EngineName) -> None:
     ex = walk(Execution.start(engine=engine), [("prompt_began", {})])
     step = ex.fire("stream_lost", generation=2, error="gone")
