@@ -1017,6 +1017,19 @@ def test_facts_that_make_a_starting_or_running_execution_ready(
     assert ex.state == "ready"
 
 
+def test_a_failed_execution_runs_a_new_prompt_but_ignores_stray_content(
+    engine: EngineName,
+) -> None:
+    """BeginPrompt is not guarded by kandev: a prompt makes a FAILED execution RUNNING; turn
+    content that no prompt owns does not (only READY takes a wakeup)."""
+    ex = execution(engine, "failed")
+    step = ex.fire("wakeup_content_arrived")
+    assert ignored(step, "failed") and names(step) == [] and ex.state == "failed"
+    step = ex.fire("prompt_began")
+    assert moved(step) == ("failed", "running", False, ("active", "running"))
+    assert names(step) == [] and ex.state == "running"
+
+
 def test_a_lost_stream_a_turn_owned_publishes_no_second_error(engine: EngineName) -> None:
     ex = walk(Execution.start(engine=engine), [("prompt_began", {})])
     step = ex.fire("stream_lost", generation=2, error="gone")
