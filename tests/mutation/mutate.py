@@ -14,7 +14,7 @@ checkout. The canary proves it: before anything else, one known mutant (the firs
 request error in a chain no longer decides, ``adapters/classify.py``) must be killed.
 
 Targets (:data:`TARGETS`): the error classification, the fs confinement, the permission
-policies and broker, the lifecycle timeouts and the runtime drivers; each names the modules
+broker and the transport's permission policies, the lifecycle timeouts and the runtime drivers; each names the modules
 mutated (optionally only some of their top-level definitions) and the tests that pin them.
 
 Incremental and sharded: each target's cosmic-ray session (``session.sqlite``) is kept and
@@ -86,11 +86,27 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "permissions",
-        ("runtime/session/permissions.py", "adapters/transport.py"),
+        ("runtime/session/permissions.py",),
         (
             "tests/runtime/test_permissions.py",
             "tests/runtime/test_permissions_stdio.py",
             "tests/agentctl/test_agentctl_permissions.py",
+        ),
+    ),
+    Target(
+        "policies",
+        ("adapters/transport.py",),
+        (
+            "tests/runtime/test_permissions.py",
+            "tests/runtime/test_permissions_stdio.py",
+            "tests/adapters/test_acp_stdio.py",
+        ),
+        only=(
+            "reject_option",
+            "allow_once_option",
+            "reject_permission_policy",
+            "allow_once_permission_policy",
+            "PermissionPrompts",
         ),
     ),
     Target(
@@ -378,7 +394,8 @@ def run(target: Target, shard: str, limit: int | None) -> None:
 
 
 def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str], str]:
-    """The reviewed equivalent mutants: (module, source line stripped, operator) → reason."""
+    """The reviewed equivalent mutants: (module, source line stripped, operator) → reason; a
+    line said more than once is given with the line before it, ``previous / line``."""
     import tomllib
 
     if not path.exists():
@@ -409,9 +426,13 @@ def report(target: Target) -> tuple[int, int, int, int]:
                 killed += 1
             elif result.test_outcome == TestOutcome.SURVIVED:
                 m = item.mutations[0]
-                lines = (REPO / m.module_path).read_text().splitlines()
-                text = lines[m.start_pos[0] - 1].strip() if m.start_pos[0] <= len(lines) else ""
-                if (str(m.module_path), text, m.operator_name) in equivalent:
+                lines = ["", *(REPO / m.module_path).read_text().splitlines(), ""]
+                row = min(m.start_pos[0], len(lines) - 1)
+                text = lines[row].strip()
+                both = f"{lines[row - 1].strip()} / {text}"  # for a line said more than once
+                if any(
+                    (str(m.module_path), t, m.operator_name) in equivalent for t in (text, both)
+                ):
                     listed += 1
                     continue
                 survived += 1

@@ -990,6 +990,13 @@ def test_cancel_escalation_and_recovery_make_ready(engine: EngineName) -> None:
 @pytest.mark.parametrize(
     ("recipe", "event", "data", "effects"),
     [
+        # a claimed success revives a FAILED execution (the agent is evidently there)
+        (
+            "failed",
+            "turn_completed",
+            {"generation": 2, "stop_reason": "end_turn"},
+            ["announce_first_activity", "publish_agent_ready", "watch_for_wakeup"],
+        ),
         # an initial prompt's turn ends before MarkBootReady: READY, announced
         (
             "starting",
@@ -1007,12 +1014,13 @@ def test_cancel_escalation_and_recovery_make_ready(engine: EngineName) -> None:
         ("running", "booted", {}, ["publish_agent_boot_ready", "watch_for_wakeup"]),
     ],
 )
-def test_facts_that_make_a_starting_or_running_execution_ready(
+def test_facts_that_make_an_execution_ready(
     engine: EngineName, recipe: str, event: str, data: dict[str, Any], effects: list[str]
 ) -> None:
     ex = execution(engine, recipe)
     step = ex.fire(event, **data)
-    assert moved(step) == (recipe, "ready", False, ("ready",))
+    entered = ("active", "ready") if recipe == "failed" else ("ready",)
+    assert moved(step) == (recipe, "ready", False, entered)
     assert names(step) == effects
     assert ex.state == "ready"
 
