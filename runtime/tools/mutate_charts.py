@@ -30,7 +30,9 @@ Steps:
    fastest first, and stops at the first failure (killed).
 2. **Mutants**: one pytest process (per shard) collects the tests it needs once and, for each
    mutant, installs it (the chart is recompiled), runs its tests in process and records the
-   outcome. A test that fails in the record run is never used.
+   outcome. A test that fails in the record run is never used. A mutant no test killed
+   within ``--budget`` seconds of tests (default 120) counts as survived: the report says
+   how many of its tests ran.
 3. **Report**: per chart, the mutants killed, equivalent by construction, listed as
    equivalent in ``tests/mutation/equivalent_chart_mutants.toml`` (each with its reason) and
    the survivors, each naming the transition. Exit status 1 when a mutant survived that the
@@ -58,7 +60,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,17 +146,18 @@ def label(chart: type[Chart], mutant: Mutant) -> str:
     return f"{chart.chart_name} | {where} | {what}"
 
 
-def _signature(compiled: CompiledChart) -> Any:
-    """The tables as behaviour sees them (indices left out)."""
+def _signature(compiled: CompiledChart, loose: bool = False) -> Any:
+    """The tables as behaviour sees them (indices left out; ``loose``: nor whether a
+    transition was targetless and what it entered, only what it did)."""
     return {
         leaf: {
             event: tuple(
                 (
                     c.source,
-                    c.target,
+                    None if loose else c.target,
                     tuple((fn, expected) for fn, _, expected in c.guards),
                     c.state,
-                    c.entered,
+                    () if loose else c.entered,
                     c.effects,
                     c.ends,
                 )
@@ -188,8 +191,25 @@ def enumerate_mutants(chart: type[Chart]) -> list[Mutant]:
     return out
 
 
+#: ``(chart, event)`` whose ``Step.targetless`` the runtime reads (runtime/session/config.py:
+#: a provider response the settlement ignored is remembered).
+TARGETLESS_READ = frozenset({("config_settlement", "models_updated")})
+
+
 def equivalent_by_construction(chart: type[Chart], mutant: Mutant) -> bool:
-    return bool(_signature(compile_chart(chart, mutant)) == _signature(chart.compiled()))
+    """The mutant's tables behave like the declared ones in every leaf: the same candidates,
+    guards, leaf afterwards and effects. A targetless transition retargeted to its own leaf
+    source differs only in ``Step.targetless``/``entered``, which nothing reads but
+    :data:`TARGETLESS_READ`."""
+    event, source, target = chart.compiled().transitions[mutant.index]
+    loose = (
+        mutant.mutation == "retarget"
+        and target is None
+        and mutant.target == source
+        and (chart.chart_name, event) not in TARGETLESS_READ
+    )
+    mutated = _signature(compile_chart(chart, mutant), loose)
+    return bool(mutated == _signature(chart.compiled(), loose))
 
 
 # --------------------------------------------------------------------------- hashing
@@ -274,7 +294,8 @@ class _Recorder:
 class _Runner:
     """Mutant mode: for each planned mutant, install it and run its tests until one fails."""
 
-    def __init__(self, plan: Path, out: Path) -> None:
+    def __init__(self, plan: Path, out: Path, budget: float) -> None:
+        self.budget = budget
         self.plan: list[dict[str, Any]] = json.loads(plan.read_text())
         self.out = out
         self.failed = False
@@ -302,16 +323,24 @@ class _Runner:
                 chart = charts[mutant.chart]
                 started = time.perf_counter()
                 killer = ""
+                broken = False
+                ran = 0
                 _install(_base, chart, mutant)
                 try:
                     for nodeid in entry["tests"]:
+                        if time.perf_counter() - started > self.budget:
+                            break  # survived within the budget
+                        ran += 1
                         item = by_id.get(nodeid)
                         if item is None:
                             continue
                         self.failed = False
                         if hasattr(item, "_initrequest"):
                             item._initrequest()
-                        item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
+                        try:
+                            item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
+                        except Exception:  # noqa: BLE001 - a plugin broke on the failure
+                            self.failed = broken = True
                         if self.failed:
                             killer = nodeid
                             break
@@ -322,9 +351,12 @@ class _Runner:
                     "killed": bool(killer),
                     "killer": killer,
                     "seconds": round(time.perf_counter() - started, 3),
+                    "tests_run": ran,
                 }
                 sink.write(json.dumps(result) + "\n")
                 sink.flush()
+                if broken:  # the session may be damaged: the driver starts a fresh one
+                    break
         session.testsfailed = 0
         return True
 
@@ -346,8 +378,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get(_RECORD_ENV):
         config.pluginmanager.register(_Recorder(Path(os.environ[_RECORD_ENV])), "acpfsm-mutate")
     elif os.environ.get(_RUN_ENV):
-        plan, out = os.environ[_RUN_ENV].split(os.pathsep)
-        config.pluginmanager.register(_Runner(Path(plan), Path(out)), "acpfsm-mutate")
+        plan, out, budget = os.environ[_RUN_ENV].split(os.pathsep)
+        runner = _Runner(Path(plan), Path(out), float(budget))
+        config.pluginmanager.register(runner, "acpfsm-mutate")
 
 
 # --------------------------------------------------------------------------- the driver
@@ -360,7 +393,9 @@ class MutantPlan:
     tests: tuple[str, ...]
 
 
-def _pytest(extra_env: dict[str, str], args: Sequence[str], log: Path) -> int:
+def _pytest(extra_env: dict[str, str], args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    """A pytest process with this module as a plugin (``extra_env`` says what it does), its
+    output in ``log``; the declared charts, whatever this process had."""
     env = {**os.environ, **extra_env}
     env.pop(MUTANT_ENV, None)
     cmd = [
@@ -376,7 +411,7 @@ def _pytest(extra_env: dict[str, str], args: Sequence[str], log: Path) -> int:
         *args,
     ]
     with log.open("w") as out:
-        return subprocess.call(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _is_test_file(name: str) -> bool:
@@ -403,7 +438,7 @@ def record(files: dict[str, str], charts_key: str) -> dict[str, Any]:
         started = time.perf_counter()
         tmp = CACHE / "map.partial.json"
         tmp.unlink(missing_ok=True)
-        _pytest({_RECORD_ENV: str(tmp)}, [] if whole else stale, CACHE / "record.log")
+        _pytest({_RECORD_ENV: str(tmp)}, [] if whole else stale, CACHE / "record.log").wait()
         if not tmp.exists():
             raise SystemExit(f"mutate-charts: the record run failed; see {CACHE / 'record.log'}")
         fresh: dict[str, Any] = json.loads(tmp.read_text())
@@ -451,52 +486,53 @@ def _shard(items: list[MutantPlan], shard: tuple[int, int]) -> list[MutantPlan]:
     return [p for k, p in enumerate(items) if k % n == i - 1]
 
 
-def _run_plans(plans: list[MutantPlan], jobs: int) -> dict[str, dict[str, Any]]:
+def _run_plans(
+    plans: list[MutantPlan], jobs: int, budget: float, merge: Merge
+) -> dict[str, dict[str, Any]]:
     """Run ``plans`` in ``jobs`` pytest processes; the outcome of each mutant, by its str."""
-    out: dict[str, dict[str, Any]] = {}
     if not plans:
-        return out
-    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+        return {}
+    procs: list[subprocess.Popen[bytes]] = []
+    results: list[Path] = []
+    stamp = f"{os.getpid()}-{time.monotonic_ns()}"
     for j in range(1, jobs + 1):
         part = _shard(plans, (j, jobs))
         if not part:
             continue
         plan_file = CACHE / f"plan-{j}.json"
-        result_file = CACHE / f"results-{j}.jsonl"
+        result_file = CACHE / f"results-{stamp}-{j}.jsonl"
         plan_file.write_text(
             json.dumps([{"mutant": str(p.mutant), "tests": list(p.tests)} for p in part])
         )
-        result_file.write_text("")
-        env = {
-            **os.environ,
-            _RUN_ENV: f"{plan_file}{os.pathsep}{result_file}",
-        }
-        env.pop(MUTANT_ENV, None)
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            _PLUGIN,
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:randomly",
-            "--acpfsm-check-traces",
-            "-o",
-            "timeout=60",
-        ]
-        log = (CACHE / f"run-{j}.log").open("w")
-        procs.append(
-            (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), result_file)
-        )
-    for proc, result_file in procs:
+        run = os.pathsep.join([str(plan_file), str(result_file), str(budget)])
+        procs.append(_pytest({_RUN_ENV: run}, ["-o", "timeout=60"], CACHE / f"run-{j}.log"))
+        results.append(result_file)
+    for proc in procs:
         proc.wait()
-        for line in result_file.read_text().splitlines():
-            entry = json.loads(line)
-            out[entry["mutant"]] = entry
+    return _absorb(results, merge)
+
+
+Merge = Callable[[dict[str, dict[str, Any]]], None]
+
+
+def _absorb(paths: list[Path], merge: Merge) -> dict[str, dict[str, Any]]:
+    """The outcomes in ``paths`` (shards' result files), merged into the cache, then gone."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    entry = json.loads(line)
+                    out[entry["mutant"]] = entry
+    merge(out)
+    for path in paths:
+        path.unlink(missing_ok=True)
     return out
+
+
+def _leftovers(merge: Merge) -> dict[str, dict[str, Any]]:
+    """Outcomes an interrupted run wrote but never merged."""
+    return _absorb(sorted(CACHE.glob("results-*.jsonl")), merge)
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
@@ -504,6 +540,18 @@ def _parse_shard(text: str) -> tuple[int, int]:
     if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
         raise argparse.ArgumentTypeError("expected i/n with 1 <= i <= n")
     return int(m.group(1)), int(m.group(2))
+
+
+def _rank(nodeid: str) -> int:
+    """Chart walks first, then the in-memory runtime (virtual clock), then real processes
+    and asyncio runs (real time): most mutants die in the first group."""
+    if nodeid.startswith("tests/statecharts/"):
+        return 0
+    if "[asyncio" in nodeid or "-asyncio" in nodeid:
+        return 3
+    if nodeid.startswith("tests/runtime/"):
+        return 1
+    return 2
 
 
 def _plans(
@@ -524,7 +572,7 @@ def _plans(
                 and not excluded(nodeid)
                 and [chart.chart_name, event] in info["events"]
             ),
-            key=lambda nodeid: (tests[nodeid]["seconds"], nodeid),
+            key=lambda nodeid: (_rank(nodeid), tests[nodeid]["seconds"], nodeid),
         )
         yield mutant, name, tuple(chosen)
 
@@ -538,6 +586,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shard", type=_parse_shard, default=(1, 1), help="i/n of the mutants")
     parser.add_argument("--jobs", type=int, default=1, help="pytest processes at once")
     parser.add_argument("--fresh", action="store_true", help="ignore cached results")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=120.0,
+        help="seconds of tests per mutant before it counts as survived (default 120)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     args = parser.parse_args(argv)
     if os.environ.get(MUTANT_ENV):
@@ -575,22 +629,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"mutate-charts: {len(selected)} mutants selected, {len(todo)} to run "
         f"({len(selected) - len(todo)} cached or not run), {args.jobs} job(s)"
     )
-    outcomes = _run_plans(todo, max(1, args.jobs))
-    for plan in todo:
-        got = outcomes.get(str(plan.mutant))
-        if got is None:
-            continue  # interrupted: left for the next run
-        killer = str(got["killer"])
-        cached[plan.label] = {
-            "chart": chart_hash(next(c for c in charts if c.chart_name == plan.mutant.chart)),
-            "tests": tkey,
-            "killed": got["killed"],
-            "killer": killer,
-            "killer_file": files.get(killer.split("::", 1)[0], ""),
-            "seconds": got["seconds"],
-            "ran": len(plan.tests),
-        }
-    (CACHE / "results.json").write_text(json.dumps(cached, indent=1, sort_keys=True))
+
+    def merge(outcomes: dict[str, dict[str, Any]]) -> None:
+        """Keep ``outcomes`` in the cache at once (an interrupted run loses nothing)."""
+        for plan in todo:
+            got = outcomes.get(str(plan.mutant))
+            if got is None:
+                continue
+            killer = str(got["killer"])
+            cached[plan.label] = {
+                "chart": chart_hash(charts_by_name[plan.mutant.chart]),
+                "tests": tkey,
+                "killed": got["killed"],
+                "killer": killer,
+                "killer_file": files.get(killer.split("::", 1)[0], ""),
+                "seconds": got["seconds"],
+                "ran": got.get("tests_run", len(plan.tests)),
+                "of": len(plan.tests),
+            }
+        (CACHE / "results.json").write_text(json.dumps(cached, indent=1, sort_keys=True))
+
+    charts_by_name = {c.chart_name: c for c in charts}
+    done = _leftovers(merge)  # what an interrupted run left
+    to_run = [p for p in todo if str(p.mutant) not in done]
+    while to_run:  # a shard that stopped early is started again on what it left
+        got = _run_plans(to_run, max(1, args.jobs), args.budget, merge)
+        if not got:
+            break
+        to_run = [p for p in to_run if str(p.mutant) not in got]
     return _report(selected, cached, equivalent, time.perf_counter() - started)
 
 
@@ -626,7 +692,10 @@ def _report(
         )
         for kind, name in rows:
             if kind == "survived":
-                print(f"  SURVIVED  {name}")
+                entry = cached.get(name, {})
+                print(
+                    f"  SURVIVED  {name}  ({entry.get('ran', '?')} of {entry.get('of', '?')} tests)"
+                )
                 status = 1
     killers: dict[str, int] = {}
     for _, _, name, _ in selected:

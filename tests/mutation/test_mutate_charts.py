@@ -134,6 +134,10 @@ def test_a_mutant_that_changes_no_table_is_equivalent_by_construction() -> None:
     assert mutate_charts.equivalent_by_construction(Shadow, Mutant("shadow", 1, "delete"))
     assert not mutate_charts.equivalent_by_construction(Shadow, Mutant("shadow", 0, "delete"))
     assert not mutate_charts.equivalent_by_construction(Door, Mutant("door", 1, "delete"))
+    # an ignored event turned into a re-entry of a leaf without entry effects does the same
+    assert mutate_charts.equivalent_by_construction(Door, Mutant("door", 2, "retarget", "closed"))
+    # re-entering a compound resets its child: not the same
+    assert not mutate_charts.equivalent_by_construction(Door, Mutant("door", 0, "retarget", "shut"))
     # the ignoring `slammed` of `shut` comes after nothing it could shadow: deleting it
     # makes `slammed` illegal in `closed` and `locked`
     assert not mutate_charts.equivalent_by_construction(Door, Mutant("door", 0, "delete"))
