@@ -7,7 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.acpfsm-installed
 SOURCES := $(shell find statecharts runtime adapters -name '*.py' -o -name 'py.typed' 2>/dev/null)
 
-.PHONY: all install test lint typecheck diagrams diagrams-check chromium pytest demo bench soak clean
+.PHONY: all install test lint typecheck diagrams diagrams-check chromium pytest demo bench soak \
+	mutate-charts mutate clean
 
 all: test
 
@@ -72,6 +73,24 @@ bench: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python -m acpfsm.runtime.tools.soak --backend trio --executions 200 --prompts 20 --concurrency 50
 	$(BIN)/python -m acpfsm.runtime.tools.soak --backend asyncio --executions 50 --prompts 10 --concurrency 50
+
+# Chart mutation testing (not in `make test`: slow): every declared transition deleted,
+# retargeted, unguarded, negated and swapped in the compiled tables; the behavioural tests
+# that fire its event must notice. Incremental (.cache/mutate-charts); pass ARGS, e.g.
+# ARGS='--chart execution --jobs 2' or ARGS='--shard 1/4'.
+mutate-charts: $(STAMP)
+	nice $(BIN)/python -m acpfsm.runtime.tools.mutate_charts $(ARGS)
+
+# Mutation testing of the decision code with cosmic-ray (not in `make test`: hours for all of
+# it). Incremental (.cache/mutate); ARGS='--target classify', '--shard 1/2', '--limit 50'.
+MUTATION_STAMP := $(VENV)/.acpfsm-mutation
+$(MUTATION_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+		-e '.[test,mutation]' --config-settings editable_mode=strict
+	@touch $(MUTATION_STAMP)
+
+mutate: $(MUTATION_STAMP)
+	nice $(BIN)/python tests/mutation/mutate.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

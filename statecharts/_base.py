@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from statemachine import StateChart
 
-from ._compile import CompiledChart, Effects, compile_chart
+from ._compile import CompiledChart, Effects, compile_chart, mutant_from_env
 from ._machine import ChartMachine, EngineName, Machine, ReferenceMachine, TransitionObserver
 from ._machine import default_engine as _default_engine
 from ._machine import machine_class as _machine_class
@@ -73,7 +73,7 @@ class Chart(StateChart[Any]):
     def _compiled_entry(cls) -> tuple[CompiledChart, type[Machine]]:
         entry = _compiled.get(cls)
         if entry is None:
-            compiled = compile_chart(cls)
+            compiled = compile_chart(cls, mutant_from_env())
             entry = _compiled[cls] = (compiled, _machine_class(compiled))
         return entry
 

@@ -1013,6 +1013,26 @@ async def test_s103_disconnect_flushes_partial_text_once(tmp_path: Path) -> None
         assert [e.text for e in of_type(s, MessageChunk)] == ["partial response"]
 
 
+async def test_steer_text_is_written_to_the_history(tmp_path: Path) -> None:
+    """A steer is the user's message too: it is appended to the session history after the
+    prompt it folds into, so a resumed session's context holds it."""
+    ex = MemoryExecutor()
+    async with make_runtime(
+        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
+    ) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "long task")
+            await wait_until(lambda: live(s, 1))
+            await rt.steer(ref.id, "also this")
+            ex.last.emit(MessageChunk(text="both done", prompt_generation=1))
+            ex.last.complete(1)
+            await p.wait()
+        assert history(rt, s)[:2] == [("user_message", "long task"), ("user_message", "also this")]
+        await rt.stop(ref.id, "done")
+
+
 async def test_s104_reset_wins_the_disconnect_race(tmp_path: Path) -> None:
     """s104. When the next prompt's reset drains the partial text before the disconnect is
     handled, the text is still persisted exactly once."""

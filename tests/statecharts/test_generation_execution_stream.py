@@ -177,6 +177,8 @@ def test_an_abandoned_turn_holds_back_its_successor_until_it_ends(engine: Engine
     step = gen.fire("completion_received", stop_reason="cancelled")
     assert moved(step) == ("abandoned", "completed", False, ("ended", "completed"))
     assert names(gen.fire("successor_admitting")) == []
+    step = gen.fire("barrier_timed_out")  # a bound that ran out after the end: nothing
+    assert ignored(step, "ended") and names(step) == [] and gen.state == "completed"
 
 
 @pytest.mark.parametrize(
@@ -261,22 +263,27 @@ def test_startup_generation_mismatch_keeps_waiting(engine: EngineName) -> None:
     step = gen.fire("completion_received", startup_generation=1, is_error=True, error="old")
     assert ignored(step, "dispatched") and names(step) == ["unclaimed"]
     assert gen.configuration == ("awaited", "dispatched", "live")
+    # the stale signal is dropped before its outcome is read, a cancel release included
+    step = gen.fire("completion_received", startup_generation=1, is_error=True, cancel_release=True)
+    assert ignored(step, "dispatched") and names(step) == ["unclaimed"]
     step = gen.fire("completion_received", startup_generation=2, stop_reason="end_turn")
     assert step.state == "completed"
 
 
+@pytest.mark.parametrize(("recipe", "source"), [("awaited", "dispatched"), ("sending", "sending")])
 def test_an_error_completion_fails_the_turn_and_names_a_cancel_release(
-    engine: EngineName,
+    engine: EngineName, recipe: str, source: str
 ) -> None:
     """kandev handleCompleteEventMarkState: an error completion fails the execution either
-    way; when it carries the cancel-release text the waiter learns a cancel escalation."""
+    way; when it carries the cancel-release text the waiter learns a cancel escalation (also
+    when the agent answered before the dispatch was acknowledged, R23)."""
     for data, result in [
         ({"cancel_release": True}, "agent_cancel_escalated"),
         ({}, "agent_error"),
     ]:
-        gen = generation(engine, "awaited")
+        gen = generation(engine, recipe)
         step = gen.fire("completion_received", is_error=True, error="released", **data)
-        assert moved(step) == ("dispatched", "failed", False, ("ended", "failed"))
+        assert moved(step) == (source, "failed", False, ("ended", "failed"))
         assert names(step) == [
             "release_waiter",
             "claim_outcome",
@@ -290,6 +297,61 @@ def test_an_error_completion_fails_the_turn_and_names_a_cancel_release(
             "error": "released",
             "outcome": "failed",
         }
+
+
+@pytest.mark.parametrize(
+    ("recipe", "leaf", "event", "data"),
+    [
+        # the waiter left while the request was out; its failure comes after: the cancel
+        # that leaving sent decides, the late failure changes nothing
+        ("abandoned", "abandoned", "dispatch_failed", {"error": "no route"}),
+        ("escalating", "escalating", "dispatch_failed", {"error": "no route"}),
+        # a redial wait that was overtaken by the dispatch (or anything later) is stale
+        ("awaited", "awaited", "reconnect_timed_out", {"error": "late"}),
+        ("handed_off", "handed_off", "reconnect_timed_out", {"error": "late"}),
+        # the request was answered before its cancel bound ran out
+        ("awaited", "awaited", "send_wait_timed_out", {}),
+        ("stall_reported", "stall_reported", "send_wait_timed_out", {}),
+    ],
+)
+def test_late_dispatch_facts_leave_a_live_turn_alone(
+    engine: EngineName, recipe: str, leaf: str, event: str, data: dict[str, Any]
+) -> None:
+    gen = generation(engine, recipe)
+    step = gen.fire(event, **data)
+    assert ignored(step, "live") and names(step) == []
+    assert gen.state == leaf
+
+
+LATE_FACTS = (
+    "successor_admitting",
+    "barrier_timed_out",
+    "dispatch_accepted",
+    "dispatch_unreachable",
+    "dispatch_failed",
+    "materialization_failed",
+    "reconnect_timed_out",
+    "handoff_received",
+    "stream_lost",
+    "execution_stopped",
+    "send_wait_timed_out",
+    "cancel_wait_timed_out",
+    "waiter_returned",
+    "escalation_wait_timed_out",
+    "waiter_abandoned",
+    "stall_detected",
+)
+
+
+@pytest.mark.parametrize("recipe", ["completed", "failed", "cancel_escalated", "undelivered"])
+def test_late_facts_leave_an_ended_generation_alone(engine: EngineName, recipe: str) -> None:
+    """R7: once a generation has its outcome, a timer, signal or answer that comes late
+    moves nothing and asks for nothing."""
+    for event in LATE_FACTS:
+        gen = generation(engine, recipe)
+        step = gen.fire(event, error="late")
+        assert ignored(step, "ended") and names(step) == [], event
+        assert gen.state == recipe, event
 
 
 def test_cancel_release_without_an_error_is_an_ordinary_completion(engine: EngineName) -> None:
@@ -923,6 +985,57 @@ def test_cancel_escalation_and_recovery_make_ready(engine: EngineName) -> None:
     failed = execution(engine, "failed")
     step = failed.fire("cancel_escalated", generation=0)  # an idle escalation while FAILED
     assert moved(step) == ("failed", "ready", False, ("active", "ready"))
+
+
+@pytest.mark.parametrize(
+    ("recipe", "event", "data", "effects"),
+    [
+        # a claimed success revives a FAILED execution (the agent is evidently there)
+        (
+            "failed",
+            "turn_completed",
+            {"generation": 2, "stop_reason": "end_turn"},
+            ["announce_first_activity", "publish_agent_ready", "watch_for_wakeup"],
+        ),
+        # an initial prompt's turn ends before MarkBootReady: READY, announced
+        (
+            "starting",
+            "turn_completed",
+            {"generation": 1, "stop_reason": "end_turn"},
+            ["announce_first_activity", "publish_agent_ready", "watch_for_wakeup"],
+        ),
+        (
+            "starting",
+            "cancel_escalated",
+            {"generation": 1},
+            ["publish_agent_ready", "watch_for_wakeup"],
+        ),
+        # MarkBootReady while RUNNING (a prompt began before the boot was marked)
+        ("running", "booted", {}, ["publish_agent_boot_ready", "watch_for_wakeup"]),
+    ],
+)
+def test_facts_that_make_an_execution_ready(
+    engine: EngineName, recipe: str, event: str, data: dict[str, Any], effects: list[str]
+) -> None:
+    ex = execution(engine, recipe)
+    step = ex.fire(event, **data)
+    entered = ("active", "ready") if recipe == "failed" else ("ready",)
+    assert moved(step) == (recipe, "ready", False, entered)
+    assert names(step) == effects
+    assert ex.state == "ready"
+
+
+def test_a_failed_execution_runs_a_new_prompt_but_ignores_stray_content(
+    engine: EngineName,
+) -> None:
+    """BeginPrompt is not guarded by kandev: a prompt makes a FAILED execution RUNNING; turn
+    content that no prompt owns does not (only READY takes a wakeup)."""
+    ex = execution(engine, "failed")
+    step = ex.fire("wakeup_content_arrived")
+    assert ignored(step, "failed") and names(step) == [] and ex.state == "failed"
+    step = ex.fire("prompt_began")
+    assert moved(step) == ("failed", "running", False, ("active", "running"))
+    assert names(step) == [] and ex.state == "running"
 
 
 def test_a_lost_stream_a_turn_owned_publishes_no_second_error(engine: EngineName) -> None:
