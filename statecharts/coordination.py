@@ -29,6 +29,7 @@ between the parts of one connection, applied after every event.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -90,8 +91,10 @@ COORDINATION: tuple[Rule, ...] = (
 Machines = Mapping[str, ChartMachine] | Callable[[str], ChartMachine | None]
 
 
+@functools.lru_cache(maxsize=16)
 def rules_from(table: tuple[Rule, ...]) -> dict[tuple[str, str], tuple[Rule, ...]]:
-    """``(chart, state) → rules``, keeping table order."""
+    """``(chart, state) → rules``, keeping table order (cached: a table is plain frozen data,
+    and a model checker passes the same modified table for every step)."""
     out: dict[tuple[str, str], list[Rule]] = {}
     for rule in table:
         out.setdefault((rule.chart, rule.enters), []).append(rule)

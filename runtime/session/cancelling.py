@@ -26,8 +26,9 @@ from acpfsm.statecharts.coordination import Fired
 
 from ..errors import CANCEL_ESCALATED_MESSAGE, CancelEscalated, CancelFailed
 from .context import ExecutionContext
+from .flows import FLOW, cancel_answer, wants
 from .status import StatusDriver
-from .turns import Generation, TurnDriver, wants
+from .turns import Generation, TurnDriver
 
 __all__ = ["Canceller"]
 
@@ -52,16 +53,12 @@ class Canceller:
         if wants(fired, "await_dispatch"):
             with anyio.move_on_after(self.ctx.timeouts.cancel_wait):
                 await generation.sent.wait()
-            event = "cancel_requested" if generation.sent.is_set() else "send_wait_timed_out"
+            event = FLOW["await_dispatch"].after(generation.sent.is_set())
             fired = await self._step(generation, event)
         if not wants(fired, "send_cancel"):
             return  # withdrawn before it was sent: its caller gets a cancelled result
-        acknowledged, disconnected = await self._send()
         fired = await self._step(
-            generation,
-            "cancel_answered",
-            acknowledged=acknowledged,
-            stream_disconnected=disconnected,
+            generation, "cancel_answered", **cancel_answer(*await self._send())
         )
         await self._follow(generation, fired)
 
@@ -70,13 +67,8 @@ class Canceller:
         is told (the chart and the trace say what happened)."""
         try:
             with anyio.fail_after(self.ctx.timeouts.cancel_wait):
-                acknowledged, disconnected = await self._send()
-            fired = await self._step(
-                generation,
-                "cancel_answered",
-                acknowledged=acknowledged,
-                stream_disconnected=disconnected,
-            )
+                answer = await self._send()
+            fired = await self._step(generation, "cancel_answered", **cancel_answer(*answer))
             await self._follow(generation, fired)
         except CancelEscalated:
             log.info("abandoned turn %s escalated", generation.number)
@@ -102,7 +94,7 @@ class Canceller:
         ctx = self.ctx
         if wants(fired, "escalate_idle"):
             # no turn in flight and nobody acknowledged: READY again (also from FAILED)
-            await self.status.fire("cancel_escalated", generation=generation.number)
+            await self.status.fire(FLOW["escalate_idle"].then, generation=generation.number)
             raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=ctx.id)
         if wants(fired, "report_escalation"):
             raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=ctx.id)
@@ -113,7 +105,8 @@ class Canceller:
         with anyio.move_on_after(ctx.timeouts.cancel_wait):
             await generation.turn_over.wait()
         if not generation.turn_over.is_set():
-            await self._follow(generation, await self._step(generation, "cancel_wait_timed_out"))
+            expired = FLOW["arm_cancel_wait"].expired
+            await self._follow(generation, await self._step(generation, expired))
 
     async def _finish_escalation(self, generation: Generation) -> None:
         """escalateStuckCancel after the chart escalated: let the released waiter return
@@ -126,7 +119,6 @@ class Canceller:
             # R17: the cleanup runs even when the caller's deadline ends the wait (the
             # caller then gets its own cancellation, not CancelEscalated)
             with anyio.CancelScope(shield=True):
-                returned = generation.returned.is_set()
-                event = "waiter_returned" if returned else "escalation_wait_timed_out"
+                event = FLOW["await_waiter"].after(generation.returned.is_set())
                 await self._step(generation, event)
         raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=self.ctx.id)

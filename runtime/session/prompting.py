@@ -46,10 +46,11 @@ from ..errors import (
 from ..types import PromptResult, stop_reason_of
 from .cancelling import Canceller
 from .context import ExecutionContext
+from .flows import FLOW, accepts_prompts, trigger_fact, wants
 from .init import InitDriver
 from .status import StatusDriver
 from .stream import StreamDriver
-from .turns import Generation, TurnDriver, wants
+from .turns import Generation, TurnDriver
 
 __all__ = ["PromptDriver"]
 
@@ -173,7 +174,7 @@ class PromptDriver:
 
     async def _validate_status(self) -> None:
         fired = await self.ctx.step(self.status.machine, "prompt_requested")
-        if wants(fired, "refuse_prompt"):
+        if not accepts_prompts(fired):
             # the init's failure, when that is why (AuthenticationRequired among them)
             raise NotReadyForPrompts(self.ctx.id, self.status.status) from self.init.failure
 
@@ -189,7 +190,7 @@ class PromptDriver:
         with anyio.move_on_after(bound) as scope:
             await predecessor.done.wait()
         if scope.cancelled_caught:
-            fired = await self.ctx.step(predecessor.machine, "barrier_timed_out")
+            fired = await self.ctx.step(predecessor.machine, FLOW["hold_barrier"].expired)
             if wants(fired, "barrier_failed"):
                 raise PendingDispatchedPromptTimeout(self.ctx.id, bound)
 
@@ -235,7 +236,8 @@ class PromptDriver:
         try:
             await self.ctx.transport_or_raise().prompt(text, attachments, generation.number)
         except StreamNotConnected as exc:
-            if exc.while_waiting:
+            answer = "lost_while_waiting" if exc.while_waiting else "not_connected"
+            if trigger_fact(answer, retrying=False) == "dispatch_failed":
                 # kandev H2: the request was written and the stream dropped before the ack,
                 # so the agent may have it: never re-send (at most once)
                 await self._trigger_failed(generation, exc)
@@ -284,6 +286,7 @@ class PromptDriver:
             reconnectable=transport.reconnectable,
             error=message,
         )
+        carrier = FLOW["wait_for_carrier"]
         if not wants(fired, "wait_for_carrier"):
             if generation.result == "undelivered":
                 raise PromptDispatchError(
@@ -296,7 +299,7 @@ class PromptDriver:
         with anyio.move_on_after(ctx.timeouts.reconnect_retry):
             while not generation.done.is_set():  # a cancel withdraws it meanwhile
                 if self.stream.connected:
-                    fired = await ctx.step(generation.machine, "dispatch_started")
+                    fired = await ctx.step(generation.machine, carrier.then)
                     if wants(fired, "skip_dispatch"):
                         return False
                     try:
@@ -320,7 +323,7 @@ class PromptDriver:
         if generation.result == "withdrawn":
             return False
         reason = f"failed to trigger prompt: timed out waiting for updates stream reconnect: {last}"
-        await ctx.step(generation.machine, "reconnect_timed_out", error=reason)
+        await ctx.step(generation.machine, carrier.expired, error=reason)
         raise PromptDispatchError(reason, execution_id=ctx.id, generation=generation.number)
 
     async def _wait_released(self, generation: Generation) -> None:

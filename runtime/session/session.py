@@ -32,6 +32,7 @@ from ..types import Execution as ExecutionSnapshot
 from .cancelling import Canceller
 from .config import ConfigDriver
 from .context import ExecutionContext
+from .flows import loss_followup
 from .init import InitDriver
 from .prompting import PromptDriver
 from .status import StatusDriver
@@ -446,15 +447,14 @@ class ExecutionSession:
             error = f"{error} (stderr: {event.stderr_tail.strip()[-500:]})"
         async with ctx.lifecycle_lock:
             claimed = await self.turns.stream_lost(error)
-            if event.exit_code is not None:
-                await self.status.fire(
-                    "process_exited",
-                    exit_code=event.exit_code,
-                    shutting_down=ctx.shutting_down(),
-                    error=f"agent process exited with code {event.exit_code}",
-                )
-            elif not claimed:
-                await self.status.fire("stream_lost", error=error, generation=0)
+            follow = loss_followup(
+                exit_code=event.exit_code,
+                claimed=claimed,
+                error=error,
+                shutting_down=ctx.shutting_down(),
+            )
+            if follow is not None:
+                await self.status.fire(follow[0], **follow[1])
 
 
 def _tool_output(event: ev.ToolUpdate) -> str:

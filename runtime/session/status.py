@@ -17,6 +17,7 @@ from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity
 from .. import events as le
 from ..types import ExecutionStatus
 from .context import ExecutionContext, utcnow
+from .flows import flow_effects
 
 __all__ = ["StatusDriver"]
 
@@ -48,9 +49,9 @@ class StatusDriver:
                 "record_finish": self._record_finish,
                 "record_exit": self._record_exit,
                 "watch_for_wakeup": self._watch,
-                "refuse_prompt": _flow,
                 "announce_first_activity": self._announce,
-            },
+            }
+            | dict.fromkeys(flow_effects(Execution.chart_name), _flow),
         )
         ctx.handle(FirstActivity.chart_name, {"publish_agent_running": self._running})
         ctx.on_step(Execution.chart_name, self._notify)

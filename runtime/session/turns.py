@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Sequence
 
 import anyio
 import msgspec
@@ -27,6 +26,7 @@ from acpfsm.statecharts.coordination import Fired
 from .. import events as le
 from ..errors import CANCEL_ESCALATED_SIGNAL
 from .context import ExecutionContext, Handler
+from .flows import ADMISSION, completion_route, ends_wakeup, flow_effects, wants
 from .status import StatusDriver
 
 __all__ = ["Generation", "TurnDriver", "wants"]
@@ -34,31 +34,9 @@ __all__ = ["Generation", "TurnDriver", "wants"]
 log = logging.getLogger("acpfsm.runtime")
 _GENERATIONS_KEPT = 64
 
-# effects a caller's flow acts on after the step (the handlers only record nothing)
-_FLOW = (
-    "hold_barrier",
-    "barrier_failed",
-    "skip_dispatch",
-    "wait_for_carrier",
-    "send_cancel",
-    "await_dispatch",
-    "arm_cancel_wait",
-    "escalate_idle",
-    "await_waiter",
-    "report_escalation",
-    "dispatch_steer",
-    "steer_refused",
-    "unclaimed",
-)
 
-
-def wants(fired: Sequence[Fired], name: str) -> Effect | None:
-    """The first effect named ``name`` among the steps ``fired``, if any."""
-    for _, step in fired:
-        for effect in step.effects:
-            if effect.name == name:
-                return effect
-    return None
+def _nothing(effect: Effect, machine: ChartMachine) -> None:
+    """A flow effect: the caller that fired the event acts on it (see :mod:`.flows`)."""
 
 
 class Generation:
@@ -120,7 +98,9 @@ class TurnDriver:
         self._next = 0
         self._terminal: ev.Complete | ev.ErrorEvent | None = None
         self._partial = ""
-        handlers: dict[str, Handler] = dict.fromkeys(_FLOW, _nothing)
+        handlers: dict[str, Handler] = dict.fromkeys(
+            flow_effects(PromptGeneration.chart_name), _nothing
+        )
         own: dict[str, Handler] = {
             "arm_activity": self._arm_activity,
             "claim_outcome": self._claim_outcome,
@@ -149,9 +129,10 @@ class TurnDriver:
         the caller performs what was fired)."""
         ctx = self.ctx
         fired: list[Fired] = []
+        supersede, begin = ADMISSION
         previous = self.current
         if previous is not None:
-            fired += ctx.fire(previous.machine, "superseded_by_successor")
+            fired += ctx.fire(previous.machine, supersede)
         self._next += 1
         g = self._next
         generation = Generation(
@@ -161,7 +142,7 @@ class TurnDriver:
         while len(self.generations) > _GENERATIONS_KEPT:
             self.generations.popitem(last=False)
         self.current = generation
-        fired += ctx.fire(self.status.machine, "prompt_began")
+        fired += ctx.fire(self.status.machine, begin)
         return generation, fired
 
     # --- the agent's facts -------------------------------------------------------------------
@@ -181,9 +162,11 @@ class TurnDriver:
         stop_reason = (event.stop_reason if isinstance(event, ev.Complete) else "") or "end_turn"
         async with ctx.lifecycle_lock:
             g = event.prompt_generation
-            generation = self.current if g == 0 else self.generations.get(g)
+            current = self.current.number if self.current is not None else None
+            target = completion_route(g, current, self.generations)
+            generation = self.generations[target] if target is not None else None
             if generation is None:
-                if g == 0:
+                if ends_wakeup(g, claimed=False):
                     await self._wakeup_ended(event, is_error, message, stop_reason)
                 else:
                     log.debug("ignoring completion for unknown generation %s", g)
@@ -200,11 +183,11 @@ class TurnDriver:
             )
             await ctx.perform(fired)
             self._terminal = None
-            if wants(fired, "unclaimed"):
-                if g == 0:
-                    await self._wakeup_ended(event, is_error, message, stop_reason)
-                else:
-                    log.debug("ignoring completion for prompt generation %s", g)
+            claimed = wants(fired, "unclaimed") is None
+            if ends_wakeup(g, claimed):
+                await self._wakeup_ended(event, is_error, message, stop_reason)
+            elif not claimed:
+                log.debug("ignoring completion for prompt generation %s", g)
 
     async def _wakeup_ended(
         self, event: ev.Complete | ev.ErrorEvent, is_error: bool, message: str, stop_reason: str
@@ -355,7 +338,3 @@ class TurnDriver:
                 active_tool_title=act.active_tool_title,
             )
         )
-
-
-def _nothing(effect: Effect, machine: ChartMachine) -> None:
-    """A flow effect: the caller that fired the event acts on it."""
