@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.acpfsm-installed
 SOURCES := $(shell find statecharts runtime adapters -name '*.py' -o -name 'py.typed' 2>/dev/null)
 
-.PHONY: all install test lint typecheck diagrams diagrams-check chromium pytest demo bench clean
+.PHONY: all install test lint typecheck diagrams diagrams-check chromium pytest demo bench soak clean
 
 all: test
 
@@ -60,6 +60,13 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m acpfsm.runtime.tools.bench
+
+# Many executions under random faults, everything counted (at most ten minutes): trio at
+# 200 x 20 (50 at a time), then asyncio at 50 x 10. Fails when anything was lost,
+# duplicated, crossed, left over or illegal.
+soak: $(STAMP)
+	$(BIN)/python -m acpfsm.runtime.tools.soak --backend trio --executions 200 --prompts 20 --concurrency 50
+	$(BIN)/python -m acpfsm.runtime.tools.soak --backend asyncio --executions 50 --prompts 10 --concurrency 50
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

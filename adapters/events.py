@@ -137,10 +137,16 @@ class PermissionOption(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PermissionRequest(_Event, tag="permission_request", frozen=True):
+    """The agent asks before running a tool. ``tool_kind`` and ``raw_input`` say what it
+    wants to do (stdio: the request's ``toolCall.kind`` and ``rawInput``; agentctl: its
+    ``action_type`` and ``action_details``)."""
+
     request_id: str
     tool_call_id: str = ""
     permission_title: str = ""
     permission_options: list[PermissionOption] = []
+    tool_kind: str = ""
+    raw_input: Any = None
 
 
 class PermissionCancelled(_Event, tag="permission_cancelled", frozen=True):

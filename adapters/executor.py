@@ -17,7 +17,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .transport import AgentTransport
+from .mcp_servers import McpRequestHandler, McpServer
+from .transport import AgentTransport, PermissionPolicy, reject_permission_policy
 
 __all__ = ["AgentLaunch", "Executor"]
 
@@ -28,7 +29,12 @@ class AgentLaunch:
 
     ``command`` and ``env`` come from the agent profile (``env`` already holds what the
     runtime decided the agent may see); ``workspace`` is the agent's working directory and the
-    root its file-system requests are confined to."""
+    root its file-system requests are confined to. ``mcp_servers`` are the MCP servers the
+    runtime will offer the agent's sessions (an executor masks their credentials in what it
+    records, and may rewrite nothing); ``mcp_handler`` answers the carrier's own MCP
+    requests for this execution (agentctl's ``mcp.*``). ``permission_policy`` answers the
+    agent's permission requests: the executor hands it to the transport it opens (the runtime gives
+    each execution its own; the default refuses every request)."""
 
     execution_id: str
     session_id: str
@@ -38,6 +44,9 @@ class AgentLaunch:
     env: dict[str, str] = field(default_factory=dict)
     task_id: str = ""
     mcp_mode: str = ""
+    mcp_servers: tuple[McpServer, ...] = ()
+    mcp_handler: McpRequestHandler | None = None
+    permission_policy: PermissionPolicy = reject_permission_policy
 
 
 class Executor(Protocol):

@@ -16,6 +16,11 @@ handler may raise ``DialRefused``), on the same event stream. Like agentctl's tr
 never redials on its own: the runtime decides when. :meth:`give_up` ends it as agentctl's
 does. :meth:`disconnect` remains the final loss of a carrier that cannot redial (stdio pipes,
 process exit).
+
+The agent's permission requests are played with :meth:`request_permission`: as the real
+transports do, the request is emitted as an event and put to ``permission_policy`` (its
+executor sets the launch's), a cancel, steer, new prompt or close withdraws it, and the
+answer is returned (and kept in :attr:`permission_answers`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from .events import (
     ErrorEvent,
     MessageChunk,
     ModelInfo,
+    PermissionCancelled,
+    PermissionRequest,
     SessionModels,
     StreamDisconnected,
     StreamReconnected,
@@ -43,8 +50,11 @@ from .transport import (
     EventQueue,
     InitializeResult,
     McpServer,
+    PermissionPolicy,
+    PermissionPrompts,
     RedialPolicy,
     SessionResult,
+    reject_permission_policy,
 )
 
 __all__ = ["MemoryTransport"]
@@ -76,8 +86,18 @@ class MemoryTransport:
         reconnectable: bool = False,
         redial_policy: RedialPolicy = _REDIAL,
         endpoint: str = "",
+        mcp_http: bool | None = True,
+        mcp_sse: bool | None = False,
+        permission_policy: PermissionPolicy = reject_permission_policy,
     ) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.mcp_servers: list[tuple[str, tuple[McpServer, ...]]] = []
+        """The MCP servers each session/new and session/load was given, in order."""
+        self.permission_policy = permission_policy
+        self.permission_answers: list[tuple[str, str | None]] = []
+        """``(request_id, answer)`` of every permission request, in the order answered
+        (``None``: answered ``cancelled``)."""
+        self._permissions = PermissionPrompts(lambda request: self.permission_policy(request))
         self.reconnectable = reconnectable
         self.redial_policy = redial_policy
         self.endpoint = endpoint
@@ -90,6 +110,8 @@ class MemoryTransport:
             agent=AgentInfo(name="memory-agent", version="1"),
             load_session=load_session,
             prompt_queueing=prompt_queueing,
+            mcp_http=mcp_http,
+            mcp_sse=mcp_sse,
         )
         self.models = list(models)
         self.current_model = current_model
@@ -121,10 +143,22 @@ class MemoryTransport:
             self.running.remove(generation)
         self.emit(ErrorEvent(prompt_generation=generation, error=error))
 
+    async def request_permission(self, request: PermissionRequest) -> str | None:
+        """The agent asks permission: ``request`` is emitted, then put to the policy; returns
+        the answer (``None``: ``cancelled``, also when the request was withdrawn meanwhile,
+        which emits ``permission_cancelled``)."""
+        self.emit(request)
+        choice, withdrawn = await self._permissions.ask(request)
+        if withdrawn and self.connected:
+            self.emit(PermissionCancelled(request_id=request.request_id))
+        self.permission_answers.append((request.request_id, choice))
+        return choice
+
     def disconnect(self, error: str = "peer disconnected", *, exit_code: int | None = None) -> None:
         """The agent went away: the stream ends with ``StreamDisconnected``."""
         if self._gone:
             return
+        self._permissions.withdraw_all()
         self._events.put(StreamDisconnected(error=error, exit_code=exit_code))
         self.connected = False
         self._gone = True
@@ -175,6 +209,7 @@ class MemoryTransport:
         turn, then the final ``StreamDisconnected``."""
         if self._gone:
             return
+        self._permissions.withdraw_all()
         message = f"agent stream lost and not redialled: {reason}"
         for generation in self.running:
             self._events.put(
@@ -233,6 +268,7 @@ class MemoryTransport:
             self.session_id = f"mem-session-{self._counter}"
             return self._session_result(self.session_id)
 
+        self.mcp_servers.append(("session/new", tuple(mcp_servers)))
         result: SessionResult = await self._call("session/new", (cwd,), default)
         return result
 
@@ -243,10 +279,13 @@ class MemoryTransport:
             self.session_id = session_id
             return self._session_result(session_id)
 
+        self.mcp_servers.append(("session/load", tuple(mcp_servers)))
         result: SessionResult = await self._call("session/load", (session_id, cwd), default)
         return result
 
     async def prompt(self, text: str, attachments: Sequence[Attachment], generation: int) -> None:
+        self._permissions.withdraw_all()  # as agentctl and stdio do before a new prompt
+
         def default() -> None:
             self.running.append(generation)
             if self.auto_complete:
@@ -257,6 +296,8 @@ class MemoryTransport:
         await self._call("prompt", (text, tuple(attachments), generation), default)
 
     async def steer(self, text: str, attachments: Sequence[Attachment], generation: int) -> None:
+        self._permissions.withdraw_all()
+
         def default() -> None:
             if not self._caps.prompt_queueing:
                 raise SteerUnsupported("agent does not queue prompts")
@@ -264,6 +305,8 @@ class MemoryTransport:
         await self._call("steer", (text, tuple(attachments), generation), default)
 
     async def cancel(self) -> CancelResult:
+        self._permissions.withdraw_all()
+
         def default() -> CancelResult:
             if self.cancel_completes:
                 for generation in list(self.running):
@@ -314,6 +357,7 @@ class MemoryTransport:
 
     async def aclose(self) -> None:
         self.calls.append(("aclose", ()))
+        self._permissions.withdraw_all()
         self.connected = False
         self._gone = True
         self._events.close()

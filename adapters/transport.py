@@ -21,9 +21,18 @@ import anyio.lowlevel
 import msgspec
 
 from .errors import LocalProtocolError
-from .events import AgentEvent, ConfigOption, ModeInfo, ModelInfo, PermissionRequest
+from .events import (
+    AgentEvent,
+    ConfigOption,
+    ModeInfo,
+    ModelInfo,
+    PermissionOption,
+    PermissionRequest,
+)
+from .mcp_servers import McpServer, McpServerHttp, McpServerSse, McpServerStdio
 
 __all__ = [
+    "REJECT_KINDS",
     "AgentInfo",
     "AgentTransport",
     "Attachment",
@@ -31,12 +40,19 @@ __all__ = [
     "EventQueue",
     "InitializeResult",
     "McpServer",
+    "McpServerHttp",
+    "McpServerSse",
+    "McpServerStdio",
     "PermissionPolicy",
     "PermissionPrompts",
     "RedialPolicy",
     "SessionResult",
-    "allow_first_permission_policy",
+    "SupportsMcpMode",
+    "allow_once_option",
+    "allow_once_permission_policy",
     "attachment_content",
+    "reject_option",
+    "reject_permission_policy",
 ]
 
 _T = TypeVar("_T")
@@ -65,6 +81,11 @@ class InitializeResult(msgspec.Struct, frozen=True, kw_only=True):
     """The fields of the agent's initialize answer acpfsm does not model, as sent and nested
     where they were (e.g. ``{"agentCapabilities": {"auth": {"logout": {}}}}``); empty when the
     carrier does not forward the answer (agentctl). See :func:`acpfsm.adapters.acp.messages.unmodelled`."""
+    mcp_http: bool | None = None
+    """Whether the agent takes HTTP MCP servers (``mcpCapabilities.http``); ``None`` when the
+    carrier does not report it (agentctl, which filters the servers on its side)."""
+    mcp_sse: bool | None = None
+    """Likewise for SSE MCP servers (``mcpCapabilities.sse``)."""
 
 
 class SessionResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,13 +136,6 @@ async def attachment_content(attachment: Attachment) -> tuple[bytes, str]:
     return data, mime
 
 
-class McpServer(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    command: str
-    args: list[str] = []
-    env: dict[str, str] = {}
-
-
 class CancelResult(msgspec.Struct, frozen=True, kw_only=True):
     """``acknowledged`` is false when the agent did not end its turn within the transport's
     bound (agentctl's ``not_acknowledged``); the lifecycle then escalates at once."""
@@ -154,17 +168,44 @@ class RedialPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
 
 PermissionPolicy = Callable[[PermissionRequest], Awaitable[str | None]]
-"""Decides a permission request: the chosen ``option_id``, or ``None`` to answer ``cancelled``."""
+"""Decides a permission request: the chosen ``option_id``, or ``None`` to answer ``cancelled``.
+A transport puts every ``session/request_permission`` (agentctl: ``permission_request``) to
+the policy it was given; the runtime gives each execution its own (see
+:class:`~acpfsm.adapters.executor.AgentLaunch`)."""
+
+REJECT_KINDS: tuple[str, ...] = ("reject_once", "reject_always")
+"""The option kinds that refuse, in order of preference (ACP ``PermissionOptionKind``)."""
 
 
-async def allow_first_permission_policy(request: PermissionRequest) -> str | None:
-    """The default policy: the first ``allow_once``/``allow_always`` option, else the first
-    option, else ``None`` (answer ``cancelled``). It never asks anyone: use it only for
-    agents you trust with the workspace (the reference agent, tests, sandboxes)."""
-    for option in request.permission_options:
-        if option.kind in ("allow_once", "allow_always"):
-            return option.option_id
-    return request.permission_options[0].option_id if request.permission_options else None
+def reject_option(options: Sequence[PermissionOption]) -> str | None:
+    """The option that refuses: the ``reject_once`` one, else the ``reject_always`` one,
+    else ``None`` (the request is then answered ``cancelled``). Never an allow option,
+    whatever the order the agent listed them in."""
+    for kind in REJECT_KINDS:
+        for option in options:
+            if option.kind == kind:
+                return option.option_id
+    return None
+
+
+def allow_once_option(options: Sequence[PermissionOption]) -> str | None:
+    """The ``allow_once`` option, else ``None``: never ``allow_always``, which would allow
+    every later request of the kind without asking."""
+    return next((o.option_id for o in options if o.kind == "allow_once"), None)
+
+
+async def reject_permission_policy(request: PermissionRequest) -> str | None:
+    """The default policy: refuse (:func:`reject_option`; ``cancelled`` when the request
+    offers no reject option). An agent with it cannot run a tool that needs permission."""
+    return reject_option(request.permission_options)
+
+
+async def allow_once_permission_policy(request: PermissionRequest) -> str | None:
+    """Allow this one request (:func:`allow_once_option`); refuse it when it offers no
+    ``allow_once`` option. Only for agents you trust with the workspace (the reference
+    agent, tests, sandboxes)."""
+    options = request.permission_options
+    return allow_once_option(options) or reject_option(options)
 
 
 class PermissionPrompts:
@@ -198,12 +239,19 @@ class PermissionPrompts:
 
 
 class EventQueue(Generic[_T]):
-    """Unbounded single-consumer FIFO; ``close()`` ends iteration after what is queued."""
+    """Unbounded single-consumer FIFO; ``close()`` ends iteration after what is queued.
 
-    def __init__(self) -> None:
+    The consumer yields to the other tasks before each item it takes, except while a backlog
+    waits: then once every ``batch`` items (cancellation is still seen at every item). A burst of thousands of events (an agent's flood) is thus consumed in a few
+    scheduling rounds, not in one round per event, which with many executions sharing the
+    event loop made each event wait for all of them; ordinary traffic interleaves as before."""
+
+    def __init__(self, *, batch: int = 64) -> None:
         self.items: deque[_T] = deque()
         self._wakeup = anyio.Event()
         self.closed = False
+        self._batch = batch
+        self._taken = 0
 
     def __len__(self) -> int:
         return len(self.items)
@@ -230,9 +278,15 @@ class EventQueue(Generic[_T]):
             if self.closed:
                 raise StopAsyncIteration
             await self.changed()
-        await anyio.lowlevel.checkpoint()
-        if not self.items:  # another consumer took it meanwhile
-            return await self.__anext__()
+            self._taken = 0  # waiting has yielded
+        self._taken += 1
+        if len(self.items) > 1 and self._taken < self._batch:
+            await anyio.lowlevel.checkpoint_if_cancelled()  # a backlog: drain it in batches
+        else:
+            self._taken = 0
+            await anyio.lowlevel.checkpoint()
+            if not self.items:  # another consumer took it meanwhile
+                return await self.__anext__()
         return self.items.popleft()
 
 
@@ -323,3 +377,11 @@ class AgentTransport(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class SupportsMcpMode(AgentTransport, Protocol):
+    """A carrier that serves MCP tools of its own whose set follows the execution's MCP mode
+    (agentctl's embedded MCP server: ``AgentctlTransport``)."""
+
+    async def set_mcp_mode(self, mode: str) -> None: ...

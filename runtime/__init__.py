@@ -27,6 +27,10 @@ from acpfsm.adapters.errors import TransportError as TransportError
 from acpfsm.adapters.errors import TransportTimeout as TransportTimeout
 from acpfsm.adapters.executor import AgentLaunch as AgentLaunch
 from acpfsm.adapters.executor import Executor as Executor
+from acpfsm.adapters.mcp_servers import McpServer as McpServer
+from acpfsm.adapters.mcp_servers import McpServerHttp as McpServerHttp
+from acpfsm.adapters.mcp_servers import McpServerSse as McpServerSse
+from acpfsm.adapters.mcp_servers import McpServerStdio as McpServerStdio
 
 from . import events as events
 from .errors import AcpfsmError as AcpfsmError
@@ -37,11 +41,19 @@ from .errors import CancelEscalated as CancelEscalated
 from .errors import CancelEscalatedAgentError as CancelEscalatedAgentError
 from .errors import CancelFailed as CancelFailed
 from .errors import ExecutionAlreadyExists as ExecutionAlreadyExists
+from .errors import ExecutionCrashed as ExecutionCrashed
 from .errors import ExecutionIdRequired as ExecutionIdRequired
 from .errors import ExecutionNotFound as ExecutionNotFound
+from .errors import ExecutorNotFound as ExecutorNotFound
+from .errors import InvalidPrompt as InvalidPrompt
+from .errors import InvalidWorkspace as InvalidWorkspace
 from .errors import LaunchSpecError as LaunchSpecError
 from .errors import NotReadyForPrompts as NotReadyForPrompts
 from .errors import PendingDispatchedPromptTimeout as PendingDispatchedPromptTimeout
+from .errors import PermissionAlreadyResolved as PermissionAlreadyResolved
+from .errors import PermissionAnswerError as PermissionAnswerError
+from .errors import PermissionOptionNotOffered as PermissionOptionNotOffered
+from .errors import PermissionRequestNotFound as PermissionRequestNotFound
 from .errors import ProfileNotFound as ProfileNotFound
 from .errors import PromptAuthenticationRequired as PromptAuthenticationRequired
 from .errors import PromptDispatchError as PromptDispatchError
@@ -54,6 +66,10 @@ from .errors import SteerNotDispatched as SteerNotDispatched
 from .errors import Unsupported as Unsupported
 from .hub import SubscriberOverflow as SubscriberOverflow
 from .hub import Subscription as Subscription
+from .mcp.tools import Tool as Tool
+from .mcp.tools import ToolDeclarationError as ToolDeclarationError
+from .mcp.tools import ToolSet as ToolSet
+from .mcp.tools import tool as tool
 from .runtime import BUILTIN_PROFILES as BUILTIN_PROFILES
 from .runtime import Runtime as Runtime
 from .runtime import reference_profile as reference_profile
@@ -66,6 +82,7 @@ from .types import Execution as Execution
 from .types import ExecutionRef as ExecutionRef
 from .types import ExecutionStatus as ExecutionStatus
 from .types import LaunchSpec as LaunchSpec
+from .types import PermissionPolicyName as PermissionPolicyName
 from .types import PromptResult as PromptResult
 from .types import StopReason as StopReason
 from .types import Timeouts as Timeouts
@@ -104,15 +121,28 @@ __all__ = [
     "DialRefused",
     "Execution",
     "ExecutionAlreadyExists",
+    "ExecutionCrashed",
     "ExecutionIdRequired",
     "ExecutionNotFound",
     "ExecutionRef",
     "ExecutionStatus",
     "Executor",
+    "ExecutorNotFound",
+    "InvalidPrompt",
+    "InvalidWorkspace",
     "LaunchSpec",
     "LaunchSpecError",
+    "McpServer",
+    "McpServerHttp",
+    "McpServerSse",
+    "McpServerStdio",
     "NotReadyForPrompts",
     "PendingDispatchedPromptTimeout",
+    "PermissionAlreadyResolved",
+    "PermissionAnswerError",
+    "PermissionOptionNotOffered",
+    "PermissionPolicyName",
+    "PermissionRequestNotFound",
     "ProfileNotFound",
     "PromptAuthenticationRequired",
     "PromptDispatchError",
@@ -133,6 +163,9 @@ __all__ = [
     "SubscriberOverflow",
     "Subscription",
     "Timeouts",
+    "Tool",
+    "ToolDeclarationError",
+    "ToolSet",
     "Trace",
     "TraceRecord",
     "TransportClosed",
@@ -143,4 +176,5 @@ __all__ = [
     "WorkspaceRef",
     "events",
     "reference_profile",
+    "tool",
 ]

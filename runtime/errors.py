@@ -7,12 +7,21 @@
     ├── ExecutionIdRequired          an empty execution id (executionID is required)
     ├── ExecutionAlreadyExists       a second execution for one task session (R31)
     ├── LaunchSpecError              the launch spec cannot be honoured (e.g. no workspace)
-    │   └── ProfileNotFound          no agent profile / executor with that id
+    │   ├── ProfileNotFound          no agent profile with that id
+    │   ├── ExecutorNotFound         no executor with that id
+    │   └── InvalidWorkspace         the workspace path is empty, relative or not encodable
+    ├── ExecutionCrashed             the execution's own code failed (an executor, the
+    │                                transport, a bug): it is FAILED, no other one is touched
+    ├── PermissionAnswerError        the app's answer to a permission request was not taken
+    │   ├── PermissionRequestNotFound    no such request was asked
+    │   ├── PermissionAlreadyResolved    it was already answered, refused or cancelled
+    │   └── PermissionOptionNotOffered   the request offers no such option (still pending)
     ├── Unsupported                  the operation is not supported (runtime: operation not supported)
     ├── SessionInitError             failed to initialize ACP (the launch failed)
     │   └── AuthenticationRequired   … because the agent wants authentication first (authMethods)
     ├── NotReadyForPrompts           status is not RUNNING or READY
     ├── PromptError                  a prompt could not be delivered or did not complete
+    │   ├── InvalidPrompt            text or attachments refused before anything was sent
     │   ├── PromptDispatchError      the trigger failed (failed to trigger prompt: …)
     │   ├── AttachmentError          an attachment could not be materialized
     │   │   └── SteerAttachmentMaterializationError
@@ -64,12 +73,20 @@ __all__ = [
     "CancelEscalatedAgentError",
     "CancelFailed",
     "ExecutionAlreadyExists",
+    "ExecutionCrashed",
     "ExecutionIdRequired",
     "ExecutionNotFound",
+    "ExecutorNotFound",
+    "InvalidPrompt",
+    "InvalidWorkspace",
     "LaunchSpecError",
     "LocalProtocolError",
     "NotReadyForPrompts",
     "PendingDispatchedPromptTimeout",
+    "PermissionAlreadyResolved",
+    "PermissionAnswerError",
+    "PermissionOptionNotOffered",
+    "PermissionRequestNotFound",
     "ProfileNotFound",
     "PromptAuthenticationRequired",
     "PromptDispatchError",
@@ -113,7 +130,76 @@ class ExecutionAlreadyExists(AcpfsmError):
 
 
 class ProfileNotFound(LaunchSpecError):
-    """No agent profile or executor with that id."""
+    """No agent profile with that id."""
+
+
+class ExecutorNotFound(LaunchSpecError):
+    """No executor with that id."""
+
+
+class InvalidWorkspace(LaunchSpecError):
+    """The workspace path is empty, relative, or holds what no agent can be told (a NUL, text
+    that is not Unicode); checked before anything is started."""
+
+
+class ExecutionCrashed(AcpfsmError):
+    """The execution's own code failed outside the protocol (its executor's teardown, the
+    transport, a bug in acpfsm, an illegal chart event): the execution is FAILED (its
+    ``agent.failed`` has phase ``crash``), its waiters are released with this error, and no
+    other execution is touched. ``__cause__`` is the failure."""
+
+
+class PermissionAnswerError(AcpfsmError):
+    """The app's answer to a permission request was not taken. ``request_id`` names it."""
+
+    request_id: str
+
+    def __init__(self, message: str, *, execution_id: str, request_id: str) -> None:
+        super().__init__(message, execution_id=execution_id)
+        self.request_id = request_id
+
+
+class PermissionRequestNotFound(PermissionAnswerError):
+    """The execution was never asked this request."""
+
+    def __init__(self, *, execution_id: str, request_id: str) -> None:
+        super().__init__(
+            f"no permission request {request_id!r} in execution {execution_id!r}",
+            execution_id=execution_id,
+            request_id=request_id,
+        )
+
+
+class PermissionAlreadyResolved(PermissionAnswerError):
+    """The request was already answered, refused (its bound passed) or cancelled (its turn
+    ended): ``resolution`` says how."""
+
+    resolution: str
+
+    def __init__(self, *, execution_id: str, request_id: str, resolution: str) -> None:
+        super().__init__(
+            f"permission request {request_id!r} is already resolved ({resolution})",
+            execution_id=execution_id,
+            request_id=request_id,
+        )
+        self.resolution = resolution
+
+
+class PermissionOptionNotOffered(PermissionAnswerError):
+    """The request does not offer that option; it is still pending (answer it again)."""
+
+    option_id: str
+
+    def __init__(
+        self, *, execution_id: str, request_id: str, option_id: str, offered: list[str]
+    ) -> None:
+        super().__init__(
+            f"permission request {request_id!r} offers no option {option_id!r} "
+            f"(offered: {', '.join(offered) or 'none'})",
+            execution_id=execution_id,
+            request_id=request_id,
+        )
+        self.option_id = option_id
 
 
 class Unsupported(AcpfsmError):
@@ -178,6 +264,12 @@ class PromptError(AcpfsmError):
     def __init__(self, message: str, *, execution_id: str | None = None, generation: int = 0):
         super().__init__(message, execution_id=execution_id)
         self.generation = generation
+
+
+class InvalidPrompt(PromptError):
+    """The prompt was refused before anything was sent (its text is not a ``str`` or cannot
+    be encoded, e.g. a lone surrogate from ``os.fsdecode``; an attachment is not an
+    :class:`~acpfsm.adapters.transport.Attachment`): the execution is untouched."""
 
 
 class PromptDispatchError(PromptError):

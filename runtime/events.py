@@ -20,6 +20,8 @@ them by type::
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from acpfsm.adapters.events import (
@@ -78,6 +80,10 @@ __all__ = [  # the agent's events (re-exported) and the lifecycle's
     "ForegroundIdle",
     "InitialPromptFailed",
     "LifecycleEvent",
+    "McpCallEnded",
+    "McpCallStarted",
+    "McpModeChanged",
+    "McpServerDropped",
     "MessageChunk",
     "ModeInfo",
     "ModelFallback",
@@ -86,6 +92,9 @@ __all__ = [  # the agent's events (re-exported) and the lifecycle's
     "PermissionCancelled",
     "PermissionOption",
     "PermissionRequest",
+    "PermissionRequested",
+    "PermissionResolved",
+    "PermissionToolCall",
     "Plan",
     "PlanEntry",
     "PromptCompleted",
@@ -138,7 +147,7 @@ class AgentBootReady(_Lifecycle, frozen=True, tag="agent.boot_ready"):
 class AgentFailed(_Lifecycle, frozen=True, tag="agent.failed"):
     error: str
     prompt_generation: int = 0
-    phase: str = ""  # "session_init" | "prompt_send" | "process"
+    phase: str = ""  # "session_init" | "prompt_send" | "process" | "crash"
 
 
 class AgentCompleted(_Lifecycle, frozen=True, tag="agent.completed"):
@@ -209,6 +218,88 @@ class EventsTruncated(_Lifecycle, frozen=True, tag="events.truncated"):
     missed: int
 
 
+class McpServerDropped(_Lifecycle, frozen=True, tag="mcp.server_dropped"):
+    """An MCP server of the launch was not offered to the agent's session: ``reason`` says
+    why (the agent does not take its ``kind``, or an earlier server has its name)."""
+
+    name: str
+    kind: str
+    reason: str
+
+
+class McpModeChanged(_Lifecycle, frozen=True, tag="mcp.mode_changed"):
+    """``set_mcp_mode`` switched the execution's tool set (and the ``mcp.*`` actions answered)."""
+
+    mode: str
+    previous: str
+
+
+class McpCallStarted(_Lifecycle, frozen=True, tag="mcp.call_started"):
+    """The agent called an app tool (``kind`` ``tool``) or agentctl forwarded one of kandev's
+    ``mcp.*`` actions (``kind`` ``action``). ``arguments`` is their JSON, cut at 4 KiB."""
+
+    call_id: str
+    kind: str
+    name: str
+    mode: str
+    arguments: str
+
+
+class McpCallEnded(_Lifecycle, frozen=True, tag="mcp.call_ended"):
+    """The call's answer: ``output`` (its text, cut at 4 KiB), or ``error`` when the agent was
+    answered with an error (the tool raised, timed out, returned too much, the arguments
+    were invalid, or nothing serves it in this mode)."""
+
+    call_id: str
+    kind: str
+    name: str
+    mode: str
+    output: str = ""
+    error: str = ""
+
+
+class PermissionToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """The tool call a permission request is about: its id, title, ``kind`` (ACP's
+    ``execute``, ``edit``, ``read`` …; agentctl's action type) and ``raw_input`` (what it
+    would run or write, as the agent sent it)."""
+
+    tool_call_id: str = ""
+    title: str = ""
+    kind: str = ""
+    raw_input: Any = None
+
+
+class PermissionRequested(_Lifecycle, frozen=True, tag="permission.requested"):
+    """The agent asks permission to run a tool call. Under the ``ask`` policy the app answers
+    with ``Runtime.respond_permission(execution_id, request_id, option_id)`` within
+    ``expires_in`` seconds; otherwise the execution's ``policy`` answers at once. A
+    ``permission.resolved`` for the same ``request_id`` always follows."""
+
+    request_id: str
+    tool_call: PermissionToolCall
+    options: list[PermissionOption]
+    policy: str
+    prompt_generation: int = 0
+    expires_in: float = 0.0
+
+
+class PermissionResolved(_Lifecycle, frozen=True, tag="permission.resolved"):
+    """How a permission request was answered: ``outcome`` ``selected`` (``option_id`` of
+    kind ``option_kind``) or ``cancelled``. ``decided_by``: ``app``
+    (``respond_permission``), ``policy`` (``reject`` or ``allow_once``), ``timeout`` (an
+    ``ask`` left unanswered past its bound: refused), ``turn_ended`` (its turn ended first:
+    cancelled), ``withdrawn`` (a cancel, a new prompt, the carrier's end or the execution's
+    stop withdrew it), ``limit`` (too many requests waiting: refused) or ``duplicate`` (an id
+    that is still waiting: refused). ``reason`` says it in words."""
+
+    request_id: str
+    outcome: str
+    decided_by: str
+    option_id: str = ""
+    option_kind: str = ""
+    reason: str = ""
+
+
 LifecycleEvent = (
     AcpSessionCreated
     | AgentRunning
@@ -226,6 +317,12 @@ LifecycleEvent = (
     | PromptFailed
     | InitialPromptFailed
     | EventsTruncated
+    | McpServerDropped
+    | McpModeChanged
+    | McpCallStarted
+    | McpCallEnded
+    | PermissionRequested
+    | PermissionResolved
 )
 
 RuntimeEvent = AgentEvent | LifecycleEvent

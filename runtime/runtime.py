@@ -17,10 +17,13 @@ only for ``Stop`` and ``GetExecution``, H11).
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -31,23 +34,29 @@ import msgspec
 
 from acpfsm.adapters.acp.executor import StdioExecutor
 from acpfsm.adapters.executor import AgentLaunch, Executor
-from acpfsm.adapters.transport import Attachment
+from acpfsm.adapters.transport import AgentTransport, Attachment, PermissionPolicy
 from acpfsm.statecharts import EngineName, default_engine
 
+from .checks import check_launch_spec, check_prompt
 from .errors import (
     AcpfsmError,
     ExecutionAlreadyExists,
     ExecutionIdRequired,
     ExecutionNotFound,
+    ExecutorNotFound,
+    LaunchSpecError,
     ProfileNotFound,
     Unsupported,
 )
 from .history import HistoryStore
 from .hub import Subscription
+from .mcp.execution import KANDEV_MCP_MODES, ExecutionMcp, RuntimeTools
+from .mcp.tools import ToolSet
 from .session import ExecutionSession
 from .trace import Trace
 from .turn import Turn
 from .types import (
+    PERMISSION_POLICIES,
     AgentProfile,
     Execution,
     ExecutionRef,
@@ -64,7 +73,9 @@ __all__ = [
     "reference_profile",
 ]
 
-MCP_MODES = ("task", "config", "office")
+log = logging.getLogger("acpfsm.runtime")
+
+MCP_MODES = KANDEV_MCP_MODES
 LAUNCH_REQUEST_KEY = "launch_request"
 _BASE_SPEC_FIELDS = ("agent_profile_id", "executor_id", "prompt", "prior_acp_session", "mcp_mode")
 
@@ -100,6 +111,7 @@ def reference_profile(*args: str, **overrides: Any) -> AgentProfile:
         "command": (sys.executable, "-m", "acpfsm.adapters.reference_agent", *args),
         "native_session_resume": True,
         "history_context_injection": False,
+        "permission_policy": "allow_once",  # its tools only pretend; its writes stay inside
     }
     fields.update(overrides)
     return AgentProfile(**fields)
@@ -184,6 +196,11 @@ class Runtime:
     resume-context injection. ``engine`` runs the charts on acpfsm's compiled engine
     (``"compiled"``, the default) or on python-statemachine's own (``"reference"``); the
     environment variable ``ACPFSM_ENGINE`` sets the default.
+
+    ``tool_sets`` are the app's MCP tools, one :class:`~acpfsm.runtime.mcp.ToolSet` per MCP
+    mode: each execution serves its mode's tools to the agent (a tool server on loopback,
+    offered to every session it opens) and answers agentctl's ``mcp.*`` requests from the
+    mode's actions; see :meth:`set_mcp_mode`. Serving tools needs the ``acpfsm[mcp]`` extra.
     """
 
     def __init__(
@@ -195,6 +212,7 @@ class Runtime:
         trace_path: str | Path | None = None,
         history_root: str | Path | None = None,
         engine: EngineName | None = None,
+        tool_sets: Iterable[ToolSet] = (),
     ) -> None:
         self.profiles: dict[str, AgentProfile] = {p.id: p for p in BUILTIN_PROFILES}
         self.profiles.update({p.id: p for p in profiles})
@@ -208,6 +226,10 @@ class Runtime:
         self._by_task_session: dict[str, str] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
+        tool_sets = tuple(tool_sets)
+        self.tools = RuntimeTools(tool_sets) if tool_sets else None
+        self.mcp_modes = self.tools.modes if self.tools is not None else MCP_MODES
+        """The modes :meth:`set_mcp_mode` and ``LaunchSpec.mcp_mode`` accept."""
 
     # ------------------------------------------------------------------ lifecycle --
 
@@ -222,24 +244,32 @@ class Runtime:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        """Stop every execution, then leave the task group. An exception raised in the body
+        of ``async with`` (``KeyboardInterrupt`` too) propagates as itself, never wrapped in
+        an exception group; a failing stop is logged (its execution is contained)."""
         self._closing = True
         assert self._tg is not None
         try:
             with anyio.CancelScope(shield=True):
                 for session in list(self._sessions.values()):
-                    await session.stop("runtime closed")
-                    self._forget(session)
-        except BaseException as stop_error:
+                    try:
+                        await session.stop("runtime closed")
+                    except Exception:
+                        log.exception("stopping execution %s failed", session.id)
+                    finally:
+                        self._forget(session)
+            if exc is None or isinstance(exc, anyio.get_cancelled_exc_class()):
+                return await self._tg.__aexit__(exc_type, exc, tb)  # it may be the group's own
+            # the body's own exception: leave the (now idle) task group as if the body ended,
+            # and let the exception propagate unwrapped
+            self._tg.cancel_scope.cancel()
             try:
-                await self._tg.__aexit__(type(stop_error), stop_error, stop_error.__traceback__)
-            finally:
-                self.trace.close()
-            raise
-        try:
-            result = await self._tg.__aexit__(exc_type, exc, tb)
+                await self._tg.__aexit__(None, None, None)
+            except BaseException:
+                log.exception("the runtime's task group failed while %r propagated", exc)
+            return None
         finally:
             self.trace.close()
-        return result
 
     def _task_group(self) -> anyio.abc.TaskGroup:
         if self._tg is None:
@@ -261,14 +291,23 @@ class Runtime:
         initialization (and the initial prompt) continue in the background: watch them with
         :meth:`subscribe_events`, or just call :meth:`prompt`, which waits for them."""
         tg = self._task_group()
+        check_launch_spec(spec)
         spec = launch_spec_from_request(spec)
+        check_launch_spec(spec)  # what the base request filled in, too
         profile = self.profiles.get(spec.agent_profile_id)
         if profile is None:
             raise ProfileNotFound(f"unknown agent profile {spec.agent_profile_id!r}")
         executor = self.executors.get(spec.executor_id)
         if executor is None:
-            raise ProfileNotFound(f"unknown executor {spec.executor_id!r}")
-        if spec.mcp_mode and spec.mcp_mode not in MCP_MODES:
+            raise ExecutorNotFound(
+                f"unknown executor {spec.executor_id!r} (known: {', '.join(self.executors)})"
+            )
+        policy = spec.permission_policy or profile.permission_policy
+        if policy not in PERMISSION_POLICIES:
+            raise LaunchSpecError(
+                f"unknown permission policy {policy!r} (one of: {', '.join(PERMISSION_POLICIES)})"
+            )
+        if spec.mcp_mode and spec.mcp_mode not in self.mcp_modes:
             raise Unsupported(f"MCP mode {spec.mcp_mode!r}")
         execution_id = str(uuid.uuid4())
         session_id = str(spec.metadata.get("session_id") or execution_id)
@@ -286,17 +325,27 @@ class Runtime:
             task_id=str(spec.metadata.get("task_id", "")),
             mcp_mode=spec.mcp_mode,
         )
+        mcp = self._execution_mcp(execution_id, spec, profile)
+
+        def open_transport(policy: PermissionPolicy) -> AbstractAsyncContextManager[AgentTransport]:
+            # the execution's own permission policy (its PermissionBroker) goes with the launch
+            with_policy = dataclasses.replace(launch, permission_policy=policy)
+            if mcp is not None:
+                return mcp.open_transport(executor, with_policy)
+            return executor.open(with_policy)
+
         session = ExecutionSession(
             execution_id=execution_id,
             session_id=session_id,
             spec=spec,
             profile=profile,
-            open_transport=lambda: executor.open(launch),
+            open_transport=open_transport,
             trace=self.trace,
             timeouts=self.timeouts,
             history=self.history,
             shutting_down=lambda: self._closing,
             engine=self.engine,
+            mcp=mcp,
         )
         self._sessions[execution_id] = session
         self._by_task_session[session_id] = execution_id
@@ -310,6 +359,21 @@ class Runtime:
             session_id=session_id,
             agentctl_url=session.endpoint,
             started_at=session.started_at,
+        )
+
+    def _execution_mcp(
+        self, execution_id: str, spec: LaunchSpec, profile: AgentProfile
+    ) -> ExecutionMcp | None:
+        """The execution's MCP side, when it has MCP servers or the Runtime has tools."""
+        servers = (*profile.mcp_servers, *spec.mcp_servers)
+        if not servers and self.tools is None:
+            return None
+        return ExecutionMcp(
+            execution_id=execution_id,
+            servers=servers,
+            tools=self.tools,
+            mode=spec.mcp_mode or (self.tools.default_mode if self.tools is not None else ""),
+            call_timeout=self.timeouts.tool_call,
         )
 
     def _forget(self, session: ExecutionSession) -> None:
@@ -342,12 +406,14 @@ class Runtime:
         return self._session(execution_id).hub.subscribe(replay=replay)
 
     async def set_mcp_mode(self, execution_id: str, mode: str) -> None:
-        """Record the MCP mode; ACP sets MCP servers at session/new, so it takes effect on the
-        next session of this task (there is no mid-session MCP change in ACP)."""
+        """Switch the execution's MCP mode while it runs (kandev's ``SetMcpMode``): the tool
+        set its agent sees (the tool server announces ``notifications/tools/list_changed``),
+        the ``mcp.*`` actions answered, and, for kandev's modes over agentctl, agentctl's
+        embedded MCP server. An unknown mode is :class:`Unsupported`."""
         session = self._session(execution_id)
-        if mode not in MCP_MODES:
+        if mode not in self.mcp_modes:
             raise Unsupported(f"MCP mode {mode!r}", execution_id=execution_id)
-        session.metadata["mcp_mode"] = mode
+        await session.set_mcp_mode(mode)
 
     # -------------------------------------------------------- session-manager surface --
 
@@ -365,8 +431,11 @@ class Runtime:
         the whole call: past it the turn is cancelled at the agent (or never sent) and
         :class:`PromptTimeout` is raised. Leaving the call early (a cancel scope) also
         cancels the turn; the next prompt is never blocked by it for long nor sees its
-        reply."""
-        return await self._session(execution_id).prompt(
+        reply. Text that is not a ``str`` or cannot be encoded, and attachments that are not
+        :class:`Attachment` values, raise :class:`InvalidPrompt` before anything is sent."""
+        session = self._session(execution_id)
+        attachments = check_prompt(text, attachments, execution_id=execution_id)
+        return await session.prompt(
             text,
             attachments=attachments,
             dispatch_only=dispatch_only,
@@ -409,9 +478,9 @@ class Runtime:
         attachments: Sequence[Attachment] = (),
         on_dispatched: Callable[[], object] | None = None,
     ) -> PromptResult:
-        return await self._session(execution_id).steer(
-            text, attachments=attachments, on_dispatched=on_dispatched
-        )
+        session = self._session(execution_id)
+        attachments = check_prompt(text, attachments, execution_id=execution_id, what="steer")
+        return await session.steer(text, attachments=attachments, on_dispatched=on_dispatched)
 
     async def cancel(self, execution_id: str) -> None:
         """Cancel the current turn (``CancelAgent``): a prompt not yet sent is withdrawn (its
@@ -430,6 +499,14 @@ class Runtime:
         ``RecoverAgentPromptStream``): READY and ``agent.boot_ready``, or
         ``TransportClosed`` when the agent is not running; a no-op unless FAILED."""
         await self._session(execution_id).recover_stream()
+
+    async def respond_permission(self, execution_id: str, request_id: str, option_id: str) -> None:
+        """Answer the agent's permission request ``request_id`` (a ``permission.requested``
+        event of an execution whose policy is ``ask``) with one of its options. Raises
+        :class:`PermissionRequestNotFound` (never asked), :class:`PermissionAlreadyResolved`
+        (answered, refused at its bound, or cancelled with its turn: a second or late
+        answer), :class:`PermissionOptionNotOffered` (the request stays pending)."""
+        self._session(execution_id).permissions.respond(request_id, option_id)
 
     async def set_model(self, execution_id: str, model_id: str) -> None:
         await self._session(execution_id).set_model(model_id)

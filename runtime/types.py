@@ -8,6 +8,7 @@ from typing import Any, Literal, cast, get_args
 
 import msgspec
 
+from acpfsm.adapters.mcp_servers import McpServer
 from acpfsm.adapters.transport import Attachment, InitializeResult
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "ExecutionRef",
     "ExecutionStatus",
     "LaunchSpec",
+    "PermissionPolicyName",
     "PromptResult",
     "StopReason",
     "Timeouts",
@@ -49,6 +51,25 @@ def stop_reason_of(value: str) -> StopReason:
     return cast(StopReason, value) if value in _STOP_REASONS else "end_turn"
 
 
+PermissionPolicyName = Literal["reject", "allow_once", "ask"]
+"""How an execution answers the agent's permission requests (``session/request_permission``;
+agentctl's ``permission_request``):
+
+* ``"reject"``: refuse every one (the ``reject_once`` option, else ``reject_always``, else
+  ``cancelled``): the agent cannot run a tool that needs permission. The default of every
+  profile but the embedded reference agent's.
+* ``"allow_once"``: allow each one once (never ``allow_always``); refused when the request
+  offers no ``allow_once`` option.
+* ``"ask"``: the app decides: each request is published as a ``permission.requested`` event
+  and answered with :meth:`~acpfsm.runtime.Runtime.respond_permission`; unanswered, it is
+  refused after ``Timeouts.permission_wait`` and cancelled when its turn ends.
+
+Every request, and how it was answered and why, is published (``permission.requested``,
+``permission.resolved``)."""
+
+PERMISSION_POLICIES: tuple[PermissionPolicyName, ...] = ("reject", "allow_once", "ask")
+
+
 class WorkspaceRef(msgspec.Struct, frozen=True, kw_only=True):
     """Where the agent works. ``path`` is its cwd and the root its fs requests are confined to."""
 
@@ -60,10 +81,13 @@ class WorkspaceRef(msgspec.Struct, frozen=True, kw_only=True):
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """What to launch. ``prior_acp_session`` asks for session/load (with NativeSessionResume).
 
-        Recognised ``metadata`` keys (all optional): ``session_id`` (the task session id; defaults
-        to the execution id), ``task_id``, ``runtime_model``, ``session_mode``,
-        ``runtime_config_options`` (a dict), ``executor_profile_id``, ``resume_attempt_id`` (carried by
-    ``agent.acp_session_created``). Other keys are kept."""
+    Recognised ``metadata`` keys (all optional): ``session_id`` (the task session id; defaults
+    to the execution id), ``task_id``, ``runtime_model``, ``session_mode``,
+    ``runtime_config_options`` (a dict), ``executor_profile_id``, ``resume_attempt_id`` (carried
+    by ``agent.acp_session_created``). Other keys are kept.
+
+    ``mcp_servers`` are offered to the execution's sessions after the profile's (and before
+    the Runtime's tool server); ``mcp_mode`` picks the tool set (see ``Runtime.set_mcp_mode``)."""
 
     agent_profile_id: str
     executor_id: str = "stdio"
@@ -76,6 +100,9 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     auth_method: str = ""
     """An ACP auth method id (one of the agent's ``authMethods``): the session init calls
     ``authenticate`` with it before session/new or session/load. Overrides the profile's."""
+    mcp_servers: tuple[McpServer, ...] = ()
+    permission_policy: PermissionPolicyName | None = None
+    """How this execution answers permission requests; ``None``: the profile's."""
 
 
 class ExecutionRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,6 +171,12 @@ class AgentProfile(msgspec.Struct, frozen=True, kw_only=True):
     auth_method: str = ""
     """An ACP auth method id the agent advertises: every launch authenticates with it before
     opening a session (a launch spec's ``auth_method`` overrides it)."""
+    mcp_servers: tuple[McpServer, ...] = ()
+    """MCP servers offered to every session of this agent (those it cannot take are dropped,
+    with an ``McpServerDropped`` event)."""
+    permission_policy: PermissionPolicyName = "reject"
+    """How its executions answer permission requests unless the launch spec says otherwise
+    (:data:`PermissionPolicyName`)."""
 
     def launch_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The environment this profile gives its agent when launched from ``environ``."""
@@ -167,6 +200,10 @@ class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
     cancel_wait: float = 10.0
     cancel_escalation: float = 2.0
     request: float = 120.0  # session/new, session/load and other RPCs (agentctl: 2 min)
+    tool_call: float = 60.0  # one call of an app tool (unless the tool says) or mcp.* action
+    permission_wait: float = 300.0
+    """How long an ``ask`` permission request waits for the app's answer before it is
+    refused (its turn's end cancels it sooner)."""
 
     def scaled(self, factor: float) -> Timeouts:
         return Timeouts(**{f: getattr(self, f) * factor for f in self.__struct_fields__})

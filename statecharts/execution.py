@@ -24,6 +24,9 @@ nothing else may change the status. ``active`` holds the non-terminal statuses.
   ``STOPPED`` during shutdown.
 * ``STOPPED`` (``StopAgentWithReason``) is reachable from every status and is final: the
   execution is removed, the chart has ended.
+* ``execution_crashed``: the execution's own code failed outside the protocol (its
+  executor, the transport, a bug; no kandev row: Go's goroutines had no such scope) →
+  ``FAILED`` with ``agent.failed`` phase ``crash``; a terminal status stays as it is.
 
 Terminal guard (kandev ``isTerminalStatus``, R7, R32): ``COMPLETED`` and ``FAILED`` absorb
 duplicate terminal facts as targetless transitions (a FAILED is never downgraded to STOPPED
@@ -179,6 +182,9 @@ class Execution(Chart):
         | failed.to(None)  # a FAILED is never downgraded
         | completed.to(None)
     )
+    # non-terminal → FAILED (+agent.failed, phase "crash"): the execution's own code failed
+    # (executor, transport, a bug); COMPLETED and FAILED stay
+    execution_crashed = active.to(failed) | failed.to(None) | completed.to(None)
     # any → STOPPED (+agent.stopped): StopAgentWithReason; the execution is removed
     stop_requested = active.to(stopped) | completed.to(stopped) | failed.to(stopped)
 
@@ -260,6 +266,10 @@ class Execution(Chart):
             "init_failed: active -> failed": [
                 effect("record_failure", "error"),
                 effect("publish_agent_failed", "error", generation=0, phase="session_init"),
+            ],
+            "execution_crashed: active -> failed": [
+                effect("record_failure", "error"),
+                effect("publish_agent_failed", "error", generation=0, phase="crash"),
             ],
             "process_exited: active -> completed": [
                 effect("record_exit", "exit_code"),

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..errors import LaunchSpecError
 from ..executor import AgentLaunch
-from ..transport import AgentTransport, PermissionPolicy, allow_first_permission_policy
+from ..mcp_servers import mcp_server_secrets
+from ..transport import AgentTransport
 from .process import DEFAULT_INHERITED_ENV, DEFAULT_SHUTDOWN, ShutdownPolicy
 from .stdio import DEFAULT_CONFIG, StdioConfig, TerminalHandler
 
@@ -20,14 +21,14 @@ class StdioExecutor:
     """The built-in ``stdio`` executor. Every option is a typed keyword argument: ``env`` is
     added to every agent's environment (the profile's own ``env`` wins), ``inherit_env`` names
     the variables copied from this process's environment, ``config`` holds the transport's
-    bounds and ``shutdown`` the stop escalation (close stdin → SIGTERM → SIGKILL)."""
+    bounds and ``shutdown`` the stop escalation (close stdin → SIGTERM → SIGKILL). Permission
+    requests go to each launch's ``permission_policy``."""
 
     def __init__(
         self,
         *,
         env: Mapping[str, str] | None = None,
         inherit_env: Sequence[str] = DEFAULT_INHERITED_ENV,
-        permission_policy: PermissionPolicy = allow_first_permission_policy,
         terminal_handler: TerminalHandler | None = None,
         config: StdioConfig = DEFAULT_CONFIG,
         shutdown: ShutdownPolicy = DEFAULT_SHUTDOWN,
@@ -36,7 +37,6 @@ class StdioExecutor:
     ) -> None:
         self.env = dict(env or {})
         self.inherit_env = tuple(inherit_env)
-        self.permission_policy = permission_policy
         self.terminal_handler = terminal_handler
         self.config = config
         self.shutdown = shutdown
@@ -56,10 +56,11 @@ class StdioExecutor:
             cwd=launch.workspace,
             env={**self.env, **launch.env},
             inherit_env=self.inherit_env,
-            permission_policy=self.permission_policy,
+            permission_policy=launch.permission_policy,
             terminal_handler=self.terminal_handler,
             config=self.config,
             shutdown=self.shutdown,
             stderr_max_bytes=self.stderr_max_bytes,
             stderr_max_lines=self.stderr_max_lines,
+            secrets=mcp_server_secrets(launch.mcp_servers),
         )

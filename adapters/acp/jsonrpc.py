@@ -12,6 +12,9 @@ decodes each into an envelope (:func:`~.messages.decode_message`) and:
 * answers an **incoming request** in its own task (a permission prompt may take minutes and
   must not stall the reader), with the handler's result or a JSON-RPC error.
 
+A message that cannot be encoded (text holding a lone surrogate, a value JSON cannot carry)
+is never written: the call raises :class:`LocalProtocolError` and the connection goes on.
+
 What the peer gets wrong is a :class:`RemoteProtocolError` passed to ``on_protocol_error``
 and survived: a line longer than ``max_line_bytes`` (discarded up to its newline), malformed
 JSON, a message that is not JSON-RPC, a response to an id we never sent, an error without id.
@@ -36,7 +39,7 @@ import anyio.abc
 import msgspec
 from msgspec import UNSET, Raw
 
-from ..errors import AgentRequestError, RemoteProtocolError, TransportClosed
+from ..errors import AgentRequestError, LocalProtocolError, RemoteProtocolError, TransportClosed
 from .messages import (
     JsonRpcError,
     JsonRpcErrorResponse,
@@ -237,7 +240,14 @@ class JsonRpcConnection:
     # ---------------------------------------------------------------------------- sending
 
     async def _write(self, message: Any) -> None:
-        data = encode(message) + b"\n"
+        try:
+            data = encode(message) + b"\n"
+        except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
+            # e.g. a lone surrogate (os.fsdecode of a name that is not UTF-8): nothing is sent
+            what = getattr(message, "method", "") or "a response"
+            raise LocalProtocolError(
+                f"cannot send {what} to {self.name}: {type(exc).__name__}: {exc}"
+            ) from None
         if self.closed:
             raise self._closed_error()
         async with self._send_lock:

@@ -74,6 +74,7 @@ __all__ = [
     "EmptyResponse",
     "EnvVariable",
     "FileSystemCapability",
+    "HttpHeader",
     "ImageContent",
     "Implementation",
     "InitializeRequest",
@@ -88,6 +89,8 @@ __all__ = [
     "LoadSessionRequest",
     "LoadSessionResponse",
     "McpCapabilities",
+    "McpServerHttp",
+    "McpServerSse",
     "McpServerStdio",
     "ModelInfo",
     "NewSessionRequest",
@@ -353,6 +356,26 @@ class McpServerStdio(_Wire, frozen=True, kw_only=True):
     command: str
     args: list[str]
     env: list[EnvVariable]
+
+
+class HttpHeader(_Wire, frozen=True, kw_only=True):
+    name: str
+    value: str
+
+
+class _McpServerUrl(_Wire, frozen=True, kw_only=True):
+    type: str
+    name: str
+    url: str
+    headers: list[HttpHeader]
+
+
+class McpServerHttp(_McpServerUrl, frozen=True, kw_only=True):
+    """``{"type": "http", name, url, headers}`` (needs ``mcpCapabilities.http``)."""
+
+
+class McpServerSse(_McpServerUrl, frozen=True, kw_only=True):
+    """``{"type": "sse", name, url, headers}`` (needs ``mcpCapabilities.sse``)."""
 
 
 class SessionMode(_Wire, frozen=True, kw_only=True):

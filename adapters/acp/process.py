@@ -26,7 +26,7 @@ import os
 import signal
 import subprocess
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Final
 
 import anyio
@@ -266,9 +266,11 @@ async def open_agent_process(
     stderr_max_bytes: int = 64 * 1024,
     stderr_max_lines: int = 200,
     shutdown: ShutdownPolicy = DEFAULT_SHUTDOWN,
+    secrets: Iterable[str] = (),
 ) -> AsyncIterator[AgentProcess]:
     """Spawn ``argv`` (no shell) and yield the :class:`AgentProcess`; leaving the block shuts
-    it down (:meth:`AgentProcess.aclose`). Raises :class:`TransportError` if it cannot start."""
+    it down (:meth:`AgentProcess.aclose`). Raises :class:`TransportError` if it cannot start.
+    ``secrets`` are masked in the stderr kept, beside the secret-looking environment values."""
     if isinstance(argv, str | bytes) or not argv:
         raise TypeError("argv must be a non-empty sequence of strings (no shell)")
     agent_env = build_agent_env(env, inherit_env=inherit_env)
@@ -284,7 +286,7 @@ async def open_agent_process(
         )
     except OSError as exc:
         raise TransportError(f"cannot start agent {argv[0]!r}: {exc.strerror or exc}") from None
-    redact = Redactor(secret_values(agent_env))
+    redact = Redactor([*secret_values(agent_env), *secrets])
     ring = StderrRing(stderr_max_bytes, stderr_max_lines, redact=redact)
     agent = AgentProcess(process, argv, stderr=ring, shutdown=shutdown)
     try:

@@ -34,7 +34,7 @@ death every turn still owed an end first gets an ``ErrorEvent`` quoting the deat
 (``peer disconnected before response: agent process exited with code N; stderr: …``).
 
 **Agent → client requests**: ``session/request_permission`` goes to the permission policy
-(default :func:`allow_first_permission_policy`); ``fs/read_text_file``/``fs/write_text_file``
+(default :func:`~acpfsm.adapters.transport.reject_permission_policy`: refuse); ``fs/read_text_file``/``fs/write_text_file``
 are served by :class:`~acpfsm.adapters.workspace.Workspace`: every path is resolved beneath
 the workspace's directory descriptor (``openat2``, else a walk that follows no link), only
 regular files are read or replaced, reads stream ``line``/``limit`` up to ``fs_max_read_bytes``,
@@ -60,7 +60,7 @@ import pathlib
 import re
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, Final, TypeVar
 
@@ -115,6 +115,7 @@ from ..events import (
     ToolUpdate,
     Unknown,
 )
+from ..mcp_servers import McpServerStdio
 from ..transport import (
     AgentInfo,
     Attachment,
@@ -126,8 +127,8 @@ from ..transport import (
     PermissionPrompts,
     RedialPolicy,
     SessionResult,
-    allow_first_permission_policy,
     attachment_content,
+    reject_permission_policy,
 )
 from ..workspace import Resolver, Workspace, run_in_thread, safe_component
 from . import messages as acp
@@ -147,7 +148,6 @@ __all__ = [
     "StdioConfig",
     "StdioTransport",
     "TerminalHandler",
-    "allow_first_permission_policy",
     "connect_stdio_transport",
     "open_stdio_transport",
 ]
@@ -344,7 +344,7 @@ class StdioTransport:
         *,
         workspace: str | os.PathLike[str],
         process: AgentProcess | None = None,
-        permission_policy: PermissionPolicy = allow_first_permission_policy,
+        permission_policy: PermissionPolicy = reject_permission_policy,
         terminal_handler: TerminalHandler | None = None,
         config: StdioConfig = DEFAULT_CONFIG,
     ) -> None:
@@ -607,6 +607,8 @@ class StdioTransport:
                 **(response.meta or {}),
             },
             unmodelled=acp.unmodelled(acp.InitializeResponse, raw),
+            mcp_http=caps.mcp_capabilities.http,
+            mcp_sse=caps.mcp_capabilities.sse,
         )
         self._capabilities = result
         self._emit(
@@ -627,15 +629,28 @@ class StdioTransport:
 
     @staticmethod
     def _mcp_servers(servers: Sequence[McpServer]) -> list[Any]:
-        return [
-            acp.McpServerStdio(
-                name=server.name,
-                command=server.command,
-                args=list(server.args),
-                env=[acp.EnvVariable(name=k, value=v) for k, v in server.env.items()],
+        out: list[Any] = []
+        for server in servers:
+            if isinstance(server, McpServerStdio):
+                out.append(
+                    acp.McpServerStdio(
+                        name=server.name,
+                        command=server.command,
+                        args=list(server.args),
+                        env=[acp.EnvVariable(name=k, value=v) for k, v in server.env.items()],
+                    )
+                )
+                continue
+            wire = acp.McpServerHttp if server.__struct_config__.tag == "http" else acp.McpServerSse
+            out.append(
+                wire(
+                    type=str(server.__struct_config__.tag),
+                    name=server.name,
+                    url=server.url,
+                    headers=[acp.HttpHeader(name=k, value=v) for k, v in server.headers.items()],
+                )
             )
-            for server in servers
-        ]
+        return out
 
     async def new_session(self, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> SessionResult:
         caps = self._require_initialized()
@@ -1306,6 +1321,8 @@ class StdioTransport:
                 PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind)
                 for o in params.options
             ],
+            tool_kind=params.tool_call.kind or "",
+            raw_input=params.tool_call.raw_input,
         )
         self._emit(event)
         choice, withdrawn = await self._permissions.ask(event)
@@ -1383,7 +1400,7 @@ async def connect_stdio_transport(
     *,
     workspace: str | os.PathLike[str],
     process: AgentProcess | None = None,
-    permission_policy: PermissionPolicy = allow_first_permission_policy,
+    permission_policy: PermissionPolicy = reject_permission_policy,
     terminal_handler: TerminalHandler | None = None,
     config: StdioConfig = DEFAULT_CONFIG,
 ) -> AsyncIterator[StdioTransport]:
@@ -1414,17 +1431,20 @@ async def open_stdio_transport(
     env: Mapping[str, str] | None = None,
     inherit_env: Sequence[str] = DEFAULT_INHERITED_ENV,
     workspace: str | os.PathLike[str] | None = None,
-    permission_policy: PermissionPolicy = allow_first_permission_policy,
+    permission_policy: PermissionPolicy = reject_permission_policy,
     terminal_handler: TerminalHandler | None = None,
     config: StdioConfig = DEFAULT_CONFIG,
     shutdown: ShutdownPolicy = DEFAULT_SHUTDOWN,
     stderr_max_bytes: int = 64 * 1024,
     stderr_max_lines: int = 200,
+    secrets: Iterable[str] = (),
 ) -> AsyncIterator[StdioTransport]:
     """Spawn the agent (``argv``, no shell, its own process group, ``cwd`` as working
     directory, environment per :func:`~.process.build_agent_env`) and yield a connected,
     not yet initialized :class:`StdioTransport`. The workspace (fs confinement root)
-    defaults to ``cwd``. Leaving the block closes everything; no process survives."""
+    defaults to ``cwd``. ``secrets`` are masked in the agent's stderr we keep, beside its
+    secret-looking environment values. Leaving the block closes everything; no process
+    survives."""
     async with (
         open_agent_process(
             argv,
@@ -1434,6 +1454,7 @@ async def open_stdio_transport(
             stderr_max_bytes=stderr_max_bytes,
             stderr_max_lines=stderr_max_lines,
             shutdown=shutdown,
+            secrets=secrets,
         ) as process,
         connect_stdio_transport(
             process.stdout,

@@ -234,6 +234,8 @@ class WireEvent(msgspec.Struct, kw_only=True):
     pending_id: str = ""
     permission_title: str = ""
     permission_options: list[dict[str, Any]] | None = None
+    action_type: str = ""
+    action_details: Any = None
     session_status: str = ""
     data: dict[str, Any] | None = None
     context_window_size: int = 0
@@ -433,6 +435,8 @@ def to_event(event: WireEvent, raw: str | bytes) -> AgentEvent:
                     for o in event.permission_options or ()
                     if isinstance(o, dict)
                 ],
+                tool_kind=event.action_type,
+                raw_input=event.action_details,
             )
         case "permission_cancelled":
             return PermissionCancelled(

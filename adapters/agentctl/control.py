@@ -324,6 +324,11 @@ class InstanceClient:
         data = await self._http.call("POST", "/api/v1/stop", "stop", ok=(200, 500))
         _require_success("stop", data)
 
+    async def set_mcp_mode(self, mode: str) -> None:
+        """``PUT /api/v1/mcp/mode``: which of kandev's tools agentctl's embedded MCP server
+        offers (kandev ``client.go`` ``SetMcpMode``)."""
+        await self._http.call("PUT", "/api/v1/mcp/mode", "set MCP mode", json={"mode": mode})
+
     async def materialize(self, acp_session_id: str, attachment: Attachment) -> Attachment:
         """Upload one attachment (multipart, never base64) into
         ``<workdir>/.kandev/attachments/<acp session>/``; returns it as a descriptor (no

@@ -25,6 +25,10 @@ A lost agent WebSocket is redialled when the runtime's AgentStream chart says so
 executor used without a Runtime (``acpfsm conform``) passes ``auto_redial=True`` so that its
 transports redial on their own (see :mod:`.transport`).
 
+agentctl's own ``mcp.*`` requests (kandev's tools, called by the agent on agentctl's embedded
+MCP server) are answered by the launch's ``mcp_handler`` (a Runtime with tool sets gives one
+per execution), else by the executor's ``mcp_handler``, else refused.
+
 Credentials: ``token`` is agentctl's bearer token; ``nonce`` is its bootstrap nonce
 (``AGENTCTL_BOOTSTRAP_NONCE``), traded once for the token on first use (``POST
 /auth/handshake``) and kept in :attr:`AgentctlExecutor.token`.
@@ -46,8 +50,9 @@ import httpx
 
 from ..errors import AcpfsmError, LaunchSpecError
 from ..executor import AgentLaunch
+from ..mcp_servers import mcp_server_secrets
 from ..redaction import Redactor, secret_values
-from ..transport import AgentTransport, PermissionPolicy, allow_first_permission_policy
+from ..transport import AgentTransport
 from .control import AgentctlConfig, ControlClient, InstanceClient
 from .transport import AgentctlTransport, McpHandler, open_agentctl_transport
 
@@ -67,7 +72,6 @@ class AgentctlExecutor:
         token: str = "",
         config: AgentctlConfig | None = None,
         env: Mapping[str, str] | None = None,
-        permission_policy: PermissionPolicy = allow_first_permission_policy,
         mcp_handler: McpHandler | None = None,
         check_workspace: bool | None = None,
         auto_redial: bool = False,
@@ -78,7 +82,6 @@ class AgentctlExecutor:
         )
         self.config = config or AgentctlConfig()
         self.env = dict(env or {})
-        self.permission_policy = permission_policy
         self.mcp_handler = mcp_handler
         self.auto_redial = auto_redial
         self._nonce = nonce
@@ -150,9 +153,16 @@ class AgentctlExecutor:
                 async with open_agentctl_transport(
                     instance,
                     config=self.config,
-                    permission_policy=self.permission_policy,
-                    mcp_handler=self.mcp_handler,
-                    redact=Redactor([*secret_values(env), self._nonce, token]),
+                    permission_policy=launch.permission_policy,
+                    mcp_handler=launch.mcp_handler or self.mcp_handler,
+                    redact=Redactor(
+                        [
+                            *secret_values(env),
+                            *mcp_server_secrets(launch.mcp_servers),
+                            self._nonce,
+                            token,
+                        ]
+                    ),
                     auto_redial=self.auto_redial,
                 ) as transport:
                     self.transports[execution_id] = transport

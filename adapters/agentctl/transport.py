@@ -60,16 +60,19 @@ normal close), as a network failure would.
 ``set_config_option`` return once agentctl's ``session_models`` convergence event is queued
 (≤ ``convergence_wait``), as the stdio transport emits it before returning.
 
-**Permissions** go to ``permission_policy`` (default: the first allow option, as on stdio)
-and are answered with ``agent.permissions.respond``; ``permission_cancelled`` withdraws the
-question.
+**Permissions**: agentctl relays the agent's request as a ``permission_request`` event; it
+goes to ``permission_policy`` (default: refuse, as on stdio) in a task of its own, so the
+reader keeps draining agentctl's queue (agentctl cancels a request it cannot queue within
+5 s), and the answer goes back with ``agent.permissions.respond`` (``pending_id`` and the
+option, or ``cancelled``). ``permission_cancelled``, a cancel and the end of the carrier
+withdraw the question (the policy is cancelled; nothing is sent).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
 import anyio
@@ -118,6 +121,7 @@ from ..events import (
     ToolUpdate,
     TurnStarted,
 )
+from ..mcp_servers import McpRequestHandler, McpServerStdio, mcp_server_kind
 from ..redaction import NO_REDACTION, Redactor
 from ..transport import (
     AgentInfo,
@@ -130,7 +134,7 @@ from ..transport import (
     PermissionPrompts,
     RedialPolicy,
     SessionResult,
-    allow_first_permission_policy,
+    reject_permission_policy,
 )
 from . import _wire
 from .control import AgentctlConfig, InstanceClient
@@ -139,9 +143,10 @@ __all__ = ["AgentctlTransport", "McpHandler", "open_agentctl_transport"]
 
 log = logging.getLogger(__name__)
 
-McpHandler = Callable[[str, Any], Awaitable[Any]]
+McpHandler = McpRequestHandler
 """Serves agentctl's ``mcp.*`` requests: ``(action, payload)`` → the response payload; an
-exception answers with an ``INTERNAL_ERROR`` error envelope."""
+:class:`AgentctlError` answers with an error envelope of its ``code`` (``UNKNOWN_ACTION`` for
+an action not served), any other exception with ``INTERNAL_ERROR``."""
 
 _CLEAN_CLOSE_CODES: Final = frozenset({1000, 1001})
 _STAMPED = (MessageChunk, Reasoning, ToolCall, ToolUpdate, Plan, PermissionRequest)
@@ -214,7 +219,7 @@ class AgentctlTransport:
         instance: InstanceClient,
         *,
         config: AgentctlConfig | None = None,
-        permission_policy: PermissionPolicy = allow_first_permission_policy,
+        permission_policy: PermissionPolicy = reject_permission_policy,
         mcp_handler: McpHandler | None = None,
         redact: Redactor = NO_REDACTION,
         auto_redial: bool = True,
@@ -315,6 +320,11 @@ class AgentctlTransport:
     async def stop_agent(self) -> None:
         """Ask agentctl to stop the agent process gracefully (``POST /api/v1/stop``)."""
         await self.instance.stop()
+
+    async def set_mcp_mode(self, mode: str) -> None:
+        """Switch the tools of agentctl's embedded MCP server (``PUT /api/v1/mcp/mode``)."""
+        self._check_open()
+        await self.instance.set_mcp_mode(mode)
 
     async def aclose(self) -> None:
         """Close the socket (normal close), release every waiter, end the event stream with
@@ -579,6 +589,12 @@ class AgentctlTransport:
                 payload = msgspec.json.decode(envelope.payload)
                 result = await self._mcp_handler(action, payload)
                 reply = _wire.encode_reply(envelope.id, action, payload=result)
+            except AgentctlError as exc:
+                reply = _wire.encode_reply(
+                    envelope.id,
+                    action,
+                    error={"code": exc.code or "INTERNAL_ERROR", "message": str(exc)},
+                )
             except Exception as exc:  # noqa: BLE001 - user code: any failure is an answer
                 reply = _wire.encode_reply(
                     envelope.id, action, error={"code": "INTERNAL_ERROR", "message": str(exc)}
@@ -830,16 +846,29 @@ class AgentctlTransport:
 
     @staticmethod
     def _mcp_servers(servers: Sequence[McpServer]) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": s.name,
-                "command": s.command,
-                "args": list(s.args),
-                "env": dict(s.env),
-                "type": "stdio",
-            }
-            for s in servers
-        ]
+        """agentctl's ``McpServer`` JSON: ``env`` and ``headers`` as maps."""
+        out: list[dict[str, Any]] = []
+        for s in servers:
+            if isinstance(s, McpServerStdio):
+                out.append(
+                    {
+                        "name": s.name,
+                        "command": s.command,
+                        "args": list(s.args),
+                        "env": dict(s.env),
+                        "type": "stdio",
+                    }
+                )
+            else:
+                out.append(
+                    {
+                        "name": s.name,
+                        "url": s.url,
+                        "headers": dict(s.headers),
+                        "type": mcp_server_kind(s),
+                    }
+                )
+        return out
 
     def _session_result(self, session_id: str, data: dict[str, Any]) -> SessionResult:
         state = data.get("model_state")
@@ -1014,7 +1043,7 @@ async def open_agentctl_transport(
     instance: InstanceClient,
     *,
     config: AgentctlConfig | None = None,
-    permission_policy: PermissionPolicy = allow_first_permission_policy,
+    permission_policy: PermissionPolicy = reject_permission_policy,
     mcp_handler: McpHandler | None = None,
     redact: Redactor = NO_REDACTION,
     auto_redial: bool = True,

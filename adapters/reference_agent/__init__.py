@@ -9,8 +9,9 @@ What it does
 ------------
 - ``initialize``: answers ``protocolVersion`` 1 whatever the client asks; ``agentInfo``
   ``{name: "acpfsm-reference-agent", title, version}``; ``agentCapabilities`` ``{loadSession:
-  true, promptCapabilities {image, embeddedContext}, _meta {claudeCode {promptQueueing:
-  true}}}``; ``authMethods: []``; ``_meta.acpfsmReference {pid, faults, childPid?}``.
+  true, promptCapabilities {image, embeddedContext}, mcpCapabilities {http: true}, _meta
+  {claudeCode {promptQueueing: true}}}``; ``authMethods: []``; ``_meta.acpfsmReference {pid,
+  faults, childPid?}``.
 - ``session/new`` (absolute ``cwd`` required, else -32602): a uuid ``sessionId``, ``modes``
   (default, plan, accept_edits), legacy ``models`` (ref-fast, ref-smart) and ``configOptions``
   ``mode`` (category mode), ``model`` (category model) and ``thinking`` (category
@@ -29,6 +30,14 @@ What it does
   always asks, except in accept_edits mode, then calls ``fs/write_text_file`` if the client
   offers it), ``[[read:PATH]]`` (``fs/read_text_file``), ``[[delay:SECONDS]]``. Permission
   answers are honoured: allow/reject once or always; ``cancelled`` ends the turn cancelled.
+- MCP: once ``session/new`` or ``session/load`` is answered, the agent connects (in the
+  background, with the official MCP SDK's client, imported only then) to each server of its
+  ``mcpServers`` (stdio and http; headers are never logged) and lists its tools. ``[[tools]]``
+  lists them again (a sentence of the reply: ``MCP tools: NAME (KIND): tool, …; …``);
+  ``[[tool:NAME {"arg": 1}]]`` calls the tool ``NAME`` on the first server that has it,
+  streamed as a tool call ``Call NAME`` whose update carries the result (``rawOutput {server,
+  isError, text}``), and the reply says ``Tool NAME returned: TEXT.`` or ``Tool NAME failed:
+  ERROR.`` A server that cannot be reached is reported, never waited on for more than 20 s.
 - ``session/cancel`` ends the session's live turns with ``stopReason: "cancelled"`` (an
   in-progress tool call first gets a ``failed`` update). ``$/cancel_request`` for a running
   prompt answers it with -32800 ``Request cancelled``.
@@ -134,6 +143,8 @@ name                      scope  directive                              observab
                                                                         "Session not found"}}``
 ``load_auth``             run    —                                      session/load ``{"code":-32000,"message":
                                                                         "Authentication required"}``
+``no_mcp_http``            run    —                                      mcpCapabilities.http not advertised (only
+                                                                        stdio MCP servers are taken)
 ``no_queueing``           run    —                                      promptQueueing not advertised; a second
                                                                         prompt waits; each turn ends end_turn
 ``ignore_eof``            run    —                                      stdin EOF ignored; needs SIGTERM

@@ -39,6 +39,7 @@ from . import _wire as w
 from ._faults import Faults, other_rollout_id
 from ._hostile import HOSTILE_FS_FAULTS, run_probe
 from ._io import LineReader, Outbox
+from ._mcp import SessionMcp, clip, decode_arguments, parse_servers
 from ._script import (
     DEFAULT_MODE,
     DEFAULT_MODEL,
@@ -125,6 +126,7 @@ class _Session:
     titled: bool = False
     always_allow: set[str] = field(default_factory=set)
     always_reject: set[str] = field(default_factory=set)
+    mcp: SessionMcp | None = None
 
 
 @dataclass
@@ -411,7 +413,9 @@ class ReferenceAgent:
         result = w.InitializeResult(
             protocol_version=version,
             agent_capabilities=w.AgentCapabilities(
-                load_session="no_load" not in self._faults, meta=caps_meta
+                load_session="no_load" not in self._faults,
+                mcp_capabilities=w.McpCapabilities(http="no_mcp_http" not in self._faults),
+                meta=caps_meta,
             ),
             auth_methods=auth,
             agent_info=w.Implementation(
@@ -455,6 +459,7 @@ class ReferenceAgent:
         await self._update(
             session, w.AvailableCommandsUpdate(available_commands=_COMMANDS), persist=False
         )
+        self._connect_mcp(session, p.mcp_servers)
 
     async def _load_session(self, rid: w.JsonId, params: msgspec.Raw | UnsetType) -> None:
         if "no_load" in self._faults or "load_method_not_found" in self._faults:
@@ -495,6 +500,24 @@ class ReferenceAgent:
                 config_options=_config_options(session.state),
             ),
         )
+        self._connect_mcp(session, p.mcp_servers)
+
+    def _connect_mcp(self, session: _Session, servers: list[Any]) -> None:
+        """Connect (in the background, once the session is answered) to the MCP servers the
+        session is given, replacing those it had; their names and kinds are logged, never
+        their headers."""
+        if session.mcp is not None:
+            session.mcp.close()
+            session.mcp = None
+        configs = parse_servers(servers)
+        if not configs:
+            return
+        log.info(
+            "session %s: MCP servers %s",
+            session.id,
+            ", ".join(f"{c.name} ({c.kind})" for c in configs),
+        )
+        session.mcp = SessionMcp(configs, self._tg)
 
     async def _set_mode(self, rid: w.JsonId, params: msgspec.Raw | UnsetType) -> None:
         p = w.decode_params(params, w.SetModeParams)
@@ -656,6 +679,8 @@ class ReferenceAgent:
                 steps.append("Run a command")
             steps += [f"Write {path}" for path in d.writes]
             steps += [f"Read {path}" for path in d.reads]
+            steps += ["List the MCP tools"] if d.list_tools else []
+            steps += [f"Call {name}" for name, _ in d.tool_calls]
         steps.append("Reply")
         done = 0
 
@@ -712,6 +737,14 @@ class ReferenceAgent:
                 await plan()
             for path in d.reads:
                 notes.append(await self._read_file(session, turn, next_tool_id(), path))
+                done += 1
+                await plan()
+            if d.list_tools:
+                notes.append(await self._list_mcp_tools(session, turn, next_tool_id()))
+                done += 1
+                await plan()
+            for name, raw in d.tool_calls:
+                notes.append(await self._call_mcp_tool(session, turn, next_tool_id(), name, raw))
                 done += 1
                 await plan()
 
@@ -909,6 +942,41 @@ class ReferenceAgent:
         lines = len(text.splitlines())
         await self._tool_done(session, turn, tid, "completed", text[:200])
         return f"{path} has {lines} line{'' if lines == 1 else 's'}."
+
+    async def _list_mcp_tools(self, session: _Session, turn: _Turn, tid: str) -> str:
+        await self._tool_start(session, turn, tid, "List the MCP tools", "other", {})
+        listing = await session.mcp.listing() if session.mcp is not None else "MCP tools: none."
+        await self._tool_done(session, turn, tid, "completed", listing)
+        return listing
+
+    async def _call_mcp_tool(
+        self, session: _Session, turn: _Turn, tid: str, name: str, raw: str
+    ) -> str:
+        """A tool call of the prompt, streamed as a tool call whose result is the tool's."""
+        arguments, bad = decode_arguments(raw)
+        await self._tool_start(session, turn, tid, f"Call {name}", "other", arguments or raw)
+        if bad:
+            await self._tool_done(session, turn, tid, "failed", bad)
+            return f"Tool {name} not called: {bad}."
+        if session.mcp is None:
+            await self._tool_done(session, turn, tid, "failed", "no MCP servers")
+            return f"Tool {name} not called: the session has no MCP servers."
+        outcome = await session.mcp.call(name, arguments)
+        text = clip(outcome.text)
+        await self._emit(
+            session,
+            turn,
+            w.ToolCallUpdate(
+                tool_call_id=tid,
+                status="failed" if outcome.is_error else "completed",
+                content=[w.ToolContent(content=w.TextContent(text))],
+                raw_output={"server": outcome.server, "isError": outcome.is_error, "text": text},
+            ),
+        )
+        turn.open_tool = None
+        if outcome.is_error:
+            return f"Tool {name} failed: {text}."
+        return f"Tool {name} returned: {text}."
 
     async def _fault_point(self, session: _Session, turn: _Turn) -> None:
         """Inject this turn's faults (right after its first agent_message_chunk)."""

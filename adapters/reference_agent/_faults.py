@@ -255,6 +255,12 @@ FAULTS: Mapping[str, FaultSpec] = {
             "running turn to end, and each gets its own end_turn",
         ),
         _spec(
+            "no_mcp_http",
+            _R,
+            "mcpCapabilities.http is not advertised (only stdio MCP servers are taken; by "
+            "default the agent takes stdio and http ones, never sse)",
+        ),
+        _spec(
             "ignore_eof",
             _R,
             "stdin EOF does not end the process; it runs until SIGTERM/SIGKILL (codex-acp)",

@@ -6,6 +6,7 @@ depends on time, randomness or I/O.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -50,12 +51,17 @@ HELP_TEXT = (
     "[[write:PATH]] writes the prompt text to PATH through the client (always asks); "
     "[[read:PATH]] reads PATH through the client; "
     "[[delay:SECONDS]] paces this turn; "
+    "[[tools]] lists the tools of the session's MCP servers; "
+    '[[tool:NAME {"arg": 1}]] calls the MCP tool NAME with those JSON arguments; '
     "[[fault:NAME]] or [[fault:NAME=ARG]] injects a fault into this turn ("
     + ", ".join(sorted(n for n, s in FAULTS.items() if s.scope is FaultScope.TURN))
     + ")."
 )
 
 _DIRECTIVE = re.compile(r"\[\[\s*([A-Za-z_]+)\s*(?::\s*([^\]]*?))?\s*\]\]")
+_TOOL_CALL = re.compile(r"\[\[\s*tool\s*:\s*([^\s\[\]{}]+)\s*")
+_CLOSE = re.compile(r"\s*\]\]")
+_JSON = json.JSONDecoder()
 
 
 @dataclass
@@ -68,11 +74,44 @@ class Directives:
     writes: list[str] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)
     delay: float | None = None
+    list_tools: bool = False
+    tool_calls: list[tuple[str, str]] = field(default_factory=list)
+    """``(name, arguments JSON)`` of each ``[[tool:NAME {json}]]``, in order."""
     warnings: list[str] = field(default_factory=list)
+
+
+def _take_tool_calls(text: str, out: Directives) -> str:
+    """Remove the ``[[tool:NAME {json}]]`` directives (their JSON may hold ``]``) into
+    ``out.tool_calls``; the arguments of one whose JSON does not parse are kept as written
+    (the call then fails, visibly)."""
+    kept: list[str] = []
+    pos = 0
+    while (match := _TOOL_CALL.search(text, pos)) is not None:
+        end = match.end()
+        raw = ""
+        if text.startswith("{", end):
+            try:
+                _, stop = _JSON.raw_decode(text, end)
+            except json.JSONDecodeError:
+                stop = text.find("]]", end)
+                stop = len(text) if stop < 0 else stop
+            raw, end = text[end:stop], stop
+        close = _CLOSE.match(text, end)
+        if close is None:
+            out.warnings.append(f"unterminated tool directive {text[match.start() : end]!r}")
+            kept.append(text[pos : match.end()])
+            pos = match.end()
+            continue
+        kept.append(text[pos : match.start()] + " ")
+        out.tool_calls.append((match.group(1), raw))
+        pos = close.end()
+    kept.append(text[pos:])
+    return "".join(kept)
 
 
 def parse_directives(text: str) -> Directives:
     out = Directives(text="")
+    text = _take_tool_calls(text, out)
     for match in _DIRECTIVE.finditer(text):
         name = match.group(1).lower()
         arg = (match.group(2) or "").strip()
@@ -92,6 +131,8 @@ def parse_directives(text: str) -> Directives:
             out.writes.append(arg)
         elif name == "read" and arg:
             out.reads.append(arg)
+        elif name == "tools":
+            out.list_tools = True
         elif name == "delay":
             try:
                 out.delay = max(0.0, float(arg))

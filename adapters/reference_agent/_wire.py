@@ -243,7 +243,7 @@ class PromptCapabilities(msgspec.Struct, rename="camel"):
 
 
 class McpCapabilities(msgspec.Struct):
-    http: bool = False
+    http: bool = True
     sse: bool = False
 
 

@@ -20,7 +20,10 @@ and the one place where charts are fired, coordinated and their effects performe
 A driver fires the facts it observes and performs the effects the charts return; where one
 chart's move is a fact for another, the coordination table says so and
 :meth:`~.context.ExecutionContext.fire` applies it. :class:`~.session.ExecutionSession` is the
-thin anyio shell: the transport, the execution's task group, the event pump.
+thin anyio shell: the transport, the execution's task group, the event pump. Beside the
+drivers: :class:`~.permissions.PermissionBroker` (the agent's permission requests, the
+execution's policy, the app's answers) and :class:`~.crash.CrashGuard` (what the execution's
+own code raises stays in it: the Execution chart's ``execution_crashed``).
 
 Concurrency (kandev lifecycle/types.go): ``PromptDriver.prompt_lock`` is ``promptMu`` (one
 ordinary prompt at a time, held through its completion wait); ``ExecutionContext.lifecycle_lock``

@@ -18,21 +18,26 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
+from acpfsm.adapters.mcp_servers import McpServer, mcp_server_kind, split_mcp_servers
 from acpfsm.adapters.transport import AgentTransport
 from acpfsm.statecharts import Chart, ChartMachine, Effect, EngineName
 from acpfsm.statecharts.coordination import Fired, fire
 
 from .. import events as le
+from ..errors import ExecutionCrashed
 from ..history import HistoryStore
 from ..hub import EventHub
 from ..trace import Trace
 from ..types import AgentProfile, LaunchSpec, Timeouts
+
+if TYPE_CHECKING:
+    from ..mcp.execution import ExecutionMcp
 
 __all__ = ["Activity", "ExecutionContext", "Handler", "ModelCache", "decision_id"]
 
@@ -150,12 +155,18 @@ class ExecutionContext:
         self.models = ModelCache()
         self.activity = Activity()
         self.message: list[str] = []
+        self.crashed: ExecutionCrashed | None = None
+        """Set once the execution's own code failed (see :mod:`.crash`): what its waiters
+        raise."""
         self.lifecycle_lock = anyio.Lock()
         """kandev's ``promptLifecycleMu``: generation ownership (begin, claims, steer)."""
         self.machines: dict[str, ChartMachine] = {}
         """The current machine of each chart, by chart name (what coordination reaches)."""
         self._handlers: dict[tuple[str, str], Handler] = {}
         self._listeners: dict[str, Callable[[], None]] = {}
+        self.mcp: ExecutionMcp | None = None
+        """The execution's MCP side (its servers, tool server and mode), when it has one."""
+        self._mcp_dropped: set[tuple[str, str, str]] = set()
 
     # ------------------------------------------------------------------ charts --
 
@@ -213,6 +224,26 @@ class ExecutionContext:
 
     def publish(self, event: le.RuntimeEvent) -> None:
         self.hub.publish(event)
+
+    def session_mcp_servers(self) -> list[McpServer]:
+        """The MCP servers a session/new or session/load offers: the execution's servers the
+        agent can take (its initialize answer); each one left out is published once as an
+        ``McpServerDropped`` naming it and why."""
+        if self.mcp is None:
+            return []
+        caps = self.transport.capabilities if self.transport is not None else None
+        kept, dropped = split_mcp_servers(self.mcp.servers(), caps)
+        for server, reason in dropped:
+            key = (server.name, mcp_server_kind(server), reason)
+            if key not in self._mcp_dropped:
+                self._mcp_dropped.add(key)
+                log.warning("MCP server %r not offered to %s: %s", server.name, self.id, reason)
+                self.publish(
+                    le.McpServerDropped(
+                        execution_id=self.id, name=key[0], kind=key[1], reason=reason
+                    )
+                )
+        return kept
 
     def set_failed(self, message: str) -> None:
         self.error_message = message

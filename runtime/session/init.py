@@ -174,7 +174,9 @@ class InitDriver:
         prior = ctx.spec.prior_acp_session
         try:
             with anyio.fail_after(ctx.timeouts.request):
-                result = await ctx.transport_or_raise().load_session(prior, ctx.spec.workspace.path)
+                result = await ctx.transport_or_raise().load_session(
+                    prior, ctx.spec.workspace.path, ctx.session_mcp_servers()
+                )
         except (AcpfsmError, TimeoutError) as exc:
             cls = classify_error(exc, call=Call.SESSION_LOAD, loading_session_id=prior)
             self._error, self._cause = f"session/load failed: {_why(exc)}", exc
@@ -190,7 +192,9 @@ class InitDriver:
         ctx = self.ctx
         try:
             with anyio.fail_after(ctx.timeouts.request):
-                result = await ctx.transport_or_raise().new_session(ctx.spec.workspace.path)
+                result = await ctx.transport_or_raise().new_session(
+                    ctx.spec.workspace.path, ctx.session_mcp_servers()
+                )
         except (AcpfsmError, TimeoutError) as exc:
             cls = classify_error(exc, call=Call.SESSION_NEW)
             self._error, self._cause = f"session/new failed: {_why(exc)}", exc

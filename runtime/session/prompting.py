@@ -345,6 +345,8 @@ class PromptDriver:
         """What the generation's ``release_waiter`` effect said, as a result or an error."""
         g, ctx = generation.number, self.ctx
         result = generation.result
+        if ctx.crashed is not None and result not in ("completed", "handed_off", "withdrawn"):
+            raise ctx.crashed
         if result == "completed":
             return PromptResult(
                 stop_reason=stop_reason_of(generation.stop_reason or "end_turn"),

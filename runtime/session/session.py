@@ -12,38 +12,50 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import AcpfsmError, TransportClosed
-from acpfsm.adapters.transport import AgentTransport, Attachment
+from acpfsm.adapters.transport import (
+    AgentTransport,
+    Attachment,
+    PermissionPolicy,
+    SupportsMcpMode,
+)
 from acpfsm.statecharts import ChartMachine, EngineName
 
 from .. import events as le
 from ..errors import NotReadyForPrompts, PendingDispatchedPromptTimeout, PromptError
 from ..history import HistoryStore
 from ..hub import EventHub
+from ..mcp.execution import KANDEV_MCP_MODES
 from ..trace import Trace, TraceRecord
 from ..types import AgentProfile, LaunchSpec, PromptResult, Timeouts
 from ..types import Execution as ExecutionSnapshot
 from .cancelling import Canceller
 from .config import ConfigDriver
 from .context import ExecutionContext
+from .crash import CrashGuard
 from .flows import loss_followup
 from .init import InitDriver
+from .permissions import PermissionBroker
 from .prompting import PromptDriver
 from .status import StatusDriver
 from .stream import StreamDriver
 from .turns import Generation, TurnDriver
 
+if TYPE_CHECKING:
+    from ..mcp.execution import ExecutionMcp
+
 __all__ = ["ExecutionSession"]
 
 log = logging.getLogger("acpfsm.runtime")
 
-TransportFactory = Callable[[], AbstractAsyncContextManager[AgentTransport]]
+TransportFactory = Callable[[PermissionPolicy], AbstractAsyncContextManager[AgentTransport]]
+"""Opens the execution's transport; the agent's permission requests go to the policy given."""
 
 
 class ExecutionSession:
@@ -62,6 +74,7 @@ class ExecutionSession:
         history: HistoryStore | None,
         shutting_down: Callable[[], bool],
         engine: EngineName | None = None,
+        mcp: ExecutionMcp | None = None,
     ) -> None:
         ctx = self.ctx = ExecutionContext(
             execution_id=execution_id,
@@ -86,11 +99,18 @@ class ExecutionSession:
         self.prompts = PromptDriver(
             ctx, self.turns, self.status, self.stream, self.init, self.canceller, self._spawn
         )
+        self.permissions = PermissionBroker(
+            ctx, spec.permission_policy or profile.permission_policy, self._turn_over
+        )
+        self.crash = CrashGuard(self)
         self._tg: anyio.abc.TaskGroup | None = None
         self._stop_requested = anyio.Event()
         self._finished = anyio.Event()
         self._tool_names: dict[str, str] = {}
         ctx.handle("execution", {"close_subscriptions": lambda effect, m: ctx.hub.close()})
+        if mcp is not None:
+            ctx.mcp = mcp
+            mcp.publish = ctx.publish
 
     # --- identity and views ----------------------------------------------------------------
 
@@ -194,13 +214,15 @@ class ExecutionSession:
     # --- the run -------------------------------------------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        """Start the agent (raising if that fails), then drive the execution until stopped."""
+        """Start the agent (raising if that fails), then drive the execution until stopped.
+        Once started, nothing it raises leaves it: a failure of its executor, its transport
+        or its own code makes the execution FAILED (:class:`~.crash.CrashGuard`)."""
         ctx = self.ctx
         await self.status.fire("start_requested")
         await self.stream.connect_started()
         started = False
         try:
-            async with self._open_transport() as transport:
+            async with self._open_transport(self.permissions.decide) as transport:
                 ctx.transport = transport
                 ctx.endpoint = transport.endpoint
                 task_status.started()
@@ -212,17 +234,34 @@ class ExecutionSession:
                     tg.start_soon(self.init.run)
                     await self._stop_requested.wait()
                     tg.cancel_scope.cancel()
-        except BaseException:
+        except BaseException as exc:
             if not started:  # the agent never started: FAILED, and the execution is removed
                 with anyio.CancelScope(shield=True):
                     await self.stream.connect_failed()
                     await self.status.fire("agent_start_failed")
                     await self.status.fire("stop_requested", reason="agent not started", error="")
-            raise
+                raise
+            rest = await self.crash.contain(exc, "run")
+            if rest is not None:
+                raise rest from None  # a cancellation from outside, KeyboardInterrupt …
         finally:
             self.init.admission.set()
             ctx.hub.close()
             self._finished.set()
+
+    def stop_tasks(self) -> None:
+        """End the execution's tasks and close its transport (a crash, or a stop)."""
+        self._stop_requested.set()
+
+    def _superseded(self, generation: int) -> bool:
+        """The generation's chart says a successor superseded it."""
+        g = self.turns.generations.get(generation)
+        return g is not None and g.machine.is_in("superseded")
+
+    def _turn_over(self, generation: int) -> bool:
+        """The generation's chart says its turn is over (ended or superseded)."""
+        g = self.turns.generations.get(generation)
+        return g is not None and g.machine.is_in("ended", "superseded")
 
     async def wait_finished(self) -> None:
         await self._finished.wait()
@@ -276,14 +315,17 @@ class ExecutionSession:
         timeout: float | None = None,  # noqa: ASYNC109 - a typed PromptTimeout, turn cancelled
         on_admitted: Callable[[int], object] | None = None,
     ) -> PromptResult:
-        return await self.prompts.prompt(
-            text,
-            attachments=attachments,
-            dispatch_only=dispatch_only,
-            on_dispatched=on_dispatched,
-            validate_status=validate_status,
-            timeout=timeout,
-            on_admitted=on_admitted,
+        return await self.crash.call(
+            "prompt",
+            lambda: self.prompts.prompt(
+                text,
+                attachments=attachments,
+                dispatch_only=dispatch_only,
+                on_dispatched=on_dispatched,
+                validate_status=validate_status,
+                timeout=timeout,
+                on_admitted=on_admitted,
+            ),
         )
 
     async def steer(
@@ -294,15 +336,18 @@ class ExecutionSession:
         on_dispatched: Callable[[], object] | None = None,
         validate_status: bool = True,
     ) -> PromptResult:
-        return await self.prompts.steer(
-            text,
-            attachments=attachments,
-            on_dispatched=on_dispatched,
-            validate_status=validate_status,
+        return await self.crash.call(
+            "steer",
+            lambda: self.prompts.steer(
+                text,
+                attachments=attachments,
+                on_dispatched=on_dispatched,
+                validate_status=validate_status,
+            ),
         )
 
     async def cancel(self) -> None:
-        await self.canceller.cancel()
+        await self.crash.call("cancel", self.canceller.cancel)
 
     async def wait_ready(self) -> ExecutionSnapshot:
         """Wait until the execution is READY (its init, and its initial prompt, done);
@@ -310,6 +355,8 @@ class ExecutionSession:
         NotReadyForPrompts when the execution ended or failed otherwise."""
         await self.init.admission.wait()
         while True:
+            if self.ctx.crashed is not None:
+                raise self.ctx.crashed
             if self.init.failure is not None:
                 raise self.init.failure
             if self.status.status == "READY":
@@ -320,20 +367,42 @@ class ExecutionSession:
 
     async def set_model(self, model_id: str) -> None:
         await self.init.admission.wait()
-        await self.ctx.transport_or_raise().set_model(model_id)
+        await self.crash.call("set_model", lambda: self._transport().set_model(model_id))
 
     async def set_mode(self, mode_id: str) -> None:
         await self.init.admission.wait()
-        await self.ctx.transport_or_raise().set_mode(mode_id)
+        await self.crash.call("set_mode", lambda: self._transport().set_mode(mode_id))
 
     async def set_config_option(self, config_id: str, value: str) -> None:
         await self.init.admission.wait()
-        await self.ctx.transport_or_raise().set_config_option(config_id, value)
+        await self.crash.call(
+            "set_config_option", lambda: self._transport().set_config_option(config_id, value)
+        )
+
+    def _transport(self) -> AgentTransport:
+        """The transport, unless the execution crashed (its transport is being closed)."""
+        if self.ctx.crashed is not None:
+            raise self.ctx.crashed
+        return self.ctx.transport_or_raise()
+
+    async def set_mcp_mode(self, mode: str) -> None:
+        """Switch the MCP mode (already validated): agentctl's embedded MCP server first
+        (kandev's modes only), then the app's tool set and the ``mcp.*`` actions answered."""
+        transport = self.ctx.transport
+        if mode in KANDEV_MCP_MODES and isinstance(transport, SupportsMcpMode):
+            await transport.set_mcp_mode(mode)
+        self.ctx.metadata["mcp_mode"] = mode
+        if self.ctx.mcp is not None:
+            await self.ctx.mcp.set_mode(mode)
 
     async def stop(self, reason: str, *, force: bool = False) -> ExecutionSnapshot:
         """StopAgentWithReason: STOPPED (the live turn and the stream follow), a graceful
         agent stop unless ``force``, then the transport is closed."""
+        return await self.crash.call("stop", lambda: self._stop(reason, force=force))
+
+    async def _stop(self, reason: str, *, force: bool) -> ExecutionSnapshot:
         ctx = self.ctx
+        self.permissions.close("the execution stopped")
         if not self.status.ended:
             async with ctx.lifecycle_lock:
                 await self.status.fire(
@@ -344,7 +413,7 @@ class ExecutionSession:
         else:  # already STOPPED (R32): close the stream too
             await self.stream.close()
         transport = ctx.transport
-        if not force and transport is not None:
+        if not force and transport is not None and ctx.crashed is None:
             # a graceful stop first (agentctl's /api/v1/stop); its failure is only logged.
             # A stdio agent has none: its shutdown escalates close stdin → SIGTERM → SIGKILL.
             with anyio.move_on_after(ctx.timeouts.cancel_wait):
@@ -387,6 +456,7 @@ class ExecutionSession:
     async def _handle(self, event: ev.AgentEvent) -> None:
         ctx = self.ctx
         if isinstance(event, ev.Complete | ev.ErrorEvent):
+            self.permissions.turn_ended(event.prompt_generation)
             await self.turns.completion(event)
             return
         if isinstance(event, ev.StreamDisconnected):
@@ -398,7 +468,9 @@ class ExecutionSession:
         await self.status.activity()
         await self._record_activity(event)
         if isinstance(event, ev.MessageChunk) and event.role != "user" and event.text:
-            ctx.message.append(event.text)
+            if not self._superseded(event.prompt_generation):
+                # late text of a turn a successor superseded is not the current reply
+                ctx.message.append(event.text)
         elif isinstance(event, ev.SessionModels):
             await self.config.models_updated(event)
         elif isinstance(event, ev.ToolCall):

@@ -20,7 +20,8 @@ __all__ = ["MemoryExecutor"]
 
 class MemoryExecutor:
     """Hands out MemoryTransports (closed when their execution ends); ``make`` customises
-    each new one, ``transports`` keeps every one handed out, in order."""
+    each new one, ``transports`` keeps every one handed out, in order. Each one answers its
+    permission requests with its launch's ``permission_policy``."""
 
     def __init__(self, make: Callable[[], MemoryTransport] | None = None) -> None:
         self.make = make or MemoryTransport
@@ -30,6 +31,7 @@ class MemoryExecutor:
         @asynccontextmanager
         async def cm() -> AsyncIterator[AgentTransport]:
             transport = self.make()
+            transport.permission_policy = launch.permission_policy
             self.transports.append(transport)
             try:
                 yield transport

@@ -99,7 +99,9 @@ __all__ = [
     "child_pids",
     "format_report",
     "main",
+    "rss_kib",
     "run_bench",
+    "zombie_pids",
 ]
 
 #: The goals of the compiled engine (issue 10), printed beside their rows, never asserted:
@@ -223,6 +225,25 @@ def child_pids(parent: int | None = None) -> set[int]:
         if fields is not None and len(fields) > 1 and fields[0] != "Z" and int(fields[1]) == parent:
             out.add(int(entry))
     return out
+
+
+def zombie_pids(parent: int | None = None) -> set[int]:
+    """The children of ``parent`` (default: this process) that exited and were never
+    reaped, from ``/proc``."""
+    parent = os.getpid() if parent is None else parent
+    out: set[int] = set()
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                fields = _proc_stat_fields(int(entry))
+                if fields and len(fields) > 1 and fields[0] == "Z" and int(fields[1]) == parent:
+                    out.add(int(entry))
+    return out
+
+
+def rss_kib(pid: int | None = None) -> int | None:
+    """The resident set of ``pid`` (default: this process) in KiB, from ``/proc``."""
+    return _memory_kib(os.getpid() if pid is None else pid)[0]
 
 
 def _cpu_seconds(pids: set[int]) -> float | None:

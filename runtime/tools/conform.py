@@ -2082,7 +2082,6 @@ class _AgentctlBattery(_Suite):
             nonce=self.nonce,
             token=self.token,
             config=self.config,
-            permission_policy=self.permissions.answer,
             auto_redial=True,  # no Runtime here to decide a redial
         )
         execution_id = f"acpfsm-conform-{uuid.uuid4().hex[:12]}"
@@ -2093,6 +2092,7 @@ class _AgentctlBattery(_Suite):
             command=tuple(self.argv),
             workspace=str(self.workspace),
             env=self.env,
+            permission_policy=self.permissions.answer,
         )
         try:
             async with (

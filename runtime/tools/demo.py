@@ -1,8 +1,9 @@
 """``acpfsm demo``: a full life of an agent execution on the embedded reference agent.
 
-It narrates every chart transition live, streams the reply, sends a follow-up, steers a running
-turn, cancels a turn the agent ignores (the cancel escalates), stops, relaunches with
-session/load, prints where each chart went, and writes the trace as JSONL.
+It narrates every chart transition live, streams the reply, sends a follow-up, has the agent
+call a Python tool of the app (served over MCP), steers a running turn, cancels a turn the
+agent ignores (the cancel escalates), stops, relaunches with session/load, prints where each
+chart went, and writes the trace as JSONL.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from acpfsm.adapters.acp.process import ShutdownPolicy
 from acpfsm.adapters.acp.stdio import StdioConfig
 from acpfsm.adapters.events import MessageChunk
 from acpfsm.runtime.errors import AcpfsmError, CancelEscalated
-from acpfsm.runtime.events import RuntimeEvent
+from acpfsm.runtime.events import McpCallEnded, McpCallStarted, RuntimeEvent
+from acpfsm.runtime.mcp.tools import ToolDeclarationError, ToolSet, tool
 from acpfsm.runtime.runtime import Runtime, reference_profile
 from acpfsm.runtime.trace import TraceRecord
 from acpfsm.runtime.types import LaunchSpec, Timeouts, WorkspaceRef
@@ -85,21 +87,40 @@ def _summary(rt: Runtime, narrate: _Narrator, execution_ids: list[str]) -> None:
             narrate.note(f"  {key:<22} {' → '.join(path)}")
 
 
+@tool
+async def count_words(text: str) -> str:
+    """How many words ``text`` has (the demo's Python tool, served to the agent over MCP)."""
+    words = len(text.split())
+    return f"{words} word{'' if words == 1 else 's'}"
+
+
+def _runtime(args: argparse.Namespace, trace_path: Path, narrate: _Narrator) -> Runtime:
+    def make(tool_sets: list[ToolSet]) -> Runtime:
+        return Runtime(
+            profiles=[reference_profile("--delay", str(args.delay))],
+            executors={
+                "stdio": StdioExecutor(
+                    config=StdioConfig(cancel_timeout=1.0),
+                    shutdown=ShutdownPolicy(stdin_close_wait=1.0, term_wait=1.0, kill_wait=1.0),
+                )
+            },
+            timeouts=Timeouts(cancel_wait=2.0, cancel_escalation=1.0),
+            trace_path=trace_path,
+            tool_sets=tool_sets,
+        )
+
+    try:
+        return make([ToolSet("demo", tools=[count_words])])
+    except ToolDeclarationError as exc:  # the acpfsm[mcp] extra is not installed
+        narrate.note(f"no Python tool in this demo: {exc}")
+        return make([])
+
+
 async def _run(args: argparse.Namespace, narrate: _Narrator) -> int:
     workspace = Path(args.workspace or tempfile.mkdtemp(prefix="acpfsm-demo-"))
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     trace_path = Path(args.trace or f"traces/demo-{stamp}.jsonl")
-    runtime = Runtime(
-        profiles=[reference_profile("--delay", str(args.delay))],
-        executors={
-            "stdio": StdioExecutor(
-                config=StdioConfig(cancel_timeout=1.0),
-                shutdown=ShutdownPolicy(stdin_close_wait=1.0, term_wait=1.0, kill_wait=1.0),
-            )
-        },
-        timeouts=Timeouts(cancel_wait=2.0, cancel_escalation=1.0),
-        trace_path=trace_path,
-    )
+    runtime = _runtime(args, trace_path, narrate)
     runtime.trace.listeners.append(narrate.transition)
     executions: list[str] = []
     async with runtime as rt:
@@ -126,6 +147,10 @@ async def _run(args: argparse.Namespace, narrate: _Narrator) -> int:
                     arrived = anyio.Event()
                     if isinstance(event, MessageChunk) and event.role != "user":
                         narrate.chunk(event.text)
+                    elif isinstance(event, McpCallStarted):
+                        narrate.note(f"the agent calls the app's {event.name}({event.arguments})")
+                    elif isinstance(event, McpCallEnded):
+                        narrate.note(f"{event.name} answered: {event.output or event.error}")
 
         async def chunk_of(generation: int) -> None:
             """Wait until the agent streams text for ``generation`` (its turn has started)."""
@@ -142,6 +167,17 @@ async def _run(args: argparse.Namespace, narrate: _Narrator) -> int:
             result = await rt.resume(ref.id, "And why would an orchestrator want one?")
             narrate.note(f"turn {result.generation} ended: {result.stop_reason}")
 
+            generation = result.generation
+            if rt.tools is not None:
+                narrate.step("The agent calls a Python tool of the app (over MCP)")
+                result = await rt.prompt(
+                    ref.id,
+                    'How long was my question? [[tool:count_words {"text": "And why would an '
+                    'orchestrator want one?"}]]',
+                )
+                generation = result.generation
+                narrate.note(f"turn {generation} ended: {result.stop_reason}")
+
             narrate.step("Steer a running turn (folds into its generation)")
             async with anyio.create_task_group() as turn:
                 outcome: list[str] = []
@@ -151,7 +187,7 @@ async def _run(args: argparse.Namespace, narrate: _Narrator) -> int:
                     outcome.append(f"turn {r.generation} ended: {r.stop_reason}")
 
                 turn.start_soon(long_turn)
-                await chunk_of(3)
+                await chunk_of(generation + 1)
                 steer = await rt.steer(ref.id, "Actually, keep it to one line.")
                 narrate.note(f"steer dispatched into generation {steer.generation}")
             narrate.note(outcome[0])
@@ -166,7 +202,7 @@ async def _run(args: argparse.Namespace, narrate: _Narrator) -> int:
                         narrate.note(f"the waiting prompt was released: {exc}")
 
                 turn.start_soon(hung_turn)
-                await chunk_of(4)
+                await chunk_of(generation + 2)
                 try:
                     await rt.cancel(ref.id)
                 except CancelEscalated as exc:

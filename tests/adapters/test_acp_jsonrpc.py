@@ -17,6 +17,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from acpfsm.adapters.acp.jsonrpc import JsonRpcConnection, JsonRpcErrorReply
 from acpfsm.adapters.errors import (
     AgentRequestError,
+    LocalProtocolError,
     RemoteProtocolError,
     TransportClosed,
 )
@@ -134,6 +135,29 @@ async def test_concurrent_requests_are_correlated_by_id() -> None:
             for request in reversed(requests):
                 await peer.respond(request, {"echo": request["params"]["name"]})
         assert results == {"a": {"echo": "a"}, "b": {"echo": "b"}, "c": {"echo": "c"}}
+
+
+async def test_a_message_that_cannot_be_encoded_is_never_written() -> None:
+    """A lone surrogate (``os.fsdecode`` of a name that is not UTF-8) or a value JSON cannot
+    carry: a typed error for that call, nothing written, the connection goes on."""
+    async with wired() as (conn, peer, record):
+        for params in ({"text": "bad \udcff"}, {"value": object()}):
+            with pytest.raises(LocalProtocolError, match="cannot send session/prompt to peer"):
+                await conn.send_request("session/prompt", params)
+            with pytest.raises(LocalProtocolError, match="cannot send session/cancel"):
+                await conn.notify("session/cancel", params)
+        assert not conn.closed and record.closes == []
+        async with anyio.create_task_group() as tg:
+            answers: list[Any] = []
+
+            async def call() -> None:
+                answers.append(json.loads(bytes(await conn.request("ping", {}))))
+
+            tg.start_soon(call)
+            request = await peer.read()  # the first message the peer sees
+            assert request["method"] == "ping"
+            await peer.respond(request, {"pong": True})
+        assert answers == [{"pong": True}]
 
 
 async def test_notifications_are_handled_in_order_before_the_response() -> None:

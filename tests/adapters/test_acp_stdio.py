@@ -20,7 +20,6 @@ from acpfsm.adapters.acp.stdio import (
     LOAD_UNSUPPORTED_MESSAGE,
     StdioConfig,
     StdioTransport,
-    allow_first_permission_policy,
     connect_stdio_transport,
     open_stdio_transport,
 )
@@ -55,7 +54,12 @@ from acpfsm.adapters.events import (
     ToolUpdate,
     Unknown,
 )
-from acpfsm.adapters.transport import AgentTransport, Attachment
+from acpfsm.adapters.transport import (
+    AgentTransport,
+    Attachment,
+    allow_once_permission_policy,
+    reject_permission_policy,
+)
 
 pytestmark = pytest.mark.both_backends
 
@@ -358,7 +362,8 @@ async def test_usage_and_open_tool_sweep(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ permission / cancel
 
 
-async def test_default_permission_policy_allows(tmp_path: Path) -> None:
+async def test_default_permission_policy_refuses(tmp_path: Path) -> None:
+    """The transport's default policy picks the reject option (listed first here)."""
     async with agent(tmp_path) as t:
         await t.prompt("permission", [], 3)
         events = await until(t, completes(3))
@@ -366,19 +371,43 @@ async def test_default_permission_policy_allows(tmp_path: Path) -> None:
         assert request.tool_call_id == "t-perm" and request.permission_title == "Write file"
         assert request.prompt_generation == 3
         assert [o.kind for o in request.permission_options] == ["reject_once", "allow_once"]
-        assert "permission: selected:allow" in texts(events)
+        assert "permission: selected:reject" in texts(events)
 
 
-async def test_policy_callbacks() -> None:
-    options = [
-        PermissionOption(option_id="r", name="R", kind="reject_once"),
-        PermissionOption(option_id="a", name="A", kind="allow_always"),
-    ]
-    request = PermissionRequest(request_id="1", permission_options=options)
-    assert await allow_first_permission_policy(request) == "a"
-    only_reject = PermissionRequest(request_id="1", permission_options=options[:1])
-    assert await allow_first_permission_policy(only_reject) == "r"
-    assert await allow_first_permission_policy(PermissionRequest(request_id="1")) is None
+async def test_allow_once_policy_allows(tmp_path: Path) -> None:
+    async with agent(tmp_path, permission_policy=allow_once_permission_policy) as t:
+        await t.prompt("permission", [], 3)
+        assert "permission: selected:allow" in texts(await until(t, completes(3)))
+
+
+def _options(*kinds: str) -> list[PermissionOption]:
+    return [PermissionOption(option_id=f"id-{k}", name=k, kind=k) for k in kinds]
+
+
+@pytest.mark.parametrize(
+    ("kinds", "rejected", "allowed_once"),
+    [
+        # "rm -rf /" offering allow_always first: reject never picks an allow option, and
+        # allow_once never takes allow_always (it refuses instead)
+        (("allow_always", "reject_once"), "id-reject_once", "id-reject_once"),
+        (
+            ("allow_once", "allow_always", "reject_once", "reject_always"),
+            "id-reject_once",
+            "id-allow_once",
+        ),
+        (("reject_always", "allow_once", "reject_once"), "id-reject_once", "id-allow_once"),
+        (("allow_always", "reject_always"), "id-reject_always", "id-reject_always"),
+        (("allow_once", "allow_always"), None, "id-allow_once"),  # no reject option: cancelled
+        (("allow_always",), None, None),
+        ((), None, None),
+    ],
+)
+async def test_built_in_policies_never_pick_the_wrong_kind(
+    kinds: tuple[str, ...], rejected: str | None, allowed_once: str | None
+) -> None:
+    request = PermissionRequest(request_id="1", permission_options=_options(*kinds))
+    assert await reject_permission_policy(request) == rejected
+    assert await allow_once_permission_policy(request) == allowed_once
 
 
 async def test_policy_can_refuse(tmp_path: Path) -> None:
@@ -761,31 +790,37 @@ class PipeReader(anyio.abc.ByteReceiveStream):
         self.stream.close()
 
 
+async def scripted_agent(
+    requests: MemoryObjectReceiveStream[bytes],
+    answers: MemoryObjectSendStream[bytes],
+    results: dict[str, Any],
+    seen: dict[str, Any] | None = None,
+) -> None:
+    """Answer each JSON-RPC request line with ``results[method]`` until the client closes;
+    ``seen`` keeps the params of each method's last request."""
+    buffer = b""
+    while True:
+        while b"\n" not in buffer:
+            try:
+                buffer += await requests.receive()
+            except anyio.EndOfStream:
+                return
+        line, buffer = buffer.split(b"\n", 1)
+        request = json.loads(line)
+        if seen is not None:
+            seen[request["method"]] = request.get("params")
+        answer = {"jsonrpc": "2.0", "id": request["id"], "result": results[request["method"]]}
+        await answers.send(json.dumps(answer).encode() + b"\n")
+
+
 async def test_transport_over_plain_byte_streams(tmp_path: Path) -> None:
     to_agent_send, to_agent_receive = anyio.create_memory_object_stream[bytes](100)
     from_agent_send, from_agent_receive = anyio.create_memory_object_stream[bytes](100)
     with to_agent_send, to_agent_receive, from_agent_send, from_agent_receive:
-
-        async def scripted_agent() -> None:
-            buffer = b""
-            while True:
-                while b"\n" not in buffer:
-                    try:
-                        buffer += await to_agent_receive.receive()
-                    except anyio.EndOfStream:
-                        return
-                line, buffer = buffer.split(b"\n", 1)
-                request = json.loads(line)
-                result = {
-                    "initialize": {"protocolVersion": 1},
-                    "session/new": {"sessionId": "mem-1"},
-                }[request["method"]]
-                answer = {"jsonrpc": "2.0", "id": request["id"], "result": result}
-                await from_agent_send.send(json.dumps(answer).encode() + b"\n")
-
+        results = {"initialize": {"protocolVersion": 1}, "session/new": {"sessionId": "mem-1"}}
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(scripted_agent)
+                tg.start_soon(scripted_agent, to_agent_receive, from_agent_send, results)
                 async with connect_stdio_transport(
                     PipeReader(from_agent_receive), PipeWriter(to_agent_send), workspace=tmp_path
                 ) as t:

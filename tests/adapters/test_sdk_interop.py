@@ -40,6 +40,7 @@ from acpfsm.adapters.events import (
     ToolUpdate,
 )
 from acpfsm.adapters.reference_agent import AGENT_NAME, reply_for
+from acpfsm.adapters.transport import allow_once_permission_policy
 from acpfsm.statecharts.vocab import ErrorClass
 
 pytestmark = [pytest.mark.both_backends, pytest.mark.integration]
@@ -109,6 +110,7 @@ async def test_our_client_drives_an_sdk_agent(tmp_path: Path) -> None:
         cwd=tmp_path,
         config=StdioConfig(cancel_timeout=BOUND, exit_grace=0.3),
         shutdown=SHUTDOWN,
+        permission_policy=allow_once_permission_policy,
     ) as t:
         assert t.process is not None
         pid = t.process.pid
@@ -157,7 +159,7 @@ async def test_our_client_drives_an_sdk_agent(tmp_path: Path) -> None:
         end = events[-1]
         assert isinstance(end, Complete) and (end.stop_reason, end.session_id) == ("end_turn", sid)
 
-        # the SDK agent asks permission; the default policy picks the allow option
+        # the SDK agent asks permission; the allow_once policy picks its allow option
         await t.prompt("permission please", [], 2)
         events = await until(t, ends(2))
         request = next(e for e in events if isinstance(e, PermissionRequest))

@@ -31,7 +31,6 @@ from acpfsm.adapters.acp.stdio import (
     PermissionPolicy,
     StdioConfig,
     StdioTransport,
-    allow_first_permission_policy,
     open_stdio_transport,
 )
 from acpfsm.adapters.classify import Call, authorizes_load_fallback, classify_error
@@ -61,7 +60,7 @@ from acpfsm.adapters.events import (
     is_turn_content,
 )
 from acpfsm.adapters.reference_agent import AGENT_NAME, FAULTS, reply_for
-from acpfsm.adapters.transport import AgentTransport
+from acpfsm.adapters.transport import AgentTransport, allow_once_permission_policy
 from acpfsm.statecharts.vocab import ErrorClass
 
 pytestmark = [pytest.mark.both_backends, pytest.mark.integration]
@@ -115,7 +114,7 @@ async def reference(
     config: StdioConfig = CONFIG,
     shutdown: ShutdownPolicy = FAST,
     sessions: Path | None = None,
-    permission_policy: PermissionPolicy = allow_first_permission_policy,
+    permission_policy: PermissionPolicy = allow_once_permission_policy,
     initialize: bool = True,
     session: bool = True,
     env: dict[str, str] | None = None,
@@ -868,7 +867,7 @@ async def test_symlink_race_through_the_reference_agent(
         f"{resolver}: {report['reads']} reads, {report['writes']} writes, {report['escaped']} escaped"
     )
     assert report["escaped"] == 0
-    assert report["reads"] > 20 and report["swaps"] > 0
+    assert report["reads"] > 0 and report["swaps"] > 0  # counts, never a rate: load varies
     assert report["inside_reads"] > 0 and sum(report["errors"].values()) > 0  # the race was on
 
 
@@ -915,6 +914,7 @@ COVERED = {
     "fs_bad_paths",
     "fs_huge_read",
     "fs_symlink_race",
+    "no_mcp_http",  # test_mcp_tools::test_an_agent_without_http_support_gets_no_tool_server
     *(shape[0] for shape in LOAD_SHAPES),
 }
 

@@ -15,7 +15,8 @@ carrier interleaves notifications with request answers (compared on their own be
 record is normalized, not excluded: a cancel's answer (``cancel_answered``, targetless) is
 applied after the lifecycle lock is taken again, so it lands on the stalled generation while
 it is still ``dispatched`` or just after its cancelled turn ended (``ended``), whichever the
-pump reaches first; both change nothing.
+pump reaches first; both change nothing, so it is compared without its states, in its place
+right after the generation's ``cancel_requested``.
 """
 
 from __future__ import annotations
@@ -101,9 +102,23 @@ async def _scenario(rt: Runtime, executor_id: str, ws: Path) -> list[Trace]:
         assert rt.get_execution(ref2.id).acp_session_id == acp_id
         await rt.stop(ref2.id, "done")
     return [
-        [_normalized(r) for r in rt.trace.for_execution(i) if r.chart not in EXCLUDED_CHARTS]
+        _canonical(
+            [_normalized(r) for r in rt.trace.for_execution(i) if r.chart not in EXCLUDED_CHARTS]
+        )
         for i in ids
     ]
+
+
+def _canonical(trace: Trace) -> Trace:
+    """Each normalized ``cancel_answered`` moved right after its ``cancel_requested``."""
+    answers = [r for r in trace if r[2] == "cancel_answered" and r[3] == "*"]
+    out = [r for r in trace if r not in answers]
+    for answer in answers:
+        requested = [
+            i for i, r in enumerate(out) if r[2] == "cancel_requested" and r[1] == answer[1]
+        ]
+        out.insert(requested[-1] + 1 if requested else len(out), answer)
+    return out
 
 
 async def test_same_scenario_same_chart_traces(agentctl: AgentctlServer, tmp_path: Path) -> None:

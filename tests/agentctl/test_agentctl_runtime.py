@@ -23,6 +23,7 @@ from acpfsm.adapters.events import (
 )
 from acpfsm.adapters.transport import Attachment
 from acpfsm.runtime import PromptResult, SteerNotDispatched
+from acpfsm.runtime import events as le
 
 from .agentctl_server import AgentctlServer
 from .helpers import (
@@ -163,28 +164,20 @@ async def test_attachment_is_materialized(agentctl: AgentctlServer, tmp_path: Pa
 
 
 async def test_permission_requests_are_answered(agentctl: AgentctlServer, tmp_path: Path) -> None:
-    """agentctl relays the agent's permission request; the transport's policy answers it
-    with ``agent.permissions.respond`` (allow by default; here a policy that rejects)."""
-    asked: list[PermissionRequest] = []
-
-    async def reject(request: PermissionRequest) -> str | None:
-        asked.append(request)
-        return "reject_once"
-
-    token = agentctl.token()
-    allowing = AgentctlExecutor(url=agentctl.url, token=token, config=TEST_CONFIG)
-    rejecting = AgentctlExecutor(
-        url=agentctl.url, token=token, config=TEST_CONFIG, permission_policy=reject
-    )
-    async with make_runtime({"allow": allowing, "reject": rejecting}) as rt:
+    """agentctl relays the agent's permission request; the execution's policy answers it
+    with ``agent.permissions.respond`` (the reference profile's ``allow_once``; a spec's
+    ``reject``, which picks the reject option)."""
+    executor = AgentctlExecutor(url=agentctl.url, token=agentctl.token(), config=TEST_CONFIG)
+    async with make_runtime({"agentctl": executor}) as rt:
         with anyio.fail_after(30):
-            a = await rt.launch(spec(workspace(tmp_path, "a"), "allow"))
-            b = await rt.launch(spec(workspace(tmp_path, "b"), "reject"))
+            a = await rt.launch(spec(workspace(tmp_path, "a")))
+            b = await rt.launch(spec(workspace(tmp_path, "b"), permission_policy="reject"))
             allowed = await rt.prompt(a.id, "list files [[permission]]")
             assert "Ran `echo list files`." in allowed.agent_message
             assert published(rt, a.id, PermissionRequest)
             denied = await rt.prompt(b.id, "list files [[permission]]")
             assert "Permission denied for Run `echo list files`." in denied.agent_message
-            assert [r.permission_title for r in asked] == ["Run `echo list files`"]
+            (resolved,) = published(rt, b.id, le.PermissionResolved)
+            assert (resolved.option_id, resolved.decided_by) == ("reject_once", "policy")
             await rt.stop(a.id, "done")
             await rt.stop(b.id, "done")

@@ -36,6 +36,8 @@ def test_demo_runs_a_full_life(tmp_path: Path, backend: str) -> None:
     out = proc.stdout
     for step in ("Steer a running turn", "the cancel escalates", "Relaunch resumed", "Where each"):
         assert step in out
+    assert "the agent calls the app's count_words" in out
+    assert "Tool count_words returned: 7 words." in out
     assert "same ACP session: True" in out
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     events = {(r["chart"], r["event"]) for r in records}

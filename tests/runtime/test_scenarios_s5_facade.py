@@ -28,7 +28,9 @@ from acpfsm.runtime import (
     AgentProfile,
     ExecutionIdRequired,
     ExecutionNotFound,
+    ExecutorNotFound,
     LaunchSpec,
+    LaunchSpecError,
     ProfileNotFound,
     Runtime,
     Timeouts,
@@ -139,7 +141,8 @@ async def test_s139_launch_translation(time_scale: float, tmp_path: Path) -> Non
 
 async def test_s139_launch_propagates_the_backend_error(time_scale: float, tmp_path: Path) -> None:
     """The executor's failure to start the agent is the launch's error, unchanged, and no
-    execution is left behind; an unknown profile or executor is ProfileNotFound."""
+    execution is left behind; an unknown profile is ProfileNotFound, an unknown executor
+    ExecutorNotFound (both LaunchSpecErrors)."""
     failure = TransportClosed("failed to start agent: spawn unused: no such file")
 
     def cannot_start() -> MemoryTransport:
@@ -153,12 +156,15 @@ async def test_s139_launch_propagates_the_backend_error(time_scale: float, tmp_p
         assert rt.list_executions() == []
         with pytest.raises(ProfileNotFound):
             await rt.launch(launch_spec(str(tmp_path), agent_profile_id="nope"))
-        with pytest.raises(ProfileNotFound):
+        with pytest.raises(ExecutorNotFound) as unknown:
             await rt.launch(
                 LaunchSpec(
                     agent_profile_id="p1", executor_id="sprites", workspace=WorkspaceRef(path="/")
                 )
             )
+        assert isinstance(unknown.value, LaunchSpecError)
+        assert not isinstance(unknown.value, ProfileNotFound)
+        assert "unknown executor 'sprites'" in str(unknown.value)
         assert len(ex.opened) == 1
 
 
@@ -301,11 +307,11 @@ async def test_s145_get_execution_snapshot(time_scale: float, tmp_path: Path) ->
 
 
 async def test_s146_set_mcp_mode(time_scale: float, tmp_path: Path) -> None:
-    """``set_mcp_mode(id, "config")`` records the mode once (ACP fixes MCP servers at
-    session/new, so no request reaches the agent mid-session; it applies to the task's next
-    session). An unknown mode is Unsupported. An empty or unknown id is ExecutionNotFound
-    (Go passed the lifecycle's unwrapped ``not found`` / ``has no agentctl client`` through;
-    a Python session always has its transport between launch and stop)."""
+    """``set_mcp_mode(id, "config")`` records the mode; no ACP request reaches the agent (the
+    tool sets it switches are served over MCP, and a carrier without an MCP server of its own,
+    unlike agentctl, is not asked). An unknown mode is Unsupported. An empty id is
+    ExecutionIdRequired, an unknown one ExecutionNotFound (Go passed the lifecycle's unwrapped ``not found`` / ``has no agentctl
+    client`` through; a Python session always has its transport between launch and stop)."""
     ex = RecordingExecutor()
     async with runtime(ex, time_scale) as rt:
         ref = await rt.launch(launch_spec(str(tmp_path), mcp_mode="task"))

@@ -18,6 +18,9 @@ The first word of the prompt's text picks the script of the turn:
   tool-open        a tool call that never finishes, end_turn
   permission       session/request_permission; a chunk with the outcome; end_turn
   permission-hang  session/request_permission; after the answer, waits for session/cancel
+  permission-flood N  N session/request_permission at once; a chunk counting the answers by
+                   outcome ("permission-flood: 100 answered, cancelled 36, reject 64");
+                   end_turn
   hang             waits for session/cancel, then stopReason cancelled
   ignore-cancel    ignores session/cancel; ends (end_turn) only when another prompt arrives
   crash            writes to stderr and exits with code 3 mid-turn
@@ -112,6 +115,21 @@ def ask(method: str, params: dict) -> dict:
         while not _pending[msg_id]:
             _state_lock.wait()
         return _pending.pop(msg_id)
+
+
+def ask_many(method: str, params: list[dict]) -> list[dict]:
+    """Send agent→client requests all at once, then wait for every response."""
+    ids = []
+    for p in params:
+        with _state_lock:
+            _next_id[0] += 1
+            ids.append(_next_id[0])
+            _pending[ids[-1]] = {}
+        send({"jsonrpc": "2.0", "id": ids[-1], "method": method, "params": p})
+    with _state_lock:
+        while not all(_pending[i] for i in ids):
+            _state_lock.wait()
+        return [_pending.pop(i) for i in ids]
 
 
 def config_options() -> list[dict]:
@@ -253,6 +271,30 @@ def run_turn(msg_id, sid: str, prompt: list[dict]) -> None:
             end("cancelled")
         else:
             end()
+    elif word == "permission-flood":
+        count = int(text.split()[1])
+        answers = ask_many(
+            "session/request_permission",
+            [
+                {
+                    "sessionId": sid,
+                    "toolCall": {"toolCallId": f"t-{n}", "title": f"Run {n}", "kind": "execute"},
+                    "options": [
+                        {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                        {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+                    ],
+                }
+                for n in range(count)
+            ],
+        )
+        tally: dict[str, int] = {}
+        for answer in answers:
+            outcome = answer.get("result", {}).get("outcome", {})
+            label = outcome.get("optionId") or outcome.get("outcome", "error")
+            tally[label] = tally.get(label, 0) + 1
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(tally.items()))
+        chunk(sid, f"permission-flood: {len(answers)} answered, {counts}")
+        end()
     elif word == "hang":
         chunk(sid, "hanging")
         cancel.wait()

@@ -1,0 +1,139 @@
+"""One execution's failure stays in that execution.
+
+An execution's tasks (its event pump, session init, initial prompt, redials, cancels, and
+its transport's own tasks) run inside :meth:`~.session.ExecutionSession.run`, itself one task
+of the Runtime's task group. Anything they raise once the agent is started (the executor's
+teardown failing, the transport unable to encode what it was given, a bug, an
+:class:`~acpfsm.statecharts.IllegalTransition`) would cancel every other execution and leave
+the Runtime. :class:`CrashGuard` catches it at the edge of the execution instead, and so does
+every facade call on the execution for what is not a typed error of ours (a ``ChartError``
+is a bug, so it counts).
+
+A crash is a fact for the Execution chart (``execution_crashed``: FAILED, ``agent.failed``
+phase ``crash``); the live turn is released as on a lost stream, the AgentStream chart is
+closed, pending permission requests are cancelled, and the execution's tasks end (its
+transport is closed). Callers waiting on it get :class:`~acpfsm.runtime.errors.ExecutionCrashed`
+(``__cause__``: the failure). Other executions are not touched; the execution stays listed
+(FAILED) until it is stopped. Cancellation from outside, ``KeyboardInterrupt`` and
+``SystemExit`` are not failures of the execution: they propagate.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+import anyio
+
+from acpfsm.adapters.errors import AcpfsmError
+from acpfsm.statecharts import ChartError
+
+from ..errors import ExecutionCrashed
+
+if TYPE_CHECKING:
+    from .session import ExecutionSession
+
+__all__ = ["CrashGuard", "first_failure"]
+
+log = logging.getLogger("acpfsm.runtime")
+
+_T = TypeVar("_T")
+
+_RELEASE_BOUND = 10.0
+"""How long releasing a crashed execution's waiters may take (the locks it needs)."""
+
+
+def first_failure(exc: BaseException) -> BaseException:
+    """The first leaf of a (nested) exception group, else ``exc`` itself."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _split(exc: BaseException) -> tuple[BaseException | None, BaseException | None]:
+    """``(failure, rest)``: the failures of the execution (any ``Exception``) and what must
+    propagate (cancellation, ``KeyboardInterrupt``, ``SystemExit``)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(Exception)
+    if isinstance(exc, Exception):
+        return exc, None
+    return None, exc
+
+
+class CrashGuard:
+    """Contains the failures of one execution (see the module docstring)."""
+
+    def __init__(self, session: ExecutionSession) -> None:
+        self.session = session
+
+    @property
+    def error(self) -> ExecutionCrashed | None:
+        """The crash, once the execution has crashed."""
+        return self.session.ctx.crashed
+
+    async def contain(self, exc: BaseException, where: str) -> BaseException | None:
+        """``exc`` left the execution's tasks: its failures crash the execution; returns
+        what must still propagate (``None`` when nothing)."""
+        failure, rest = _split(exc)
+        if failure is not None:
+            await self.crashed(failure, where)
+        return rest
+
+    async def call(self, where: str, operation: Callable[[], Awaitable[_T]]) -> _T:
+        """Run a facade operation on the execution: a typed error of ours propagates as it
+        is; anything else (and a ``ChartError``, a bug) crashes the execution and raises
+        :class:`ExecutionCrashed` from it."""
+        try:
+            return await operation()
+        except AcpfsmError as exc:
+            if not isinstance(exc, ChartError):
+                raise
+            raise await self.crashed(exc, where) from exc
+        except Exception as exc:
+            raise await self.crashed(exc, where) from exc
+
+    async def crashed(self, failure: BaseException, where: str) -> ExecutionCrashed:
+        """Make the execution FAILED, release whoever waits on it, end its tasks."""
+        session = self.session
+        ctx = session.ctx
+        if ctx.crashed is not None:
+            log.error("execution %s failed again in %s", ctx.id, where, exc_info=failure)
+            return ctx.crashed
+        leaf = first_failure(failure)
+        message = f"execution crashed ({where}): {type(leaf).__name__}: {leaf}"
+        error = ExecutionCrashed(message, execution_id=ctx.id)
+        error.__cause__ = failure
+        ctx.crashed = error
+        log.error("execution %s crashed in %s", ctx.id, where, exc_info=failure)
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(_RELEASE_BOUND):
+                try:
+                    await self._fail(message)
+                except Exception as second:  # the charts themselves are broken: a bug
+                    log.error("execution %s: releasing its waiters failed", ctx.id, exc_info=second)
+            self._release(message)
+        session.stop_tasks()
+        return error
+
+    async def _fail(self, message: str) -> None:
+        session = self.session
+        ctx = session.ctx
+        session.permissions.close("the execution crashed")
+        await session.status.fire("execution_crashed", error=message)
+        async with ctx.lifecycle_lock:
+            await session.turns.stream_lost(message)
+        await session.stream.close()
+
+    def _release(self, message: str) -> None:
+        """Whatever the charts could not release is released here, so nobody waits on a
+        crashed execution forever (its waiters raise the crash)."""
+        session = self.session
+        ctx = session.ctx
+        if not ctx.error_message:  # e.g. a teardown that failed after STOPPED
+            ctx.set_failed(message)
+        session.init.admission.set()
+        for generation in session.turns.generations.values():
+            generation.sent.set()
+            generation.done.set()
+            generation.turn_over.set()

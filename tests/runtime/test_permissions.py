@@ -1,0 +1,271 @@
+"""The permission API over the in-memory transport: a policy per execution (``reject`` by
+default, ``allow_once``, ``ask``), the app's answers through ``Runtime.respond_permission``,
+the bound, the end of the turn, and what a hostile agent or a careless app tries (unknown
+options, floods, late and second answers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from acpfsm.adapters.events import PermissionOption, PermissionRequest
+from acpfsm.adapters.memory import MemoryTransport
+from acpfsm.runtime import (
+    AgentProfile,
+    ExecutionNotFound,
+    LaunchSpecError,
+    PermissionAlreadyResolved,
+    PermissionAnswerError,
+    PermissionOptionNotOffered,
+    PermissionRequestNotFound,
+    Runtime,
+    reference_profile,
+)
+from acpfsm.runtime import events as le
+from acpfsm.runtime.session.permissions import MAX_PENDING
+
+from .memory_runtime import PROFILE, MemoryExecutor, make_runtime, session_of, spec, wait_until
+
+pytestmark = pytest.mark.both_backends
+
+# "rm -rf /" offering the dangerous option first
+OPTIONS = [
+    PermissionOption(option_id="always", name="Always allow", kind="allow_always"),
+    PermissionOption(option_id="once", name="Allow once", kind="allow_once"),
+    PermissionOption(option_id="no", name="Reject", kind="reject_once"),
+    PermissionOption(option_id="never", name="Always reject", kind="reject_always"),
+]
+
+
+def ask(rid: str, generation: int = 0, options: list[PermissionOption] = OPTIONS) -> Any:
+    return PermissionRequest(
+        request_id=rid,
+        prompt_generation=generation,
+        tool_call_id=f"call-{rid}",
+        permission_title="Run `rm -rf /`",
+        permission_options=options,
+        tool_kind="execute",
+        raw_input={"command": ["rm", "-rf", "/"]},
+    )
+
+
+def events_of(rt: Runtime, execution_id: str, kind: type[Any]) -> list[Any]:
+    return [e for e in session_of(rt, execution_id).hub._backlog if isinstance(e, kind)]
+
+
+def resolved(rt: Runtime, execution_id: str) -> dict[str, le.PermissionResolved]:
+    return {e.request_id: e for e in events_of(rt, execution_id, le.PermissionResolved)}
+
+
+async def answered(transport: MemoryTransport, count: int) -> None:
+    await wait_until(lambda: len(transport.permission_answers) >= count)
+
+
+def runtime(time_scale: float, **kw: Any) -> tuple[MemoryExecutor, Runtime]:
+    ex = MemoryExecutor()
+    return ex, make_runtime(ex, time_scale=time_scale, **kw)
+
+
+async def test_every_profile_but_the_reference_agent_rejects_by_default(
+    time_scale: float,
+) -> None:
+    """A profile's default is ``reject``: the reject option is chosen even when an allow
+    option is listed first, ``cancelled`` when no reject option is offered; each automatic
+    answer is published with who decided and why."""
+    assert PROFILE.permission_policy == "reject"
+    assert reference_profile().permission_policy == "allow_once"
+    ex, rt = runtime(time_scale)
+    async with rt, anyio.create_task_group() as tg:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        tg.start_soon(ex.last.request_permission, ask("r1"))
+        await answered(ex.last, 1)
+        tg.start_soon(ex.last.request_permission, ask("r2", options=OPTIONS[:2]))
+        await answered(ex.last, 2)
+        assert ex.last.permission_answers == [("r1", "no"), ("r2", None)]
+        (requested, _) = events_of(rt, ref.id, le.PermissionRequested)
+        assert requested.execution_id == ref.id and requested.policy == "reject"
+        assert requested.tool_call == le.PermissionToolCall(
+            tool_call_id="call-r1",
+            title="Run `rm -rf /`",
+            kind="execute",
+            raw_input={"command": ["rm", "-rf", "/"]},
+        )
+        assert [o.option_id for o in requested.options] == ["always", "once", "no", "never"]
+        r1, r2 = resolved(rt, ref.id)["r1"], resolved(rt, ref.id)["r2"]
+        assert (r1.outcome, r1.option_id, r1.option_kind, r1.decided_by) == (
+            "selected",
+            "no",
+            "reject_once",
+            "policy",
+        )
+        assert (r2.outcome, r2.option_id, r2.decided_by) == ("cancelled", "", "policy")
+        assert "reject" in r1.reason
+        await rt.stop(ref.id, "done")
+
+
+async def test_allow_once_never_allows_always(time_scale: float) -> None:
+    ex, rt = runtime(time_scale)
+    async with rt, anyio.create_task_group() as tg:
+        ref = await rt.launch(spec(permission_policy="allow_once"))
+        await rt.wait_ready(ref.id)
+        tg.start_soon(ex.last.request_permission, ask("r1"))
+        await answered(ex.last, 1)
+        only_always = [OPTIONS[0], OPTIONS[3]]
+        tg.start_soon(ex.last.request_permission, ask("r2", options=only_always))
+        await answered(ex.last, 2)
+        assert ex.last.permission_answers == [("r1", "once"), ("r2", "never")]
+        assert resolved(rt, ref.id)["r2"].decided_by == "policy"
+        await rt.stop(ref.id, "done")
+
+
+async def test_ask_publishes_the_request_and_takes_the_apps_answer(time_scale: float) -> None:
+    ex, rt = runtime(time_scale)
+    async with rt, anyio.create_task_group() as tg:
+        ref = await rt.launch(spec(permission_policy="ask"))
+        await rt.wait_ready(ref.id)
+        async with rt.subscribe_events(ref.id) as events:
+            tg.start_soon(ex.last.request_permission, ask("r1"))
+            async for event in events:
+                if isinstance(event, le.PermissionRequested):
+                    break
+        assert event.request_id == "r1" and event.policy == "ask"
+        assert event.expires_in == Runtime().timeouts.permission_wait * time_scale
+        assert session_of(rt, ref.id).permissions.pending == ["r1"]
+        # an option the request does not offer: refused, the request still waits
+        with pytest.raises(PermissionOptionNotOffered) as info:
+            await rt.respond_permission(ref.id, "r1", "yes-please")
+        assert isinstance(info.value, PermissionAnswerError)
+        assert (info.value.execution_id, info.value.request_id) == (ref.id, "r1")
+        assert "offered: always, once, no, never" in str(info.value)
+        with pytest.raises(PermissionOptionNotOffered):
+            await rt.respond_permission(ref.id, "r1", None)  # type: ignore[arg-type]
+        assert not ex.last.permission_answers
+        await rt.respond_permission(ref.id, "r1", "once")
+        await answered(ex.last, 1)
+        assert ex.last.permission_answers == [("r1", "once")]
+        r1 = resolved(rt, ref.id)["r1"]
+        assert (r1.option_id, r1.option_kind, r1.decided_by) == ("once", "allow_once", "app")
+        # answering twice, a request never asked, an unknown execution
+        with pytest.raises(PermissionAlreadyResolved) as again:
+            await rt.respond_permission(ref.id, "r1", "no")
+        assert "app" in again.value.resolution
+        with pytest.raises(PermissionRequestNotFound):
+            await rt.respond_permission(ref.id, "r-never", "no")
+        with pytest.raises(ExecutionNotFound):
+            await rt.respond_permission("nope", "r1", "no")
+        assert ex.last.permission_answers == [("r1", "once")]
+        await rt.stop(ref.id, "done")
+
+
+async def test_an_unanswered_request_is_refused_at_its_bound(
+    time_scale: float, autojump_clock: object
+) -> None:
+    ex, rt = runtime(time_scale)
+    async with rt, anyio.create_task_group() as tg:
+        ref = await rt.launch(spec(permission_policy="ask"))
+        await rt.wait_ready(ref.id)
+        tg.start_soon(ex.last.request_permission, ask("r1"))
+        await anyio.sleep(301 * time_scale)  # Timeouts.permission_wait is 300 s
+        await answered(ex.last, 1)
+        assert ex.last.permission_answers == [("r1", "no")]
+        r1 = resolved(rt, ref.id)["r1"]
+        assert (r1.outcome, r1.option_id, r1.decided_by) == ("selected", "no", "timeout")
+        with pytest.raises(PermissionAlreadyResolved, match="timeout"):
+            await rt.respond_permission(ref.id, "r1", "once")
+        await rt.stop(ref.id, "done")
+
+
+async def test_the_end_of_its_turn_cancels_a_request(time_scale: float) -> None:
+    """A request still waiting when its turn ends is answered ``cancelled``; one that comes
+    after its turn ended is cancelled at once; a late answer is told so."""
+    ex, rt = runtime(time_scale)
+    async with rt, anyio.create_task_group() as tg:
+        ref = await rt.launch(spec(permission_policy="ask"))
+        await rt.wait_ready(ref.id)
+        await rt.prompt(ref.id, "go", dispatch_only=True)  # generation 1 runs
+        tg.start_soon(ex.last.request_permission, ask("r1", generation=1))
+        await wait_until(lambda: session_of(rt, ref.id).permissions.pending == ["r1"])
+        ex.last.complete(1)
+        await answered(ex.last, 1)
+        assert ex.last.permission_answers == [("r1", None)]
+        r1 = resolved(rt, ref.id)["r1"]
+        assert (r1.outcome, r1.decided_by) == ("cancelled", "turn_ended")
+        with pytest.raises(PermissionAlreadyResolved, match="turn_ended"):
+            await rt.respond_permission(ref.id, "r1", "once")
+        # the agent asks again for a turn that is over
+        tg.start_soon(ex.last.request_permission, ask("r2", generation=1))
+        await answered(ex.last, 2)
+        assert ex.last.permission_answers[1] == ("r2", None)
+        assert resolved(rt, ref.id)["r2"].decided_by == "turn_ended"
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_cancel_and_a_stop_withdraw_waiting_requests(time_scale: float) -> None:
+    ex, rt = runtime(time_scale)
+    async with rt, anyio.create_task_group() as tg:
+        ref = await rt.launch(spec(permission_policy="ask"))
+        await rt.wait_ready(ref.id)
+        async with anyio.create_task_group() as turn:
+            turn.start_soon(rt.prompt, ref.id, "go")
+            await wait_until(lambda: 1 in ex.last.running)
+            tg.start_soon(ex.last.request_permission, ask("r1", generation=1))
+            await wait_until(lambda: session_of(rt, ref.id).permissions.pending == ["r1"])
+            await rt.cancel(ref.id)
+        await answered(ex.last, 1)
+        assert ex.last.permission_answers == [("r1", None)]
+        assert resolved(rt, ref.id)["r1"].decided_by == "withdrawn"
+        tg.start_soon(ex.last.request_permission, ask("r2"))
+        await wait_until(lambda: session_of(rt, ref.id).permissions.pending == ["r2"])
+        async with rt.subscribe_events(ref.id) as events:
+            await rt.stop(ref.id, "done")
+            seen = [e async for e in events]
+        (r2,) = [e for e in seen if isinstance(e, le.PermissionResolved) and e.request_id == "r2"]
+        assert (r2.outcome, r2.decided_by, r2.reason) == (
+            "cancelled",
+            "withdrawn",
+            "the execution stopped",
+        )
+        await answered(ex.last, 2)
+
+
+async def test_a_flood_of_requests_is_bounded(time_scale: float) -> None:
+    """A flood: at most MAX_PENDING requests wait, the others are refused at once (each
+    visibly); a duplicate id is refused; every request gets exactly one answer."""
+    ex, rt = runtime(time_scale)
+    flood = MAX_PENDING + 200
+    async with rt, anyio.create_task_group() as tg:
+        ref = await rt.launch(spec(permission_policy="ask"))
+        await rt.wait_ready(ref.id)
+        for n in range(flood):
+            tg.start_soon(ex.last.request_permission, ask(f"r{n}"))
+        await answered(ex.last, flood - MAX_PENDING)
+        broker = session_of(rt, ref.id).permissions
+        assert len(broker.pending) == MAX_PENDING
+        refused = [r for r in resolved(rt, ref.id).values() if r.decided_by == "limit"]
+        assert len(refused) == flood - MAX_PENDING
+        assert {r.option_id for r in refused} == {"no"}
+        waiting = broker.pending[0]
+        tg.start_soon(ex.last.request_permission, ask(waiting))  # the same id again
+        await answered(ex.last, flood - MAX_PENDING + 1)
+        assert ex.last.permission_answers[-1] == (waiting, "no")
+        for rid in list(broker.pending):
+            await rt.respond_permission(ref.id, rid, "once")
+        await answered(ex.last, flood + 1)
+        answers = [rid for rid, _ in ex.last.permission_answers]
+        assert sorted(answers) == sorted([*(f"r{n}" for n in range(flood)), waiting])
+        assert broker.pending == []
+        await rt.stop(ref.id, "done")
+
+
+async def test_an_unknown_policy_is_refused_at_launch(time_scale: float) -> None:
+    bad = AgentProfile(id="bad", command=("unused",), permission_policy="yolo")  # type: ignore[arg-type]
+    ex, rt = runtime(time_scale, profiles=(PROFILE, bad))
+    async with rt:
+        with pytest.raises(LaunchSpecError, match="unknown permission policy 'yolo'"):
+            await rt.launch(spec(permission_policy="yolo"))
+        with pytest.raises(LaunchSpecError, match="unknown permission policy 'yolo'"):
+            await rt.launch(spec(agent_profile_id="bad"))
+        assert rt.list_executions() == [] and ex.transports == []

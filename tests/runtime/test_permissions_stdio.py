@@ -1,0 +1,206 @@
+"""The permission API over stdio, against the reference agent as a real subprocess: its
+``[[permission]]`` directive asks before "running" a command, ``permission_reject_first``
+lists the reject options first. Every agent but the reference agent's profile is refused by
+default; ``ask`` lets the app decide; a late or second answer, an unknown option, a cancel
+and a short bound end well."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from acpfsm.adapters.acp.process import ShutdownPolicy
+from acpfsm.adapters.acp.stdio import StdioConfig
+from acpfsm.adapters.events import PermissionCancelled, PermissionRequest
+from acpfsm.runtime import (
+    AgentProfile,
+    LaunchSpec,
+    PermissionAlreadyResolved,
+    PermissionOptionNotOffered,
+    PromptResult,
+    Runtime,
+    StdioExecutor,
+    Timeouts,
+    WorkspaceRef,
+    reference_profile,
+)
+from acpfsm.runtime import events as le
+from acpfsm.runtime.session.permissions import MAX_PENDING
+
+pytestmark = [pytest.mark.both_backends, pytest.mark.integration]
+
+FAST_SHUTDOWN = ShutdownPolicy(stdin_close_wait=1.0, term_wait=1.0, kill_wait=1.0)
+REFERENCE = reference_profile("--delay", "0.001")
+# the same agent under a profile of one's own: no permission_policy given
+OTHER = AgentProfile(id="other-agent", command=REFERENCE.command)
+FAKE_AGENT = Path(__file__).parents[1] / "adapters" / "fake_agents" / "fake_acp_agent.py"
+FLOODER = AgentProfile(id="flooder", command=(sys.executable, str(FAKE_AGENT)))
+DENIED = "Permission denied for Run `echo list files`."
+RAN = "Ran `echo list files`."
+
+
+def make_runtime(permission_wait: float = 300.0) -> Runtime:
+    return Runtime(
+        profiles=[REFERENCE, OTHER, FLOODER],
+        executors={
+            "stdio": StdioExecutor(config=StdioConfig(cancel_timeout=2.0), shutdown=FAST_SHUTDOWN)
+        },
+        timeouts=Timeouts(cancel_wait=5.0, cancel_escalation=1.0, permission_wait=permission_wait),
+    )
+
+
+def spec(ws: Path, profile: str = "reference", **kw: Any) -> LaunchSpec:
+    return LaunchSpec(
+        agent_profile_id=profile, executor_id="stdio", workspace=WorkspaceRef(path=str(ws)), **kw
+    )
+
+
+def backlog(rt: Runtime, execution_id: str, kind: type[Any]) -> list[Any]:
+    return [e for e in rt._session(execution_id).hub._backlog if isinstance(e, kind)]
+
+
+async def next_request(rt: Runtime, execution_id: str, seen: int = 0) -> le.PermissionRequested:
+    with anyio.fail_after(20):
+        while len(requests := backlog(rt, execution_id, le.PermissionRequested)) <= seen:
+            await anyio.sleep(0.01)
+    request: le.PermissionRequested = requests[seen]
+    return request
+
+
+async def test_by_default_only_the_reference_agent_may_act(tmp_path: Path) -> None:
+    async with make_runtime() as rt:
+        with anyio.fail_after(30):
+            mine = await rt.launch(spec(tmp_path, "reference"))
+            other = await rt.launch(spec(tmp_path, "other-agent"))
+            assert RAN in (await rt.prompt(mine.id, "list files [[permission]]")).agent_message
+            refused = await rt.prompt(other.id, "list files [[permission]]")
+            assert DENIED in refused.agent_message
+            (resolved,) = backlog(rt, other.id, le.PermissionResolved)
+            assert (resolved.option_id, resolved.option_kind, resolved.decided_by) == (
+                "reject_once",
+                "reject_once",
+                "policy",
+            )
+            # options listed reject first: allow_once still picks allow_once, reject reject_once
+            prompt = "list files [[fault:permission_reject_first]] [[permission]]"
+            assert RAN in (await rt.prompt(mine.id, prompt)).agent_message
+            assert DENIED in (await rt.prompt(other.id, prompt)).agent_message
+            kinds = [
+                o.kind for o in backlog(rt, other.id, PermissionRequest)[-1].permission_options
+            ]
+            assert kinds == ["reject_once", "reject_always", "allow_once", "allow_always"]
+            chosen = [r.option_id for r in backlog(rt, mine.id, le.PermissionResolved)]
+            assert chosen == ["allow_once", "allow_once"]  # never allow_always
+            await rt.stop(mine.id, "done")
+            await rt.stop(other.id, "done")
+
+
+async def test_ask_lets_the_app_decide(tmp_path: Path) -> None:
+    async with make_runtime() as rt, anyio.create_task_group() as tg:
+        with anyio.fail_after(30):
+            ref = await rt.launch(spec(tmp_path, "other-agent", permission_policy="ask"))
+            await rt.wait_ready(ref.id)
+            results: list[PromptResult] = []
+
+            async def prompt(text: str) -> None:
+                results.append(await rt.prompt(ref.id, text))
+
+            tg.start_soon(prompt, "list files [[permission]]")
+            request = await next_request(rt, ref.id)
+            assert request.tool_call.title == "Run `echo list files`"
+            assert request.tool_call.kind == "execute"
+            assert request.tool_call.raw_input == {"command": ["echo", "list", "files"]}
+            assert request.prompt_generation == 1
+            with pytest.raises(PermissionOptionNotOffered):
+                await rt.respond_permission(ref.id, request.request_id, "allow_everything")
+            await rt.respond_permission(ref.id, request.request_id, "allow_once")
+            with pytest.raises(PermissionAlreadyResolved):  # answering twice
+                await rt.respond_permission(ref.id, request.request_id, "reject_once")
+            await wait_for(lambda: len(results) == 1)
+            assert RAN in results[0].agent_message
+            # reject_always: the agent remembers it and asks no more for this kind
+            tg.start_soon(prompt, "list files [[permission]]")
+            request = await next_request(rt, ref.id, seen=1)
+            await rt.respond_permission(ref.id, request.request_id, "reject_always")
+            await wait_for(lambda: len(results) == 2)
+            assert DENIED in results[1].agent_message
+            third = await rt.prompt(ref.id, "list files [[permission]]")
+            assert DENIED in third.agent_message
+            assert len(backlog(rt, ref.id, le.PermissionRequested)) == 2
+            await rt.stop(ref.id, "done")
+
+
+async def test_a_cancel_withdraws_the_question_and_a_late_answer_is_refused(
+    tmp_path: Path,
+) -> None:
+    async with make_runtime() as rt, anyio.create_task_group() as tg:
+        with anyio.fail_after(30):
+            ref = await rt.launch(spec(tmp_path, "other-agent", permission_policy="ask"))
+            await rt.wait_ready(ref.id)
+            results: list[PromptResult] = []
+
+            async def prompt() -> None:
+                results.append(await rt.prompt(ref.id, "list files [[permission]]"))
+
+            tg.start_soon(prompt)
+            request = await next_request(rt, ref.id)
+            await rt.cancel(ref.id)
+            await wait_for(lambda: len(results) == 1)
+            assert results[0].stop_reason == "cancelled"
+            (resolved,) = backlog(rt, ref.id, le.PermissionResolved)
+            assert (resolved.outcome, resolved.decided_by) == ("cancelled", "withdrawn")
+            assert backlog(rt, ref.id, PermissionCancelled)
+            with pytest.raises(PermissionAlreadyResolved, match="withdrawn"):
+                await rt.respond_permission(ref.id, request.request_id, "allow_once")
+            # the execution goes on
+            assert "Reference reply" in (await rt.prompt(ref.id, "hello")).agent_message
+            await rt.stop(ref.id, "done")
+
+
+async def test_an_unanswered_question_is_refused_at_the_bound(tmp_path: Path) -> None:
+    async with make_runtime(permission_wait=0.5) as rt:
+        with anyio.fail_after(30):
+            ref = await rt.launch(spec(tmp_path, "other-agent", permission_policy="ask"))
+            result = await rt.prompt(ref.id, "list files [[permission]]")
+            assert DENIED in result.agent_message
+            (resolved,) = backlog(rt, ref.id, le.PermissionResolved)
+            assert (resolved.option_id, resolved.decided_by) == ("reject_once", "timeout")
+            await rt.stop(ref.id, "done")
+
+
+async def wait_for(predicate: Any) -> None:
+    while not predicate():
+        await anyio.sleep(0.01)
+
+
+async def test_a_flood_of_questions_is_bounded_and_each_is_answered_once(tmp_path: Path) -> None:
+    """An agent that asks 100 questions at once: MAX_PENDING wait for the app, the rest are
+    refused at once (visibly); the app answers the waiting ones; the agent gets exactly one
+    answer per question."""
+    flood = MAX_PENDING + 36
+    async with make_runtime() as rt, anyio.create_task_group() as tg:
+        with anyio.fail_after(30):
+            ref = await rt.launch(spec(tmp_path, "flooder", permission_policy="ask"))
+            await rt.wait_ready(ref.id)
+            results: list[PromptResult] = []
+
+            async def prompt() -> None:
+                results.append(await rt.prompt(ref.id, f"permission-flood {flood}"))
+
+            tg.start_soon(prompt)
+            await wait_for(lambda: len(backlog(rt, ref.id, le.PermissionRequested)) == flood)
+            broker = rt._session(ref.id).permissions
+            await wait_for(lambda: len(broker.pending) == MAX_PENDING)
+            for rid in broker.pending:
+                await rt.respond_permission(ref.id, rid, "allow")
+            await wait_for(lambda: len(results) == 1)
+            assert results[0].agent_message == (
+                f"permission-flood: {flood} answered, allow {MAX_PENDING}, reject {flood - MAX_PENDING}"
+            )
+            by = [r.decided_by for r in backlog(rt, ref.id, le.PermissionResolved)]
+            assert sorted(set(by)) == ["app", "limit"] and len(by) == flood
+            await rt.stop(ref.id, "done")

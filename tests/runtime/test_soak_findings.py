@@ -1,0 +1,86 @@
+"""What the soak found, each pinned by a test that failed before the fix.
+
+* A flood of events (5,000 reasoning chunks) from one agent, with fifty executions sharing the
+  event loop, took longer than the soak's 30 s bound: the event queue yielded to every other
+  task before each event. It now yields once per batch.
+* The reply text of a turn that a successor superseded, read late, went into the successor's
+  reply (cross-talk).
+"""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from acpfsm.adapters.events import MessageChunk
+from acpfsm.adapters.memory import MemoryTransport
+from acpfsm.adapters.transport import EventQueue
+
+from .memory_runtime import MemoryExecutor, make_runtime, spec, wait_until
+
+pytestmark = pytest.mark.both_backends
+
+
+async def test_a_burst_of_events_is_consumed_in_a_few_scheduling_rounds() -> None:
+    queue: EventQueue[int] = EventQueue(batch=64)
+    for i in range(1000):
+        queue.put(i)
+    queue.close()
+    rounds = 0
+    draining = True
+
+    async def another_task() -> None:
+        nonlocal rounds
+        while draining:
+            rounds += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(another_task)
+        await anyio.lowlevel.checkpoint()
+        got = [item async for item in queue]
+        draining = False
+    assert got == list(range(1000))
+    assert rounds <= 1000 // 64 + 3  # was about one round per item
+
+
+async def test_a_cancelled_consumer_stops_at_once() -> None:
+    queue: EventQueue[int] = EventQueue(batch=64)
+    for i in range(100):
+        queue.put(i)
+    seen: list[int] = []
+    with anyio.CancelScope() as scope:
+        async for item in queue:
+            seen.append(item)
+            if item == 10:
+                scope.cancel()
+    assert seen == list(range(11))
+    assert len(queue) == 89
+
+
+async def test_late_text_of_a_superseded_turn_is_not_the_next_reply(time_scale: float) -> None:
+    ex = MemoryExecutor(lambda: MemoryTransport())
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        transport = ex.last
+        results = []
+
+        async def prompt(text: str) -> None:
+            results.append(await rt.prompt(ref.id, text))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(prompt, "one")
+            await wait_until(lambda: 1 in transport.running)
+            transport.emit(MessageChunk(prompt_generation=1, text="reply one"))
+            transport.complete(1)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(prompt, "two")
+            await wait_until(lambda: 2 in transport.running)
+            # generation 1's text read late (e.g. queued behind a flood)
+            transport.emit(MessageChunk(prompt_generation=1, text=" LATE"))
+            transport.emit(MessageChunk(prompt_generation=2, text="reply two"))
+            transport.complete(2)
+        assert [r.agent_message for r in results] == ["reply one", "reply two"]
+        await rt.stop(ref.id, "done")
