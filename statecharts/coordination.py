@@ -80,6 +80,11 @@ COORDINATION: tuple[Rule, ...] = (
         ("generation", "error", "shutting_down"),
     ),
     Rule("prompt_generation", "cancel_escalated", "execution", "cancel_escalated", ("generation",)),
+    # a turn that went to the agent keeps the execution RUNNING: dispatched, or abandoned or
+    # escalated while its request was in flight (READY may have been entered meanwhile)
+    Rule("prompt_generation", "dispatched", "execution", "turn_dispatched"),
+    Rule("prompt_generation", "abandoned", "execution", "turn_dispatched"),
+    Rule("prompt_generation", "escalating", "execution", "turn_dispatched"),
     Rule("prompt_generation", "undelivered", "execution", "turn_undelivered", ("generation",)),
     Rule("prompt_generation", "withdrawn", "execution", "turn_undelivered", ("generation",)),
     Rule("prompt_generation", "disconnected", "execution", "stream_lost", ("generation", "error")),

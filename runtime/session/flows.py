@@ -1,5 +1,6 @@
 """What the drivers do next: the flow effects, the facts each one makes possible, and the
-routing of the agent's facts. Plain data and small pure functions, declared once.
+decisions the drivers take between two chart steps. Plain data and small pure functions,
+declared once.
 
 Theory of operation
 -------------------
@@ -10,24 +11,27 @@ with a bound (``hold_barrier``, ``await_dispatch``, ``arm_cancel_wait``, ``await
 (``send_cancel``, ``dispatch_steer``, ``redial``), or stop (``skip_dispatch``,
 ``barrier_failed``, ``steer_refused``, ``report_escalation`` …). :data:`FLOW` declares each
 one: the chart that returns it, what the flow waits for, the fact fired when that happens
-(``then``) and the fact fired when the bound expires (``expired``). The drivers
-(:mod:`.prompting`, :mod:`.cancelling`, :mod:`.stream`, :mod:`.turns`) pick their next event
-from it, and ``acpfsm verify`` (:mod:`acpfsm.runtime.tools.verify`) turns every entry into the
-environment's possible next actions: a bounded wait is a timer that may fire at any point.
+(``then``) and the fact fired when the bound expires (``expired``).
 
-The answers to the runtime's requests become facts the same way (:func:`cancel_answer`,
-:func:`trigger_fact`), and the agent's facts are routed by small functions the drivers call:
-which generation a completion goes to (:func:`completion_route`), when a generation-0
-completion ends a wakeup turn instead (:func:`ends_wakeup`), what a lost stream tells the
-charts (:func:`loss_data`, :func:`loss_followup`), and whether the execution accepts a prompt
-(:func:`accepts_prompts`).
+Everything a driver decides between two steps is a function here, and the drivers
+(:mod:`.prompting`, :mod:`.steering`, :mod:`.cancelling`, :mod:`.stream`, :mod:`.turns`,
+:mod:`.pump`) call it: which flow effect a cancel acts on next (:func:`cancel_next`), what a
+prompt request's answer is for the chart (:func:`trigger_fact`) and what the prompt does after
+an unreachable agent (:func:`after_unreachable`), whether the execution admits a prompt
+(:func:`accepts_prompts`, :func:`admits`), which generation a completion goes to
+(:func:`completion_route`) and when a generation-0 end is a wakeup turn's instead
+(:func:`ends_wakeup`, :func:`wakeup_fact`), what a lost stream tells the charts
+(:func:`loss_data`, :func:`loss_followup`). ``acpfsm verify``
+(:mod:`acpfsm.runtime.tools.verify`) calls the same functions and reads the same table, with
+every wait, request and timer replaced by the environment's possible answers: so the model it
+explores and the runtime take the same decisions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from acpfsm.statecharts import Effect
 from acpfsm.statecharts.coordination import Fired
@@ -39,13 +43,17 @@ __all__ = [
     "TRIGGER_ANSWERS",
     "Flow",
     "accepts_prompts",
+    "admits",
+    "after_unreachable",
     "cancel_answer",
+    "cancel_next",
     "completion_route",
     "ends_wakeup",
     "flow_effects",
     "loss_data",
     "loss_followup",
     "trigger_fact",
+    "wakeup_fact",
     "wants",
 ]
 
@@ -127,7 +135,8 @@ FLOW: Mapping[str, Flow] = {
         then="waiter_returned",
         expired="escalation_wait_timed_out",
         bound="cancel_escalation",
-        meaning="the escalation waits for the released prompt call to return",
+        meaning="the escalation waits for the released prompt call to return, then the "
+        "canceller raises CancelEscalated",
     ),
     "report_escalation": Flow(_PG, meaning="the canceller raises CancelEscalated"),
     # --- steer ---------------------------------------------------------------------------
@@ -175,9 +184,19 @@ def wants(fired: Sequence[Fired], name: str) -> Effect | None:
     return None
 
 
+# --- admission ------------------------------------------------------------------------------
+
+
 def accepts_prompts(fired: Sequence[Fired]) -> bool:
-    """The Execution chart's answer to ``prompt_requested`` (validateStatus)."""
-    return wants(fired, "refuse_prompt") is None
+    """The Execution chart's answer to ``prompt_requested`` (validateStatus): ``fired`` is
+    empty when the chart has ended (STOPPED: the execution is removed), which refuses too."""
+    return bool(fired) and wants(fired, "refuse_prompt") is None
+
+
+def admits(execution_ended: bool) -> bool:
+    """BeginPrompt re-checks, under the lifecycle lock, that the execution is still there: a
+    stop that came between the status check and the admission refuses the prompt (R24)."""
+    return not execution_ended
 
 
 #: BeginPrompt: the current generation receives the first, the execution the second.
@@ -193,9 +212,35 @@ CANCEL_ANSWERS: Mapping[str, tuple[bool, bool]] = {
 }
 
 
-def cancel_answer(acknowledged: bool, stream_disconnected: bool) -> dict[str, bool]:
-    """``cancel_answered``'s data."""
-    return {"acknowledged": acknowledged, "stream_disconnected": stream_disconnected}
+def cancel_answer(acknowledged: bool, stream_disconnected: bool) -> dict[str, Any]:
+    """``cancel_answered``'s data (``error``: what an abandoned turn ends with when the
+    stream is gone)."""
+    return {
+        "acknowledged": acknowledged,
+        "stream_disconnected": stream_disconnected,
+        "error": "agent stream disconnected: the cancel got no answer",
+    }
+
+
+# the flow effects a cancel acts on, after each of its steps (CancelAgent, escalateStuckCancel)
+_CANCEL_FOLLOW = ("escalate_idle", "report_escalation", "await_waiter", "arm_cancel_wait")
+_CANCEL_NEXT: Mapping[str | None, tuple[str, ...]] = {
+    None: ("await_dispatch", "send_cancel"),  # after cancel_requested
+    "await_dispatch": ("send_cancel",),  # after its wait's fact: send now, or nothing
+    "send_cancel": _CANCEL_FOLLOW,  # after cancel_answered
+    "arm_cancel_wait": _CANCEL_FOLLOW,  # after cancel_wait_timed_out
+    "await_waiter": (),  # after the escalation's wait the canceller raises CancelEscalated
+}
+
+
+def cancel_next(fired: Sequence[Fired], previous: str | None) -> str | None:
+    """The flow effect a cancel acts on next, given the steps its last fact ``fired`` and
+    the flow effect it acted on before (None: its first step, ``cancel_requested``); None
+    when the cancel is over."""
+    for name in _CANCEL_NEXT[previous]:
+        if wants(fired, name):
+            return name
+    return None
 
 
 #: A prompt request's answers (triggerPrompt): accepted; the stream was not connected (the
@@ -216,6 +261,18 @@ def trigger_fact(answer: str, *, retrying: bool) -> str:
     return "dispatch_failed"
 
 
+def after_unreachable(
+    fired: Sequence[Fired], result: str
+) -> Literal["wait_for_carrier", "undelivered", "released"]:
+    """What the prompt does after ``dispatch_unreachable`` (retryPromptAfterReconnect): wait
+    for the carrier and send again; or raise the dispatch error (the chart gave the prompt up,
+    its waiter's ``result`` says ``undelivered``); or, when someone else released the waiter
+    meanwhile (a cancel escalation), wait for that release and raise what it said."""
+    if wants(fired, "wait_for_carrier"):
+        return "wait_for_carrier"
+    return "undelivered" if result == "undelivered" else "released"
+
+
 # --- the agent's facts ---------------------------------------------------------------------
 
 
@@ -231,6 +288,15 @@ def completion_route(g: int, current: int | None, kept: Container[int]) -> int |
 def ends_wakeup(g: int, claimed: bool) -> bool:
     """A generation-0 terminal event that no generation claimed ends a wakeup turn (R27)."""
     return g == 0 and not claimed
+
+
+def wakeup_fact(
+    *, is_error: bool, error: str, stop_reason: str, shutting_down: bool
+) -> tuple[str, dict[str, Any]]:
+    """The Execution chart's fact for the end of a wakeup turn (its generation-0 end)."""
+    if is_error:
+        return "wakeup_turn_failed", {"error": error, "shutting_down": shutting_down}
+    return "wakeup_turn_completed", {"stop_reason": stop_reason}
 
 
 def loss_data(

@@ -46,7 +46,7 @@ from ..errors import (
 from ..types import PromptResult, stop_reason_of
 from .cancelling import Canceller
 from .context import ExecutionContext
-from .flows import FLOW, accepts_prompts, trigger_fact, wants
+from .flows import FLOW, accepts_prompts, after_unreachable, trigger_fact, wants
 from .init import InitDriver
 from .status import StatusDriver
 from .stream import StreamDriver
@@ -173,8 +173,7 @@ class PromptDriver:
                 self._spawn(lambda: self.canceller.abandoned(generation))
 
     async def _validate_status(self) -> None:
-        fired = await self.ctx.step(self.status.machine, "prompt_requested")
-        if not accepts_prompts(fired):
+        if not accepts_prompts(await self.status.fire("prompt_requested")):
             # the init's failure, when that is why (AuthenticationRequired among them)
             raise NotReadyForPrompts(self.ctx.id, self.status.status) from self.init.failure
 
@@ -236,8 +235,7 @@ class PromptDriver:
         try:
             await self.ctx.transport_or_raise().prompt(text, attachments, generation.number)
         except StreamNotConnected as exc:
-            answer = "lost_while_waiting" if exc.while_waiting else "not_connected"
-            if trigger_fact(answer, retrying=False) == "dispatch_failed":
+            if trigger_fact(_answer(exc), retrying=False) == "dispatch_failed":
                 # kandev H2: the request was written and the stream dropped before the ack,
                 # so the agent may have it: never re-send (at most once)
                 await self._trigger_failed(generation, exc)
@@ -245,7 +243,7 @@ class PromptDriver:
         except AcpfsmError as exc:
             await self._trigger_failed(generation, exc)
         else:
-            await self.ctx.step(generation.machine, "dispatch_accepted")
+            await self.ctx.step(generation.machine, trigger_fact("accepted", retrying=False))
         finally:
             generation.sent.set()
         return True
@@ -287,11 +285,12 @@ class PromptDriver:
             error=message,
         )
         carrier = FLOW["wait_for_carrier"]
-        if not wants(fired, "wait_for_carrier"):
-            if generation.result == "undelivered":
-                raise PromptDispatchError(
-                    message, execution_id=ctx.id, generation=generation.number
-                ) from first
+        next_ = after_unreachable(fired, generation.result)
+        if next_ == "undelivered":
+            raise PromptDispatchError(
+                message, execution_id=ctx.id, generation=generation.number
+            ) from first
+        if next_ == "released":
             await self._wait_released(generation)
             return True
         generation.sent.set()  # not at the agent: a cancel now withdraws it
@@ -302,21 +301,21 @@ class PromptDriver:
                     fired = await ctx.step(generation.machine, carrier.then)
                     if wants(fired, "skip_dispatch"):
                         return False
+                    # a new send attempt: a cancel now waits for its answer
+                    generation.sent = anyio.Event()
                     try:
                         await transport.prompt(text, attachments, generation.number)
                     except StreamNotConnected as exc:
                         last = exc
-                        await ctx.step(
-                            generation.machine,
-                            "dispatch_unreachable",
-                            reconnectable=True,
-                            error=message,
-                        )
+                        fact = trigger_fact(_answer(exc), retrying=True)
+                        await ctx.step(generation.machine, fact, reconnectable=True, error=message)
                     except AcpfsmError as exc:
                         await self._trigger_failed(generation, exc)
                     else:
-                        await ctx.step(generation.machine, "dispatch_accepted")
+                        await ctx.step(generation.machine, trigger_fact("accepted", retrying=True))
                         return True
+                    finally:
+                        generation.sent.set()
                 elif not self.stream.redialling:
                     break  # closed on purpose (stop) or given up: nothing will redial
                 await anyio.sleep(ctx.timeouts.reconnect_poll)
@@ -437,6 +436,11 @@ class PromptDriver:
             if wants(fired, "dispatch_steer"):
                 return generation
         raise SteerNotDispatched("no live prompt generation", execution_id=self.ctx.id)
+
+
+def _answer(exc: StreamNotConnected) -> str:
+    """The prompt request's answer (:data:`~.flows.TRIGGER_ANSWERS`) a not-connected error is."""
+    return "lost_while_waiting" if exc.while_waiting else "not_connected"
 
 
 def _needs_authentication(error: str) -> bool:

@@ -514,11 +514,12 @@ class ExecutionSession:
         ctx = self.ctx
         if not await self.stream.lost(event):
             return  # the AgentStream chart redials a clean close silently (kandev H9)
+        final = not self.stream.redialling  # the chart gave the carrier up for good
         error = f"agent stream disconnected: {event.error or 'connection closed'}"
         if event.stderr_tail:
             error = f"{error} (stderr: {event.stderr_tail.strip()[-500:]})"
         async with ctx.lifecycle_lock:
-            claimed = await self.turns.stream_lost(error)
+            claimed = await self.turns.stream_lost(error, final=final)
             follow = loss_followup(
                 exit_code=event.exit_code,
                 claimed=claimed,

@@ -13,6 +13,7 @@ from typing import Any, cast
 import anyio
 
 from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity
+from acpfsm.statecharts.coordination import Fired
 
 from .. import events as le
 from ..types import ExecutionStatus
@@ -82,11 +83,13 @@ class StatusDriver:
         if not self.first_activity.ended:
             await self.fire("activity_recorded")
 
-    async def fire(self, event: str, **data: Any) -> None:
-        """A fact for the Execution chart; after STOPPED the execution is removed and late
-        facts are moot (the coordination table treats an ended chart the same way)."""
-        if not self.machine.ended:
-            await self.ctx.step(self.machine, event, **data)
+    async def fire(self, event: str, **data: Any) -> list[Fired]:
+        """A fact for the Execution chart, and the steps it took; after STOPPED the execution
+        is removed and late facts are moot (none: the coordination table treats an ended
+        chart the same way)."""
+        if self.machine.ended:
+            return []
+        return await self.ctx.step(self.machine, event, **data)
 
     async def turn_content(self) -> None:
         """Turn content arrived: the first one after the execution became READY is a wakeup

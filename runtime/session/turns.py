@@ -24,9 +24,17 @@ from acpfsm.statecharts import ChartMachine, Effect, PromptGeneration
 from acpfsm.statecharts.coordination import Fired
 
 from .. import events as le
-from ..errors import CANCEL_ESCALATED_SIGNAL
+from ..errors import CANCEL_ESCALATED_SIGNAL, NotReadyForPrompts
 from .context import ExecutionContext, Handler
-from .flows import ADMISSION, completion_route, ends_wakeup, flow_effects, wants
+from .flows import (
+    ADMISSION,
+    admits,
+    completion_route,
+    ends_wakeup,
+    flow_effects,
+    wakeup_fact,
+    wants,
+)
 from .status import StatusDriver
 
 __all__ = ["Generation", "TurnDriver", "wants"]
@@ -126,8 +134,11 @@ class TurnDriver:
 
     def admit(self, dispatch_only: bool) -> tuple[Generation, list[Fired]]:
         """Supersede the current generation and admit the next (under the lifecycle lock;
-        the caller performs what was fired)."""
+        the caller performs what was fired); raises NotReadyForPrompts once the execution
+        was stopped (R24)."""
         ctx = self.ctx
+        if not admits(self.status.ended):
+            raise NotReadyForPrompts(ctx.id, self.status.status)
         fired: list[Fired] = []
         supersede, begin = ADMISSION
         previous = self.current
@@ -194,15 +205,15 @@ class TurnDriver:
     ) -> None:
         """A generation-0 terminal event no generation claimed: a wakeup turn ended (the
         Execution chart decides; before the session is initialized it is ignored, R10)."""
-        ctx = self.ctx
+        fact, data = wakeup_fact(
+            is_error=is_error,
+            error=message,
+            stop_reason=stop_reason,
+            shutting_down=self.ctx.shutting_down(),
+        )
         self._terminal = event
         try:
-            if is_error:
-                await self.status.fire(
-                    "wakeup_turn_failed", error=message, shutting_down=ctx.shutting_down()
-                )
-            else:
-                await self.status.fire("wakeup_turn_completed", stop_reason=stop_reason)
+            await self.status.fire(fact, **data)
         finally:
             self._terminal = None
 
@@ -224,9 +235,10 @@ class TurnDriver:
             if generation is not None:
                 await self.ctx.step(generation.machine, "handoff_received")
 
-    async def stream_lost(self, error: str) -> bool:
+    async def stream_lost(self, error: str, *, final: bool) -> bool:
         """``handleStreamDisconnect`` for the current generation: True when it claimed the
-        loss (the caller then leaves the execution's status to the coordination)."""
+        loss (the caller then leaves the execution's status to the coordination). ``final``:
+        the carrier is gone for good (the AgentStream chart does not redial)."""
         ctx = self.ctx
         # flush the partial text once (R20): detached here, so a later reset finds nothing
         partial = ctx.take_message()
@@ -235,7 +247,7 @@ class TurnDriver:
         if generation is None:
             return False
         self._partial = partial
-        fired = await ctx.step(generation.machine, "stream_lost", error=error)
+        fired = await ctx.step(generation.machine, "stream_lost", error=error, final=final)
         return bool(wants(fired, "claim_disconnect"))
 
     def check_stall(self, generation: Generation) -> list[Fired]:
