@@ -8,7 +8,7 @@ its effects in the execution's task group: a dial after the backoff the transpor
 :class:`~acpfsm.adapters.transport.RedialPolicy` gives for the failures so far
 (``redial``), the reconnect budget's timer (``arm_reconnect_budget``), the give-up
 (``give_up``), and the ``StreamReconnected`` subscribers see (``publish_reconnected``).
-``announce_loss`` is the caller's (the session's ``_stream_lost``): it tells the generations
+``announce_loss`` is the caller's (the event pump's ``stream_lost``): it tells the generations
 and the execution.
 """
 
