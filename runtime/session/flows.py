@@ -18,7 +18,8 @@ Everything a driver decides between two steps is a function here, and the driver
 :mod:`.pump`) call it: which flow effect a cancel acts on next (:func:`cancel_next`), what a
 prompt request's answer is for the chart (:func:`trigger_fact`) and what the prompt does after
 an unreachable agent (:func:`after_unreachable`), whether the execution admits a prompt
-(:func:`accepts_prompts`, :func:`admits`), which generation a completion goes to
+(:func:`accepts_prompts`, :func:`admits`), whether a stream recovery revives the execution
+(:func:`recovery`), which generation a completion goes to
 (:func:`completion_route`) and when a generation-0 end is a wakeup turn's instead
 (:func:`ends_wakeup`, :func:`wakeup_fact`), what a lost stream tells the charts
 (:func:`loss_data`, :func:`loss_followup`). ``acpfsm verify``
@@ -52,6 +53,7 @@ __all__ = [
     "flow_effects",
     "loss_data",
     "loss_followup",
+    "recovery",
     "trigger_fact",
     "wakeup_fact",
     "wants",
@@ -271,6 +273,20 @@ def after_unreachable(
     if wants(fired, "wait_for_carrier"):
         return "wait_for_carrier"
     return "undelivered" if result == "undelivered" else "released"
+
+
+# --- the facade's stream recovery ---------------------------------------------------------
+
+
+def recovery(
+    *, established: bool, failed: bool, carrier_up: bool
+) -> Literal["ignored", "refused", "recovered"]:
+    """RecoverAgentPromptStream: a no-op before the session is established (the startup owns
+    its stream, R34) and unless FAILED; refused when the carrier is not up; else the
+    Execution chart's ``recovered``."""
+    if not established or not failed:
+        return "ignored"
+    return "recovered" if carrier_up else "refused"
 
 
 # --- the agent's facts ---------------------------------------------------------------------

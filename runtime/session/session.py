@@ -36,6 +36,7 @@ from .cancelling import Canceller
 from .config import ConfigDriver
 from .context import ExecutionContext
 from .crash import CrashGuard
+from .flows import recovery
 from .init import InitDriver
 from .permissions import PermissionBroker
 from .prompting import PromptDriver
@@ -327,14 +328,15 @@ class ExecutionSession(SessionViews):
     async def recover_stream(self) -> None:
         """RecoverAgentPromptStream: revive a FAILED execution whose stream is back. A no-op
         before ACP init (the startup owns its stream, R34) and unless FAILED."""
-        init = self.init.machine
-        if init is None or not init.is_in("prompting", "booted"):
+        init, ctx = self.init.machine, self.ctx
+        then = recovery(
+            established=init is not None and init.is_in("prompting", "booted"),
+            failed=self.status.machine.is_in("failed"),
+            carrier_up=ctx.exit_code is None and self.stream.connected,
+        )
+        if then == "ignored":
             return
-        if not self.status.machine.is_in("failed"):
-            return
-        ctx = self.ctx
-        up = ctx.exit_code is None and self.stream.connected
-        if not up:
+        if then == "refused":
             raise TransportClosed(
                 f'agent process is not running for execution "{ctx.id}" (stream not recovered)',
                 execution_id=ctx.id,
