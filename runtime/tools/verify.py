@@ -45,7 +45,7 @@ import sys
 import time
 from array import array
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -419,9 +419,11 @@ def _liveness(x: Explorer, graph: _Graph, found: dict[str, _Found]) -> None:
         starts[i + 1] += starts[i]
     preds = array("l", (graph.src[i] for i in order))
 
-    def closure(values: bytearray, mask: int) -> bytearray:
-        """The states from which some environment path reaches one where ``values[n]``
-        has no ``mask`` bit (or one the depth bound left unexpanded)."""
+    def stuck(values: bytearray, mask: int) -> list[int]:
+        """The states with ``mask`` set in ``values`` from which no environment path reaches
+        one without it (a state the depth bound left unexpanded counts as reaching it)."""
+        if not any(v & mask for v in values):
+            return []
         seen = bytearray(count)
         todo = [n for n in range(count) if not values[n] & mask or not graph.expanded[n]]
         for n in todo:
@@ -433,45 +435,26 @@ def _liveness(x: Explorer, graph: _Graph, found: dict[str, _Found]) -> None:
                 if not seen[p]:
                     seen[p] = 1
                     todo.append(p)
-        return seen
+        return [n for n in range(count) if values[n] & mask and not seen[n]]
 
-    def report(name: str, stuck: list[int], message: str) -> None:
-        n = min(stuck, key=graph.depth.__getitem__)
+    def report(name: str, states: list[int], message: Callable[[tuple[Any, ...]], str]) -> None:
+        """Count ``states`` against property ``name``; the shallowest is its example,
+        ``message`` says what is wrong in it."""
+        n = min(states, key=graph.depth.__getitem__)
         f = found[name]
-        f.count += len(stuck)
+        f.count += len(states)
         if f.state < 0 or graph.depth[n] < graph.depth[f.state]:
-            f.state, f.label, f.message = n, (), message.format(n=n, k=len(stuck))
+            text = f"{message(graph.states[n])} ({len(states)} such states)"
+            f.state, f.label, f.message = n, (), text
 
-    waiting = graph.waiting
     for bit, who in enumerate(_WAITERS):
-        mask = 1 << bit
-        if not any(v & mask for v in waiting):
-            continue
-        released = closure(waiting, mask)
-        stuck = [n for n in range(count) if waiting[n] & mask and not released[n]]
-        if stuck:
-            report(
-                "no_caller_waits_forever",
-                stuck,
-                f"the {who} caller waits forever: no environment path releases it "
-                "({k} such states)",
-            )
-    live = graph.live
+        waits = stuck(graph.waiting, 1 << bit)
+        if waits:
+            report("no_caller_waits_forever", waits, _waits_forever(who))
     for g in range(x.generations):
-        mask = 1 << g
-        if not any(v & mask for v in live):
-            continue
-        ends = closure(live, mask)
-        stuck = [n for n in range(count) if live[n] & mask and not ends[n]]
-        if stuck:
-            n = min(stuck, key=graph.depth.__getitem__)
-            leaf = x.pg.path(graph.states[n][S_GENS][g][LEAF])
-            report(
-                "one_outcome_per_generation",
-                stuck,
-                f"generation {g + 1} stays {leaf} forever: no environment path ends it "
-                "({k} such states)",
-            )
+        lives = stuck(graph.live, 1 << g)
+        if lives:
+            report("one_outcome_per_generation", lives, _never_ends(x, g))
     # final execution states: STOPPED and nothing left to happen
     final = [
         n
@@ -480,20 +463,34 @@ def _liveness(x: Explorer, graph: _Graph, found: dict[str, _Found]) -> None:
         and not graph.moves[n]
         and len(graph.states[n]) > 1
         and graph.states[n][S_EXE] in x.exe.compiled.final
-        and live[n]
+        and graph.live[n]
     ]
     if final:
-        n = min(final, key=graph.depth.__getitem__)
-        names = ", ".join(
+        report("stopped_leaves_no_live_generation", final, _stopped_live(x))
+
+
+def _waits_forever(who: str) -> Callable[[tuple[Any, ...]], str]:
+    return lambda state: f"the {who} caller waits forever: no environment path releases it"
+
+
+def _never_ends(x: Explorer, g: int) -> Callable[[tuple[Any, ...]], str]:
+    def message(state: tuple[Any, ...]) -> str:
+        leaf = x.pg.path(state[S_GENS][g][LEAF])
+        return f"generation {g + 1} stays {leaf} forever: no environment path ends it"
+
+    return message
+
+
+def _stopped_live(x: Explorer) -> Callable[[tuple[Any, ...]], str]:
+    def message(state: tuple[Any, ...]) -> str:
+        live = ", ".join(
             f"generation {i} {x.pg.path(r[LEAF])}"
-            for i, r in enumerate(graph.states[n][S_GENS], 1)
+            for i, r in enumerate(state[S_GENS], 1)
             if r[LEAF] in x.live
         )
-        report(
-            "stopped_leaves_no_live_generation",
-            final,
-            f"the execution is STOPPED, nothing is left to happen, and {names} is live",
-        )
+        return f"the execution is STOPPED, nothing is left to happen, and {live} is live"
+
+    return message
 
 
 def _coverage(x: Explorer) -> tuple[Coverage, ...]:

@@ -6,6 +6,8 @@ before the fix.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -14,8 +16,9 @@ import pytest
 from acpfsm.adapters.errors import StreamNotConnected
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import Attachment
-from acpfsm.runtime import NotReadyForPrompts
+from acpfsm.runtime import ExecutionRef, NotReadyForPrompts, Runtime
 from acpfsm.runtime import events as le
+from acpfsm.runtime.session import ExecutionSession
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
 from .prompt_helpers import of_type, sent, start
@@ -23,6 +26,18 @@ from .prompt_helpers import of_type, sent, start
 pytestmark = pytest.mark.both_backends
 
 ATTACHMENT = Attachment(name="a.txt", mime_type="text/plain", data=b"x")
+
+
+@asynccontextmanager
+async def ready(
+    ex: MemoryExecutor, time_scale: float
+) -> AsyncIterator[tuple[Runtime, ExecutionRef, ExecutionSession]]:
+    """A runtime with one execution, READY."""
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        yield rt, ref, s
 
 
 def gate(agent: MemoryTransport, method: str) -> anyio.Event:
@@ -42,10 +57,7 @@ async def test_a_prompt_queued_behind_a_stop_is_refused_not_crashed(time_scale: 
     execution was stopped is refused with NotReadyForPrompts (it asked the ended Execution
     chart before: an IllegalTransition that crashed the execution)."""
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+    async with ready(ex, time_scale) as (rt, ref, s):
         async with anyio.create_task_group() as tg:
             first = start(tg, s.prompt, "one")
             await wait_until(lambda: s.current is not None and s.current.leaf == "awaited")
@@ -64,10 +76,7 @@ async def test_an_admission_after_a_stop_is_refused(time_scale: float) -> None:
     lifecycle lock; a stop that came between the status check and the admission refuses the
     prompt (before, ``prompt_began`` was fired on the ended Execution chart)."""
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+    async with ready(ex, time_scale) as (rt, ref, s):
         async with anyio.create_task_group() as tg:
             async with s.ctx.lifecycle_lock:
                 p = start(tg, s.prompt, "late")
@@ -84,10 +93,7 @@ async def test_a_stop_withdraws_a_prompt_not_yet_sent(time_scale: float) -> None
     is stopped is withdrawn (a cancelled result) and never reaches the agent; before, it was
     sent after the stop."""
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+    async with ready(ex, time_scale) as (rt, ref, s):
         agent = ex.last
         release = gate(agent, "materialize")
         async with anyio.create_task_group() as tg:
@@ -106,10 +112,7 @@ async def test_a_turn_sent_while_ready_makes_the_execution_running(time_scale: f
     a prompt's admission and its dispatch, so the execution reads READY; once the prompt is
     dispatched it is RUNNING again (before, it stayed READY under the live turn)."""
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+    async with ready(ex, time_scale) as (rt, ref, s):
         agent = ex.last
         release = gate(agent, "materialize")
         async with anyio.create_task_group() as tg:
@@ -133,10 +136,7 @@ async def test_a_cancel_during_a_resend_waits_for_its_answer(time_scale: float) 
     down) waits for that send's answer, then cancels the turn at the agent (before, the
     first send's stale signal made it return at once, sending nothing)."""
     ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+    async with ready(ex, time_scale) as (rt, ref, s):
         agent = ex.last
         release = anyio.Event()
         attempts: list[int] = []
