@@ -7,8 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.acpfsm-installed
 SOURCES := $(shell find statecharts runtime adapters -name '*.py' -o -name 'py.typed' 2>/dev/null)
 
-.PHONY: all install test lint typecheck diagrams diagrams-check chromium pytest demo bench soak \
-	mutate-charts mutate clean
+.PHONY: all install test lint typecheck diagrams diagrams-check verify chromium pytest demo bench \
+	soak mutate-charts mutate clean
 
 all: test
 
@@ -37,6 +37,11 @@ diagrams: $(STAMP)
 diagrams-check: $(STAMP)
 	$(BIN)/acpfsm diagrams --check --out diagrams
 
+# Every interleaving of one execution's life at the default bounds (3 generations, both
+# carriers): exit 1 with a shortest counterexample for each property that fails.
+verify: $(STAMP)
+	$(BIN)/acpfsm verify
+
 # Headless Chromium for the run report's browser test: Debian's package, installed only where
 # it is missing and we are root (CI on a clean clone); elsewhere the script says what to do.
 # A failed install does not stop make: that test then fails with the reason (it never skips).
@@ -59,7 +64,7 @@ pytest: $(STAMP)
 	ACPFSM_ENGINE=reference $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal \
 		-p no:acpfsm_coverage --acpfsm-check-traces $(REFERENCE_SUITES)
 
-test: lint typecheck diagrams-check chromium pytest
+test: lint typecheck diagrams-check verify chromium pytest
 
 demo: $(STAMP)
 	$(BIN)/acpfsm demo

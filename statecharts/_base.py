@@ -84,13 +84,17 @@ class Chart(StateChart[Any]):
         engine: EngineName | None = None,
         tags: dict[str, Any] | None = None,
         observers: tuple[TransitionObserver, ...] = (),
+        observed: bool = True,
         **constants: Any,
     ) -> ChartMachine:
-        """A new running instance of this chart, in its initial state."""
+        """A new running instance of this chart, in its initial state; ``observed=False``
+        keeps its transitions from the process-wide observers (see :mod:`._machine`)."""
         compiled, machine = cls._compiled_entry()
         if (engine or _default_engine()) == "reference":
-            return ReferenceMachine(compiled, tags=tags, observers=observers, **constants)
-        return machine(tags=tags, observers=observers, **constants)
+            return ReferenceMachine(
+                compiled, tags=tags, observers=observers, observed=observed, **constants
+            )
+        return machine(tags=tags, observers=observers, observed=observed, **constants)
 
 
 def declared_transitions(chart: type[Chart]) -> frozenset[tuple[str, str, str]]:

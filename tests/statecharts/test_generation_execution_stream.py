@@ -18,6 +18,7 @@ from acpfsm.statecharts import (
     PromptGeneration,
     Step,
 )
+from acpfsm.statecharts.coordination import fire
 
 from .recipes import EXECUTION_RECIPES, PROMPT_RECIPES, Recipe, walk
 
@@ -407,7 +408,6 @@ def test_reconnect_retry_redispatches_or_times_out(engine: EngineName) -> None:
     assert names(step) == ["wait_for_carrier"]
     assert ignored(gen.fire("dispatch_unreachable", reconnectable=True, error="x"), "live")
     assert ignored(gen.fire("stream_lost", error="again"), "live")  # the retry owns the wait
-    assert ignored(gen.fire("execution_stopped", error="stop"), "live")
     step = gen.fire("dispatch_started")  # the carrier is back: the same generation again
     assert moved(step) == ("reconnecting", "sending", False, ("sending",))
     step = gen.fire("dispatch_accepted")
@@ -490,16 +490,39 @@ def test_a_stopped_execution_ends_the_live_turn_without_a_stream_error(
     assert ignored(gen.fire("execution_stopped", error="stopped"), "ended")
 
 
-@pytest.mark.parametrize("recipe", ["admitted", "sending"])
+@pytest.mark.parametrize("recipe", ["admitted", "sending", "reconnecting"])
 def test_a_loss_before_the_turn_is_at_the_agent_is_not_a_disconnect(
     engine: EngineName, recipe: str
 ) -> None:
     """Not yet at the agent: the dispatch reports its own failure."""
     gen = generation(engine, recipe)
     before = gen.state
-    for event in ("stream_lost", "execution_stopped"):
-        step = gen.fire(event, error="gone")
-        assert ignored(step, "live") and names(step) == [] and gen.state == before
+    step = gen.fire("stream_lost", error="gone")
+    assert ignored(step, "live") and names(step) == [] and gen.state == before
+
+
+@pytest.mark.parametrize(
+    ("recipe", "outcome", "result"),
+    [
+        ("admitted", "withdrawn", "withdrawn"),
+        ("reconnecting", "withdrawn", "withdrawn"),
+        ("sending", "disconnected", "disconnected"),
+    ],
+)
+def test_a_stop_before_the_turn_is_at_the_agent_ends_it(
+    engine: EngineName, recipe: str, outcome: str, result: str
+) -> None:
+    """StopAgentWithReason, found by ``acpfsm verify`` (nothing_dispatched_after_stop, R24):
+    a prompt not yet sent is withdrawn, so its flow skips the send after the stop; one being
+    sent ends with the stop, so its late answer is ignored (R23) and never makes it
+    dispatched under a STOPPED execution."""
+    gen = generation(engine, recipe)
+    step = gen.fire("execution_stopped", error="agent stream disconnected: execution stopped")
+    assert step.state == outcome
+    assert effect(step, "release_waiter") == {"result": result}
+    assert ignored(gen.fire("dispatch_accepted"), "ended")
+    if outcome == "withdrawn":
+        assert names(gen.fire("dispatch_started")) == ["skip_dispatch"]
 
 
 @pytest.mark.parametrize("recipe", ["releasing", "escalating"])
@@ -588,7 +611,9 @@ def test_a_cancel_after_the_turn_still_goes_to_the_agent(engine: EngineName, rec
         ("awaited", {"stream_disconnected": True}, "escalating", None),
         ("stall_reported", {"stream_disconnected": True}, "escalating", None),
         ("handed_off", {"stream_disconnected": True}, "escalating", None),
-        ("abandoned", {"stream_disconnected": True}, "escalating", None),
+        # … but nobody waits on an abandoned turn: it ends as if lost with the stream (found
+        # by acpfsm verify: on a carrier already gone for good it stayed escalated forever)
+        ("abandoned", {"stream_disconnected": True}, "disconnected", []),
         # nobody waits on a dispatch-only turn: escalate at once
         ("unawaited", {"acknowledged": True}, "escalating", None),
         ("unawaited", {"stream_disconnected": True}, "escalating", None),
@@ -615,9 +640,12 @@ def test_the_answer_to_a_cancel_decides_escalation(
     turn is dispatch-only; otherwise the runtime waits for the turn to end
     (``arm_cancel_wait``, then ``cancel_wait_timed_out``)."""
     gen = generation(engine, recipe)
-    step = gen.fire("cancel_answered", **answer)
+    step = gen.fire("cancel_answered", error="no answer", **answer)
     assert gen.state == state
-    if effects is None:
+    if state == "disconnected":
+        assert names(step) == ["claim_disconnect", "release_waiter", DONE]
+        assert effect(step, "claim_disconnect") == {"error": "no answer"}
+    elif effects is None:
         assert step.entered == (state,) and not step.targetless
         assert names(step) == ESCALATING
         assert effect(step, "release_waiter") == {"result": "cancel_escalated"}
@@ -1144,3 +1172,74 @@ def test_a_dial_result_that_raced_the_carriers_end_is_ignored(engine: EngineName
     s.fire("connection_lost", error="carrier ended")
     assert s.state == "disconnected"
     assert ignored(s.fire("redial_failed", failures=1, error="x"), "disconnected")
+
+
+@pytest.mark.parametrize(
+    ("recipe", "move", "effects"),
+    [
+        ("ready", ("ready", "running", False, ("running",)), ["publish_agent_running"]),
+        ("failed", ("failed", "running", False, ("active", "running")), []),
+        ("running", "active", []),
+        ("starting", "active", []),
+        ("completed", "completed", []),
+    ],
+)
+def test_a_dispatched_turn_keeps_the_execution_running(
+    engine: EngineName, recipe: str, move: Any, effects: list[str]
+) -> None:
+    """Found by ``acpfsm verify`` (not_ready_while_turn_owed): READY or FAILED entered between
+    a prompt's admission and its dispatch (an unclaimed wakeup end, a recovered stream) is
+    left once the turn reaches the agent, so the status never reads READY under a live turn."""
+    ex = execution(engine, recipe)
+    step = ex.fire("turn_dispatched")
+    assert names(step) == effects
+    if isinstance(move, tuple):
+        assert moved(step) == move
+    else:
+        assert ignored(step, move) and ex.state == recipe
+
+
+def test_the_dispatch_of_a_turn_moves_a_ready_execution_to_running(engine: EngineName) -> None:
+    """The coordination: a generation entering ``dispatched`` is ``turn_dispatched``."""
+    ex = execution(engine, "ready")
+    gen = generation(engine, "sending")
+    machines = {"execution": ex, "prompt_generation": gen}
+    fired = fire(machines, gen, "dispatch_accepted", {})
+    assert [(m.chart_name, s.event, s.state) for m, s in fired] == [
+        ("prompt_generation", "dispatch_accepted", "awaited"),
+        ("execution", "turn_dispatched", "running"),
+    ]
+
+
+@pytest.mark.parametrize("recipe", ["escalating", "escalated"])
+@pytest.mark.parametrize(
+    ("event", "data"),
+    [
+        ("dispatch_failed", {"error": "closed"}),
+        ("dispatch_unreachable", {"reconnectable": True, "error": "not connected"}),
+    ],
+)
+def test_an_escalated_request_that_never_reached_the_agent_ends_the_escalation(
+    engine: EngineName, recipe: str, event: str, data: dict[str, Any]
+) -> None:
+    """Found by ``acpfsm verify`` (one_outcome_per_generation): a cancel escalated the turn
+    while its request was in flight (its bounds expired first); the request then failed, so
+    no end will come: the turn is over (before, it stayed escalated, the execution RUNNING)."""
+    gen = generation(engine, recipe)
+    step = gen.fire(event, **data)
+    assert moved(step)[1:] == ("cancel_escalated", False, ("ended", "cancel_escalated"))
+    assert names(step) == [DONE]
+
+
+def test_a_request_in_flight_when_the_carrier_is_gone_for_good_ends_the_turn(
+    engine: EngineName,
+) -> None:
+    """Found by ``acpfsm verify`` (one_outcome_per_generation): a final loss while the
+    request is in flight ends the turn (no answer and no end can come any more); a loss the
+    carrier redials leaves it to the request's own answer."""
+    gen = generation(engine, "sending")
+    assert ignored(gen.fire("stream_lost", error="dropped", final=False), "live")
+    step = gen.fire("stream_lost", error="gone", final=True)
+    assert moved(step) == ("sending", "disconnected", False, ("ended", "disconnected"))
+    assert names(step) == ["publish_stream_error", "claim_disconnect", "release_waiter", DONE]
+    assert ignored(gen.fire("dispatch_accepted"), "ended")

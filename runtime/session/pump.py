@@ -1,0 +1,143 @@
+"""The event pump: the transport's events, one at a time and in order, turned into the
+drivers' facts (kandev agentctl/client agent.go ``readUpdatesStream`` and the session
+manager's ``handleAgentEvent``, ``handleStreamDisconnect``).
+
+A terminal event goes to the turns (:meth:`~.turns.TurnDriver.completion`), a loss to the
+AgentStream chart and, when the chart announces it, to the current generation and the
+execution (:func:`~.flows.loss_followup`), a redial to the AgentStream chart; every other
+event is activity (stall accounting, the first activity, a wakeup turn's content), buffered
+reply text, model updates, history, a handoff, and is published. It decides nothing.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from acpfsm.adapters import events as ev
+
+from .config import ConfigDriver
+from .context import ExecutionContext
+from .flows import loss_followup
+from .permissions import PermissionBroker
+from .status import StatusDriver
+from .stream import StreamDriver
+from .turns import TurnDriver
+
+__all__ = ["EventPump"]
+
+
+class EventPump:
+    """Handles one execution's transport events (see the module docstring)."""
+
+    def __init__(
+        self,
+        ctx: ExecutionContext,
+        status: StatusDriver,
+        stream: StreamDriver,
+        turns: TurnDriver,
+        config: ConfigDriver,
+        permissions: PermissionBroker,
+    ) -> None:
+        self.ctx = ctx
+        self.status = status
+        self.stream = stream
+        self.turns = turns
+        self.config = config
+        self.permissions = permissions
+        self._tool_names: dict[str, str] = {}
+
+    def _superseded(self, generation: int) -> bool:
+        """The generation's chart says a successor superseded it."""
+        g = self.turns.generations.get(generation)
+        return g is not None and g.machine.is_in("superseded")
+
+    async def run(self) -> None:
+        """Handle the transport's events one at a time, in order."""
+        async for event in self.ctx.transport_or_raise().events():
+            await self.handle(event)
+        if self.stream.live:
+            # the stream ended without saying why: still a loss, so nobody waits forever
+            await self.stream_lost(ev.StreamDisconnected(error="agent event stream ended"))
+
+    async def handle(self, event: ev.AgentEvent) -> None:
+        ctx = self.ctx
+        if isinstance(event, ev.Complete | ev.ErrorEvent):
+            self.permissions.turn_ended(event.prompt_generation)
+            await self.turns.completion(event)
+            return
+        if isinstance(event, ev.StreamDisconnected):
+            await self.stream_lost(event)
+            return
+        if isinstance(event, ev.StreamReconnected):
+            await self.stream.redialled(event)  # published when the chart says so
+            return
+        await self.status.activity()
+        await self._record_activity(event)
+        if isinstance(event, ev.MessageChunk) and event.role != "user" and event.text:
+            if not self._superseded(event.prompt_generation):
+                # late text of a turn a successor superseded is not the current reply
+                ctx.message.append(event.text)
+        elif isinstance(event, ev.SessionModels):
+            await self.config.models_updated(event)
+        elif isinstance(event, ev.ToolCall):
+            name = event.tool_name or event.tool_title
+            self._tool_names[event.tool_call_id] = name
+            await ctx.history_append(
+                lambda h: h.append_tool_call(ctx.session_id, name, event.tool_call_id)
+            )
+        elif isinstance(event, ev.ToolUpdate) and ev.is_terminal_tool_update(event):
+            name = self._tool_names.get(event.tool_call_id, "")
+            output = _tool_output(event)
+            await ctx.history_append(
+                lambda h: h.append_tool_result(ctx.session_id, name, event.tool_call_id, output)
+            )
+        elif isinstance(event, ev.ForegroundIdle) and event.prompt_handoff:
+            await self.turns.handoff(event)
+        ctx.publish(event)
+
+    async def _record_activity(self, event: ev.AgentEvent) -> None:
+        act = self.ctx.activity
+        act.last_at = anyio.current_time()
+        if not ev.is_turn_content(event):
+            return
+        act.since_prompt = True
+        act.epoch += 1
+        if isinstance(event, ev.ToolCall) and not event.parent_tool_call_id:
+            # the active *top-level* tool: a subagent's tool call does not replace it
+            act.active_tool_id = event.tool_call_id
+            act.active_tool_title = event.tool_title or event.tool_name
+        elif (
+            isinstance(event, ev.ToolUpdate)
+            and ev.is_terminal_tool_update(event)
+            and event.tool_call_id == act.active_tool_id
+        ):
+            act.active_tool_id = act.active_tool_title = ""
+        if not ev.is_terminal_tool_update(event):
+            await self.status.turn_content()  # a wakeup turn (R26) when READY
+
+    async def stream_lost(self, event: ev.StreamDisconnected) -> None:
+        """handleStreamDisconnect and, for a local process, its exit."""
+        ctx = self.ctx
+        if not await self.stream.lost(event):
+            return  # the AgentStream chart redials a clean close silently (kandev H9)
+        final = not self.stream.redialling  # the chart gave the carrier up for good
+        error = f"agent stream disconnected: {event.error or 'connection closed'}"
+        if event.stderr_tail:
+            error = f"{error} (stderr: {event.stderr_tail.strip()[-500:]})"
+        async with ctx.lifecycle_lock:
+            claimed = await self.turns.stream_lost(error, final=final)
+            follow = loss_followup(
+                exit_code=event.exit_code,
+                claimed=claimed,
+                error=error,
+                shutting_down=ctx.shutting_down(),
+            )
+            if follow is not None:
+                await self.status.fire(follow[0], **follow[1])
+
+
+def _tool_output(event: ev.ToolUpdate) -> str:
+    if event.raw_output is not None:
+        return event.raw_output if isinstance(event.raw_output, str) else repr(event.raw_output)
+    texts = [str(c.get("text", "")) for c in event.tool_call_contents if isinstance(c, dict)]
+    return "".join(texts) or event.tool_status
