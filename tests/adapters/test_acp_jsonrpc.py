@@ -368,14 +368,19 @@ async def test_broken_pipe_on_write_is_transport_death() -> None:
         assert len(record.closes) == 1 and conn.closed
 
 
-async def test_cancelled_wait_abandons_the_request_and_tells_the_peer(
-    autojump_clock: Any, time_scale: float
-) -> None:
+async def test_cancelled_wait_abandons_the_request_and_tells_the_peer() -> None:
     async with wired() as (conn, peer, record):
-        with anyio.move_on_after(5 * time_scale) as scope:
-            await conn.request("session/prompt", {"x": 1})
+        scope = anyio.CancelScope()
+
+        async def ask() -> None:
+            with scope:
+                await conn.request("session/prompt", {"x": 1})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            request = await peer.read()  # written: the caller now gives up waiting
+            scope.cancel()
         assert scope.cancelled_caught
-        request = await peer.read()
         cancel = await peer.read()
         assert cancel == {
             "jsonrpc": "2.0",
