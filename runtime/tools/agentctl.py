@@ -154,12 +154,12 @@ def run(args: argparse.Namespace) -> int:
             echo=echo,
         ) as server:
             assert server.process is not None
-            print(
-                f"agentctl {VERSION} running (pid {server.process.pid}, log "
-                f"{server.log_path})\n{usage(server.url, server.nonce)}",
-                flush=True,
-            )
-            try:
+            try:  # a stop right after the announcement is a stop, not an interrupted start
+                print(
+                    f"agentctl {VERSION} running (pid {server.process.pid}, log "
+                    f"{server.log_path})\n{usage(server.url, server.nonce)}",
+                    flush=True,
+                )
                 while server.running():
                     time.sleep(0.2)
             except (KeyboardInterrupt, _Stop):

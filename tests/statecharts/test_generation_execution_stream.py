@@ -306,7 +306,6 @@ def test_an_error_completion_fails_the_turn_and_names_a_cancel_release(
         # the waiter left while the request was out; its failure comes after: the cancel
         # that leaving sent decides, the late failure changes nothing
         ("abandoned", "abandoned", "dispatch_failed", {"error": "no route"}),
-        ("escalating", "escalating", "dispatch_failed", {"error": "no route"}),
         # a redial wait that was overtaken by the dispatch (or anything later) is stale
         ("awaited", "awaited", "reconnect_timed_out", {"error": "late"}),
         ("handed_off", "handed_off", "reconnect_timed_out", {"error": "late"}),
@@ -1243,3 +1242,12 @@ def test_a_request_in_flight_when_the_carrier_is_gone_for_good_ends_the_turn(
     assert moved(step) == ("sending", "disconnected", False, ("ended", "disconnected"))
     assert names(step) == ["publish_stream_error", "claim_disconnect", "release_waiter", DONE]
     assert ignored(gen.fire("dispatch_accepted"), "ended")
+
+
+def test_a_dispatch_failure_while_escalating_ends_the_escalation(engine: EngineName) -> None:
+    """The request of a turn whose cancel escalated never reached the agent: no end will come,
+    so the escalation is over (the turn does not stay live on a carrier that is gone)."""
+    gen = generation(engine, "escalating")
+    step = gen.fire("dispatch_failed", error="no route")
+    assert step.target == "cancel_escalated"
+    assert [e.name for e in step.effects] == ["end_cancel"]
