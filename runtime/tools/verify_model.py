@@ -74,7 +74,13 @@ from acpfsm.runtime.session.flows import (
     wakeup_fact,
     wants,
 )
-from acpfsm.statecharts import ChartError, ErrorClass, Machine, PromptGeneration, Step
+from acpfsm.statecharts import (
+    ChartError,
+    ErrorClass,
+    Machine,
+    PromptGeneration,
+    Step,
+)
 from acpfsm.statecharts.coordination import Fired, Rule, fire
 
 __all__ = ["CALLER_ACTIONS", "Explorer", "InitPaths", "Label", "Violated", "World"]
@@ -122,7 +128,8 @@ CALLER_ACTIONS = frozenset({"prompt", "steer", "cancel", "stop", "recover", "lea
 
 
 class Violated(Exception):
-    """A step the drivers would crash on (the property ``no_illegal_event``)."""
+    """A step the drivers would crash on (the property ``no_illegal_event``): the explorer
+    catches it and reports it, it never leaves ``acpfsm verify``."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
