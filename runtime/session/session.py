@@ -33,7 +33,7 @@ from ..history import HistoryStore
 from ..hub import EventHub
 from ..mcp.execution import KANDEV_MCP_MODES
 from ..trace import Trace, TraceRecord
-from ..types import AgentProfile, LaunchSpec, PromptResult, Timeouts
+from ..types import AgentProfile, LaunchSpec, PromptResult, Retention, Timeouts
 from ..types import Execution as ExecutionSnapshot
 from .cancelling import Canceller
 from .config import ConfigDriver
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["ExecutionSession"]
 
 log = logging.getLogger("acpfsm.runtime")
+_TOOL_NAMES_KEPT = 1024  # the latest tool calls' names, for their results in the history
 
 TransportFactory = Callable[[PermissionPolicy], AbstractAsyncContextManager[AgentTransport]]
 """Opens the execution's transport; the agent's permission requests go to the policy given."""
@@ -74,6 +75,7 @@ class ExecutionSession:
         shutting_down: Callable[[], bool],
         engine: EngineName | None = None,
         mcp: ExecutionMcp | None = None,
+        retention: Retention | None = None,
     ) -> None:
         ctx = self.ctx = ExecutionContext(
             execution_id=execution_id,
@@ -85,6 +87,7 @@ class ExecutionSession:
             history=history,
             shutting_down=shutting_down,
             engine=engine,
+            retention=retention,
         )
         self._open_transport = open_transport
         self.status = StatusDriver(ctx)
@@ -475,6 +478,8 @@ class ExecutionSession:
         elif isinstance(event, ev.ToolCall):
             name = event.tool_name or event.tool_title
             self._tool_names[event.tool_call_id] = name
+            if len(self._tool_names) > _TOOL_NAMES_KEPT:  # a long session, or a flood
+                del self._tool_names[next(iter(self._tool_names))]
             await ctx.history_append(
                 lambda h: h.append_tool_call(ctx.session_id, name, event.tool_call_id)
             )
