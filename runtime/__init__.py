@@ -84,6 +84,7 @@ from .types import ExecutionStatus as ExecutionStatus
 from .types import LaunchSpec as LaunchSpec
 from .types import PermissionPolicyName as PermissionPolicyName
 from .types import PromptResult as PromptResult
+from .types import Retention as Retention
 from .types import StopReason as StopReason
 from .types import Timeouts as Timeouts
 from .types import WorkspaceRef as WorkspaceRef
@@ -151,6 +152,7 @@ __all__ = [
     "PromptTimeout",
     "ProtocolError",
     "RemoteProtocolError",
+    "Retention",
     "Runtime",
     "SessionInitError",
     "StdioExecutor",

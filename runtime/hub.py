@@ -1,12 +1,20 @@
-"""Fan-out of one execution's events to its subscribers.
+"""Fan-out of one execution's events to its subscribers, in bounded memory.
 
-Overflow policy (never silent): every subscriber has a bounded buffer. Publishing never
-blocks the execution; a subscriber that falls ``buffer`` events behind is cut off: it receives
-everything that was buffered and then :class:`SubscriberOverflow` naming how many events it
-missed. A hub also retains the execution's last ``retain`` events, so a subscriber that comes
-late first replays them (preceded by an ``EventsTruncated`` marker when older ones were
-dropped); ``subscribe_events`` right after ``launch`` therefore sees the whole life. A live-only
+Retention (the bounds are :class:`~acpfsm.runtime.types.Retention`'s): a hub keeps the
+execution's last events, at most ``retain`` of them and ``retain_bytes`` in all, so a
+subscriber that comes late first replays them. When older events were dropped, the replay
+starts with an :class:`~acpfsm.runtime.events.EventsTruncated` marker naming how many it
+missed; ``subscribe_events`` right after ``launch`` therefore sees the whole life. A live-only
 subscriber (``replay=False``) starts with the next event published.
+
+Overflow policy (never silent): publishing never blocks the execution. Each subscriber has a
+bounded buffer: it may fall ``buffer`` events and ``buffer_bytes`` behind (beside its replay;
+a single event larger than that is still delivered to a subscriber that has nothing else
+waiting). One that falls further behind is cut off: it receives everything that was buffered,
+then :class:`SubscriberOverflow` naming how many events it missed.
+
+Sizes are estimates (:func:`event_size`): an event's text, or for any other event its JSON,
+plus a fixed overhead for the object itself.
 """
 
 from __future__ import annotations
@@ -17,12 +25,33 @@ from types import TracebackType
 from typing import Self
 
 import anyio
+import msgspec
 
 from acpfsm.adapters.errors import AcpfsmError
+from acpfsm.adapters.events import MessageChunk, Reasoning
 
 from .events import EventsTruncated, RuntimeEvent
 
-__all__ = ["EventHub", "SubscriberOverflow", "Subscription"]
+__all__ = ["EVENT_OVERHEAD", "EventHub", "SubscriberOverflow", "Subscription", "event_size"]
+
+EVENT_OVERHEAD = 256
+"""What an event costs beside its payload (the struct, its short strings), in bytes."""
+
+_encode = msgspec.json.Encoder().encode
+
+
+def event_size(event: RuntimeEvent) -> int:
+    """The estimated memory of ``event`` in bytes: its text (a message chunk without content
+    blocks, a reasoning chunk) or its JSON encoding, plus :data:`EVENT_OVERHEAD`."""
+    if type(event) is MessageChunk:
+        if not event.content_blocks:
+            return EVENT_OVERHEAD + len(event.text)
+    elif type(event) is Reasoning:
+        return EVENT_OVERHEAD + len(event.reasoning_text)
+    try:
+        return EVENT_OVERHEAD + len(_encode(event))
+    except (TypeError, ValueError, OverflowError):  # a payload JSON cannot hold: count it big
+        return EVENT_OVERHEAD * 16
 
 
 class SubscriberOverflow(AcpfsmError):
@@ -41,29 +70,47 @@ class SubscriberOverflow(AcpfsmError):
 class Subscription:
     """An async iterator of one execution's events; ends when the execution finishes."""
 
-    def __init__(self, hub: EventHub, backlog: list[RuntimeEvent]) -> None:
+    def __init__(
+        self, hub: EventHub, backlog: list[RuntimeEvent], sizes: list[int], backlog_bytes: int
+    ) -> None:
         self._hub = hub
         self._queue: collections.deque[RuntimeEvent] = collections.deque(backlog)
+        self._sizes: collections.deque[int] = collections.deque(sizes)
+        self._bytes = backlog_bytes
         # room for the replayed backlog plus ``buffer`` events published after subscribing
         self._capacity = hub.buffer + len(backlog)
+        self._capacity_bytes = hub.buffer_bytes + backlog_bytes
         self._wakeup = anyio.Event()
         self._overflowed = 0
         self._closed = False
 
     # called by the hub (sync, never blocks)
-    def _push(self, event: RuntimeEvent) -> None:
+    def _push(self, event: RuntimeEvent, size: int) -> None:
         if self._overflowed:
             self._overflowed += 1
             return
-        if len(self._queue) >= self._capacity:
+        queue = self._queue
+        if queue and (len(queue) >= self._capacity or self._bytes + size > self._capacity_bytes):
             self._overflowed = 1
         else:
-            self._queue.append(event)
+            queue.append(event)
+            self._sizes.append(size)
+            self._bytes += size
         self._wakeup.set()
 
     def _finish(self) -> None:
         self._closed = True
         self._wakeup.set()
+
+    @property
+    def buffered(self) -> int:
+        """Events received and not yet taken."""
+        return len(self._queue)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Their estimated size (see :func:`event_size`)."""
+        return self._bytes
 
     def close(self) -> None:
         """Stop receiving: the events already received are still delivered, then the
@@ -77,6 +124,7 @@ class Subscription:
     async def __anext__(self) -> RuntimeEvent:
         while True:
             if self._queue:
+                self._bytes -= self._sizes.popleft()
                 return self._queue.popleft()
             if self._overflowed:
                 missed, self._overflowed = self._overflowed, 0
@@ -100,32 +148,67 @@ class Subscription:
 
 
 class EventHub:
-    def __init__(self, execution_id: str, *, retain: int = 10_000, buffer: int = 10_000) -> None:
+    """One execution's events: retained for late subscribers, fanned out to live ones
+    (see the module docstring for the bounds)."""
+
+    def __init__(
+        self,
+        execution_id: str,
+        *,
+        retain: int = 10_000,
+        retain_bytes: int = 1 << 20,
+        buffer: int = 10_000,
+        buffer_bytes: int = 16 << 20,
+    ) -> None:
         self.execution_id = execution_id
         self.retain = retain
+        self.retain_bytes = retain_bytes
         self.buffer = buffer
-        self._backlog: collections.deque[RuntimeEvent] = collections.deque(maxlen=retain)
+        self.buffer_bytes = buffer_bytes
+        self._backlog: collections.deque[RuntimeEvent] = collections.deque()
+        self._sizes: collections.deque[int] = collections.deque()  # each event's, in step
+        self._backlog_bytes = 0
         self._published = 0
         self._subscribers: list[Subscription] = []
         self._closed = False
 
+    @property
+    def retained(self) -> int:
+        """Events retained for a late subscriber."""
+        return len(self._backlog)
+
+    @property
+    def retained_bytes(self) -> int:
+        """Their estimated size (see :func:`event_size`)."""
+        return self._backlog_bytes
+
     def publish(self, event: RuntimeEvent) -> None:
         if self._closed:
             return
+        size = event_size(event)
         self._published += 1
-        self._backlog.append(event)
+        backlog, sizes = self._backlog, self._sizes
+        backlog.append(event)
+        sizes.append(size)
+        self._backlog_bytes += size
+        while backlog and (len(backlog) > self.retain or self._backlog_bytes > self.retain_bytes):
+            backlog.popleft()
+            self._backlog_bytes -= sizes.popleft()
         for sub in self._subscribers:
-            sub._push(event)
+            sub._push(event, size)
 
     def subscribe(self, *, replay: bool = True) -> Subscription:
         """A subscription to every event from now on, after (``replay``) the retained ones."""
         backlog: list[RuntimeEvent] = []
+        sizes: list[int] = []
         dropped = self._published - len(self._backlog)
         if replay and dropped:
             backlog.append(EventsTruncated(execution_id=self.execution_id, missed=dropped))
+            sizes.append(EVENT_OVERHEAD)
         if replay:
             backlog.extend(self._backlog)
-        sub = Subscription(self, backlog)
+            sizes.extend(self._sizes)
+        sub = Subscription(self, backlog, sizes, sum(sizes))
         if self._closed:
             sub._finish()
         else:

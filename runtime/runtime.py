@@ -62,6 +62,7 @@ from .types import (
     ExecutionRef,
     LaunchSpec,
     PromptResult,
+    Retention,
     Timeouts,
 )
 
@@ -201,6 +202,13 @@ class Runtime:
     mode: each execution serves its mode's tools to the agent (a tool server on loopback,
     offered to every session it opens) and answers agentctl's ``mcp.*`` requests from the
     mode's actions; see :meth:`set_mcp_mode`. Serving tools needs the ``acpfsm[mcp]`` extra.
+
+    ``retention`` bounds what stays in memory (:class:`~acpfsm.runtime.Retention`), so a
+    service that runs for days does not grow: ``trace.records`` keeps the last 10,000
+    transitions (the trace file gets them all); each execution retains 1 MiB of its latest
+    events for a late subscriber (told by an ``EventsTruncated`` marker what it missed) and
+    lets one subscriber fall 16 MiB behind before cutting it off with
+    :class:`SubscriberOverflow`.
     """
 
     def __init__(
@@ -213,13 +221,15 @@ class Runtime:
         history_root: str | Path | None = None,
         engine: EngineName | None = None,
         tool_sets: Iterable[ToolSet] = (),
+        retention: Retention | None = None,
     ) -> None:
+        self.retention = retention or Retention()
         self.profiles: dict[str, AgentProfile] = {p.id: p for p in BUILTIN_PROFILES}
         self.profiles.update({p.id: p for p in profiles})
         self.executors: dict[str, Executor] = {"stdio": StdioExecutor()}
         self.executors.update(executors or {})
         self.timeouts = timeouts or Timeouts()
-        self.trace = Trace(trace_path)
+        self.trace = Trace(trace_path, keep=self.retention.trace_records)
         self.history = HistoryStore(Path(history_root)) if history_root is not None else None
         self.engine: EngineName = engine or default_engine()
         self._sessions: dict[str, ExecutionSession] = {}
@@ -346,6 +356,7 @@ class Runtime:
             shutting_down=lambda: self._closing,
             engine=self.engine,
             mcp=mcp,
+            retention=self.retention,
         )
         self._sessions[execution_id] = session
         self._by_task_session[session_id] = execution_id

@@ -20,10 +20,16 @@ target         str     the state it entered (== source for a self-transition)
 =============  ======  ==================================================================
 
 The file is created mode ``0600`` (its missing folders ``0700``) whatever the umask.
+
+Memory stays bounded: :attr:`Trace.records` is a ring of the last ``keep`` records (10,000 by
+default, about 2 MB; ``keep=0`` keeps none), while the file and every listener in
+:attr:`Trace.listeners` get every record. A check of the whole trace reads the file, or
+listens from the start (as the pytest plugin's ``--acpfsm-check-traces`` does).
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 from collections.abc import Callable
@@ -37,7 +43,10 @@ import sniffio
 from acpfsm.adapters.workspace import make_private_dirs, open_private
 from acpfsm.statecharts import TransitionObserver, TransitionRecord
 
-__all__ = ["Trace", "TraceRecord"]
+__all__ = ["DEFAULT_KEEP", "Trace", "TraceRecord"]
+
+DEFAULT_KEEP = 10_000
+"""How many records :attr:`Trace.records` keeps unless told (``Retention.trace_records``)."""
 
 
 class TraceRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,12 +70,18 @@ def _now() -> float:
 
 
 class Trace:
-    """Keeps records in memory and, when ``path`` is given, appends them to a JSONL file."""
+    """Keeps the last ``keep`` records in memory (:attr:`records`, a ring) and, when ``path``
+    is given, appends every record to a JSONL file."""
 
-    def __init__(self, path: str | Path | None = None, *, keep: bool = True) -> None:
-        self.records: list[TraceRecord] = []
+    def __init__(self, path: str | Path | None = None, *, keep: int = DEFAULT_KEEP) -> None:
+        if isinstance(keep, bool):  # the flag it once was: keep the default ring, or none
+            keep = DEFAULT_KEEP if keep else 0
+        if keep < 0:
+            raise ValueError(f"Trace(keep=...) is a number of records, not {keep!r}")
+        self.records: collections.deque[TraceRecord] = collections.deque(maxlen=keep)
+        """The last ``keep`` records, oldest first."""
         self.path = Path(path) if path is not None else None
-        self._keep = keep
+        self._keep = keep > 0
         self._file: IO[bytes] | None = None
         self._encoder = msgspec.json.Encoder()
         self._seq = 0
@@ -100,7 +115,18 @@ class Trace:
 
         return observe
 
+    @property
+    def count(self) -> int:
+        """Records made so far (the ``seq`` of the last one)."""
+        return self._seq
+
+    @property
+    def dropped(self) -> int:
+        """Records no longer in :attr:`records` (the ring's oldest, or all with ``keep=0``)."""
+        return self._seq - len(self.records)
+
     def for_execution(self, execution_id: str) -> list[TraceRecord]:
+        """The records of ``execution_id`` still in :attr:`records`."""
         return [r for r in self.records if r.execution_id == execution_id]
 
     def flush(self) -> None:

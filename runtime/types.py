@@ -20,6 +20,7 @@ __all__ = [
     "LaunchSpec",
     "PermissionPolicyName",
     "PromptResult",
+    "Retention",
     "StopReason",
     "Timeouts",
     "WorkspaceRef",
@@ -211,3 +212,37 @@ class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
 
     def scaled(self, factor: float) -> Timeouts:
         return Timeouts(**{f: getattr(self, f) * factor for f in self.__struct_fields__})
+
+
+class Retention(msgspec.Struct, frozen=True, kw_only=True):
+    """How much a :class:`~acpfsm.runtime.Runtime` keeps in memory: every bound is fixed, so a
+    service that runs for days holds the same memory on its last day as on its first.
+
+    Sizes in bytes are estimates: an event's text (its JSON for any other event) plus a
+    fixed overhead per event.
+
+    * ``trace_records``: the last records of ``Runtime.trace.records`` (a ring; 0 keeps
+      none). The trace file (``trace_path``) and the ``Trace.listeners`` get every record.
+    * ``backlog_events``, ``backlog_bytes``: the events an execution retains for a late
+      subscriber (``subscribe_events`` replays them); the oldest are dropped first and such a
+      subscriber first receives an ``EventsTruncated`` marker saying how many it missed.
+    * ``buffer_events``, ``buffer_bytes``: what one subscriber may fall behind the execution
+      (beside its replay). Publishing never waits for a subscriber: one that falls further
+      behind receives what it was buffered, then :class:`~acpfsm.runtime.SubscriberOverflow`
+      naming how many events it missed, and its iteration ends.
+
+    Beside these, an execution keeps the outcome text of its current prompt generation only
+    (a reply is dropped once the next prompt is admitted; the caller already has it in its
+    ``PromptResult``) and at most 64 generations."""
+
+    trace_records: int = 10_000
+    backlog_events: int = 10_000
+    backlog_bytes: int = 1 << 20
+    buffer_events: int = 10_000
+    buffer_bytes: int = 16 << 20
+
+    def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"Retention.{name} must be a non-negative int, not {value!r}")

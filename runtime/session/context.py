@@ -34,7 +34,7 @@ from ..errors import ExecutionCrashed
 from ..history import HistoryStore
 from ..hub import EventHub
 from ..trace import Trace
-from ..types import AgentProfile, LaunchSpec, Timeouts
+from ..types import AgentProfile, LaunchSpec, Retention, Timeouts
 
 if TYPE_CHECKING:
     from ..mcp.execution import ExecutionMcp
@@ -132,6 +132,7 @@ class ExecutionContext:
         history: HistoryStore | None,
         shutting_down: Callable[[], bool],
         engine: EngineName | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.id = execution_id
         self.session_id = session_id
@@ -143,7 +144,14 @@ class ExecutionContext:
         self.engine = engine
         self.trace = trace
         self.observers = (trace.observer(execution_id),)
-        self.hub = EventHub(execution_id)
+        keep = retention or Retention()
+        self.hub = EventHub(
+            execution_id,
+            retain=keep.backlog_events,
+            retain_bytes=keep.backlog_bytes,
+            buffer=keep.buffer_events,
+            buffer_bytes=keep.buffer_bytes,
+        )
         self.metadata: dict[str, Any] = dict(spec.metadata)
         self.started_at = utcnow()
         self.finished_at: dt.datetime | None = None

@@ -25,6 +25,8 @@ from .turns import TurnDriver
 
 __all__ = ["EventPump"]
 
+_TOOL_NAMES_KEPT = 1024  # the latest tool calls' names, for their results in the history
+
 
 class EventPump:
     """Handles one execution's transport events (see the module docstring)."""
@@ -82,6 +84,8 @@ class EventPump:
         elif isinstance(event, ev.ToolCall):
             name = event.tool_name or event.tool_title
             self._tool_names[event.tool_call_id] = name
+            if len(self._tool_names) > _TOOL_NAMES_KEPT:  # a long session, or a flood
+                del self._tool_names[next(iter(self._tool_names))]
             await ctx.history_append(
                 lambda h: h.append_tool_call(ctx.session_id, name, event.tool_call_id)
             )

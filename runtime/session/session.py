@@ -30,7 +30,7 @@ from ..errors import NotReadyForPrompts, PendingDispatchedPromptTimeout, PromptE
 from ..history import HistoryStore
 from ..mcp.execution import KANDEV_MCP_MODES
 from ..trace import Trace
-from ..types import AgentProfile, LaunchSpec, PromptResult, Timeouts
+from ..types import AgentProfile, LaunchSpec, PromptResult, Retention, Timeouts
 from ..types import Execution as ExecutionSnapshot
 from .cancelling import Canceller
 from .config import ConfigDriver
@@ -75,6 +75,7 @@ class ExecutionSession(SessionViews):
         shutting_down: Callable[[], bool],
         engine: EngineName | None = None,
         mcp: ExecutionMcp | None = None,
+        retention: Retention | None = None,
     ) -> None:
         ctx = self.ctx = ExecutionContext(
             execution_id=execution_id,
@@ -86,6 +87,7 @@ class ExecutionSession(SessionViews):
             history=history,
             shutting_down=shutting_down,
             engine=engine,
+            retention=retention,
         )
         self._open_transport = open_transport
         self.status = StatusDriver(ctx)

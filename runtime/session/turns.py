@@ -144,6 +144,8 @@ class TurnDriver:
         previous = self.current
         if previous is not None:
             fired += ctx.fire(previous.machine, supersede)
+            # its prompt call has returned (the prompt lock): its reply is no longer kept
+            previous.agent_message = ""
         self._next += 1
         g = self._next
         generation = Generation(

@@ -148,9 +148,16 @@ def format_violations(
 def assert_trace_conforms(trace: Trace | Sequence[TraceRecord], *, partial: bool = False) -> None:
     """Raise :class:`TraceViolationError` listing every violation when the records of
     ``trace`` (a :class:`~acpfsm.runtime.Trace` or its records) do not follow the charts.
-    ``partial``: the trace is cut out of a running one (see ``acpfsm check-trace --partial``)."""
+    ``partial``: the trace is cut out of a running one (see ``acpfsm check-trace --partial``).
+    A Trace whose ring of records already dropped its oldest cannot be checked whole: that
+    raises ``ValueError`` (check its file, or keep more records)."""
     from acpfsm.runtime.tools.check_trace import check_records
 
+    if not isinstance(trace, Sequence) and trace.dropped:
+        raise ValueError(
+            f"the trace's memory ring dropped its {trace.dropped} oldest records: check the "
+            "trace file, or keep more records (Retention.trace_records)"
+        )
     records: list[TraceRecord] = list(trace if isinstance(trace, Sequence) else trace.records)
     result = check_records(records, partial=partial)
     if not result.ok:
