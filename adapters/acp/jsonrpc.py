@@ -395,7 +395,7 @@ class JsonRpcConnection:
             return
         try:
             message = decode_message(line)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested too deep: malformed too
             self._report(f"malformed JSON-RPC message from {self.name} ({exc}): {_preview(line)}")
             return
         if message.method is not UNSET:

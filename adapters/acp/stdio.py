@@ -547,7 +547,7 @@ class StdioTransport:
     def _decode_result(method: str, raw: Raw) -> Any:
         try:
             return acp.decode_result(method, raw)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested too deep: malformed too
             raise RemoteProtocolError(f"invalid {method} result from agent: {exc}") from None
 
     def _require_initialized(self) -> InitializeResult:
@@ -1135,7 +1135,7 @@ class StdioTransport:
             return
         try:
             notification: acp.SessionNotification = acp.decode_agent_params(method, params)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested too deep: malformed too
             self._on_protocol_error(RemoteProtocolError(f"invalid session/update: {exc}"))
             return
         for event in self._map_update(notification):
@@ -1315,7 +1315,7 @@ class StdioTransport:
     def _typed_params(method: str, params: Raw | None) -> Any:
         try:
             return acp.decode_agent_params(method, params)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested too deep: malformed too
             raise JsonRpcErrorReply(-32602, "Invalid params", {"details": str(exc)}) from None
 
     async def _ask_permission(

@@ -98,7 +98,7 @@ def _short(body: str, limit: int = 200) -> str:
 def _error_field(body: str) -> str:
     try:
         data = msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return ""
     if isinstance(data, dict) and isinstance(data.get("error"), str):
         return str(data["error"])
@@ -161,7 +161,7 @@ class _Http:
             return None
         try:
             return msgspec.json.decode(body)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             raise RemoteProtocolError(
                 f"failed to parse {op} response (status {status}, body: {_short(body)})"
             ) from None

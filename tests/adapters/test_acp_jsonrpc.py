@@ -450,3 +450,23 @@ async def test_abort_is_transport_death_with_the_given_reason() -> None:
         assert str(record.closes[0]) == "notification queue overflow"
         with pytest.raises(TransportClosed, match="notification queue overflow"):
             await conn.request("x")
+
+
+async def test_a_message_nested_too_deep_is_malformed_and_survived() -> None:
+    """A hostile peer's params nested thousands deep make the JSON decoder recurse too far:
+    reported as a malformed message, the connection goes on."""
+    deep = b"[" * 5000 + b"]" * 5000
+    async with wired(max_line_bytes=64 * 1024) as (conn, peer, record):
+        await peer.write_raw(
+            b'{"jsonrpc":"2.0","method":"session/update","params":' + deep + b"}\n"
+        )
+        async with anyio.create_task_group() as tg:
+
+            async def answer() -> None:
+                request = await peer.read()
+                await peer.respond(request, "still alive")
+
+            tg.start_soon(answer)
+            assert json.loads(bytes(await conn.request("ping"))) == "still alive"
+        messages = [str(e) for e in record.protocol_errors]
+        assert len(messages) == 1 and "malformed JSON-RPC message" in messages[0], messages

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from acpfsm.adapters.events import MessageChunk, Reasoning, ToolCall
+from acpfsm.adapters.events import MessageChunk, Reasoning, ToolCall, ToolUpdate
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import Retention, SubscriberOverflow, Trace
 from acpfsm.runtime.events import AgentReady, EventsTruncated
@@ -240,3 +240,11 @@ def test_a_chart_machine_keeps_nothing_per_transition() -> None:
     finally:
         tracemalloc.stop()
     assert grown < 10_000 * 8  # under a pointer per transition: nothing is kept per transition
+
+
+def test_event_size_of_an_event_json_cannot_hold_is_counted_big() -> None:
+    """An agent's raw payload msgspec cannot encode (a nesting too deep) is not an error."""
+    deep: object = []
+    for _ in range(2000):
+        deep = [deep]
+    assert event_size(ToolUpdate(tool_call_id="t", raw_output=deep)) == EVENT_OVERHEAD * 16
