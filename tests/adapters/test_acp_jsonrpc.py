@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -455,8 +456,9 @@ async def test_abort_is_transport_death_with_the_given_reason() -> None:
 async def test_a_message_nested_too_deep_is_malformed_and_survived() -> None:
     """A hostile peer's params nested thousands deep make the JSON decoder recurse too far:
     reported as a malformed message, the connection goes on."""
-    deep = b"[" * 5000 + b"]" * 5000
-    async with wired(max_line_bytes=64 * 1024) as (conn, peer, record):
+    depth = sys.getrecursionlimit() + 1000
+    deep = b"[" * depth + b"]" * depth
+    async with wired(max_line_bytes=4 * depth + 1024) as (conn, peer, record):
         await peer.write_raw(
             b'{"jsonrpc":"2.0","method":"session/update","params":' + deep + b"}\n"
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -245,6 +246,6 @@ def test_a_chart_machine_keeps_nothing_per_transition() -> None:
 def test_event_size_of_an_event_json_cannot_hold_is_counted_big() -> None:
     """An agent's raw payload msgspec cannot encode (a nesting too deep) is not an error."""
     deep: object = []
-    for _ in range(2000):
+    for _ in range(sys.getrecursionlimit() + 1000):
         deep = [deep]
     assert event_size(ToolUpdate(tool_call_id="t", raw_output=deep)) == EVENT_OVERHEAD * 16

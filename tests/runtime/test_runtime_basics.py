@@ -300,7 +300,7 @@ async def test_stop_tries_a_graceful_agent_stop_unless_forced(time_scale: float)
 
 
 def test_the_lifecycle_bounds_are_kandevs() -> None:
-    """Every default bound, in seconds, as kandev's lifecycle has it (session_manager.go and
+    """Every default bound, in seconds, as kandev's lifecycle has it (lifecycle/session.go and
     lifecycle/*.go), and acpfsm's own for app tools and permission answers: a changed bound
     is a changed decision, whatever tests measure relative to it."""
     assert msgspec.structs.asdict(Timeouts()) == {
