@@ -74,6 +74,7 @@ from msgspec import Raw
 
 from ..classify import PHRASE_LOAD_UNSUPPORTED
 from ..errors import (
+    UNDECODABLE_JSON,
     AcpfsmError,
     AgentRequestError,
     DialRefused,
@@ -547,7 +548,7 @@ class StdioTransport:
     def _decode_result(method: str, raw: Raw) -> Any:
         try:
             return acp.decode_result(method, raw)
-        except (msgspec.DecodeError, RecursionError) as exc:  # nested too deep: malformed too
+        except UNDECODABLE_JSON as exc:
             raise RemoteProtocolError(f"invalid {method} result from agent: {exc}") from None
 
     def _require_initialized(self) -> InitializeResult:
@@ -1135,7 +1136,7 @@ class StdioTransport:
             return
         try:
             notification: acp.SessionNotification = acp.decode_agent_params(method, params)
-        except (msgspec.DecodeError, RecursionError) as exc:  # nested too deep: malformed too
+        except UNDECODABLE_JSON as exc:
             self._on_protocol_error(RemoteProtocolError(f"invalid session/update: {exc}"))
             return
         for event in self._map_update(notification):
@@ -1315,7 +1316,7 @@ class StdioTransport:
     def _typed_params(method: str, params: Raw | None) -> Any:
         try:
             return acp.decode_agent_params(method, params)
-        except (msgspec.DecodeError, RecursionError) as exc:  # nested too deep: malformed too
+        except UNDECODABLE_JSON as exc:
             raise JsonRpcErrorReply(-32602, "Invalid params", {"details": str(exc)}) from None
 
     async def _ask_permission(

@@ -24,6 +24,7 @@ import httpx
 import msgspec
 
 from ..errors import (
+    UNDECODABLE_JSON,
     AgentctlError,
     AuthenticationFailed,
     LocalProtocolError,
@@ -98,7 +99,7 @@ def _short(body: str, limit: int = 200) -> str:
 def _error_field(body: str) -> str:
     try:
         data = msgspec.json.decode(body)
-    except (msgspec.DecodeError, RecursionError):
+    except UNDECODABLE_JSON:
         return ""
     if isinstance(data, dict) and isinstance(data.get("error"), str):
         return str(data["error"])
@@ -161,7 +162,7 @@ class _Http:
             return None
         try:
             return msgspec.json.decode(body)
-        except (msgspec.DecodeError, RecursionError):
+        except UNDECODABLE_JSON:
             raise RemoteProtocolError(
                 f"failed to parse {op} response (status {status}, body: {_short(body)})"
             ) from None
