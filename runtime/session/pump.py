@@ -48,10 +48,12 @@ class EventPump:
         self.permissions = permissions
         self._tool_names: dict[str, str] = {}
 
-    def _superseded(self, generation: int) -> bool:
-        """The generation's chart says a successor superseded it."""
-        g = self.turns.generations.get(generation)
-        return g is not None and g.machine.is_in("superseded")
+    def _replaced(self, generation: int) -> bool:
+        """A successor was admitted after ``generation`` (every admission supersedes the turn
+        before it, so this is its chart's ``superseded``, known from the numbers alone and
+        still known once the generation's record is dropped); 0 is text of no turn."""
+        current = self.turns.current
+        return current is not None and 0 < generation < current.number
 
     async def run(self) -> None:
         """Handle the transport's events one at a time, in order."""
@@ -76,7 +78,7 @@ class EventPump:
         await self.status.activity()
         await self._record_activity(event)
         if isinstance(event, ev.MessageChunk) and event.role != "user" and event.text:
-            if not self._superseded(event.prompt_generation):
+            if not self._replaced(event.prompt_generation):
                 # late text of a turn a successor superseded is not the current reply
                 ctx.message.append(event.text)
         elif isinstance(event, ev.SessionModels):
