@@ -16,12 +16,14 @@ python-statemachine and run on acpfsm's compiled engine (:mod:`._compile`, :mod:
 
 from ._base import Chart as Chart
 from ._base import declared_transitions as declared_transitions
+from ._compile import MUTANT_ENV as _MUTANT_ENV
 from ._compile import CompiledChart as CompiledChart
 from ._compile import Effect as Effect
 from ._compile import Effects as Effects
 from ._compile import EffectSpec as EffectSpec
 from ._compile import Step as Step
 from ._compile import effect as effect
+from ._compile import mutant_from_env as _mutant_from_env
 from ._machine import ENGINE_ENV as ENGINE_ENV
 from ._machine import ChartMachine as ChartMachine
 from ._machine import EngineName as EngineName
@@ -63,6 +65,12 @@ ALL_CHARTS: tuple[type[Chart], ...] = (
 for _chart in ALL_CHARTS:
     _chart.compiled()
 del _chart
+
+# a mutant named for a chart that does not exist would mutate nothing: loud, not inert
+_mutant = _mutant_from_env()
+if _mutant is not None and _mutant.chart not in {c.chart_name for c in ALL_CHARTS}:
+    raise ChartDefinitionError(f"{_MUTANT_ENV}={_mutant}: no chart named {_mutant.chart!r}")
+del _mutant
 
 __all__ = [
     "ALL_CHARTS",

@@ -98,7 +98,7 @@ from typing import Any
 
 import msgspec
 
-from acpfsm.adapters.errors import AcpfsmError
+from acpfsm.adapters.errors import UNDECODABLE_JSON, AcpfsmError
 from acpfsm.runtime.trace import TraceRecord
 from acpfsm.statecharts import Chart, ChartDefinitionError, CompiledChart
 
@@ -567,7 +567,7 @@ def _decode_chunk(chunk: bytes, before: int, name: str) -> tuple[Sequence[int], 
         # one decoder call for the chunk: no blank line, so record i is on line before + i
         try:
             records = _list_decoder.decode(b"[" + body.replace(b"\n", b",") + b"]")
-        except msgspec.DecodeError:
+        except UNDECODABLE_JSON:
             pass
         else:
             if len(records) == body.count(b"\n") + 1:
@@ -579,7 +579,7 @@ def _decode_chunk(chunk: bytes, before: int, name: str) -> tuple[Sequence[int], 
             continue
         try:
             records.append(_record_decoder.decode(line))
-        except msgspec.DecodeError as exc:
+        except UNDECODABLE_JSON as exc:
             raise TraceFormatError(
                 f"not a trace record: {exc}", path=name, line=before + i
             ) from None

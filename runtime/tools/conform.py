@@ -123,6 +123,7 @@ from acpfsm.adapters.acp import messages as acp
 from acpfsm.adapters.acp.jsonrpc import method_not_found
 from acpfsm.adapters.acp.process import AgentProcess, ShutdownPolicy, open_agent_process
 from acpfsm.adapters.errors import (
+    UNDECODABLE_JSON,
     AcpfsmError,
     AgentRequestError,
     SteerUnsupported,
@@ -644,7 +645,7 @@ class _Wire:
         self._log("←", line)
         try:
             message = msgspec.json.decode(line)
-        except msgspec.DecodeError:
+        except UNDECODABLE_JSON:
             self.garbage.append(line)
             self._wake()
             return

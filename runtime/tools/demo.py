@@ -234,7 +234,7 @@ async def _run(args: argparse.Namespace, narrate: _Narrator) -> int:
         await rt.stop(ref2.id, "demo done")
     _summary(rt, narrate, executions)
     narrate.step("Trace")
-    narrate.note(f"{len(rt.trace.records)} transitions written to {trace_path}")
+    narrate.note(f"{rt.trace.count} transitions written to {trace_path}")
     from .diagrams import INSTALL_HINT, DiagramError, write_run
     from .report import write_report
 

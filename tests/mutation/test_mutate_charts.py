@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 import pytest
@@ -174,3 +175,25 @@ def test_trace_checks_and_new_machines_read_the_mutated_tables() -> None:
         mutate_charts._install(_base, Execution, None)
     assert not check_records([record], partial=True).ok
     assert Execution.start().fire("start_requested").state == "starting"
+
+
+def test_a_mutant_naming_no_chart_fails_the_import() -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, MUTANT_ENV: "nochart:0:delete"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import acpfsm.statecharts"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "no chart named 'nochart'" in done.stderr
+    env[MUTANT_ENV] = "execution:0:delete"
+    ok = subprocess.run(
+        [sys.executable, "-c", "import acpfsm.statecharts"], env=env, timeout=60, check=False
+    )
+    assert ok.returncode == 0

@@ -491,3 +491,19 @@ def test_a_large_trace_streams_through(tmp_path: Path) -> None:
     result = check_file(path)
     assert result.records == 45_000 and result.executions == 2500
     assert [(v.line, v.kind) for v in result.violations] == [(44_999, "source_mismatch")]
+
+
+def test_a_line_nested_too_deep_is_a_format_error_naming_it(
+    real_trace: Path, tmp_path: Path
+) -> None:
+    """JSON nested past the interpreter's recursion limit makes the decoder recurse too far:
+    a malformed line like any other, named by its number (an unknown field is skipped, but
+    skipping still descends)."""
+    depth = sys.getrecursionlimit() + 1000
+    deep = '{"unknown": ' + "[" * depth + "]" * depth + ', "seq": 2}'
+    text = real_trace.read_text().splitlines()
+    broken = tmp_path / "deep.jsonl"
+    broken.write_text("\n".join([text[0], deep, *text[1:]]) + "\n")
+    with pytest.raises(TraceFormatError) as caught:
+        read_trace(broken)
+    assert caught.value.line == 2

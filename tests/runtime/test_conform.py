@@ -6,7 +6,7 @@ import json
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -15,6 +15,7 @@ from acpfsm.runtime.tools.conform import (
     NONEXISTENT_VERSION,
     ConformReport,
     Status,
+    _Wire,
     main,
     render_table,
     run_battery,
@@ -283,3 +284,13 @@ def test_the_cancel_verdict_judges_only_what_was_seen(seen: Any, status: Status,
 
     verdict = _judge_cancel(seen, "CLAUSE")
     assert verdict.status is status and says in verdict.detail, verdict.detail
+
+
+def test_an_answer_nested_too_deep_is_garbage_not_a_crash() -> None:
+    """A hostile agent's line nested past the recursion limit is recorded as garbage, as any
+    other undecodable line (the battery goes on)."""
+    wire = _Wire(cast(Any, None))
+    depth = sys.getrecursionlimit() + 1000
+    deep = b'{"jsonrpc": "2.0", "id": 1, "result": ' + b"[" * depth + b"]" * depth + b"}"
+    wire._line(deep)
+    assert wire.garbage == [deep]

@@ -40,6 +40,7 @@ def test_demo_runs_a_full_life(tmp_path: Path, backend: str) -> None:
     assert "Tool count_words returned: 7 words." in out
     assert "same ACP session: True" in out
     records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert f"{len(records)} transitions written to" in out
     events = {(r["chart"], r["event"]) for r in records}
     assert ("prompt_generation", "steered") in events
     assert any(
