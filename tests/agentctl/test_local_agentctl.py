@@ -3,6 +3,7 @@ agent it started), ``acpfsm conform --agentctl auto``, and the one-shot nonce's 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -61,11 +62,16 @@ def read_until(stream: IO[str] | None, pattern: str, limit: float = 60.0) -> lis
     raise AssertionError(f"no {pattern!r} in {lines}")
 
 
+run_id_of: dict[int, str] = {}
+"""The marker of the agentctl each running CLI (by pid) started."""
+
+
 def start_cli() -> tuple[subprocess.Popen[str], str, str, int]:
     """``acpfsm agentctl`` in a subprocess: (process, url, nonce, agentctl's pid)."""
     cli = subprocess.Popen(
         [sys.executable, "-m", "acpfsm.runtime.tools.cli", "agentctl", "--cache", str(CACHE)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT dumps its stacks: see ended()
     )  # fmt: skip
     try:
         text = "\n".join(read_until(cli.stdout, r"^Ctrl-C stops"))
@@ -77,7 +83,27 @@ def start_cli() -> tuple[subprocess.Popen[str], str, str, int]:
     assert url.startswith("http://127.0.0.1:")
     assert f'AgentctlExecutor(url="{url}", nonce="{nonce}")' in text
     assert f"acpfsm conform --agentctl {url} --nonce {nonce} --" in text
-    return cli, url, nonce, int(found(r"running \(pid (\d+)", text))
+    pid = int(found(r"running \(pid (\d+)", text))
+    run_id_of[cli.pid] = local._environ(pid)[local.MARKER]
+    return cli, url, nonce, pid
+
+
+def ended(cli: subprocess.Popen[str], within: float) -> tuple[int | None, str]:
+    """The CLI's exit status (None when it did not exit ``within`` seconds) and its stderr;
+    one that hangs is made to dump its threads' stacks into that stderr, then killed."""
+    try:
+        code: int | None = cli.wait(within)
+    except subprocess.TimeoutExpired:
+        code = None
+        cli.send_signal(signal.SIGABRT)
+        try:
+            cli.wait(10)
+        except subprocess.TimeoutExpired:
+            cli.kill()
+        for left in marked(run_id_of.pop(cli.pid, "")):  # what the killed CLI left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(left, signal.SIGKILL)
+    return code, cli.communicate()[1]
 
 
 def test_the_cli_runs_agentctl_and_ctrl_c_stops_it_and_its_agents(
@@ -91,37 +117,34 @@ def test_the_cli_runs_agentctl_and_ctrl_c_stops_it_and_its_agents(
         command=tuple(REFERENCE), workspace=str(tmp_path / "ws"),
     )  # fmt: skip
 
-    async def connect_then_ctrl_c() -> int:
+    async def connect_then_ctrl_c() -> tuple[int | None, str]:
         executor = AgentctlExecutor(url=url, nonce=nonce, config=TEST_CONFIG)
-        with anyio.fail_after(60):
+        with anyio.fail_after(150):  # the connection, then the exit (and a hang's stacks)
             async with executor.open(launch) as transport:
                 await transport.initialize()
                 assert executor.token
                 assert [p for p in marked(run_id) if p != pid], "the agent is running"
                 cli.send_signal(signal.SIGINT)  # Ctrl-C
-                return await anyio.to_thread.run_sync(cli.wait, 30)
+                return await anyio.to_thread.run_sync(ended, cli, 60.0)
 
     try:
-        assert anyio.run(connect_then_ctrl_c, backend="trio") == 0
-        assert marked(run_id) == []  # agentctl and the agent it started are gone
+        code, err = anyio.run(connect_then_ctrl_c, backend="trio")
     finally:
         if cli.poll() is None:
             cli.kill()
-        _, err = cli.communicate()
+            cli.communicate()
+    assert code == 0, err
+    assert marked(run_id) == []  # agentctl and the agent it started are gone
     assert "stopped" in err, err
 
 
 def test_sigterm_stops_it_too(agentctl_binary: Path) -> None:
     cli, _, _, pid = start_cli()
     run_id = local._environ(pid)[local.MARKER]
-    try:
-        cli.terminate()
-        assert cli.wait(30) == 0
-        assert marked(run_id) == []
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-        cli.communicate()
+    cli.terminate()
+    code, err = ended(cli, 60.0)
+    assert code == 0, err
+    assert marked(run_id) == []
 
 
 def test_conform_saves_the_token_its_nonce_got_for_the_next_run(
