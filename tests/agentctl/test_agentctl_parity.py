@@ -16,7 +16,11 @@ record is normalized, not excluded: a cancel's answer (``cancel_answered``, targ
 applied after the lifecycle lock is taken again, so it lands on the stalled generation while
 it is still ``dispatched`` or just after its cancelled turn ended (``ended``), whichever the
 pump reaches first; both change nothing, so it is compared without its states, in its place
-right after the generation's ``cancel_requested``.
+right after the generation's ``cancel_requested``. The first activity (``activity_recorded``
+and ``first_activity``'s ``activity_seen``, the agent's first event reaching the event pump) is
+compared on its own too: it races the init's next step (agentctl sends its first event on the
+WebSocket and the initialize answer over HTTP), so its place among the init's records is the
+scheduler's choice.
 """
 
 from __future__ import annotations
@@ -109,16 +113,25 @@ async def _scenario(rt: Runtime, executor_id: str, ws: Path) -> list[Trace]:
     ]
 
 
+FIRST_ACTIVITY = (
+    ("execution", 0, "activity_recorded", "active", "active"),
+    ("first_activity", 0, "activity_seen", "quiet", "announced"),
+)
+
+
 def _canonical(trace: Trace) -> Trace:
-    """Each normalized ``cancel_answered`` moved right after its ``cancel_requested``."""
+    """Each normalized ``cancel_answered`` moved right after its ``cancel_requested``; the
+    first activity moved to the end."""
+    first = [r for r in trace if r in FIRST_ACTIVITY]
+    assert first == list(FIRST_ACTIVITY), first  # once, in this order, whenever it came
     answers = [r for r in trace if r[2] == "cancel_answered" and r[3] == "*"]
-    out = [r for r in trace if r not in answers]
+    out = [r for r in trace if r not in answers and r not in FIRST_ACTIVITY]
     for answer in answers:
         requested = [
             i for i, r in enumerate(out) if r[2] == "cancel_requested" and r[1] == answer[1]
         ]
         out.insert(requested[-1] + 1 if requested else len(out), answer)
-    return out
+    return out + first
 
 
 async def test_same_scenario_same_chart_traces(agentctl: AgentctlServer, tmp_path: Path) -> None:
