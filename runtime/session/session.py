@@ -12,7 +12,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.abc
@@ -28,6 +28,7 @@ from acpfsm.adapters.transport import (
 from acpfsm.statecharts import ChartMachine, EngineName
 
 from .. import events as le
+from ..clock import loop_clock
 from ..errors import NotReadyForPrompts, PendingDispatchedPromptTimeout, PromptError
 from ..history import HistoryStore
 from ..hub import EventHub
@@ -109,6 +110,7 @@ class ExecutionSession:
         self._stop_requested = anyio.Event()
         self._finished = anyio.Event()
         self._tool_names: dict[str, str] = {}
+        self._clock: Callable[[], float] = anyio.current_time
         ctx.handle("execution", {"close_subscriptions": lambda effect, m: ctx.hub.close()})
         if mcp is not None:
             ctx.mcp = mcp
@@ -256,7 +258,10 @@ class ExecutionSession:
         self._stop_requested.set()
 
     def _superseded(self, generation: int) -> bool:
-        """The generation's chart says a successor superseded it."""
+        """The generation's chart says a successor superseded it (never the current one)."""
+        current = self.turns.current
+        if current is not None and current.number == generation:
+            return False
         g = self.turns.generations.get(generation)
         return g is not None and g.machine.is_in("superseded")
 
@@ -449,6 +454,7 @@ class ExecutionSession:
 
     async def _pump(self) -> None:
         """Handle the transport's events one at a time, in order."""
+        self._clock = loop_clock()  # read for every event: looked up once
         async for event in self.ctx.transport_or_raise().events():
             await self._handle(event)
         if self.stream.live:
@@ -457,6 +463,10 @@ class ExecutionSession:
 
     async def _handle(self, event: ev.AgentEvent) -> None:
         ctx = self.ctx
+        kind = type(event)
+        if kind is ev.MessageChunk or kind is ev.Reasoning:
+            await self._content(cast("ev.MessageChunk | ev.Reasoning", event))
+            return
         if isinstance(event, ev.Complete | ev.ErrorEvent):
             self.permissions.turn_ended(event.prompt_generation)
             await self.turns.completion(event)
@@ -493,9 +503,33 @@ class ExecutionSession:
             await self.turns.handoff(event)
         ctx.publish(event)
 
+    async def _content(self, event: ev.MessageChunk | ev.Reasoning) -> None:
+        """The high-rate turn content (message and thought chunks), as :meth:`_handle` treats
+        any event, without its dispatch: activity, the reply text, published. No chart is
+        read or fired unless the first activity is yet to be announced, a wakeup is watched,
+        or the chunk is not the current generation's."""
+        status = self.status
+        if not status.first_activity.ended:
+            await status.activity()
+        act = self.ctx.activity
+        act.last_at = self._clock()
+        act.since_prompt = True
+        act.epoch += 1
+        if status.watching_wakeup:
+            await status.turn_content()  # a wakeup turn (R26) when READY
+        if (
+            type(event) is ev.MessageChunk
+            and event.role != "user"
+            and event.text
+            # late text of a turn a successor superseded is not the current reply
+            and not self._superseded(event.prompt_generation)
+        ):
+            self.ctx.message.append(event.text)
+        self.ctx.hub.publish(event)
+
     async def _record_activity(self, event: ev.AgentEvent) -> None:
         act = self.ctx.activity
-        act.last_at = anyio.current_time()
+        act.last_at = self._clock()
         if not ev.is_turn_content(event):
             return
         act.since_prompt = True
@@ -504,14 +538,11 @@ class ExecutionSession:
             # the active *top-level* tool: a subagent's tool call does not replace it
             act.active_tool_id = event.tool_call_id
             act.active_tool_title = event.tool_title or event.tool_name
-        elif (
-            isinstance(event, ev.ToolUpdate)
-            and ev.is_terminal_tool_update(event)
-            and event.tool_call_id == act.active_tool_id
-        ):
-            act.active_tool_id = act.active_tool_title = ""
-        if not ev.is_terminal_tool_update(event):
-            await self.status.turn_content()  # a wakeup turn (R26) when READY
+        elif isinstance(event, ev.ToolUpdate) and ev.is_terminal_tool_update(event):
+            if event.tool_call_id == act.active_tool_id:
+                act.active_tool_id = act.active_tool_title = ""
+            return
+        await self.status.turn_content()  # a wakeup turn (R26) when READY
 
     async def _stream_lost(self, event: ev.StreamDisconnected) -> None:
         """handleStreamDisconnect and, for a local process, its exit."""

@@ -33,7 +33,7 @@ class StatusDriver:
         self.machine = ctx.start(Execution)
         self.first_activity = ctx.start(FirstActivity)
         self._wakeup_watch = False
-        self._changed = anyio.Event()
+        self._changed: anyio.Event | None = None  # only while someone waits
         ctx.handle(
             Execution.chart_name,
             {
@@ -67,11 +67,14 @@ class StatusDriver:
 
     async def changed(self) -> None:
         """Wait for the execution's next status step."""
+        if self._changed is None:
+            self._changed = anyio.Event()
         await self._changed.wait()
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
 
     # --- facts ----------------------------------------------------------------------------
 
@@ -86,6 +89,11 @@ class StatusDriver:
         facts are moot (the coordination table treats an ended chart the same way)."""
         if not self.machine.ended:
             await self.ctx.step(self.machine, event, **data)
+
+    @property
+    def watching_wakeup(self) -> bool:
+        """READY and no turn content since: the next content is a wakeup fact."""
+        return self._wakeup_watch
 
     async def turn_content(self) -> None:
         """Turn content arrived: the first one after the execution became READY is a wakeup
