@@ -206,6 +206,7 @@ class ImportRow:
     cpu_ms: tuple[float, ...]
     httpx_loaded: bool
     top: tuple[tuple[str, float], ...] = ()  # (package, self ms) of one -X importtime run
+    after_asyncio_cpu_ms: tuple[float, ...] = ()  # asyncio imported first (an asyncio app)
 
     @property
     def median_ms(self) -> float:
@@ -741,41 +742,43 @@ async def bench_launch(opts: BenchOptions, root: Path, backend: str) -> list[Cos
 
 
 async def bench_heap(opts: BenchOptions, root: Path) -> HeapRow:
-    """tracemalloc growth per prompt once the Runtime's bounded stores are full."""
+    """tracemalloc growth per prompt once the Runtime's bounded stores are full. Tracing
+    starts before the first prompt, so what the stores drop (allocated while traced) counts
+    against what they take."""
     retention = QUICK_RETENTION if opts.quick else Retention()
     executor = MemoryAgentExecutor(2)
     rt = Runtime(profiles=[MEMORY_AGENT], executors={"memory-acp": executor}, retention=retention)
-    async with rt:
-        ref = await rt.launch(_spec("memory-acp", root, MEMORY_AGENT.id))
-        await rt.wait_ready(ref.id)
-        prompts = 0
+    tracemalloc.start()
+    try:
+        async with rt:
+            ref = await rt.launch(_spec("memory-acp", root, MEMORY_AGENT.id))
+            await rt.wait_ready(ref.id)
+            prompts = 0
 
-        async def full() -> bool:
-            if rt.trace.dropped == 0:
-                return False
-            async with rt.subscribe_events(ref.id) as late:
-                return isinstance(await late.__anext__(), EventsTruncated)
+            async def full() -> bool:
+                if rt.trace.dropped == 0:
+                    return False
+                async with rt.subscribe_events(ref.id) as late:
+                    return isinstance(await late.__anext__(), EventsTruncated)
 
-        while not await full():
-            for _ in range(100):
+            while not await full():
+                for _ in range(100):
+                    prompts += 1
+                    await rt.prompt(ref.id, _prompt_text(prompts))
+            filled_after = prompts
+            for _ in range(filled_after):  # as many again: every stored item made while traced
                 prompts += 1
                 await rt.prompt(ref.id, _prompt_text(prompts))
-        filled_after = prompts
-        for _ in range(max(100, filled_after // 10)):  # a margin past the first drop
-            prompts += 1
-            await rt.prompt(ref.id, _prompt_text(prompts))
-        gc.collect()
-        tracemalloc.start()
-        try:
+            gc.collect()
             base = tracemalloc.get_traced_memory()[0]
             for _ in range(opts.heap_prompts):
                 prompts += 1
                 await rt.prompt(ref.id, _prompt_text(prompts))
             gc.collect()
             grown = tracemalloc.get_traced_memory()[0] - base
-        finally:
-            tracemalloc.stop()
-        await rt.stop(ref.id, "bench done")
+            await rt.stop(ref.id, "bench done")
+    finally:
+        tracemalloc.stop()
     note = "quick: smaller bounds" if opts.quick else ""
     return HeapRow(opts.heap_prompts, filled_after, grown, len(rt.trace.records), note)
 
@@ -784,6 +787,7 @@ async def bench_heap(opts: BenchOptions, root: Path) -> HeapRow:
 
 _IMPORT_CODE = (
     "import sys, time\n"
+    "{pre}"
     "t, c = time.perf_counter(), time.process_time()\n"
     "import acpfsm.runtime\n"
     "print(time.perf_counter() - t, time.process_time() - c, int('httpx' in sys.modules))\n"
@@ -800,22 +804,29 @@ def bench_import(count: int) -> ImportRow:
     """``import acpfsm.runtime`` in ``count`` fresh processes; where one run's time goes."""
     samples: list[float] = []
     cpu: list[float] = []
+    after_asyncio: list[float] = []
     httpx = False
     # as installed: byte-compiled (the first, untimed run writes what is missing)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    for i in range(count + 1):
-        out = subprocess.run(
-            [sys.executable, "-c", _IMPORT_CODE],
+
+    def timed(pre: str) -> list[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _IMPORT_CODE.format(pre=pre)],
             capture_output=True,
             text=True,
             check=True,
             env=env,
             timeout=SETUP_TIMEOUT,
         ).stdout.split()
-        if i:
-            samples.append(float(out[0]) * 1000.0)
-            cpu.append(float(out[1]) * 1000.0)
-            httpx = httpx or out[2] == "1"
+
+    timed("")
+    for _ in range(count):
+        out = timed("")
+        samples.append(float(out[0]) * 1000.0)
+        cpu.append(float(out[1]) * 1000.0)
+        httpx = httpx or out[2] == "1"
+        # an asyncio app: asyncio (which python-statemachine imports) is there already
+        after_asyncio.append(float(timed("import asyncio\n")[1]) * 1000.0)
 
     def self_times(code: str) -> dict[str, int]:
         err = subprocess.run(
@@ -835,7 +846,7 @@ def bench_import(count: int) -> ImportRow:
             key = _package(module)
             by_package[key] = by_package.get(key, 0.0) + micros / 1000.0
     top = tuple(sorted(by_package.items(), key=lambda kv: -kv[1])[:8])
-    return ImportRow(tuple(samples), tuple(cpu), httpx, top)
+    return ImportRow(tuple(samples), tuple(cpu), httpx, top, tuple(after_asyncio))
 
 
 # ------------------------------------------------------------ 6. transitions --
@@ -1502,6 +1513,16 @@ def format_report(report: BenchReport) -> str:
             ],
             "httpx loaded" if imp.httpx_loaded else "httpx not loaded",
         )
+        if imp.after_asyncio_cpu_ms:
+            table.row(
+                "import time in an asyncio app (asyncio imported first)",
+                [
+                    str(len(imp.after_asyncio_cpu_ms)),
+                    "",
+                    "",
+                    f"{statistics.median(imp.after_asyncio_cpu_ms):.1f}",
+                ],
+            )
         for package, ms in imp.top:
             table.row(f"  {package}", ["", f"{ms:.1f}", "", ""], "self time, one -X importtime")
 
