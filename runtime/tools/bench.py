@@ -1240,141 +1240,62 @@ def _ratio(value: float | None, base: float | None) -> str:
 def goals(report: BenchReport) -> list[Goal]:
     """The summary: each figure of the issue's table with its goal."""
     out: list[Goal] = []
-    lat = report.latency
+
+    def ratio(figure: str, backend: str, value: float | None, base: float | None, limit: float,
+              detail: str) -> None:  # fmt: skip
+        out.append(Goal(figure, backend, COMPILED, _div(value, base), limit, "x", detail=detail))
+
     for backend in report.options.backends:
-        bare = report.row(lat, BARE_ROW, backend)
-        rt = report.row(lat, RUNTIME_ROW, backend)
+        bare = report.row(report.latency, BARE_ROW, backend)
+        rt = report.row(report.latency, RUNTIME_ROW, backend)
         if bare is None or rt is None:
             continue
-        out.append(
-            Goal(
-                "Runtime.prompt median vs bare StdioTransport",
-                backend,
-                COMPILED,
-                _div(rt.median_ms, bare.median_ms),
-                1.3,
-                "x",
-                detail=f"{_num(rt.median_ms)} vs {_num(bare.median_ms)} ms",
-            )
-        )
-        sdk = report.row(lat, SDK_ROW, backend)
+        versus = f"{_num(rt.median_ms)} vs {_num(bare.median_ms)} ms"
+        ratio(f"{RUNTIME_ROW} median vs bare StdioTransport", backend, rt.median_ms,
+              bare.median_ms, 1.3, versus)  # fmt: skip
+        sdk = report.row(report.latency, SDK_ROW, backend)
         if sdk is not None and sdk.samples_ms:
-            out.append(
-                Goal(
-                    "Runtime.prompt median vs official ACP SDK client",
-                    backend,
-                    COMPILED,
-                    _div(rt.median_ms, sdk.median_ms),
-                    1.0,
-                    "x",
-                    detail=f"{_num(rt.median_ms)} vs {_num(sdk.median_ms)} ms",
-                )
-            )
-        out.append(
-            Goal(
-                "client CPU per prompt vs bare",
-                backend,
-                COMPILED,
-                _div(rt.client_cpu_ms, bare.client_cpu_ms),
-                1.5,
-                "x",
-                detail=f"{_num(rt.client_cpu_ms)} vs {_num(bare.client_cpu_ms)} ms",
-            )
-        )
-        out.append(
-            Goal(
-                "Runtime.prompt p99 vs median",
-                backend,
-                COMPILED,
-                _div(rt.p99_ms, rt.median_ms),
-                2.0,
-                "x",
-                detail=f"p99 {_num(rt.p99_ms)} ms over {len(rt.samples_ms)} prompts",
-            )
-        )
-        out.append(
-            Goal(
-                "longest GC pause during Runtime.prompt",
-                backend,
-                COMPILED,
-                rt.gc_max_ms if rt.samples_ms else None,
-                10.0,
-                "ms",
-                detail=f"{rt.gc_count} collections",
-            )
-        )
-    for backend in report.options.backends:
-        bare_s = report.row(report.streaming, STREAM_BARE, backend)
-        rt_s = report.row(report.streaming, STREAM_RUNTIME, backend)
-        if bare_s is not None and rt_s is not None:
-            out.append(
-                Goal(
-                    "CPU per streamed notification vs bare (in-memory)",
-                    backend,
-                    COMPILED,
-                    _div(rt_s.per_item_ms, bare_s.per_item_ms),
-                    1.3,
-                    "x",
-                    detail=f"{rt_s.per_item_ms * 1000:.1f} vs {bare_s.per_item_ms * 1000:.1f} us",
-                )
-            )
-    for backend in report.options.backends:
-        hand = report.row(report.launch, LAUNCH_BARE, backend)
-        launched = report.row(report.launch, LAUNCH_RUNTIME, backend)
-        if hand is not None and launched is not None:
-            out.append(
-                Goal(
-                    "launch -> READY client CPU vs initialize + session/new by hand",
-                    backend,
-                    COMPILED,
-                    _div(launched.per_item_ms, hand.per_item_ms),
-                    2.0,
-                    "x",
-                    detail=f"{launched.per_item_ms:.2f} vs {hand.per_item_ms:.2f} ms",
-                )
-            )
+            versus = f"{_num(rt.median_ms)} vs {_num(sdk.median_ms)} ms"
+            ratio(f"{RUNTIME_ROW} median vs official ACP SDK client", backend, rt.median_ms,
+                  sdk.median_ms, 1.0, versus)  # fmt: skip
+        versus = f"{_num(rt.client_cpu_ms)} vs {_num(bare.client_cpu_ms)} ms"
+        ratio("client CPU per prompt vs bare", backend, rt.client_cpu_ms, bare.client_cpu_ms,
+              1.5, versus)  # fmt: skip
+        p99 = f"p99 {_num(rt.p99_ms)} ms over {len(rt.samples_ms)} prompts"
+        ratio(f"{RUNTIME_ROW} p99 vs median", backend, rt.p99_ms, rt.median_ms, 2.0, p99)
+        gc_max = rt.gc_max_ms if rt.samples_ms else None
+        out.append(Goal(f"longest GC pause during {RUNTIME_ROW}", backend, COMPILED, gc_max,
+                        10.0, "ms", detail=f"{rt.gc_count} collections"))  # fmt: skip
+    pairs = (
+        ("CPU per streamed notification vs bare (in-memory)", report.streaming, STREAM_BARE,
+         STREAM_RUNTIME, 1.3, 1000.0, "us"),
+        ("launch -> READY client CPU vs initialize + session/new by hand", report.launch,
+         LAUNCH_BARE, LAUNCH_RUNTIME, 2.0, 1.0, "ms"),
+    )  # fmt: skip
+    for figure, rows, base_name, name, limit, scale, unit in pairs:
+        for backend in report.options.backends:
+            base, row = report.row(rows, base_name, backend), report.row(rows, name, backend)
+            if base is not None and row is not None:
+                versus = f"{row.per_item_ms * scale:.2f} vs {base.per_item_ms * scale:.2f} {unit}"
+                ratio(figure, backend, row.per_item_ms, base.per_item_ms, limit, versus)
     if report.heap is not None:
         heap = report.heap
-        out.append(
-            Goal(
-                "heap growth per prompt, bounded stores full",
-                "trio",
-                COMPILED,
-                heap.per_prompt,
-                512.0,
-                "B",
-                strict=True,
-                detail=f"{heap.prompts} prompts after {heap.filled_after} filled them",
-            )
-        )
+        detail = f"{heap.prompts} prompts after {heap.filled_after} filled them"
+        out.append(Goal("heap growth per prompt, bounded stores full", "trio", COMPILED,
+                        heap.per_prompt, 512.0, "B", strict=True, detail=detail))  # fmt: skip
     if report.imports is not None:
         imp = report.imports
-        out.append(
-            Goal(
-                "import acpfsm.runtime (stdio-only), CPU median",
-                "-",
-                COMPILED,
-                imp.cpu_median_ms,
-                60.0,
-                "ms",
-                strict=True,
-                detail=f"wall {imp.median_ms:.1f} ms; {len(imp.samples_ms)} fresh processes; "
-                + ("httpx loaded" if imp.httpx_loaded else "httpx not loaded"),
-            )
+        detail = f"wall {imp.median_ms:.1f} ms; {len(imp.samples_ms)} fresh processes; " + (
+            "httpx loaded" if imp.httpx_loaded else "httpx not loaded"
         )
+        out.append(Goal("import acpfsm.runtime (stdio-only), CPU median", "-", COMPILED,
+                        imp.cpu_median_ms, 60.0, "ms", strict=True, detail=detail))  # fmt: skip
     if len(report.lifecycle) == 2:
         ref, comp = report.lifecycle
-        out.append(
-            Goal(
-                "lifecycle CPU per prompt, compiled vs reference engine",
-                "trio",
-                "both",
-                _div(comp.client_cpu_ms, ref.client_cpu_ms),
-                0.25,
-                "x",
-                detail=f"{_num(comp.client_cpu_ms)} vs {_num(ref.client_cpu_ms)} ms",
-            )
-        )
+        detail = f"{_num(comp.client_cpu_ms)} vs {_num(ref.client_cpu_ms)} ms"
+        out.append(Goal("lifecycle CPU per prompt, compiled vs reference engine", "trio", "both",
+                        _div(comp.client_cpu_ms, ref.client_cpu_ms), 0.25, "x",
+                        detail=detail))  # fmt: skip
     return out
 
 
@@ -1453,39 +1374,24 @@ def format_report(report: BenchReport) -> str:
                 row.note or (f"{row.gc_count} GCs" if row.samples_ms else ""),
             )
 
-    if report.streaming:
-        table.section(
-            f"CPU per streamed notification, in-memory ({opts.chunks} per turn)",
-            ["backend", "count", "us each", "x bare"],
-        )
-        for cost in report.streaming:
-            base_s = report.row(report.streaming, STREAM_BARE, cost.backend)
+    for rows, base_name, title, unit, scale, wall in (
+        (report.streaming, STREAM_BARE,
+         f"CPU per streamed notification, in-memory ({opts.chunks} per turn)", "us each", 1000.0,
+         False),
+        (report.launch, LAUNCH_BARE, "launch -> READY (reference agent over stdio)", "CPU ms",
+         1.0, True),
+    ):  # fmt: skip
+        if not rows:
+            continue
+        table.section(title, ["backend", "count", unit, *(["wall ms"] if wall else []), "x bare"])
+        for cost in rows:
+            base_c = report.row(rows, base_name, cost.backend)
+            cells = [cost.backend, str(cost.items), _num(cost.per_item_ms * scale, "{:.2f}")]
+            if wall:
+                cells.append(_num(cost.wall_ms, "{:.1f}"))
             table.row(
                 cost.name,
-                [
-                    cost.backend,
-                    str(cost.items),
-                    f"{cost.per_item_ms * 1000:.2f}",
-                    _ratio(cost.per_item_ms, base_s.per_item_ms if base_s else None),
-                ],
-            )
-
-    if report.launch:
-        table.section(
-            "launch -> READY (reference agent over stdio)",
-            ["backend", "count", "CPU ms", "wall ms", "x CPU"],
-        )
-        for cost in report.launch:
-            base_l = report.row(report.launch, LAUNCH_BARE, cost.backend)
-            table.row(
-                cost.name,
-                [
-                    cost.backend,
-                    str(cost.items),
-                    _num(cost.per_item_ms, "{:.2f}"),
-                    _num(cost.wall_ms, "{:.1f}"),
-                    _ratio(cost.per_item_ms, base_l.per_item_ms if base_l else None),
-                ],
+                [*cells, _ratio(cost.per_item_ms, base_c.per_item_ms if base_c else None)],
             )
 
     if report.heap is not None:
