@@ -7,7 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.acpfsm-installed
 SOURCES := $(shell find statecharts runtime adapters -name '*.py' -o -name 'py.typed' 2>/dev/null)
 
-.PHONY: all install test lint typecheck diagrams diagrams-check chromium pytest demo bench soak clean
+.PHONY: all install test lint typecheck diagrams diagrams-check verify chromium pytest demo bench \
+	soak mutate-charts mutate clean
 
 all: test
 
@@ -36,6 +37,11 @@ diagrams: $(STAMP)
 diagrams-check: $(STAMP)
 	$(BIN)/acpfsm diagrams --check --out diagrams
 
+# Every interleaving of one execution's life at the default bounds (3 generations, both
+# carriers): exit 1 with a shortest counterexample for each property that fails.
+verify: $(STAMP)
+	$(BIN)/acpfsm verify
+
 # Headless Chromium for the run report's browser test: Debian's package, installed only where
 # it is missing and we are root (CI on a clean clone); elsewhere the script says what to do.
 # A failed install does not stop make: that test then fails with the reason (it never skips).
@@ -48,12 +54,17 @@ REFERENCE_SUITES := tests/runtime/test_scenarios_s1_init.py tests/runtime/test_s
 	tests/runtime/test_scenarios_s4_prompt.py tests/runtime/test_scenarios_s4_steer_cancel.py \
 	tests/runtime/test_scenarios_s5_facade.py tests/runtime/test_anomalies.py
 
-pytest: $(STAMP)
-	$(BIN)/python -m pytest -q --acpfsm-transition-coverage=100 --acpfsm-check-traces
-	ACPFSM_ENGINE=reference $(BIN)/python -m pytest -q -p no:acpfsm_coverage --acpfsm-check-traces \
-		$(REFERENCE_SUITES)
+# The tests run on PYTEST_WORKERS processes (pytest-xdist; the transition coverage joins the
+# workers' records); PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= 2
 
-test: lint typecheck diagrams-check chromium pytest
+pytest: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal \
+		--acpfsm-transition-coverage=100 --acpfsm-check-traces
+	ACPFSM_ENGINE=reference $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal \
+		-p no:acpfsm_coverage --acpfsm-check-traces $(REFERENCE_SUITES)
+
+test: lint typecheck diagrams-check verify chromium pytest
 
 demo: $(STAMP)
 	$(BIN)/acpfsm demo
@@ -67,6 +78,24 @@ bench: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python -m acpfsm.runtime.tools.soak --backend trio --executions 200 --prompts 20 --concurrency 50
 	$(BIN)/python -m acpfsm.runtime.tools.soak --backend asyncio --executions 50 --prompts 10 --concurrency 50
+
+# Chart mutation testing (not in `make test`: slow): every declared transition deleted,
+# retargeted, unguarded, negated and swapped in the compiled tables; the behavioural tests
+# that fire its event must notice. Incremental (.cache/mutate-charts); pass ARGS, e.g.
+# ARGS='--chart execution --jobs 2' or ARGS='--shard 1/4'.
+mutate-charts: $(STAMP)
+	nice $(BIN)/python -m acpfsm.runtime.tools.mutate_charts $(ARGS)
+
+# Mutation testing of the decision code with cosmic-ray (not in `make test`: hours for all of
+# it). Incremental (.cache/mutate); ARGS='--target classify', '--shard 1/2', '--limit 50'.
+MUTATION_STAMP := $(VENV)/.acpfsm-mutation
+$(MUTATION_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+		-e '.[test,mutation]' --config-settings editable_mode=strict
+	@touch $(MUTATION_STAMP)
+
+mutate: $(MUTATION_STAMP)
+	nice $(BIN)/python tests/mutation/mutate.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -36,9 +36,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from acpfsm.statecharts.errors import AcpfsmError
 
 __all__ = [
+    "UNDECODABLE_JSON",
     "AcpfsmError",
     "AgentRequestError",
     "AgentctlError",
@@ -62,6 +65,11 @@ __all__ = [
     "TransportTimeout",
     "WorkspaceError",
 ]
+
+UNDECODABLE_JSON: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
+"""What decoding a peer's JSON raises when it is malformed: invalid JSON, or nested deeper
+than the interpreter's recursion limit (msgspec then raises RecursionError). Every decode of
+what an agent or agentctl sent catches these and reports a malformed message."""
 
 
 class LaunchSpecError(AcpfsmError):

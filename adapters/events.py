@@ -1,4 +1,5 @@
-"""The agent event vocabulary every transport emits (agentctl-protocol.md §2).
+"""The agent event vocabulary every transport emits (agentctl's ``AgentEvent``, kandev
+internal/agentctl/types/streams/agent.go).
 
 Events are frozen, tagged msgspec Structs (``type`` is the tag, snake_case like agentctl's
 ``AgentEvent``). A transport yields them in order on one stream; the runtime routes the few
@@ -6,7 +7,7 @@ lifecycle-relevant ones (``complete``, ``error``, ``foreground_idle`` …) into 
 passes high-rate content (``message_chunk``, ``reasoning``) straight to subscribers.
 
 ``prompt_generation`` is the generation the event belongs to; 0 is the wildcard/legacy value
-(lifecycle.md §5.2).
+(kandev lifecycle/manager_events.go ``claimPromptCompletion`` accepts it without a claim).
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ class Complete(_Event, tag="complete", frozen=True):
 
 
 class ErrorEvent(_Event, tag="error", frozen=True):
-    """A turn or process failure; treated like a ``complete`` with is_error (lifecycle.md §5.5).
+    """A turn or process failure; treated like a ``complete`` with is_error (kandev
+    lifecycle/manager_events.go ``handleErrorEvent``).
 
     ``provider_error`` is agentctl's structured projection when it sent one (v0.95.1:
     ``{"source": "acp_prompt", "rpc_code": -32603, "message": …}``); ``control_turn_id`` as
@@ -163,7 +165,8 @@ class ContextWindow(_Event, tag="context_window", frozen=True):
 
 
 class ForegroundIdle(_Event, tag="foreground_idle", frozen=True):
-    """The provider finished a foreground cycle; ``prompt_handoff`` marks a handoff (§5.6)."""
+    """The provider finished a foreground cycle; ``prompt_handoff`` marks a handoff (kandev
+    lifecycle/manager_events.go ``handlePromptHandoffEvent``)."""
 
     prompt_handoff: bool = False
 
@@ -231,7 +234,8 @@ class AuthRequired(_Event, tag="auth_required", frozen=True):
 
 class StreamDisconnected(_Event, tag="stream_disconnected", frozen=True):
     """The transport lost its stream (pipe EOF, WebSocket drop). Always the last event of a
-    connection; ``error`` is empty for a clean close (lifecycle.md §1.3). A stdio transport
+    connection; ``error`` is empty for a clean close (as kandev's agentctl/agent.go
+    ``readUpdatesStream`` leaves it). A stdio transport
     whose agent process has exited fills ``exit_code`` and the last lines of stderr."""
 
     error: str = ""
@@ -321,7 +325,8 @@ def encode_event(event: AgentEvent) -> bytes:
 
 
 def is_turn_content(event: object) -> TypeGuard[TurnUpdate]:
-    """Turn-content events mark prompt activity (lifecycle.md §5.9); a plan re-emitted after
+    """Turn-content events mark prompt activity (kandev lifecycle/manager_events.go
+    ``recordActivity``); a plan re-emitted after
     session/load is history, not activity."""
     if isinstance(event, Plan) and event.replayed:
         return False

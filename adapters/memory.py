@@ -1,4 +1,4 @@
-"""An in-memory :class:`~acpfsm.adapters.transport.AgentTransport` for tests (style.md #10).
+"""An in-memory :class:`~acpfsm.adapters.transport.AgentTransport` for tests.
 
 :class:`MemoryTransport` plays a scriptable agent without any process: every request is
 recorded in :attr:`MemoryTransport.calls`; a test shapes behaviour with :attr:`handlers`

@@ -159,7 +159,8 @@ class AgentStopped(_Lifecycle, frozen=True, tag="agent.stopped"):
 
 
 class AgentctlError(_Lifecycle, frozen=True, tag="agentctl.error"):
-    """The owning stream disconnected (no ``agent.failed`` follows, lifecycle.md §5.6)."""
+    """The owning stream disconnected (no ``agent.failed`` follows; kandev
+    lifecycle/manager_events.go ``handleStreamDisconnect``)."""
 
     error: str
     prompt_generation: int = 0

@@ -1,4 +1,5 @@
-"""Per-session JSONL history and the resume-context prompt built from it (lifecycle.md §2.3).
+"""Per-session JSONL history and the resume-context prompt built from it (kandev
+lifecycle/session_history.go; its use: lifecycle/session.go ``buildEffectivePrompt``).
 
 Theory of operation
 -------------------
@@ -34,8 +35,8 @@ Rendering (``GenerateResumeContext``) — each entry becomes one block ``"\\n<li
 - ``[TOOL RESULT: <name>] <output ≤ 500>``
 
 Text longer than the limit keeps its first ``limit`` characters followed by
-``... [truncated]``. Limits count Unicode code points (lifecycle.md speaks of characters;
-kandev counts UTF-8 bytes and may split a code point, which we do not reproduce). The blocks
+``... [truncated]``. Limits count Unicode code points (kandev's ``truncateForContext``
+counts UTF-8 bytes and may split a code point, which we do not reproduce). The blocks
 are placed into :data:`RESUME_TEMPLATE`. With no entries, or nothing rendered, the prompt is
 returned unchanged; when the file cannot be read the prompt is returned *together with* the
 :class:`HistoryReadError` (the caller logs it and sends the plain prompt).
@@ -60,7 +61,7 @@ append). The runtime calls them through ``anyio.to_thread.run_sync`` so that the
 never blocks on the disk; a :class:`threading.Lock` serialises appends and reads of one store
 across worker threads.
 
-The "surprising detail" of §2.3 is the caller's business, not the store's: the runtime appends
+A surprising detail of kandev's is the caller's business, not the store's: the runtime appends
 the prompt it was handed, and the initial prompt after a resume *is* the resume-context string,
 so the first user entry after a resume holds the whole injected context (and a later resume
 renders it truncated to 2000 characters like any user text).

@@ -50,7 +50,8 @@ def event_size(event: RuntimeEvent) -> int:
         return EVENT_OVERHEAD + len(event.reasoning_text)
     try:
         return EVENT_OVERHEAD + len(_encode(event))
-    except (TypeError, ValueError, OverflowError):  # a payload JSON cannot hold: count it big
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError):
+        # a payload JSON cannot hold, or nested too deep: count it big
         return EVENT_OVERHEAD * 16
 
 

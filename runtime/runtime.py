@@ -1,4 +1,4 @@
-"""The :class:`Runtime` facade (kandev's seed ``runtime_facade.go``) and its session-manager
+"""The :class:`Runtime` facade (kandev runtime/runtime.go and facade.go) and its session-manager
 surface.
 
 ::
@@ -88,8 +88,8 @@ def launch_spec_from_request(spec: LaunchSpec) -> LaunchSpec:
     metadata, except those naming a typed spec field (``prompt``, ``prior_acp_session``,
     ``mcp_mode`` …), which fill that field only when the spec leaves it empty. The spec's own
     metadata keys override the base, and the ``launch_request`` key itself is dropped. The MCP
-    mode is recorded as metadata ``mcp_mode``. Unlike kandev's shallow copy (lifecycle.md §6,
-    H11), nothing the caller passed is written to: the base mapping is copied."""
+    mode is recorded as metadata ``mcp_mode``. Unlike kandev's shallow copy (H11, KANDEV.md),
+    nothing the caller passed is written to: the base mapping is copied."""
     base = spec.metadata.get(LAUNCH_REQUEST_KEY)
     metadata: dict[str, Any] = dict(base) if isinstance(base, Mapping) else {}
     typed: dict[str, Any] = {}

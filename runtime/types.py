@@ -1,4 +1,4 @@
-"""The facade's value types, mirroring kandev's seed ``runtime_facade.go`` in Python names."""
+"""The facade's value types, mirroring kandev's runtime/runtime.go in Python names."""
 
 from __future__ import annotations
 
@@ -150,7 +150,9 @@ class PromptResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AgentProfile(msgspec.Struct, frozen=True, kw_only=True):
-    """An agent and how to start a session on it (lifecycle.md §3.1, §4.1).
+    """An agent and how to start a session on it (kandev's profile fields that the start-model
+    policy and the profile layer read: lifecycle/start_model.go, lifecycle/session.go
+    ``applyProfileSessionLayers``).
 
     The agent's environment is built per launch (:meth:`launch_env`): the variables named in
     ``inherit_env`` copied from the caller's environment when set there (the credentials and
@@ -187,7 +189,9 @@ class AgentProfile(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
-    """Every lifecycle bound, in seconds (lifecycle.md §10). Tests shorten them."""
+    """Every lifecycle bound, in seconds: kandev's values (``steerDispatchTimeout``,
+    ``cancelWaitTimeout`` … in lifecycle/session.go and manager_interaction.go; the seed's
+    10 s dispatch-only barrier, D8). Tests shorten them."""
 
     stream_connect: float = 10.0
     catalog_wait: float = 2.0

@@ -25,6 +25,7 @@ from ._compile import effect as effect
 from ._machine import ENGINE_ENV as ENGINE_ENV
 from ._machine import ChartMachine as ChartMachine
 from ._machine import EngineName as EngineName
+from ._machine import Machine as Machine
 from ._machine import TransitionObserver as TransitionObserver
 from ._machine import TransitionRecord as TransitionRecord
 from ._machine import add_transition_observer as add_transition_observer
@@ -73,6 +74,7 @@ __all__ = [
     "Execution",
     "FirstActivity",
     "IllegalTransition",
+    "Machine",
     "ModelSelectionDecision",
     "PromptGeneration",
     "SessionInit",

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from statemachine import StateChart
 
-from ._compile import CompiledChart, Effects, compile_chart
+from ._compile import CompiledChart, Effects, compile_chart, mutant_from_env
 from ._machine import ChartMachine, EngineName, Machine, ReferenceMachine, TransitionObserver
 from ._machine import default_engine as _default_engine
 from ._machine import machine_class as _machine_class
@@ -73,7 +73,7 @@ class Chart(StateChart[Any]):
     def _compiled_entry(cls) -> tuple[CompiledChart, type[Machine]]:
         entry = _compiled.get(cls)
         if entry is None:
-            compiled = compile_chart(cls)
+            compiled = compile_chart(cls, mutant_from_env())
             entry = _compiled[cls] = (compiled, _machine_class(compiled))
         return entry
 
@@ -84,13 +84,17 @@ class Chart(StateChart[Any]):
         engine: EngineName | None = None,
         tags: dict[str, Any] | None = None,
         observers: tuple[TransitionObserver, ...] = (),
+        observed: bool = True,
         **constants: Any,
     ) -> ChartMachine:
-        """A new running instance of this chart, in its initial state."""
+        """A new running instance of this chart, in its initial state; ``observed=False``
+        keeps its transitions from the process-wide observers (see :mod:`._machine`)."""
         compiled, machine = cls._compiled_entry()
         if (engine or _default_engine()) == "reference":
-            return ReferenceMachine(compiled, tags=tags, observers=observers, **constants)
-        return machine(tags=tags, observers=observers, **constants)
+            return ReferenceMachine(
+                compiled, tags=tags, observers=observers, observed=observed, **constants
+            )
+        return machine(tags=tags, observers=observers, observed=observed, **constants)
 
 
 def declared_transitions(chart: type[Chart]) -> frozenset[tuple[str, str, str]]:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import inspect
 import keyword
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -57,6 +58,7 @@ __all__ = [
     "Effect",
     "EffectSpec",
     "Effects",
+    "Mutant",
     "Step",
     "compile_chart",
     "effect",
@@ -263,6 +265,77 @@ class CompiledChart:
         return frozenset(out)
 
 
+# --------------------------------------------------------------------------- mutants
+
+MUTANT_ENV = "ACPFSM_CHART_MUTANT"
+"""Names one :class:`Mutant` (its ``str``) for the whole process: chart mutation testing
+(``acpfsm.runtime.tools.mutate_charts``) only; never set otherwise."""
+
+MUTATIONS = ("delete", "retarget", "drop_guard", "negate_guard", "swap")
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    """One deliberate defect in one declared transition (``index``, declaration order) of the
+    chart named ``chart``: ``delete`` it, ``retarget`` it to ``target`` (a state id),
+    ``drop_guard`` (unguarded), ``negate_guard`` (every guard expects the opposite), or
+    ``swap`` it with the next transition of the same state and event (selection order)."""
+
+    chart: str
+    index: int
+    mutation: str
+    target: str = ""
+
+    def __str__(self) -> str:
+        tail = f":{self.target}" if self.target else ""
+        return f"{self.chart}:{self.index}:{self.mutation}{tail}"
+
+    @classmethod
+    def parse(cls, text: str) -> Mutant:
+        """The mutant ``str(mutant)`` names; raises ChartDefinitionError."""
+        parts = text.strip().split(":")
+        if len(parts) in (3, 4) and parts[1].isdigit() and parts[2] in MUTATIONS:
+            return cls(parts[0], int(parts[1]), parts[2], parts[3] if len(parts) == 4 else "")
+        raise ChartDefinitionError(f"{MUTANT_ENV}={text!r}: expected chart:index:mutation[:state]")
+
+
+def mutant_from_env() -> Mutant | None:
+    """The mutant ``$ACPFSM_CHART_MUTANT`` names, if any."""
+    value = os.environ.get(MUTANT_ENV, "")
+    return Mutant.parse(value) if value else None
+
+
+def _mutate(
+    chart: type[Chart],
+    mutant: Mutant,
+    declared: list[tuple[str, str, str | None, tuple[Guard, ...]]],
+    per_state: dict[str, list[int]],
+    states: Mapping[str, Any],
+) -> None:
+    """Apply ``mutant`` to the declared transitions in place (effects stay with the index)."""
+    if not 0 <= mutant.index < len(declared):
+        raise ChartDefinitionError(f"{chart.__name__}: no transition {mutant.index} to mutate")
+    event, source, target, guards = declared[mutant.index]
+    order = per_state[source]
+    if mutant.mutation == "delete":
+        order.remove(mutant.index)
+    elif mutant.mutation == "retarget":
+        if mutant.target not in states:
+            raise ChartDefinitionError(f"{chart.__name__}: no state {mutant.target!r}")
+        declared[mutant.index] = (event, source, mutant.target, guards)
+    elif mutant.mutation == "drop_guard":
+        declared[mutant.index] = (event, source, target, ())
+    elif mutant.mutation == "negate_guard":
+        flipped = tuple((fn, params, not expected) for fn, params, expected in guards)
+        declared[mutant.index] = (event, source, target, flipped)
+    else:  # swap
+        at = order.index(mutant.index)
+        later = [k for k in range(at + 1, len(order)) if declared[order[k]][0] == event]
+        if not later:
+            raise ChartDefinitionError(f"{chart.__name__}: transition {mutant.index} has no next")
+        order[at], order[later[0]] = order[later[0]], order[at]
+
+
 # --------------------------------------------------------------------------- the compiler
 
 
@@ -337,8 +410,9 @@ def _parse_key(chart: type[Chart], key: str) -> tuple[str, str, str | None, froz
     return event, rest, None, guards
 
 
-def compile_chart(chart: type[Chart]) -> CompiledChart:
-    """Compile ``chart`` (see the module docstring); raises ChartDefinitionError."""
+def compile_chart(chart: type[Chart], mutant: Mutant | None = None) -> CompiledChart:
+    """Compile ``chart`` (see the module docstring); raises ChartDefinitionError. ``mutant``
+    (chart mutation testing only) is applied when it names this chart."""
     states: dict[str, Any] = {str(sid): s for sid, s in chart.states_map.items()}
     parent: dict[str, str | None] = {}
     children: dict[str, list[str]] = {}
@@ -423,6 +497,10 @@ def compile_chart(chart: type[Chart]) -> CompiledChart:
             raise ChartDefinitionError(f"{chart.__name__}: entry effects for unknown {sid!r}")
         entry_effects[sid] = tuple(_spec(d) for d in specs)
     constants = dict(getattr(chart, "constants", {}) or {})
+    removed: set[int] = set()
+    if mutant is not None and mutant.chart == chart.chart_name:
+        _mutate(chart, mutant, declared, per_state, states)
+        removed = set(range(len(declared))) - {i for ids in per_state.values() for i in ids}
 
     def lcca(source: str, target: str) -> str | None:
         """The least compound proper ancestor of ``source`` containing ``target``."""
@@ -504,7 +582,9 @@ def compile_chart(chart: type[Chart]) -> CompiledChart:
         parent=parent,
         display={sid: str(st.name) for sid, st in states.items()},
         constants=constants,
-        declared=frozenset((s, e, t or s) for (e, s, t, _) in declared),
+        declared=frozenset(
+            (s, e, t or s) for i, (e, s, t, _) in enumerate(declared) if i not in removed
+        ),
         transitions=tuple((e, s, t) for (e, s, t, _) in declared),
         table=table,
         step=step,

@@ -22,8 +22,15 @@ default engine for a whole process (``compiled`` or ``reference``).
 
 Observation: each fired transition is reported as a :class:`TransitionRecord` to the
 machine's ``observers`` (the runtime's trace) and to the process-wide observers registered
-with :func:`add_transition_observer` (the test suite's transition-coverage recorder).
-Observers are plain callables; they must not block.
+with :func:`add_transition_observer` (the test suite's transition-coverage recorder), unless
+the machine was started with ``observed=False`` (a model checker's machines, which fire every
+transition of a chart on purpose). Observers are plain callables; they must not block.
+
+Snapshot (compiled engine only): a machine's whole mutable state is its leaf, so
+:meth:`Machine.snapshot` returns it (a ``str``: hashable, cheap to keep as part of a larger
+state) and :meth:`Machine.restore` puts the machine back into it; the constants are the
+instance's and do not change. ``acpfsm verify`` explores the lifecycle this way, one machine
+per chart instance restored to each state it visits.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol, cast
 
 from ._compile import Candidate, CompiledChart, Effect, EffectSpec, Step
-from .errors import ChartDefinitionError, IllegalTransition
+from .errors import ChartDefinitionError, ChartError, IllegalTransition
 
 if TYPE_CHECKING:
     from ._base import Chart
@@ -155,12 +162,13 @@ def _initial(machine: ChartMachine) -> tuple[Effect, ...]:
     return tuple(_resolve(spec, {}, machine) for spec in machine.compiled.initial_effects)
 
 
-def _report(machine: ChartMachine, step: Step) -> None:
-    if machine.observers or _observers:
+def _report(machine: ChartMachine, step: Step, observed: bool) -> None:
+    everyone = _observers if observed else ()
+    if machine.observers or everyone:
         record = TransitionRecord(step.chart, step.source, step.event, step.target, machine.tags)
         for observer in machine.observers:
             observer(record)
-        for observer in tuple(_observers):
+        for observer in tuple(everyone):
             observer(record)
 
 
@@ -168,7 +176,7 @@ class Machine:
     """A chart running on the compiled engine (a per-chart subclass adds the constants as
     slots; see :meth:`Chart.start`)."""
 
-    __slots__ = ("_leaf", "_table", "observers", "tags")
+    __slots__ = ("_leaf", "_observed", "_table", "observers", "tags")
 
     compiled: ClassVar[CompiledChart]
     _constant_names: ClassVar[tuple[str, ...]] = ()
@@ -178,6 +186,7 @@ class Machine:
         *,
         tags: Mapping[str, Any] | None = None,
         observers: tuple[TransitionObserver, ...] = (),
+        observed: bool = True,
         **constants: Any,
     ) -> None:
         compiled = self.compiled
@@ -189,6 +198,7 @@ class Machine:
         self._table = compiled.table[compiled.initial]
         self.tags: Mapping[str, Any] = tags if tags is not None else {}
         self.observers = observers
+        self._observed = observed
 
     @property
     def chart_name(self) -> str:
@@ -197,6 +207,19 @@ class Machine:
     @property
     def state(self) -> str:
         return self._leaf
+
+    def snapshot(self) -> str:
+        """The machine's whole mutable state: its leaf (see the module docstring)."""
+        return self._leaf
+
+    def restore(self, snapshot: str) -> None:
+        """Put the machine back into ``snapshot`` (a leaf of its chart, as
+        :meth:`snapshot` returned it); raises ChartError for anything else."""
+        table = self.compiled.table.get(snapshot)
+        if table is None:
+            raise ChartError(f"{self.compiled.name}: {snapshot!r} is not a leaf of the chart")
+        self._leaf = snapshot
+        self._table = table
 
     @property
     def configuration(self) -> tuple[str, ...]:
@@ -232,7 +255,7 @@ class Machine:
                     step = _step(cand, self, event, data)
                     self._leaf = cand.state
                     self._table = self.compiled.table[cand.state]
-                    _report(self, step)
+                    _report(self, step, self._observed)
                     return step
         raise IllegalTransition(
             self.compiled.name,
@@ -289,11 +312,13 @@ class ReferenceMachine:
         *,
         tags: Mapping[str, Any] | None = None,
         observers: tuple[TransitionObserver, ...] = (),
+        observed: bool = True,
         **constants: Any,
     ) -> None:
         self.compiled = compiled
         self.tags: Mapping[str, Any] = tags if tags is not None else {}
         self.observers = observers
+        self._observed = observed
         values = dict(compiled.constants)
         unknown = set(constants) - set(values)
         if unknown:
@@ -365,7 +390,7 @@ class ReferenceMachine:
         step = self._taken.pop()
         if step is None:  # pragma: no cover - python-statemachine took nothing, silently
             raise IllegalTransition(self.compiled.name, (leaf,), event)
-        _report(self, step)
+        _report(self, step, self._observed)
         return step
 
     def __repr__(self) -> str:

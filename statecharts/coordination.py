@@ -29,6 +29,7 @@ between the parts of one connection, applied after every event.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,8 +63,9 @@ COORDINATION: tuple[Rule, ...] = (
     # MarkBootReady, UpdateError)
     Rule("session_init", "booted", "execution", "booted", ("resume_context_pending",)),
     Rule("session_init", "failed", "execution", "init_failed", ("error",)),
-    # a prompt generation's outcome moves the execution's status (kandev session_manager.go
-    # handleCompleteEventMarkState, handleStreamDisconnect, escalateStuckCancel)
+    # a prompt generation's outcome moves the execution's status (kandev manager_events.go
+    # handleCompleteEventMarkState, handleStreamDisconnect; manager_interaction.go
+    # escalateStuckCancel)
     Rule(
         "prompt_generation",
         "completed",
@@ -79,6 +81,11 @@ COORDINATION: tuple[Rule, ...] = (
         ("generation", "error", "shutting_down"),
     ),
     Rule("prompt_generation", "cancel_escalated", "execution", "cancel_escalated", ("generation",)),
+    # a turn that went to the agent keeps the execution RUNNING: dispatched, or abandoned or
+    # escalated while its request was in flight (READY may have been entered meanwhile)
+    Rule("prompt_generation", "dispatched", "execution", "turn_dispatched"),
+    Rule("prompt_generation", "abandoned", "execution", "turn_dispatched"),
+    Rule("prompt_generation", "escalating", "execution", "turn_dispatched"),
     Rule("prompt_generation", "undelivered", "execution", "turn_undelivered", ("generation",)),
     Rule("prompt_generation", "withdrawn", "execution", "turn_undelivered", ("generation",)),
     Rule("prompt_generation", "disconnected", "execution", "stream_lost", ("generation", "error")),
@@ -90,8 +97,10 @@ COORDINATION: tuple[Rule, ...] = (
 Machines = Mapping[str, ChartMachine] | Callable[[str], ChartMachine | None]
 
 
+@functools.lru_cache(maxsize=16)
 def rules_from(table: tuple[Rule, ...]) -> dict[tuple[str, str], tuple[Rule, ...]]:
-    """``(chart, state) → rules``, keeping table order."""
+    """``(chart, state) → rules``, keeping table order (cached: a table is plain frozen data,
+    and a model checker passes the same modified table for every step)."""
     out: dict[tuple[str, str], list[Rule]] = {}
     for rule in table:
         out.setdefault((rule.chart, rule.enters), []).append(rule)

@@ -18,6 +18,9 @@ nothing else may change the status. ``active`` holds the non-terminal statuses.
   owning stream disconnect → ``FAILED`` without ``agent.failed`` (``stream_lost``), a cancel
   escalation → ``READY`` (``cancel_escalated``), a turn that never reached the agent →
   ``READY`` again (``turn_undelivered``; kandev H7 left it RUNNING with nobody waiting).
+* A dispatched turn keeps it ``RUNNING`` (``turn_dispatched``: READY or FAILED entered
+  between the admission and the dispatch is left again, so the status never reads READY
+  while the agent owes a turn; kandev had no such row).
 * A wakeup turn (content while READY, kandev manager_events.go) → ``RUNNING``; its
   generation-0 end → ``READY`` (``wakeup_turn_completed``; an empty one shows it ran).
 * Process exit: 0 → ``COMPLETED`` (also during shutdown); non-zero → ``FAILED``, or
@@ -136,6 +139,15 @@ class Execution(Chart):
     turn_undelivered = (
         active.running.to(active.ready) | active.to(None) | failed.to(None) | (completed.to(None))
     )
+    # a turn reached the agent: the execution is RUNNING while the agent owes it, even when
+    # READY was entered between its admission and its dispatch (an unclaimed wakeup end, a
+    # recovered stream); not in kandev, where the status could read READY under a live turn
+    turn_dispatched = (
+        active.ready.to(active.running)
+        | failed.to(active.running)
+        | active.to(None)
+        | completed.to(None)
+    )
     # ≠READY → READY (+agent.boot_ready): MarkBootReady, no initial prompt
     booted = (
         active.starting.to(active.ready)
@@ -191,6 +203,7 @@ class Execution(Chart):
     effects: ClassVar[Effects] = Effects(
         transitions={
             "wakeup_content_arrived: ready -> running": ["publish_agent_running"],
+            "turn_dispatched: ready -> running": ["publish_agent_running"],
             "wakeup_turn_completed: ready -> ready": [
                 "end_wakeup_turn",
                 "publish_agent_running",

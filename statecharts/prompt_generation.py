@@ -114,7 +114,7 @@ class PromptGeneration(Chart):
 
     superseded = State("superseded")
 
-    # --- a successor's admission: the barriers (sendPrompt step 3, seed D8) ---------------
+    # --- a successor's admission: the barriers (waitForPendingDispatchedPrompt, seed D8) ---
     successor_admitting = (
         live.dispatched.unawaited.to(None)  # the dispatch-only barrier: hold_barrier
         | live.abandoned.to(None)  # an abandoned turn is let end first: hold_barrier
@@ -127,7 +127,7 @@ class PromptGeneration(Chart):
         | ended.to(None)
     )
 
-    # --- dispatch (sendPrompt steps 7-10, retryPromptAfterReconnect) ---------------------
+    # --- dispatch (sendPrompt: triggerPrompt, markPromptDispatched, retryPromptAfterReconnect)
     dispatch_started = (
         live.admitted.to(live.sending)
         | live.reconnecting.to(live.sending)
@@ -147,12 +147,18 @@ class PromptGeneration(Chart):
     dispatch_unreachable = (
         live.sending.to(live.reconnecting, cond="carrier_reconnectable")
         | live.sending.to(ended.undelivered)
+        # a cancel escalated the turn while its request was in flight, and the request never
+        # reached the agent: no end will come, the escalation is over
+        | live.escalating.to(ended.cancel_escalated)
+        | live.escalated.to(ended.cancel_escalated)
         | live.to(None)
         | ended.to(None)
     )
     dispatch_failed = (
         live.sending.to(ended.cancel_escalated, cond="cancel_release")
         | live.sending.to(ended.undelivered)
+        | live.escalating.to(ended.cancel_escalated)
+        | live.escalated.to(ended.cancel_escalated)
         | live.to(None)
         | ended.to(None)
     )
@@ -193,6 +199,10 @@ class PromptGeneration(Chart):
     )
     stream_lost = (
         live.dispatched.to(ended.disconnected)
+        # a request in flight when the carrier is gone for good: no answer and no end can
+        # come any more (found by acpfsm verify: the turn could otherwise be escalated later
+        # and stay live forever)
+        | live.sending.to(ended.disconnected, cond="lost_for_good")
         | live.handed_off.to(ended.disconnected)
         | live.abandoned.to(ended.disconnected)
         | live.releasing.to(ended.disconnected)  # the escalation ends with the stream
@@ -202,15 +212,19 @@ class PromptGeneration(Chart):
         | ended.to(None)
         | superseded.to(None)  # R21
     )
-    # StopAgentWithReason: the live turn ends as if its stream were lost
+    # StopAgentWithReason: the live turn ends as if its stream were lost; a prompt not yet
+    # sent is withdrawn (nothing reaches the agent after the stop, R24), and one being sent
+    # ends at once (its late answer is then ignored, R23)
     execution_stopped = (
-        live.dispatched.to(ended.disconnected)
+        live.admitted.to(ended.withdrawn)
+        | live.reconnecting.to(ended.withdrawn)
+        | live.sending.to(ended.disconnected)
+        | live.dispatched.to(ended.disconnected)
         | live.handed_off.to(ended.disconnected)
         | live.abandoned.to(ended.disconnected)
         | live.releasing.to(ended.disconnected)
         | live.escalating.to(ended.disconnected)
         | live.escalated.to(ended.disconnected)
-        | live.to(None)
         | ended.to(None)
         | superseded.to(None)
     )
@@ -243,7 +257,9 @@ class PromptGeneration(Chart):
         | live.dispatched.unawaited.to(live.escalating)
         | live.dispatched.to(live.escalating, cond="cancel_unacknowledged")
         | live.handed_off.to(live.escalating, cond="cancel_unacknowledged")
-        | live.abandoned.to(live.escalating, cond="cancel_unacknowledged")
+        # nobody waits for an abandoned turn: the stream gone, it ends as if lost with it
+        # (a later end is still claimed)
+        | live.abandoned.to(ended.disconnected, cond="cancel_unacknowledged")
         | live.escalated.to(None, cond="cancel_unacknowledged")  # report_escalation
         | live.to(None)  # arm_cancel_wait where a turn is at the agent
         | ended.to(None, cond="cancel_unacknowledged")  # escalate_idle: no turn in flight
@@ -361,6 +377,10 @@ class PromptGeneration(Chart):
             "successor_admitting: abandoned": ["hold_barrier"],
             "barrier_timed_out: unawaited": ["barrier_failed"],
             "dispatch_started: withdrawn": ["skip_dispatch"],
+            "dispatch_failed: escalating -> cancel_escalated": [_DONE],
+            "dispatch_failed: escalated -> cancel_escalated": [_DONE],
+            "dispatch_unreachable: escalating -> cancel_escalated": [_DONE],
+            "dispatch_unreachable: escalated -> cancel_escalated": [_DONE],
             "dispatch_failed: sending -> cancel_escalated": [
                 effect("publish_prompt_failed", "generation", "error", outcome="cancel_escalated"),
                 effect("release_waiter", "error", result="dispatch_cancel_escalated"),
@@ -406,6 +426,9 @@ class PromptGeneration(Chart):
             "completion_received: ended": ["unclaimed"],
             "completion_received: superseded": ["unclaimed"],
             "stream_lost: dispatched -> disconnected": [
+                effect("publish_stream_error", "generation", "error")
+            ],
+            "stream_lost: sending -> disconnected": [
                 effect("publish_stream_error", "generation", "error")
             ],
             "stream_lost: handed_off -> disconnected": [
@@ -466,6 +489,9 @@ class PromptGeneration(Chart):
 
     def turn_given_up(self, acknowledged: bool = True, stream_disconnected: bool = False) -> bool:
         return not acknowledged and not stream_disconnected
+
+    def lost_for_good(self, final: bool = False) -> bool:
+        return final
 
     def carrier_reconnectable(self, reconnectable: bool = False) -> bool:
         return reconnectable

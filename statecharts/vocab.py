@@ -1,7 +1,8 @@
 """Plain data the charts consume as event data. No I/O, no clock.
 
 :class:`ErrorClass` is what :func:`acpfsm.adapters.classify.classify_error` returns and what
-the SessionInit and PromptGeneration charts branch on (lifecycle.md §2.1, §5.3, §5.10).
+the SessionInit and PromptGeneration charts branch on (kandev lifecycle/session.go
+``createOrLoadSession``, ``sendPrompt``; manager_interaction.go ``CancelAgent``).
 """
 
 from __future__ import annotations

@@ -30,6 +30,10 @@ NOT_OURS: dict[str, str] = {
     ),
     "acpfsm.adapters.reference_agent._wire.RpcError": "the reference agent's, as above",
     "acpfsm.adapters.reference_agent._faults.FaultError": "the reference agent's, as above",
+    "acpfsm.runtime.tools.verify_model.Violated": (
+        "private control flow of acpfsm verify's model: a step the drivers would crash on, "
+        "caught by the explorer and reported as the property no_illegal_event"
+    ),
     "acpfsm.runtime.tools.agentctl._Stop": (
         "private control flow: `acpfsm agentctl`'s SIGTERM handler stops it as Ctrl-C does"
     ),

@@ -37,11 +37,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, tree: ast.AST | None = None) -> set[str]:
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    if tree is None:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -106,3 +108,64 @@ def test_relative_imports_are_resolved() -> None:
     names = _imports(REPO / "adapters/acp/executor.py")
     assert "acpfsm.adapters.errors.LaunchSpecError" in names
     assert "acpfsm.adapters.acp.process" in names
+
+
+DRIVER_LIMIT = 400
+"""No driver module in runtime/session/ grows past this many lines: split it by
+responsibility instead (one chart, one flow, one side of the shell per module)."""
+
+
+def test_no_session_driver_is_over_the_limit() -> None:
+    sizes = {
+        str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines())
+        for p in _files("runtime/session")
+    }
+    assert sizes, "no session modules found"
+    over = {path: n for path, n in sizes.items() if n > DRIVER_LIMIT}
+    assert over == {}, f"split these by responsibility (limit {DRIVER_LIMIT} lines): {over}"
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The modules ``path`` imports when it runs: those of ``if TYPE_CHECKING:`` blocks
+    (annotations only) are left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        for field in ("body", "orelse"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                setattr(node, field, [n for n in block if not _type_checking(n)])
+    return _imports(path, tree)
+
+
+def _type_checking(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    )
+
+
+def test_session_modules_import_no_cycle() -> None:
+    """Within runtime/session/ the modules import each other without a cycle (a split must
+    not tie them back together; annotation-only imports do not count)."""
+    package = "acpfsm.runtime.session"
+    graph: dict[str, set[str]] = {}
+    for path in _files("runtime/session"):
+        name = _module_name(path)
+        graph[name] = {
+            i for i in _runtime_imports(path) if i.startswith(package + ".") and i.count(".") == 3
+        } - {name}
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: tuple[str, ...]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                raise AssertionError(" -> ".join((*trail, node, nxt)))
+            if nxt not in state:
+                visit(nxt, (*trail, node))
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, ())

@@ -1,5 +1,5 @@
 """The distribution: one import package ``acpfsm`` with its three subpackages, typed, and no
-top-level ``runtime``/``adapters``/``statecharts`` module; the README example runs."""
+top-level ``runtime``/``adapters``/``statecharts`` module; the README examples run."""
 
 from __future__ import annotations
 
@@ -94,3 +94,18 @@ def test_readme_profile_and_executor_examples_run(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "end_turn"
+
+
+def test_readme_mcp_tools_example_runs(tmp_path: Path) -> None:
+    """ "Python tools for any agent (MCP)", as written: the reference agent calls the app's
+    tool through the Runtime's MCP server and replies with its result (the example's stdio MCP
+    server need not exist: the agent carries on without it)."""
+    example = _python_block("lookup_ticket").replace(
+        'WorkspaceRef(path="/tmp")', f"WorkspaceRef(path={str(tmp_path)!r})"
+    )
+    code = f"{example}\nimport anyio\nanyio.run(main)\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Tool lookup_ticket returned: T-7: login fails on Safari (open)." in proc.stdout

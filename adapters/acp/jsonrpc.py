@@ -39,7 +39,13 @@ import anyio.abc
 import msgspec
 from msgspec import UNSET, Raw
 
-from ..errors import AgentRequestError, LocalProtocolError, RemoteProtocolError, TransportClosed
+from ..errors import (
+    UNDECODABLE_JSON,
+    AgentRequestError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    TransportClosed,
+)
 from .messages import (
     JsonRpcError,
     JsonRpcErrorResponse,
@@ -395,7 +401,7 @@ class JsonRpcConnection:
             return
         try:
             message = decode_message(line)
-        except msgspec.DecodeError as exc:
+        except UNDECODABLE_JSON as exc:
             self._report(f"malformed JSON-RPC message from {self.name} ({exc}): {_preview(line)}")
             return
         if message.method is not UNSET:

@@ -3,30 +3,33 @@ stdin/stdout (a :class:`~.jsonrpc.JsonRpcConnection` to an :class:`~.process.Age
 
 Theory of operation
 -------------------
+It behaves as agentctl's ACP adapter does (kandev internal/agentctl/server/adapter/transport/
+acp/: adapter_prompt.go, adapter_prompt_cancel.go, adapter_updates.go; functions named below).
 Requests (initialize, session/new|load, set_*) are plain awaited RPCs. Turns are not:
-:meth:`StdioTransport.prompt` queues the turn and returns; one **prompt gate** (agentctl's,
-agentctl-protocol.md §3.1) lets one ``session/prompt`` own the session at a time, in the
+:meth:`StdioTransport.prompt` queues the turn and returns; one **prompt gate** (agentctl's
+``acquirePromptTurn``) lets one ``session/prompt`` own the session at a time, in the
 order the prompts were made. The RPC runs in a task of the transport's task group; its
 answer becomes ``Complete(stop_reason, prompt_generation=g)``, its JSON-RPC error
 ``ErrorEvent(error=<compact JSON of the error>, prompt_generation=g)``.
 
-**Steer** (§3.2): when the agent advertised ``_meta.claudeCode.promptQueueing: true``, a
-steer is a second ``session/prompt`` sent at once while the first is still open. The gate
-passes to the successor, the predecessor is *handed off* and its early end is suppressed,
-so the pair yields exactly one ``Complete``, stamped with the generation the steer carries
-(the runtime sends the active one). Without queueing, or with no turn in flight, ``steer``
-raises :class:`SteerUnsupported` and nothing is sent.
+**Steer** (``beginSteerHandoff``): when the agent advertised
+``_meta.claudeCode.promptQueueing: true``, a steer is a second ``session/prompt`` sent at once
+while the first is still open. The gate passes to the successor, the predecessor is *handed
+off* and its early end is suppressed, so the pair yields exactly one ``Complete``, stamped with
+the generation the steer carries (the runtime sends the active one). Without queueing, or with
+no turn in flight, ``steer`` raises :class:`SteerUnsupported` and nothing is sent.
 
-**Cancel** (§3.3): the ``session/cancel`` notification, pending permission prompts answered
-``cancelled``, open tool calls marked cancelled; then a bounded wait (``cancel_timeout``, 3 s)
-for the turn to end (a compliant agent answers ``stopReason: cancelled``). If it does not,
-the turn is abandoned: ``CancelResult(acknowledged=False)``, the gate is released, and the
-turn's later answer is suppressed (agentctl's ``prompt abandoned after cancel``).
+**Cancel** (``Cancel``): the ``session/cancel`` notification, pending permission prompts
+answered ``cancelled``, open tool calls marked cancelled; then a bounded wait
+(``cancel_timeout``, 3 s) for the turn to end (a compliant agent answers ``stopReason:
+cancelled``). If it does not, the turn is abandoned: ``CancelResult(acknowledged=False)``, the
+gate is released, and the turn's later answer is suppressed (agentctl's ``prompt abandoned
+after cancel``).
 
-**Events** (§2.3) arrive in order on :meth:`StdioTransport.events`: ``session/update``
-notifications are mapped inline by the connection's reader, so every update the agent sent
-before answering a prompt precedes that prompt's ``Complete``. The transport adds
-``agent_capabilities`` after initialize, ``session_mode``/``session_models``/``session_status``
+**Events** (``convertNotification``) arrive in order on :meth:`StdioTransport.events`:
+``session/update`` notifications are mapped inline by the connection's reader, so every update
+the agent sent before answering a prompt precedes that prompt's ``Complete``. The transport
+adds ``agent_capabilities`` after initialize, ``session_mode``/``session_models``/``session_status``
 after session/new|load, convergence events after set_*, ``permission_request``/
 ``permission_cancelled``, ``protocol_error`` for garbage the agent wrote (survived), and, as
 the very last event, ``stream_disconnected`` (empty ``error`` for our own close). On transport
@@ -70,6 +73,7 @@ from msgspec import Raw
 
 from ..classify import PHRASE_LOAD_UNSUPPORTED
 from ..errors import (
+    UNDECODABLE_JSON,
     AcpfsmError,
     AgentRequestError,
     DialRefused,
@@ -545,7 +549,7 @@ class StdioTransport:
     def _decode_result(method: str, raw: Raw) -> Any:
         try:
             return acp.decode_result(method, raw)
-        except msgspec.DecodeError as exc:
+        except UNDECODABLE_JSON as exc:
             raise RemoteProtocolError(f"invalid {method} result from agent: {exc}") from None
 
     def _require_initialized(self) -> InitializeResult:
@@ -766,13 +770,20 @@ class StdioTransport:
                 for o in _flat_options(option.options)
             ]
 
-    def _models_event(self, source: str) -> SessionModels:
+    def _models_event(self, source: str, config_id: str = "") -> SessionModels:
+        """The session's model state; ``config_id`` names the config option whose
+        ``session/set_config_option`` answer this is (``config_options_config_id``, as
+        kandev's agentctl ACP adapter marks its convergence event), so the runtime's config
+        settlement waiting for that option can settle."""
+        data = {"config_options_source": source}
+        if config_id:
+            data["config_options_config_id"] = config_id
         return SessionModels(
             session_id=self._session_id or "",
             current_model_id=self._current_model_id,
             session_models=list(self._models),
             config_options=[_config_option(o) for o in self._config_options],
-            data={"config_options_source": source},
+            data=data,
         )
 
     def _emit_session_snapshot(self, result: SessionResult, status: str) -> None:
@@ -824,7 +835,7 @@ class StdioTransport:
                 for o in self._config_options
             ]
         self._refresh_models()
-        self._emit(self._models_event("provider_response"))
+        self._emit(self._models_event("provider_response", config_id))
 
     async def set_model(self, model_id: str) -> None:
         """Model selection: through the ``category: "model"`` config option when the agent
@@ -1126,7 +1137,7 @@ class StdioTransport:
             return
         try:
             notification: acp.SessionNotification = acp.decode_agent_params(method, params)
-        except msgspec.DecodeError as exc:
+        except UNDECODABLE_JSON as exc:
             self._on_protocol_error(RemoteProtocolError(f"invalid session/update: {exc}"))
             return
         for event in self._map_update(notification):
@@ -1306,7 +1317,7 @@ class StdioTransport:
     def _typed_params(method: str, params: Raw | None) -> Any:
         try:
             return acp.decode_agent_params(method, params)
-        except msgspec.DecodeError as exc:
+        except UNDECODABLE_JSON as exc:
             raise JsonRpcErrorReply(-32602, "Invalid params", {"details": str(exc)}) from None
 
     async def _ask_permission(

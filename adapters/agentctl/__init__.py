@@ -1,5 +1,6 @@
 """The agentctl carrier: kandev's sidecar (``agentctl``) runs the ACP agent, acpfsm talks to
-it over HTTP (httpx) and one WebSocket (httpx-ws) — agentctl-protocol.md.
+it over HTTP (httpx) and one WebSocket (httpx-ws), as kandev's own Go client does (kandev
+internal/agent/runtime/agentctl/: client.go, control.go, agent.go).
 
 * :class:`ControlClient` — the control port: nonce → token handshake (``POST
   /auth/handshake``), ``POST/GET/DELETE /api/v1/instances``, ``GET /health``.

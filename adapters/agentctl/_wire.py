@@ -1,9 +1,10 @@
-"""agentctl's wire shapes: the WebSocket envelope, its AgentEvent frames, and its error texts
-(agentctl-protocol.md §1.5, §2, §4), mapped onto acpfsm's events and errors.
+"""agentctl's wire shapes: the WebSocket envelope (kandev apps/backend/pkg/websocket/message.go),
+its AgentEvent frames (internal/agentctl/types/streams/agent.go) and its error texts, mapped onto
+acpfsm's events and errors.
 
-Two event formats are understood, kandev HEAD's and the v0.95.1 binary's (§6.4): ``turn_started``
-and ``control_turn_id`` are kept; a v0.95.1 prompt ``error`` (the bare RPC message plus
-``provider_error.rpc_code``) gets back the compact JSON projection HEAD sends
+Two event formats are understood, kandev HEAD's and the v0.95.1 binary's (KANDEV.md):
+``turn_started`` and ``control_turn_id`` are kept; a v0.95.1 prompt ``error`` (the bare RPC
+message plus ``provider_error.rpc_code``) gets back the compact JSON projection HEAD sends
 (``{"code":-32603,"message":"Internal error"}``) so that it classifies like a stdio one.
 """
 
@@ -92,7 +93,7 @@ ACP_METHODS: Final[Mapping[str, str]] = {
 
 #: Texts that say the agent process (or agentctl's pipe to it) is gone. The first three are
 #: the seed's transport-dead phrases; ``file already closed`` is agentctl's cancel write to a
-#: dead agent's stdin (§4), ``broken pipe`` its sibling.
+#: dead agent's stdin, ``broken pipe`` its sibling.
 _DEAD_PHRASES: Final = (
     "peer disconnected",
     "connection closed",
@@ -210,7 +211,7 @@ def error_from_text(action: str, message: str, *, code: str = "") -> AcpfsmError
 
 
 class WireEvent(msgspec.Struct, kw_only=True):
-    """agentctl's AgentEvent (§2.2), every field optional and loosely typed."""
+    """agentctl's ``AgentEvent``, every field optional and loosely typed."""
 
     type: str
     session_id: str = ""
@@ -326,7 +327,8 @@ def _head_projection(event: WireEvent) -> str:
 
 def is_process_exit(event: WireEvent) -> bool:
     """agentctl's own ``error`` event for an agent process that exited with an error
-    (``Agent process exited with code N[: stderr…]``, ``data.exit_code``; §2.3)."""
+    (``Agent process exited with code N[: stderr…]``, ``data.exit_code``; agentctl's process
+    manager, ``waitForExit``)."""
     return (
         event.type == "error"
         and event.prompt_generation == 0

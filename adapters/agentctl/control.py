@@ -1,5 +1,6 @@
-"""agentctl's HTTP surface (agentctl-protocol.md §1.1-§1.4): the control port (handshake,
-instances) and one instance's port (configure, start, status, health, attachments).
+"""agentctl's HTTP surface (kandev internal/agentctl/server/api/: control_server.go, server.go,
+attachments.go): the control port (handshake, instances) and one instance's port (configure,
+start, status, health, attachments).
 
 Every call is bounded (:class:`AgentctlConfig`) and every failure is an acpfsm error:
 
@@ -23,6 +24,7 @@ import httpx
 import msgspec
 
 from ..errors import (
+    UNDECODABLE_JSON,
     AgentctlError,
     AuthenticationFailed,
     LocalProtocolError,
@@ -97,7 +99,7 @@ def _short(body: str, limit: int = 200) -> str:
 def _error_field(body: str) -> str:
     try:
         data = msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except UNDECODABLE_JSON:
         return ""
     if isinstance(data, dict) and isinstance(data.get("error"), str):
         return str(data["error"])
@@ -160,7 +162,7 @@ class _Http:
             return None
         try:
             return msgspec.json.decode(body)
-        except msgspec.DecodeError:
+        except UNDECODABLE_JSON:
             raise RemoteProtocolError(
                 f"failed to parse {op} response (status {status}, body: {_short(body)})"
             ) from None

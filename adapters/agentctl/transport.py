@@ -1,5 +1,6 @@
 """``AgentctlTransport``: the :class:`~acpfsm.adapters.transport.AgentTransport` over one
-agentctl instance's agent WebSocket, ``/api/v1/agent/stream`` (agentctl-protocol.md §1.5).
+agentctl instance's agent WebSocket, ``/api/v1/agent/stream`` (kandev internal/agentctl/server/
+api/agent.go ``handleAgentStreamWS``; kandev's own client: agent.go ``readUpdatesStream``).
 
 Theory of operation
 -------------------
@@ -91,6 +92,7 @@ from httpx_ws import (
 
 from ..classify import STREAM_NOT_CONNECTED_PHRASE
 from ..errors import (
+    UNDECODABLE_JSON,
     AcpfsmError,
     AgentctlError,
     AuthenticationFailed,
@@ -196,7 +198,7 @@ def _decode_payload(raw: msgspec.Raw | None, action: str) -> dict[str, Any]:
         return {}
     try:
         data = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
+    except UNDECODABLE_JSON as exc:
         raise RemoteProtocolError(f"invalid {action} response from agentctl: {exc}") from None
     return data if isinstance(data, dict) else {}
 
@@ -540,7 +542,7 @@ class AgentctlTransport:
     def _on_frame(self, conn: _Connection, raw: str | bytes) -> None:
         try:
             envelope = _wire.decode_envelope(raw)
-        except msgspec.DecodeError as exc:
+        except UNDECODABLE_JSON as exc:
             self._inbox.put(
                 ProtocolErrorEvent(error=f"agentctl sent a frame that is not a JSON object: {exc}")
             )
@@ -566,7 +568,7 @@ class AgentctlTransport:
             return
         try:
             wire = _wire.decode_wire_event(raw)
-        except msgspec.DecodeError as exc:
+        except UNDECODABLE_JSON as exc:
             self._inbox.put(ProtocolErrorEvent(error=f"agentctl sent an invalid event: {exc}"))
             return
         self._inbox.put((wire, raw))

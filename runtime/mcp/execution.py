@@ -47,8 +47,8 @@ __all__ = [
 log = logging.getLogger("acpfsm.runtime.mcp")
 
 KANDEV_MCP_MODES = ("task", "config", "office")
-"""The modes of kandev's facade (seed ``runtime_facade.go``): agentctl's embedded MCP server
-knows them, and ``set_mcp_mode`` forwards them to it."""
+"""The modes of kandev's facade (runtime/runtime.go ``LaunchSpec.McpMode``): agentctl's embedded
+MCP server knows them, and ``set_mcp_mode`` forwards them to it."""
 
 TOOL_SERVER_NAME = "acpfsm"
 """The name the app's tool server has in every session's ``mcpServers``."""

@@ -17,17 +17,19 @@ with nobody to raise to.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable
 
 import anyio
 
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected, TransportClosed
+from acpfsm.adapters.transport import Flag
 from acpfsm.statecharts.coordination import Fired
 
 from ..errors import CANCEL_ESCALATED_MESSAGE, CancelEscalated, CancelFailed
 from .context import ExecutionContext
+from .flows import FLOW, Flow, cancel_answer, cancel_next
 from .status import StatusDriver
-from .turns import Generation, TurnDriver, wants
+from .turns import Generation, TurnDriver
 
 __all__ = ["Canceller"]
 
@@ -49,39 +51,52 @@ class Canceller:
             await self._send()
             return
         fired = await self._step(generation, "cancel_requested")
-        if wants(fired, "await_dispatch"):
-            with anyio.move_on_after(self.ctx.timeouts.cancel_wait):
-                await generation.sent.wait()
-            event = "cancel_requested" if generation.sent.is_set() else "send_wait_timed_out"
-            fired = await self._step(generation, event)
-        if not wants(fired, "send_cancel"):
-            return  # withdrawn before it was sent: its caller gets a cancelled result
-        acknowledged, disconnected = await self._send()
-        fired = await self._step(
-            generation,
-            "cancel_answered",
-            acknowledged=acknowledged,
-            stream_disconnected=disconnected,
-        )
-        await self._follow(generation, fired)
+        await self._run(generation, cancel_next(fired, None), self._send)
 
     async def abandoned(self, generation: Generation) -> None:
-        """The waiter of ``generation`` left: cancel its turn at the agent, bounded; nobody
-        is told (the chart and the trace say what happened)."""
-        try:
+        """The waiter of ``generation`` left (its chart said ``send_cancel``): cancel its
+        turn at the agent, the request bounded; nobody is told (the chart and the trace say
+        what happened)."""
+
+        async def send() -> tuple[bool, bool]:
             with anyio.fail_after(self.ctx.timeouts.cancel_wait):
-                acknowledged, disconnected = await self._send()
-            fired = await self._step(
-                generation,
-                "cancel_answered",
-                acknowledged=acknowledged,
-                stream_disconnected=disconnected,
-            )
-            await self._follow(generation, fired)
+                return await self._send()
+
+        try:
+            await self._run(generation, "send_cancel", send)
         except CancelEscalated:
             log.info("abandoned turn %s escalated", generation.number)
         except (AcpfsmError, TimeoutError) as exc:
             log.warning("cancelling abandoned turn %s failed: %s", generation.number, exc)
+
+    async def _run(
+        self,
+        generation: Generation,
+        effect: str | None,
+        send: Callable[[], Awaitable[tuple[bool, bool]]],
+    ) -> None:
+        """Act on each flow effect the chart returns (:func:`~.flows.cancel_next`) until the
+        cancel is over."""
+        while effect is not None:
+            flow = FLOW[effect]
+            if effect == "send_cancel":
+                fired = await self._step(generation, flow.then, **cancel_answer(*await send()))
+            elif effect == "escalate_idle":
+                # no turn in flight and nobody acknowledged: READY again (also from FAILED)
+                await self.status.fire(flow.then, generation=generation.number)
+                raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=self.ctx.id)
+            elif effect == "report_escalation":
+                raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=self.ctx.id)
+            elif effect == "await_waiter":
+                await self._finish_escalation(generation, flow)
+            else:  # await_dispatch, arm_cancel_wait: a bounded wait on the generation
+                with anyio.move_on_after(getattr(self.ctx.timeouts, flow.bound)):
+                    await _event(generation, flow.waits_for).wait()
+                fact = flow.after(_event(generation, flow.waits_for).is_set())
+                if not fact:
+                    return  # the turn ended: the acknowledged cancel is done
+                fired = await self._step(generation, fact)
+            effect = cancel_next(fired, effect)
 
     async def _step(self, generation: Generation, event: str, **data: object) -> list[Fired]:
         async with self.ctx.lifecycle_lock:
@@ -97,25 +112,7 @@ class Canceller:
             raise CancelFailed(f"failed to cancel agent: {exc}", execution_id=self.ctx.id) from exc
         return result.acknowledged, False
 
-    async def _follow(self, generation: Generation, fired: Sequence[Fired]) -> None:
-        """Act on what the chart answered to the cancel."""
-        ctx = self.ctx
-        if wants(fired, "escalate_idle"):
-            # no turn in flight and nobody acknowledged: READY again (also from FAILED)
-            await self.status.fire("cancel_escalated", generation=generation.number)
-            raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=ctx.id)
-        if wants(fired, "report_escalation"):
-            raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=ctx.id)
-        if wants(fired, "await_waiter"):
-            await self._finish_escalation(generation)
-        if not wants(fired, "arm_cancel_wait"):
-            return
-        with anyio.move_on_after(ctx.timeouts.cancel_wait):
-            await generation.turn_over.wait()
-        if not generation.turn_over.is_set():
-            await self._follow(generation, await self._step(generation, "cancel_wait_timed_out"))
-
-    async def _finish_escalation(self, generation: Generation) -> None:
+    async def _finish_escalation(self, generation: Generation, flow: Flow) -> None:
         """escalateStuckCancel after the chart escalated: let the released waiter return
         (≤ 2 s), then the chart ends the escalation, and the canceller learns
         ``CancelEscalated``."""
@@ -126,7 +123,12 @@ class Canceller:
             # R17: the cleanup runs even when the caller's deadline ends the wait (the
             # caller then gets its own cancellation, not CancelEscalated)
             with anyio.CancelScope(shield=True):
-                returned = generation.returned.is_set()
-                event = "waiter_returned" if returned else "escalation_wait_timed_out"
-                await self._step(generation, event)
+                await self._step(generation, flow.after(generation.returned.is_set()))
         raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=self.ctx.id)
+
+
+def _event(generation: Generation, name: str) -> Flag:
+    """The generation's event a flow waits for (``sent``, ``turn_over`` …)."""
+    event = getattr(generation, name)
+    assert isinstance(event, Flag)
+    return event

@@ -122,7 +122,7 @@ class CrashGuard:
         session.permissions.close("the execution crashed")
         await session.status.fire("execution_crashed", error=message)
         async with ctx.lifecycle_lock:
-            await session.turns.stream_lost(message)
+            await session.turns.stream_lost(message, final=True)
         await session.stream.close()
 
     def _release(self, message: str) -> None:

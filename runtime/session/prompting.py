@@ -1,5 +1,5 @@
-"""The PromptGeneration charts' driver, caller side: prompt and steer (kandev
-lifecycle/session.go ``sendPrompt``, ``SendPromptSteerWithDispatchCallback``).
+"""The PromptGeneration charts' driver, caller side: the prompt (kandev lifecycle/session.go
+``sendPrompt``); the steer is :mod:`.steering`'s.
 
 Each caller's flow fires the facts it observes (the send started, the trigger was accepted,
 a bound expired, the caller left) and acts on the effects the chart returns: wait for a
@@ -22,8 +22,8 @@ from typing import Any
 import anyio
 
 from acpfsm.adapters.classify import Call, classify_error
-from acpfsm.adapters.errors import AcpfsmError, SteerUnsupported, StreamNotConnected
-from acpfsm.adapters.transport import Attachment
+from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
+from acpfsm.adapters.transport import Attachment, Flag
 from acpfsm.statecharts import ErrorClass
 
 from ..errors import (
@@ -39,17 +39,15 @@ from ..errors import (
     PromptDispatchError,
     PromptError,
     PromptTimeout,
-    SteerAttachmentMaterializationError,
-    SteerDispatchTimeout,
-    SteerNotDispatched,
 )
 from ..types import PromptResult, stop_reason_of
 from .cancelling import Canceller
 from .context import ExecutionContext
+from .flows import FLOW, accepts_prompts, after_unreachable, trigger_fact, wants
 from .init import InitDriver
 from .status import StatusDriver
 from .stream import StreamDriver
-from .turns import Generation, TurnDriver, wants
+from .turns import Generation, TurnDriver
 
 __all__ = ["PromptDriver"]
 
@@ -57,7 +55,8 @@ log = logging.getLogger("acpfsm.runtime")
 
 
 class PromptDriver:
-    """Callers' prompts, steers and cancels for one execution."""
+    """Callers' prompts for one execution (and the status check, the composition and the
+    attachments a steer shares with them)."""
 
     def __init__(
         self,
@@ -104,7 +103,7 @@ class PromptDriver:
             async with self.prompt_lock:
                 await self._pass_barrier()
                 if validate_status:
-                    await self._validate_status()
+                    await self.validate_status()
                 async with ctx.lifecycle_lock:
                     generation, fired = self.turns.admit(dispatch_only)
                     if on_admitted is not None:
@@ -145,9 +144,9 @@ class PromptDriver:
     ) -> PromptResult:
         ctx = self.ctx
         await ctx.history_append(lambda h: h.append_user(ctx.session_id, text))
-        effective = await self._compose(text)
+        effective = await self.compose(text)
         try:
-            materialized = await self._materialize(attachments)
+            materialized = await self.materialize(attachments)
         except AttachmentError as exc:
             await ctx.step(generation.machine, "materialization_failed", error=str(exc))
             if generation.result != "undelivered":  # cancelled meanwhile: that is the result
@@ -171,14 +170,13 @@ class PromptDriver:
             if wants(fired, "send_cancel"):
                 self._spawn(lambda: self.canceller.abandoned(generation))
 
-    async def _validate_status(self) -> None:
-        fired = await self.ctx.step(self.status.machine, "prompt_requested")
-        if wants(fired, "refuse_prompt"):
+    async def validate_status(self) -> None:
+        if not accepts_prompts(await self.status.fire("prompt_requested")):
             # the init's failure, when that is why (AuthenticationRequired among them)
             raise NotReadyForPrompts(self.ctx.id, self.status.status) from self.init.failure
 
     async def _pass_barrier(self) -> None:
-        """sendPrompt step 3 with seed D8: wait ≤ 10 s for a dispatch-only predecessor."""
+        """sendPrompt's barrier with seed D8: wait ≤ 10 s for a dispatch-only predecessor."""
         predecessor = self.turns.current
         if predecessor is None:
             return
@@ -189,11 +187,11 @@ class PromptDriver:
         with anyio.move_on_after(bound) as scope:
             await predecessor.done.wait()
         if scope.cancelled_caught:
-            fired = await self.ctx.step(predecessor.machine, "barrier_timed_out")
+            fired = await self.ctx.step(predecessor.machine, FLOW["hold_barrier"].expired)
             if wants(fired, "barrier_failed"):
                 raise PendingDispatchedPromptTimeout(self.ctx.id, bound)
 
-    async def _compose(self, text: str) -> str:
+    async def compose(self, text: str) -> str:
         """buildEffectivePrompt: the session init's chart says whether the deferred resume
         context goes into this prompt."""
         init = self.init.machine
@@ -204,7 +202,7 @@ class PromptDriver:
             return await self.ctx.with_resume_context(text)
         return text
 
-    async def _materialize(self, attachments: Sequence[Attachment]) -> list[Attachment]:
+    async def materialize(self, attachments: Sequence[Attachment]) -> list[Attachment]:
         """materializeAttachments: every attachment goes through the carrier before anything
         is sent; errors name the attachment id (else its name)."""
         ctx = self.ctx
@@ -235,7 +233,7 @@ class PromptDriver:
         try:
             await self.ctx.transport_or_raise().prompt(text, attachments, generation.number)
         except StreamNotConnected as exc:
-            if exc.while_waiting:
+            if trigger_fact(_answer(exc), retrying=False) == "dispatch_failed":
                 # kandev H2: the request was written and the stream dropped before the ack,
                 # so the agent may have it: never re-send (at most once)
                 await self._trigger_failed(generation, exc)
@@ -243,7 +241,7 @@ class PromptDriver:
         except AcpfsmError as exc:
             await self._trigger_failed(generation, exc)
         else:
-            await self.ctx.step(generation.machine, "dispatch_accepted")
+            await self.ctx.step(generation.machine, trigger_fact("accepted", retrying=False))
         finally:
             generation.sent.set()
         return True
@@ -284,11 +282,13 @@ class PromptDriver:
             reconnectable=transport.reconnectable,
             error=message,
         )
-        if not wants(fired, "wait_for_carrier"):
-            if generation.result == "undelivered":
-                raise PromptDispatchError(
-                    message, execution_id=ctx.id, generation=generation.number
-                ) from first
+        carrier = FLOW["wait_for_carrier"]
+        next_ = after_unreachable(fired, generation.result)
+        if next_ == "undelivered":
+            raise PromptDispatchError(
+                message, execution_id=ctx.id, generation=generation.number
+            ) from first
+        if next_ == "released":
             await self._wait_released(generation)
             return True
         generation.sent.set()  # not at the agent: a cancel now withdraws it
@@ -296,31 +296,31 @@ class PromptDriver:
         with anyio.move_on_after(ctx.timeouts.reconnect_retry):
             while not generation.done.is_set():  # a cancel withdraws it meanwhile
                 if self.stream.connected:
-                    fired = await ctx.step(generation.machine, "dispatch_started")
+                    fired = await ctx.step(generation.machine, carrier.then)
                     if wants(fired, "skip_dispatch"):
                         return False
+                    # a new send attempt: a cancel now waits for its answer
+                    generation.sent = Flag()
                     try:
                         await transport.prompt(text, attachments, generation.number)
                     except StreamNotConnected as exc:
                         last = exc
-                        await ctx.step(
-                            generation.machine,
-                            "dispatch_unreachable",
-                            reconnectable=True,
-                            error=message,
-                        )
+                        fact = trigger_fact(_answer(exc), retrying=True)
+                        await ctx.step(generation.machine, fact, reconnectable=True, error=message)
                     except AcpfsmError as exc:
                         await self._trigger_failed(generation, exc)
                     else:
-                        await ctx.step(generation.machine, "dispatch_accepted")
+                        await ctx.step(generation.machine, trigger_fact("accepted", retrying=True))
                         return True
+                    finally:
+                        generation.sent.set()
                 elif not self.stream.redialling:
                     break  # closed on purpose (stop) or given up: nothing will redial
                 await anyio.sleep(ctx.timeouts.reconnect_poll)
         if generation.result == "withdrawn":
             return False
         reason = f"failed to trigger prompt: timed out waiting for updates stream reconnect: {last}"
-        await ctx.step(generation.machine, "reconnect_timed_out", error=reason)
+        await ctx.step(generation.machine, carrier.expired, error=reason)
         raise PromptDispatchError(reason, execution_id=ctx.id, generation=generation.number)
 
     async def _wait_released(self, generation: Generation) -> None:
@@ -378,62 +378,10 @@ class PromptDriver:
             f"prompt generation {g} ended without a result ({result!r})", execution_id=ctx.id
         )
 
-    # --- steer -------------------------------------------------------------------------------
 
-    async def steer(
-        self,
-        text: str,
-        *,
-        attachments: Sequence[Attachment] = (),
-        on_dispatched: Callable[[], object] | None = None,
-        validate_status: bool = True,
-    ) -> PromptResult:
-        """SendPromptSteerWithDispatchCallback (seed D6-D7)."""
-        ctx = self.ctx
-        await self.init.admission.wait()
-        if validate_status:
-            await self._validate_status()
-        await self._steer_target()  # before materializing: nothing to steer into is cheap
-        try:
-            materialized = await self._materialize(attachments)
-        except AttachmentError as exc:
-            raise SteerAttachmentMaterializationError(
-                f"steer attachment materialization failed: {exc}", execution_id=ctx.id
-            ) from exc
-        async with ctx.lifecycle_lock:
-            generation = await self._steer_target()
-            effective = await self._compose(text)
-            try:
-                with anyio.fail_after(ctx.timeouts.steer_dispatch):
-                    await ctx.transport_or_raise().steer(effective, materialized, generation.number)
-            except (StreamNotConnected, SteerUnsupported) as exc:
-                raise SteerNotDispatched(str(exc), execution_id=ctx.id) from exc
-            except TimeoutError as exc:
-                raise SteerDispatchTimeout(
-                    f"steer dispatch timed out after {ctx.timeouts.steer_dispatch:g}s",
-                    execution_id=ctx.id,
-                    generation=generation.number,
-                ) from exc
-            except AcpfsmError as exc:
-                raise PromptDispatchError(
-                    f"failed to steer prompt: {exc}",
-                    execution_id=ctx.id,
-                    generation=generation.number,
-                ) from exc
-            await ctx.step(generation.machine, "steered")
-        await ctx.history_append(lambda h: h.append_user(ctx.session_id, text))
-        ctx.activity.last_at = anyio.current_time()
-        if on_dispatched is not None:
-            on_dispatched()
-        return PromptResult(stop_reason="dispatched", generation=generation.number)
-
-    async def _steer_target(self) -> Generation:
-        generation = self.turns.current
-        if generation is not None:
-            fired = await self.ctx.step(generation.machine, "steer_requested")
-            if wants(fired, "dispatch_steer"):
-                return generation
-        raise SteerNotDispatched("no live prompt generation", execution_id=self.ctx.id)
+def _answer(exc: StreamNotConnected) -> str:
+    """The prompt request's answer (:data:`~.flows.TRIGGER_ANSWERS`) a not-connected error is."""
+    return "lost_while_waiting" if exc.while_waiting else "not_connected"
 
 
 def _needs_authentication(error: str) -> bool:

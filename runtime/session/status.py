@@ -13,10 +13,12 @@ from typing import Any, cast
 import anyio
 
 from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity
+from acpfsm.statecharts.coordination import Fired
 
 from .. import events as le
 from ..types import ExecutionStatus
 from .context import ExecutionContext, utcnow
+from .flows import flow_effects
 
 __all__ = ["StatusDriver"]
 
@@ -48,9 +50,9 @@ class StatusDriver:
                 "record_finish": self._record_finish,
                 "record_exit": self._record_exit,
                 "watch_for_wakeup": self._watch,
-                "refuse_prompt": _flow,
                 "announce_first_activity": self._announce,
-            },
+            }
+            | dict.fromkeys(flow_effects(Execution.chart_name), _flow),
         )
         ctx.handle(FirstActivity.chart_name, {"publish_agent_running": self._running})
         ctx.on_step(Execution.chart_name, self._notify)
@@ -84,11 +86,13 @@ class StatusDriver:
         if not self.first_activity.ended:
             await self.fire("activity_recorded")
 
-    async def fire(self, event: str, **data: Any) -> None:
-        """A fact for the Execution chart; after STOPPED the execution is removed and late
-        facts are moot (the coordination table treats an ended chart the same way)."""
-        if not self.machine.ended:
-            await self.ctx.step(self.machine, event, **data)
+    async def fire(self, event: str, **data: Any) -> list[Fired]:
+        """A fact for the Execution chart, and the steps it took; after STOPPED the execution
+        is removed and late facts are moot (none: the coordination table treats an ended
+        chart the same way)."""
+        if self.machine.ended:
+            return []
+        return await self.ctx.step(self.machine, event, **data)
 
     @property
     def watching_wakeup(self) -> bool:

@@ -8,7 +8,7 @@ its effects in the execution's task group: a dial after the backoff the transpor
 :class:`~acpfsm.adapters.transport.RedialPolicy` gives for the failures so far
 (``redial``), the reconnect budget's timer (``arm_reconnect_budget``), the give-up
 (``give_up``), and the ``StreamReconnected`` subscribers see (``publish_reconnected``).
-``announce_loss`` is the caller's (the session's ``_stream_lost``): it tells the generations
+``announce_loss`` is the caller's (the event pump's ``stream_lost``): it tells the generations
 and the execution.
 """
 
@@ -25,7 +25,7 @@ from acpfsm.adapters.errors import DialFailed, DialRefused
 from acpfsm.statecharts import AgentStream, ChartMachine, Effect
 
 from .context import ExecutionContext
-from .turns import wants
+from .flows import FLOW, flow_effects, loss_data, wants
 
 __all__ = ["StreamDriver"]
 
@@ -45,9 +45,11 @@ class StreamDriver:
         self._budget = anyio.CancelScope()
         self._last_dial_error = ""
         ctx.handle(
+            AgentStream.chart_name, dict.fromkeys(flow_effects(AgentStream.chart_name), _flow)
+        )
+        ctx.handle(
             AgentStream.chart_name,
             {
-                "announce_loss": _flow,
                 "redial": self._redial,
                 "stop_redialling": lambda effect, machine: self._dial.cancel(),
                 "arm_reconnect_budget": self._arm_budget,
@@ -104,9 +106,12 @@ class StreamDriver:
             return False  # closed on purpose (the execution stopped): nobody's news any more
         fired = await self._fire(
             "connection_lost",
-            redialable=event.reconnecting and event.exit_code is None,
-            clean=event.clean,
-            error=event.error,
+            **loss_data(
+                reconnecting=event.reconnecting,
+                exit_code=event.exit_code,
+                clean=event.clean,
+                error=event.error,
+            ),
         )
         return wants(fired, "announce_loss") is not None
 
@@ -164,7 +169,7 @@ class StreamDriver:
             if not scope.cancel_called:
                 last = self._last_dial_error or "no dial answered"
                 await self._fire(
-                    "reconnect_timed_out",
+                    FLOW["arm_reconnect_budget"].expired,
                     error=f"not redialled within {budget:g}s (last dial: {last})",
                 )
 

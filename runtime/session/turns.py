@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Sequence
 
 import anyio
 import msgspec
@@ -26,8 +25,17 @@ from acpfsm.statecharts import ChartMachine, Effect, PromptGeneration
 from acpfsm.statecharts.coordination import Fired
 
 from .. import events as le
-from ..errors import CANCEL_ESCALATED_SIGNAL
+from ..errors import CANCEL_ESCALATED_SIGNAL, NotReadyForPrompts
 from .context import ExecutionContext, Handler
+from .flows import (
+    ADMISSION,
+    admits,
+    completion_route,
+    ends_wakeup,
+    flow_effects,
+    wakeup_fact,
+    wants,
+)
 from .status import StatusDriver
 
 __all__ = ["Generation", "TurnDriver", "wants"]
@@ -35,31 +43,9 @@ __all__ = ["Generation", "TurnDriver", "wants"]
 log = logging.getLogger("acpfsm.runtime")
 _GENERATIONS_KEPT = 64
 
-# effects a caller's flow acts on after the step (the handlers only record nothing)
-_FLOW = (
-    "hold_barrier",
-    "barrier_failed",
-    "skip_dispatch",
-    "wait_for_carrier",
-    "send_cancel",
-    "await_dispatch",
-    "arm_cancel_wait",
-    "escalate_idle",
-    "await_waiter",
-    "report_escalation",
-    "dispatch_steer",
-    "steer_refused",
-    "unclaimed",
-)
 
-
-def wants(fired: Sequence[Fired], name: str) -> Effect | None:
-    """The first effect named ``name`` among the steps ``fired``, if any."""
-    for _, step in fired:
-        for effect in step.effects:
-            if effect.name == name:
-                return effect
-    return None
+def _nothing(effect: Effect, machine: ChartMachine) -> None:
+    """A flow effect: the caller that fired the event acts on it (see :mod:`.flows`)."""
 
 
 class Generation:
@@ -121,7 +107,9 @@ class TurnDriver:
         self._next = 0
         self._terminal: ev.Complete | ev.ErrorEvent | None = None
         self._partial = ""
-        handlers: dict[str, Handler] = dict.fromkeys(_FLOW, _nothing)
+        handlers: dict[str, Handler] = dict.fromkeys(
+            flow_effects(PromptGeneration.chart_name), _nothing
+        )
         own: dict[str, Handler] = {
             "arm_activity": self._arm_activity,
             "claim_outcome": self._claim_outcome,
@@ -147,12 +135,16 @@ class TurnDriver:
 
     def admit(self, dispatch_only: bool) -> tuple[Generation, list[Fired]]:
         """Supersede the current generation and admit the next (under the lifecycle lock;
-        the caller performs what was fired)."""
+        the caller performs what was fired); raises NotReadyForPrompts once the execution
+        was stopped (R24)."""
         ctx = self.ctx
+        if not admits(self.status.ended):
+            raise NotReadyForPrompts(ctx.id, self.status.status)
         fired: list[Fired] = []
+        supersede, begin = ADMISSION
         previous = self.current
         if previous is not None:
-            fired += ctx.fire(previous.machine, "superseded_by_successor")
+            fired += ctx.fire(previous.machine, supersede)
             # its prompt call has returned (the prompt lock): its reply is no longer kept
             previous.agent_message = ""
         self._next += 1
@@ -164,7 +156,7 @@ class TurnDriver:
         while len(self.generations) > _GENERATIONS_KEPT:
             self.generations.popitem(last=False)
         self.current = generation
-        fired += ctx.fire(self.status.machine, "prompt_began")
+        fired += ctx.fire(self.status.machine, begin)
         return generation, fired
 
     # --- the agent's facts -------------------------------------------------------------------
@@ -184,9 +176,11 @@ class TurnDriver:
         stop_reason = (event.stop_reason if isinstance(event, ev.Complete) else "") or "end_turn"
         async with ctx.lifecycle_lock:
             g = event.prompt_generation
-            generation = self.current if g == 0 else self.generations.get(g)
+            current = self.current.number if self.current is not None else None
+            target = completion_route(g, current, self.generations)
+            generation = self.generations[target] if target is not None else None
             if generation is None:
-                if g == 0:
+                if ends_wakeup(g, claimed=False):
                     await self._wakeup_ended(event, is_error, message, stop_reason)
                 else:
                     log.debug("ignoring completion for unknown generation %s", g)
@@ -203,26 +197,26 @@ class TurnDriver:
             )
             await ctx.perform(fired)
             self._terminal = None
-            if wants(fired, "unclaimed"):
-                if g == 0:
-                    await self._wakeup_ended(event, is_error, message, stop_reason)
-                else:
-                    log.debug("ignoring completion for prompt generation %s", g)
+            claimed = wants(fired, "unclaimed") is None
+            if ends_wakeup(g, claimed):
+                await self._wakeup_ended(event, is_error, message, stop_reason)
+            elif not claimed:
+                log.debug("ignoring completion for prompt generation %s", g)
 
     async def _wakeup_ended(
         self, event: ev.Complete | ev.ErrorEvent, is_error: bool, message: str, stop_reason: str
     ) -> None:
         """A generation-0 terminal event no generation claimed: a wakeup turn ended (the
         Execution chart decides; before the session is initialized it is ignored, R10)."""
-        ctx = self.ctx
+        fact, data = wakeup_fact(
+            is_error=is_error,
+            error=message,
+            stop_reason=stop_reason,
+            shutting_down=self.ctx.shutting_down(),
+        )
         self._terminal = event
         try:
-            if is_error:
-                await self.status.fire(
-                    "wakeup_turn_failed", error=message, shutting_down=ctx.shutting_down()
-                )
-            else:
-                await self.status.fire("wakeup_turn_completed", stop_reason=stop_reason)
+            await self.status.fire(fact, **data)
         finally:
             self._terminal = None
 
@@ -244,9 +238,10 @@ class TurnDriver:
             if generation is not None:
                 await self.ctx.step(generation.machine, "handoff_received")
 
-    async def stream_lost(self, error: str) -> bool:
+    async def stream_lost(self, error: str, *, final: bool) -> bool:
         """``handleStreamDisconnect`` for the current generation: True when it claimed the
-        loss (the caller then leaves the execution's status to the coordination)."""
+        loss (the caller then leaves the execution's status to the coordination). ``final``:
+        the carrier is gone for good (the AgentStream chart does not redial)."""
         ctx = self.ctx
         # flush the partial text once (R20): detached here, so a later reset finds nothing
         partial = ctx.take_message()
@@ -255,7 +250,7 @@ class TurnDriver:
         if generation is None:
             return False
         self._partial = partial
-        fired = await ctx.step(generation.machine, "stream_lost", error=error)
+        fired = await ctx.step(generation.machine, "stream_lost", error=error, final=final)
         return bool(wants(fired, "claim_disconnect"))
 
     def check_stall(self, generation: Generation) -> list[Fired]:
@@ -358,7 +353,3 @@ class TurnDriver:
                 active_tool_title=act.active_tool_title,
             )
         )
-
-
-def _nothing(effect: Effect, machine: ChartMachine) -> None:
-    """A flow effect: the caller that fired the event acts on it."""

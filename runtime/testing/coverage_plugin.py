@@ -19,7 +19,9 @@ sequence of them) replaces ``ALL_CHARTS``; the plugin's own tests use it for toy
 
 This module is imported when pytest starts, before any test: it imports nothing from acpfsm at
 module level (the charts are imported lazily when the session starts), and never test code.
-Plain (non-xdist) runs only.
+
+Under pytest-xdist each worker records what its tests fired and hands it to the controller
+with its ``workeroutput``; the controller joins them and reports (and fails) once.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
 OPTION = "--acpfsm-transition-coverage"
 INI_CHARTS = "acpfsm_transition_charts"
 _PLUGIN_NAME = "acpfsm-transition-coverage"
+_WORKER_KEY = "acpfsm_transitions_fired"
 
 Fired = tuple[str, str, str, str]
 """``(chart_name, source, event, target)``."""
@@ -126,6 +129,8 @@ class TransitionRecorder:
         self.report: CoverageReport | None = None
         self.failed = False
         self._registered = False
+        self.worker = hasattr(config, "workerinput")
+        """An xdist worker: it records and hands its record over; the controller reports."""
 
     def _observe(self, record: TransitionRecord) -> None:
         self.fired.add((record.chart, record.source, record.event, record.target))
@@ -158,7 +163,7 @@ class TransitionRecorder:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
         result = yield
-        if self.config.option.collectonly:
+        if self.config.option.collectonly or self.worker:
             return result
         self.report = compute_coverage(self.charts(), self.fired)
         if self.threshold is not None and self.report.below(self.threshold):
@@ -168,6 +173,15 @@ class TransitionRecorder:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.stop()
+        if self.worker:
+            output: dict[str, Any] = getattr(self.config, "workeroutput")  # noqa: B009
+            output[_WORKER_KEY] = [list(f) for f in sorted(self.fired)]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """xdist (controller): a worker finished; add what its tests fired."""
+        fired = getattr(node, "workeroutput", {}).get(_WORKER_KEY, ())
+        self.fired.update((str(c), str(s), str(e), str(t)) for c, s, e, t in fired)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         report = self.report
@@ -216,8 +230,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption(OPTION) is None:  # not asked for: silent (other projects load us too)
-        return
-    if hasattr(config, "workerinput"):  # an xdist worker: the controller would not see it
         return
     config.pluginmanager.register(TransitionRecorder(config), _PLUGIN_NAME)
 

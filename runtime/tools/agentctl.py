@@ -92,7 +92,8 @@ def usage(url: str, nonce: str) -> str:
             '    # LaunchSpec(executor_id="agentctl", ...); the executor\'s .token holds the token',
             "Check an agent through it:",
             f"    acpfsm conform --agentctl {url} --nonce {nonce} -- AGENT_COMMAND [ARGS...]",
-            "    (it prints the token it got: run it again with --token TOKEN)",
+            "    (it saves the token it got to a private file and says where: run it again",
+            "    with --token-file FILE)",
             "Ctrl-C stops agentctl and every agent it started.",
         ]
     )
@@ -153,12 +154,12 @@ def run(args: argparse.Namespace) -> int:
             echo=echo,
         ) as server:
             assert server.process is not None
-            print(
-                f"agentctl {VERSION} running (pid {server.process.pid}, log "
-                f"{server.log_path})\n{usage(server.url, server.nonce)}",
-                flush=True,
-            )
-            try:
+            try:  # a stop right after the announcement is a stop, not an interrupted start
+                print(
+                    f"agentctl {VERSION} running (pid {server.process.pid}, log "
+                    f"{server.log_path})\n{usage(server.url, server.nonce)}",
+                    flush=True,
+                )
                 while server.running():
                     time.sleep(0.2)
             except (KeyboardInterrupt, _Stop):

@@ -75,7 +75,9 @@ an ended execution must have left ``session_init``'s working states (``init_aban
 exists for a stop during init) and its ``agent_stream`` must not be live (``closed``, or
 ``disconnected`` when the carrier was lost before the stop). Charts whose runs may be
 cut short by a stop without a declared way out (``start_model_policy`` during its one
-SetModel call, ``prompt_generation``) carry no end condition. ``partial=True``
+SetModel call, ``prompt_generation``) carry no end condition; ``unfinished=True``
+(``--unfinished``) accepts an execution that was not stopped (an ``acpfsm verify``
+counterexample stops where the property failed). ``partial=True``
 (``--partial``) checks a trace cut out of a longer or still running one: ``seq`` may start
 anywhere, an instance's first record sets its state, and the admission and end-state rules
 are skipped.
@@ -210,6 +212,7 @@ class _Replay:
     charts: dict[str, CompiledChart]
     rules: LifecycleRules
     partial: bool
+    unfinished: bool = False
     leaf: dict[Key, str] = field(default_factory=dict)
     admitted: dict[str, int] = field(default_factory=dict)
     outcome_line: dict[Key, int] = field(default_factory=dict)
@@ -486,6 +489,8 @@ class _Replay:
                 continue
             if name != rules.execution_chart and execution_id not in self.ended:
                 continue  # reported once, for the execution chart
+            if name == rules.execution_chart and self.unfinished:
+                continue  # the trace stops before its executions were stopped
             chart = self.charts[name]
             finals = ", ".join(sorted(allowed))
             if name == rules.execution_chart:
@@ -519,13 +524,16 @@ def check_records(
     records: Iterable[TraceRecord],
     *,
     partial: bool = False,
+    unfinished: bool = False,
     charts: dict[str, CompiledChart] | None = None,
     rules: LifecycleRules = DEFAULT_RULES,
     lines: Sequence[int] | None = None,
 ) -> CheckResult:
     """Replay ``records`` (in order). A violation's ``line`` is ``lines[i]`` for the *i*-th
     record when given, else its 1-based position."""
-    replay = _Replay(charts if charts is not None else _default_charts(), rules, partial)
+    replay = _Replay(
+        charts if charts is not None else _default_charts(), rules, partial, unfinished
+    )
     items = list(records)
     numbers: Sequence[int] = lines if lines is not None else range(1, len(items) + 1)
     replay.feed(numbers, items)
@@ -624,9 +632,9 @@ def read_trace(path: str | Path) -> tuple[list[TraceRecord], list[int]]:
     return records, numbers
 
 
-def check_file(path: str | Path, *, partial: bool = False) -> CheckResult:
+def check_file(path: str | Path, *, partial: bool = False, unfinished: bool = False) -> CheckResult:
     """Check a JSONL trace file, streamed (memory holds one chunk and the replay state)."""
-    replay = _Replay(_default_charts(), DEFAULT_RULES, partial)
+    replay = _Replay(_default_charts(), DEFAULT_RULES, partial, unfinished)
     last = 0
     for lines, records in iter_trace(path):
         replay.feed(lines, records)
@@ -671,13 +679,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the trace is cut out of a longer or running one: seq may start anywhere, "
         "instances start where their first record says, no admission or end-state rules",
     )
+    parser.add_argument(
+        "--unfinished",
+        action="store_true",
+        help="the trace stops before its executions were stopped (an `acpfsm verify` "
+        "counterexample): an execution not stopped is no violation",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Exit status: 0 clean, 1 violations, 2 unreadable or malformed."""
     path = str(args.trace)
     try:
-        result = check_file(path, partial=bool(args.partial))
+        result = check_file(path, partial=bool(args.partial), unfinished=bool(args.unfinished))
     except TraceFormatError as exc:
         if args.json:
             print(

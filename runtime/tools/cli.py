@@ -12,6 +12,10 @@
   instance of kandev's agentctl and checks it through agentctl: exit 1 when a check fails.
 * ``acpfsm report TRACE.jsonl [--out DIR] [--execution ID]`` writes one HTML page per
   execution (:mod:`acpfsm.runtime.tools.report`).
+* ``acpfsm verify [--generations N] [--depth D] [--carrier K] [--json] [--out DIR]`` explores
+  every interleaving of one execution's life and checks kandev's races as properties
+  (:mod:`acpfsm.runtime.tools.verify`): exit 1 with a shortest counterexample (a check-trace
+  JSONL trace) per violated property.
 * ``acpfsm agentctl [--port N]`` runs kandev's agentctl on loopback until Ctrl-C
   (:mod:`acpfsm.runtime.tools.agentctl`).
 * ``acpfsm demo [ARGS…]`` runs ``acpfsm.runtime.tools.demo.main(ARGS)``.
@@ -152,8 +156,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="acpfsm",
         description="Drive ACP coding agents with declared statecharts: draw the charts, "
-        "check and report recorded traces, check agents for conformance, run agentctl "
-        "locally, and a demo.",
+        "check and report recorded traces, verify the composed charts, check agents for "
+        "conformance, run agentctl locally, and a demo.",
     )
     parser.add_argument("--version", action="version", version=f"acpfsm {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -190,7 +194,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     diagrams.set_defaults(handler=_diagrams)
 
-    from . import agentctl, check_trace, conform, report
+    from . import agentctl, check_trace, conform, report, verify
 
     tools = (
         (
@@ -216,6 +220,15 @@ def _parser() -> argparse.ArgumentParser:
                 "agentctl (exit 1 on failures)"
             ),
             conform.DESCRIPTION,
+        ),
+        (
+            "verify",
+            verify,
+            (
+                "explore every interleaving of one execution's life and check kandev's races "
+                "as properties (exit 1 with a counterexample)"
+            ),
+            verify.DESCRIPTION,
         ),
         (
             "agentctl",

@@ -38,7 +38,8 @@ provider settings, proxies), copied from ours; through agentctl, agentctl's envi
 those variables. ``--inherit-env`` gives the agent our whole environment. To run offline
 pass a throw-away ``HOME`` and an unreachable proxy. ``--agentctl auto`` starts an agentctl
 on this machine for the run (:mod:`acpfsm.runtime.tools.agentctl`); a run given agentctl's
-one-shot nonce prints the token it got (on stderr, never into a report) for the next run.
+one-shot nonce saves the token it got to a private file (``--token-file``) for the next run and
+says where, on stderr; the token itself never reaches the terminal or a report.
 
 The checks, in order (over stdio: one agent process, then a second one for version
 negotiation; "agentctl" says what the check observes there):

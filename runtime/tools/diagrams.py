@@ -931,7 +931,38 @@ def _readme(charts: Sequence[type[Chart]], mermaid: dict[str, str]) -> str:
             "```",
             "",
         ]
+    lines += _race_catalogue()
     return "\n".join(lines)
+
+
+def _race_catalogue() -> list[str]:
+    """kandev's races and anomalies (:mod:`.races`), with the ``acpfsm verify`` properties
+    that check each one."""
+    from .races import RACES
+    from .verify import PROPERTIES
+
+    checked: dict[str, list[str]] = {}
+    for prop in PROPERTIES:
+        for race_id in prop.ids:
+            checked.setdefault(race_id, []).append(f"`{prop.name}`")
+    lines = [
+        "## kandev's races and anomalies",
+        "",
+        (
+            "The ids the chart docstrings, the tests and `acpfsm verify` cite: the races kandev's "
+            "session manager guards (R…) and the anomalies it leaves open (H…), in our words. "
+            "The last column names the `acpfsm verify` properties that check each one (see the "
+            "project README, *Verification*)."
+        ),
+        "",
+        "| id | what can go wrong | kandev's guard | checked by |",
+        "| --- | --- | --- | --- |",
+    ]
+    for race in RACES:
+        by = ", ".join(checked.get(race.id, ())) or "—"
+        lines.append(f"| {race.id} | {race.hazard} | {race.guard} | {by} |")
+    lines.append("")
+    return lines
 
 
 def generate(

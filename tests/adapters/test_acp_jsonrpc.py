@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -368,14 +369,19 @@ async def test_broken_pipe_on_write_is_transport_death() -> None:
         assert len(record.closes) == 1 and conn.closed
 
 
-async def test_cancelled_wait_abandons_the_request_and_tells_the_peer(
-    autojump_clock: Any, time_scale: float
-) -> None:
+async def test_cancelled_wait_abandons_the_request_and_tells_the_peer() -> None:
     async with wired() as (conn, peer, record):
-        with anyio.move_on_after(5 * time_scale) as scope:
-            await conn.request("session/prompt", {"x": 1})
+        scope = anyio.CancelScope()
+
+        async def ask() -> None:
+            with scope:
+                await conn.request("session/prompt", {"x": 1})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            request = await peer.read()  # written: the caller now gives up waiting
+            scope.cancel()
         assert scope.cancelled_caught
-        request = await peer.read()
         cancel = await peer.read()
         assert cancel == {
             "jsonrpc": "2.0",
@@ -445,3 +451,24 @@ async def test_abort_is_transport_death_with_the_given_reason() -> None:
         assert str(record.closes[0]) == "notification queue overflow"
         with pytest.raises(TransportClosed, match="notification queue overflow"):
             await conn.request("x")
+
+
+async def test_a_message_nested_too_deep_is_malformed_and_survived() -> None:
+    """A hostile peer's params nested thousands deep make the JSON decoder recurse too far:
+    reported as a malformed message, the connection goes on."""
+    depth = sys.getrecursionlimit() + 1000
+    deep = b"[" * depth + b"]" * depth
+    async with wired(max_line_bytes=4 * depth + 1024) as (conn, peer, record):
+        await peer.write_raw(
+            b'{"jsonrpc":"2.0","method":"session/update","params":' + deep + b"}\n"
+        )
+        async with anyio.create_task_group() as tg:
+
+            async def answer() -> None:
+                request = await peer.read()
+                await peer.respond(request, "still alive")
+
+            tg.start_soon(answer)
+            assert json.loads(bytes(await conn.request("ping"))) == "still alive"
+        messages = [str(e) for e in record.protocol_errors]
+        assert len(messages) == 1 and "malformed JSON-RPC message" in messages[0], messages

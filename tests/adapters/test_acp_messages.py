@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from acpfsm.adapters.acp import messages as acp
 
-# initialize answers real agents gave (acp-and-agents.md §4.1), abridged only in the auth list
+# initialize answers real agents gave offline (the runs README.md's "What conform reports for
+# real agents" summarises), abridged only in the auth list
 CLAUDE_AGENT_ACP_INIT = {
     "protocolVersion": 1,
     "agentCapabilities": {

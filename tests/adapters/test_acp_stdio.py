@@ -566,6 +566,11 @@ async def test_mode_and_config_options(tmp_path: Path) -> None:
         await t.set_config_option("fast", "true")
         models = (await until(t, lambda e: isinstance(e, SessionModels)))[-1]
         assert isinstance(models, SessionModels)
+        # the answer names the option it answers, so a settlement waiting for it can settle
+        assert models.data == {
+            "config_options_source": "provider_response",
+            "config_options_config_id": "fast",
+        }
         with pytest.raises(AgentRequestError, match="Invalid value"):
             await t.set_model("no-such-model")
         with pytest.raises(AgentRequestError) as caught:

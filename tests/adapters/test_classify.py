@@ -1,9 +1,12 @@
 """Error classification against the exact answers real agents give offline.
 
-Shapes come from acp-and-agents.md §4.2 (claude-agent-acp 0.101.0, claude-code-acp 0.16.2,
-codex-acp 0.16.0, gemini-cli 0.61.0) and their agentctl string projections from
-agentctl-protocol.md §4; the expected kinds are the seed's (seed-vs-mirror.md D1–D5,
-acp-and-agents.md §4.5).
+Shapes are what the agents answered when probed without credentials (claude-agent-acp
+0.101.0, claude-code-acp 0.16.2, codex-acp 0.16.0, gemini-cli 0.61.0; README.md, "What conform
+reports for real agents"). Their agentctl string projections are agentctl's: its ACP adapter
+wraps the agent's error (``failed to load session: <the error's JSON>``, kandev
+internal/agentctl/server/adapter/transport/acp/adapter_session.go) and kandev's Go client
+prefixes it (``load session failed: …``, internal/agent/runtime/agentctl/agent.go
+``LoadSession``). The expected kinds are the seed's (D1–D5, KANDEV.md).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def projected(obj: dict[str, Any], prefix: str = LOAD_PREFIX) -> str:
     return f"{prefix}: {jsn(obj)}"
 
 
-# --- exact agent answers (acp-and-agents.md §4.2) -----------------------------------------
+# --- exact agent answers -----------------------------------------------------------------
 CLAUDE_AGENT_LOAD_UNKNOWN = {
     "code": -32002,
     "message": "Resource not found",
@@ -480,6 +483,22 @@ ROWS: list[Any] = [
         E.STREAM_NOT_CONNECTED,
         id="order/steer/stream-before-transport-dead",
     ),
+    # both dispatch-only rows hold: the stream test comes first (the two rows swapped
+    # would say cancel_released)
+    pytest.param(
+        "cancel escalated: agent stream not connected",
+        Call.PROMPT,
+        "",
+        E.STREAM_NOT_CONNECTED,
+        id="order/prompt/stream-before-cancel-release",
+    ),
+    pytest.param(
+        StreamNotConnected("cancel escalated: agent stream not connected"),
+        Call.CANCEL,
+        "",
+        E.STREAM_NOT_CONNECTED,
+        id="order/cancel/stream-before-cancel-release",
+    ),
     pytest.param(
         StreamNotConnected("agent stream not connected: connection closed"),
         Call.SESSION_LOAD,
@@ -493,7 +512,7 @@ ROWS: list[Any] = [
         Call.SESSION_LOAD,
         UNKNOWN_ID,
         E.INCONCLUSIVE,
-        id="claude-agent-acp/load/-32002/projection-ends-with-json(seed-code,lifecycle-2.1)",
+        id="claude-agent-acp/load/-32002/projection-ends-with-json(seed-code)",
     ),
     pytest.param(
         projected(LOAD_MNF),
@@ -828,6 +847,8 @@ def test_session_load_order_is_the_seeds() -> None:
         ),
         pytest.param(StreamNotConnected(), LOAD_ID, {"stream_not_connected"}, id="snc"),
         pytest.param(projected(CLAUDE_CODE_LOAD_UNKNOWN), LOAD_ID, set(), id="none-set"),
+        pytest.param(None, LOAD_ID, set(), id="no-error"),
+        pytest.param("", LOAD_ID, set(), id="empty-text"),
     ],
 )
 def test_diagnostic_flags(error: Any, loading_id: str, flags: set[str]) -> None:
@@ -875,6 +896,28 @@ def test_structured_error_found_through_cause_chain() -> None:
     assert result.message == "session/load failed: " + jsn(CLAUDE_AGENT_LOAD_UNKNOWN)
 
 
+@pytest.mark.parametrize(
+    ("inner", "call", "flag"),
+    [
+        (CLAUDE_AGENT_LOAD_UNKNOWN, Call.SESSION_LOAD, "session_unknown"),
+        (CODEX_SET_MODEL, Call.SET_MODEL, "method_not_found"),
+    ],
+)
+def test_the_first_structured_error_in_the_chain_decides(
+    inner: dict[str, Any], call: Call, flag: str
+) -> None:
+    """Go's ``errors.As`` stops at the first request error: an outer −32603 wrapping an inner
+    −32002 (or −32601) is an internal error, inconclusive, not the inner code's kind."""
+    outer = req({"code": -32603, "message": "Internal error"})
+    outer.__cause__ = req(inner)
+    result = classify_error(outer, call=call, loading_session_id=UNKNOWN_ID)
+    assert result.kind is E.INCONCLUSIVE
+    assert getattr(result, flag) is False
+    # the inner error alone, or behind a plain wrapper, is decided by its code
+    alone = classify_error(_wrapped("failed", req(inner)), call=call)
+    assert getattr(alone, flag) is True and alone.kind is not E.INCONCLUSIVE
+
+
 def test_cause_text_is_read_like_go_wrapping() -> None:
     err = _wrapped("load session failed", ValueError("Resource not found"))
     assert classify_error(err, call=Call.SESSION_LOAD).kind is E.SESSION_UNKNOWN
@@ -883,6 +926,60 @@ def test_cause_text_is_read_like_go_wrapping() -> None:
     err = _wrapped("load failed", req(rollout(LOAD_ID)))
     result = classify_error(err, call=Call.SESSION_LOAD, loading_session_id=LOAD_ID)
     assert result.kind is E.PROVIDER_ROLLOUT_MISSING
+
+
+def test_a_cause_already_in_the_message_is_not_repeated() -> None:
+    """Go prints a wrapped error once: a cause whose text the wrapper already holds adds
+    nothing (and an empty cause adds no separator)."""
+    err = _wrapped("load failed: boom", ValueError("boom"))
+    assert classify_error(err, call=Call.PROMPT).message == "load failed: boom"
+    err = _wrapped("load failed", ValueError(""))
+    assert classify_error(err, call=Call.PROMPT).message == "load failed"
+
+
+def test_a_message_that_is_only_the_json_object_is_decoded() -> None:
+    """The JSON tail may start at the message's first character (an agentctl body that is
+    only the error object)."""
+    assert is_missing_provider_rollout(jsn(rollout(LOAD_ID)), LOAD_ID)
+    result = classify_error(
+        jsn(rollout(LOAD_ID)), call=Call.SESSION_LOAD, loading_session_id=LOAD_ID
+    )
+    assert result.kind is E.PROVIDER_ROLLOUT_MISSING
+
+
+def test_an_error_met_twice_in_the_tree_does_not_stop_the_walk() -> None:
+    """A member repeated in a group (or a cause that is also a member) is visited once; the
+    members after it are still searched."""
+    repeated = ValueError("x")
+    group = BaseExceptionGroup("g", [repeated, repeated, TransportClosed("eof")])
+    assert is_transport_dead(group)
+
+
+@pytest.mark.parametrize(
+    "override",
+    [{"code": -32700}, {"code": -32000}, {"message": "Internal"}, {"message": "Internal errors"}],
+)
+def test_the_rollout_shape_needs_exactly_its_code_and_message(override: dict[str, Any]) -> None:
+    assert not is_missing_provider_rollout(req(rollout(LOAD_ID, **override)), LOAD_ID)
+    assert not is_missing_provider_rollout(jsn(rollout(LOAD_ID, **override)), LOAD_ID)
+
+
+def test_the_structured_rollout_error_decides_whatever_its_text() -> None:
+    """The request error's own data is read even when the effective message does not close
+    with its JSON (a cause's text follows it)."""
+    err = req(rollout(LOAD_ID))
+    err.__cause__ = ValueError("the codex process said so")
+    assert is_missing_provider_rollout(err, LOAD_ID)
+
+
+def test_no_error_has_no_canonical_message() -> None:
+    assert not has_canonical_message(None, "Method not found")
+    assert not has_canonical_message(None, "")
+
+
+def test_the_rule_table_is_immutable() -> None:
+    with pytest.raises(AttributeError):
+        RULES[0].kind = ErrorClass.INCONCLUSIVE  # type: ignore[misc]
 
 
 def test_exception_groups_are_searched() -> None:

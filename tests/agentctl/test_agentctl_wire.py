@@ -1,6 +1,6 @@
 """agentctl's wire shapes without a binary: error texts classify exactly as the stdio errors
-for the same agent answer (agentctl-protocol.md §4), and both event formats (kandev HEAD's and
-the v0.95.1 binary's, §6.4) decode to the same acpfsm events."""
+for the same agent answer (agentctl passes an agent's JSON-RPC error on as text), and both event
+formats (kandev HEAD's and the v0.95.1 binary's, KANDEV.md) decode to the same acpfsm events."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ def test_agentctl_errors_classify_like_stdio(
         "stream_not_connected",
     ):
         assert getattr(over_agentctl, flag) == getattr(over_stdio, flag), flag
-    # the text is what kandev's Go client prints (§1.5 table)
+    # the text is what kandev's Go client prints (internal/agent/runtime/agentctl/agent.go)
     assert str(error) == f"{_wire.CLIENT_PREFIXES[action]}: {message}"
 
 

@@ -2,7 +2,7 @@
 
 It runs as its own asyncio process (the SDK is asyncio-only): ``python tests/peers/sdk_agent.py``.
 Deliberately not a subclass of ``acp.Agent``, so every method it does not implement answers
-``-32601 Method not found`` (acp-and-agents.md §3.1).
+``-32601 Method not found`` (the SDK's router, ``acp.router``).
 
 Script
     * ``initialize``: protocol 1, ``loadSession: true``, agent info ``sdk-scripted-agent``.

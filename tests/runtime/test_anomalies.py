@@ -1,4 +1,4 @@
-"""kandev's known anomalies (lifecycle.md §9 H1-H12), one test each, through the runtime.
+"""kandev's known anomalies (H1-H12, defined in KANDEV.md), one test each, through the runtime.
 
 Each docstring names the anomaly and says how the charts make it impossible or handle it;
 the test shows the safe behaviour over the in-memory agent.

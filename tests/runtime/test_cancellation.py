@@ -176,10 +176,8 @@ async def test_a_prompt_timeout_is_typed_and_cancels_the_turn(
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
         await wait_until(lambda: s.execution.status == "READY")
-        start_at = anyio.current_time()
-        with pytest.raises(PromptTimeout) as info:
+        with pytest.raises(PromptTimeout) as info:  # the agent never answers: only the bound
             await rt.prompt(ref.id, "hang", timeout=3 * time_scale)
-        assert anyio.current_time() - start_at < 4 * time_scale
         assert info.value.generation == 1
         await wait_until(lambda: sent(ex.last, "cancel") == [()])
         await rt.stop(ref.id, "done")

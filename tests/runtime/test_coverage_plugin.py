@@ -243,3 +243,36 @@ def test_compute_coverage_counts_what_the_observers_see() -> None:
     gate.fire("pushed")
     gate.fire("slammed")
     assert compute_coverage([Gate], fired).percent == 100.0
+
+
+def test_under_xdist_the_workers_records_are_joined(toy: pytest.Pytester) -> None:
+    """Two workers each fire part of the chart: the controller reports their union once (a
+    worker's record alone would be 3/4 or less)."""
+    toy.makepyfile(
+        test_lamp_a=TOY_TESTS,
+        test_lamp_b=textwrap.dedent(
+            """
+            from toycharts import Lamp
+
+            def test_burn_out():
+                lamp = Lamp.start()
+                lamp.fire("switched_on")
+                lamp.fire("burnt_out")
+            """
+        ),
+    )
+    result = toy.runpytest_subprocess(
+        *CHARTS_OPTION, "-n", "2", "--dist", "loadfile", "--acpfsm-transition-coverage=100"
+    )
+    result.assert_outcomes(passed=3)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["toy_lamp: 4/4 transitions (100.0%)", "TOTAL: 4/4*"])
+    assert sum("TOTAL:" in line for line in result.outlines) == 1
+
+
+def test_under_xdist_a_miss_still_fails(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_lamp=TOY_TESTS)
+    result = toy.runpytest_subprocess(*CHARTS_OPTION, "-n", "2", "--acpfsm-transition-coverage=100")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["    on --burnt_out--> broken", "FAIL: transition coverage*"])

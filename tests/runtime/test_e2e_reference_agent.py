@@ -2,7 +2,7 @@
 
 launch → prompt → steer → cancel → stop → relaunch resumed with session/load, and each
 session/load failure shape the reference agent can produce leads to the seed's outcome:
-fallback to session/new, or failure with the ACP session id preserved (lifecycle.md §2.1).
+fallback to session/new, or failure with the ACP session id preserved (seed D1, KANDEV.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""The per-session JSONL history and the resume-context prompt (lifecycle.md §2.3).
+"""The per-session JSONL history and the resume-context prompt (kandev
+lifecycle/session_history.go).
 
-Scenarios covered here: s20 (rendering), s22 (truncation), s23 (presence and file paths).
+Scenarios covered here (tests/runtime/README.md): s20 (rendering), s22 (truncation), s23
+(presence and file paths).
 """
 
 from __future__ import annotations
@@ -275,8 +277,8 @@ def test_read_error_for_unusable_session_id(store: HistoryStore) -> None:
 
 
 def test_first_user_entry_after_resume_contains_whole_context(store: HistoryStore) -> None:
-    """§2.3 surprising detail: the runtime records the effective (already wrapped) initial
-    prompt, so the next resume replays the old context as one truncated user block."""
+    """A surprising detail of kandev's: the runtime records the effective (already wrapped)
+    initial prompt, so the next resume replays the old context as one truncated user block."""
     s = "resumed"
     store.append_user(s, "first task")
     effective, err = store.generate_resume_context(s, "continue")

@@ -24,7 +24,7 @@ from acpfsm.runtime import (
     reference_profile,
 )
 from acpfsm.runtime import events as le
-from acpfsm.runtime.session.permissions import MAX_PENDING
+from acpfsm.runtime.session.permissions import MAX_PENDING, REMEMBERED
 
 from .memory_runtime import PROFILE, MemoryExecutor, make_runtime, session_of, spec, wait_until
 
@@ -118,6 +118,54 @@ async def test_allow_once_never_allows_always(time_scale: float) -> None:
         await answered(ex.last, 2)
         assert ex.last.permission_answers == [("r1", "once"), ("r2", "never")]
         assert resolved(rt, ref.id)["r2"].decided_by == "policy"
+        await rt.stop(ref.id, "done")
+
+
+@pytest.mark.parametrize("policy", ["allow_once", "reject"])
+async def test_a_request_the_policy_answers_does_not_expire(time_scale: float, policy: str) -> None:
+    """Only ``ask`` leaves a request waiting: a policy's answer is immediate (no deadline)."""
+    ex, rt = runtime(time_scale)
+    async with rt, anyio.create_task_group() as tg:
+        ref = await rt.launch(spec(permission_policy=policy))
+        await rt.wait_ready(ref.id)
+        tg.start_soon(ex.last.request_permission, ask("r1"))
+        await answered(ex.last, 1)
+        (event,) = events_of(rt, ref.id, le.PermissionRequested)
+        assert (event.policy, event.expires_in) == (policy, 0.0)
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_turns_end_cancels_only_its_own_requests(time_scale: float) -> None:
+    """Requests of another generation (0: none, outside a turn) outlive a turn's end."""
+    ex, rt = runtime(time_scale)
+    async with rt, anyio.create_task_group() as tg:
+        ref = await rt.launch(spec(permission_policy="ask"))
+        await rt.wait_ready(ref.id)
+        broker = session_of(rt, ref.id).permissions
+        tg.start_soon(ex.last.request_permission, ask("idle", generation=0))
+        tg.start_soon(ex.last.request_permission, ask("older", generation=1))
+        tg.start_soon(ex.last.request_permission, ask("own", generation=2))
+        await wait_until(lambda: len(broker.pending) == 3)
+        broker.turn_ended(2)
+        await answered(ex.last, 1)
+        assert sorted(broker.pending) == ["idle", "older"]
+        await rt.stop(ref.id, "done")
+
+
+async def test_only_the_latest_resolutions_are_remembered(time_scale: float) -> None:
+    """A late answer to a resolved request says how it was resolved, for the last REMEMBERED
+    requests; older ones are forgotten (bounded memory under a flood)."""
+    ex, rt = runtime(time_scale)
+    async with rt:
+        ref = await rt.launch(spec(permission_policy="reject"))
+        await rt.wait_ready(ref.id)
+        for n in range(REMEMBERED + 1):  # one after the other: r0 is the oldest
+            await ex.last.request_permission(ask(f"r{n}"))
+        await answered(ex.last, REMEMBERED + 1)
+        with pytest.raises(PermissionRequestNotFound):
+            await rt.respond_permission(ref.id, "r0", "once")
+        with pytest.raises(PermissionAlreadyResolved):
+            await rt.respond_permission(ref.id, "r1", "once")
         await rt.stop(ref.id, "done")
 
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import gc
 import json
+import sys
 import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from acpfsm.adapters.events import MessageChunk, Reasoning, ToolCall
+from acpfsm.adapters.events import MessageChunk, Reasoning, ToolCall, ToolUpdate
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import Retention, SubscriberOverflow, Trace
 from acpfsm.runtime.events import AgentReady, EventsTruncated
@@ -214,8 +215,8 @@ async def test_tool_call_names_are_bounded_under_a_flood() -> None:
         session = session_of(rt, ref.id)
         for i in range(3000):  # tool calls that never end
             executor.last.emit(ToolCall(tool_call_id=f"t{i}", tool_name="flood"))
-        await wait_until(lambda: "t2999" in session._tool_names)
-        assert len(session._tool_names) <= 1024
+        await wait_until(lambda: "t2999" in session.pump._tool_names)
+        assert len(session.pump._tool_names) <= 1024
         await rt.stop(ref.id, "done")
 
 
@@ -240,3 +241,11 @@ def test_a_chart_machine_keeps_nothing_per_transition() -> None:
     finally:
         tracemalloc.stop()
     assert grown < 10_000 * 8  # under a pointer per transition: nothing is kept per transition
+
+
+def test_event_size_of_an_event_json_cannot_hold_is_counted_big() -> None:
+    """An agent's raw payload msgspec cannot encode (a nesting too deep) is not an error."""
+    deep: object = []
+    for _ in range(sys.getrecursionlimit() + 1000):
+        deep = [deep]
+    assert event_size(ToolUpdate(tool_call_id="t", raw_output=deep)) == EVENT_OVERHEAD * 16

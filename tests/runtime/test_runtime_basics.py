@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+import msgspec
 import pytest
 
 from acpfsm.adapters.events import Complete, MessageChunk
@@ -16,6 +17,7 @@ from acpfsm.runtime import (
     SteerNotDispatched,
 )
 from acpfsm.runtime import events as le
+from acpfsm.runtime.types import Timeouts
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
 
@@ -277,8 +279,9 @@ async def test_agent_stream_follows_a_carrier_that_redials_or_gives_up(time_scal
 
 
 async def test_stop_tries_a_graceful_agent_stop_unless_forced(time_scale: float) -> None:
-    """§5.12 step 3: without ``force`` the carrier's graceful stop runs first (its failure is
-    only logged); with ``force`` it is skipped. Either way the execution is STOPPED."""
+    """kandev's ``StopAgentWithReason``: without ``force`` the carrier's graceful stop runs
+    first (its failure is only logged); with ``force`` it is skipped. Either way the execution
+    is STOPPED."""
     from acpfsm.adapters.errors import TransportClosed
 
     ex = MemoryExecutor()
@@ -294,3 +297,26 @@ async def test_stop_tries_a_graceful_agent_stop_unless_forced(time_scale: float)
         snap = await rt.stop(forced.id, "now", force=True)
         assert snap.status == "STOPPED"
         assert ("stop_agent", ()) not in second.calls
+
+
+def test_the_lifecycle_bounds_are_kandevs() -> None:
+    """Every default bound, in seconds, as kandev's lifecycle has it (lifecycle/session.go and
+    lifecycle/*.go), and acpfsm's own for app tools and permission answers: a changed bound
+    is a changed decision, whatever tests measure relative to it."""
+    assert msgspec.structs.asdict(Timeouts()) == {
+        "stream_connect": 10.0,
+        "catalog_wait": 2.0,
+        "catalog_poll": 0.01,
+        "reconnect_retry": 5.0,
+        "reconnect_poll": 0.1,
+        "steer_dispatch": 5.0,
+        "pending_dispatched_prompt": 10.0,
+        "stall_tick": 60.0,
+        "stall_threshold": 300.0,
+        "cancel_wait": 10.0,
+        "cancel_escalation": 2.0,
+        "request": 120.0,
+        "tool_call": 60.0,
+        "permission_wait": 300.0,
+    }
+    assert Timeouts().scaled(0.5).cancel_wait == 5.0

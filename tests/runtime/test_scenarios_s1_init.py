@@ -1,10 +1,11 @@
-"""scenarios.md S1 (session initialization, lifecycle.md §2.1-§2.3 with seed D1-D5, D10) driven
-through the real runtime: ``Runtime`` + ``MemoryTransport``.
+"""Scenarios S1, session initialization (kandev lifecycle/session.go ``InitializeSession``,
+``InitializeAndPrompt``, ``dispatchInitialPrompt``, with seed D1-D5, D10), driven through the
+real runtime: ``Runtime`` + ``MemoryTransport``.
 
-Each test is named after its scenario id. Pure-function tables that already have their own
-tests are referenced in comments (``tests/adapters/test_classify.py`` for the error
-classification, ``tests/runtime/test_history.py`` for history rendering); the tests here check
-the same behaviour end to end: what the runtime sends, publishes and records.
+Each test is named after its scenario id (tests/runtime/README.md). Pure-function tables that
+already have their own tests are referenced in comments (``tests/adapters/test_classify.py``
+for the error classification, ``tests/runtime/test_history.py`` for history rendering); the
+tests here check the same behaviour end to end: what the runtime sends, publishes and records.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def raiser(exc: BaseException) -> Callable[..., Any]:
     return handler
 
 
-# --- §2.1 stream connect, handshake, load/new ----------------------------------------------------
+# --- stream connect, handshake, load/new ------------------------------------------------------
 
 
 async def test_s1_stream_connects_before_initialize(
@@ -514,7 +515,7 @@ async def _expect_agent_error(rt: Runtime, execution_id: str) -> None:
         await rt.prompt(execution_id, "x")
 
 
-# --- §2.3 initial dispatch and resume context ----------------------------------------------------
+# --- initial dispatch and resume context ------------------------------------------------------
 
 
 async def test_s16_task_description_triggers_an_async_prompt(time_scale: float) -> None:
@@ -721,7 +722,7 @@ async def test_s23_tool_activity_is_recorded_for_the_next_resume(
     assert "[TOOL RESULT: edit_file] 3 lines changed" in out
 
 
-# --- §2.2 failure handling -----------------------------------------------------------------------
+# --- failure handling ---------------------------------------------------------------------------
 
 
 async def test_s25_acp_init_failure_fails_the_execution(time_scale: float) -> None:

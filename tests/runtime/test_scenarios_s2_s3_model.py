@@ -1,12 +1,14 @@
-"""scenarios.md S2 (start-model policy, lifecycle.md §3) and S3 (profile layer, runtime layer,
-snapshots, §4) driven through the real runtime: ``Runtime`` + ``MemoryTransport``.
+"""Scenarios S2 (the start-model policy, kandev lifecycle/start_model.go) and S3 (profile
+layer, runtime layer, snapshots: lifecycle/session.go ``applyProfileSessionLayers``,
+``applyRuntimeSessionLayers``, ``publishSettledConfigOptions``) driven through the real runtime:
+``Runtime`` + ``MemoryTransport``.
 
-Each test is named after its scenario id. The decision table itself is walked row by row in
-``tests/statecharts/test_session_init_and_policy.py``; here every row a scenario names is
-checked end to end: the SetModel calls the agent received, the events published (the warning
-with its decision id, the legacy fallback event, the original and settled snapshots, the
-failures event), the execution status and error message, and the policy chart's final state
-in the trace.
+Each test is named after its scenario id (tests/runtime/README.md). The decision table itself
+is walked row by row in ``tests/statecharts/test_session_init_and_policy.py``; here every row a
+scenario names is checked end to end: the SetModel calls the agent received, the events
+published (the warning with its decision id, the legacy fallback event, the original and
+settled snapshots, the failures event), the execution status and error message, and the policy
+chart's final state in the trace.
 """
 
 from __future__ import annotations
@@ -577,8 +579,8 @@ async def test_s50_runtime_options_filtered_by_catalog(time_scale: float) -> Non
 
 
 async def test_s50_unknown_catalog_sends_no_runtime_options(time_scale: float) -> None:
-    """The catalog-known fail-safe (§4.3): with no config options and nothing settled, the
-    persisted runtime options are withheld, and that is not a failure."""
+    """The catalog-known fail-safe (``applyRuntimeSessionLayers``): with no config options and
+    nothing settled, the persisted runtime options are withheld, and that is not a failure."""
     ex = agent()  # models but no config options
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(rt, metadata={"runtime_config_options": {"fast": "on"}})
@@ -589,8 +591,8 @@ async def test_s50_unknown_catalog_sends_no_runtime_options(time_scale: float) -
 
 
 async def test_s50_unknown_catalog_still_applies_the_runtime_mode(time_scale: float) -> None:
-    """Only the runtime *config options* are catalog-gated (§4.3 step 3); the persisted
-    session mode (step 2) is applied whether or not the catalog is known."""
+    """Only the runtime *config options* are catalog-gated (``applyRuntimeSessionLayers``); the
+    persisted session mode is applied whether or not the catalog is known."""
     ex = agent()  # models but no config options: the catalog is unknown
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(
@@ -630,7 +632,7 @@ async def test_s53_runtime_mode_and_model_skipped_when_equal(time_scale: float) 
     """The runtime mode equals the applied profile mode: SetMode is sent once (by the profile
     layer). The same for the model: runtime model == profile model gives one SetModel. (In the
     launch path the policy consumes the runtime model, so the runtime layer's own ``model``
-    failure cannot occur there; §4.3 step 1.)"""
+    failure cannot occur there.)"""
     ex = agent(config_options=CATALOG, models=models("smart"))
     async with runtime(ex, time_scale, profile(mode="plan", model="smart")) as rt:
         eid, s = await launched(rt, metadata={"session_mode": "plan", "runtime_model": "smart"})
@@ -691,7 +693,8 @@ async def test_s55_reading_selected_options_filters_invalid_entries(time_scale: 
 
 async def test_s56_failure_event(time_scale: float) -> None:
     """Failures ``[mode, reasoning_effort]`` give exactly one failures event carrying that list,
-    published after the snapshots and before ``acp_session_created`` (§4.6)."""
+    published after the snapshots and before ``acp_session_created`` (kandev's order in
+    ``InitializeAndPromptWithLayers``)."""
 
     def setup(t: MemoryTransport) -> None:
         t.handlers["set_mode"] = raiser(REJECTED)

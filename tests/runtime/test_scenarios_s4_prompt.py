@@ -1,6 +1,7 @@
-"""S4 scenarios of scenarios.md: execution store and generations (§5.1-5.2), sendPrompt, the
-dispatch-only barrier and serialization (§5.3-5.4), completion, handoff and disconnect
-(§5.4-5.6), driven through the real Runtime over the in-memory agent.
+"""Scenarios S4 (tests/runtime/README.md): execution store and generations (kandev
+lifecycle/execution_store.go), sendPrompt, the dispatch-only barrier and serialization
+(lifecycle/session.go ``sendPrompt``, ``waitForPromptDone``), completion, handoff and disconnect
+(lifecycle/manager_events.go), driven through the real Runtime over the in-memory agent.
 
 kandev's store keeps three counters per execution (P admitted, D dispatched, C claimed); here
 each generation is a PromptGeneration chart, so "generation g is owned / steerable / claimed"
@@ -633,10 +634,11 @@ async def test_s86_plain_complete(time_scale: float) -> None:
 
 
 async def test_s86_plain_complete_ends_a_wakeup_turn(time_scale: float) -> None:
-    """s86 (§5.5 step 6b, R26/R27). With no prompt waiting, a generation-0 ``complete`` ends
-    the wakeup turn: content while READY made it RUNNING, the complete makes it READY with
-    ``agent.ready``; an empty wakeup turn first shows ``agent.running``, then ``agent.ready``;
-    a generation-0 error with no live generation fails the execution."""
+    """s86 (kandev ``handleCompleteEvent``'s generation-0 path, R26/R27). With no prompt
+    waiting, a generation-0 ``complete`` ends the wakeup turn: content while READY made it
+    RUNNING, the complete makes it READY with ``agent.ready``; an empty wakeup turn first shows
+    ``agent.running``, then ``agent.ready``; a generation-0 error with no live generation fails
+    the execution."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
@@ -1009,6 +1011,26 @@ async def test_s103_disconnect_flushes_partial_text_once(tmp_path: Path) -> None
         entries = history(rt, s)
         assert [text for kind, text in entries if kind == "agent_message"] == ["partial response"]
         assert [e.text for e in of_type(s, MessageChunk)] == ["partial response"]
+
+
+async def test_steer_text_is_written_to_the_history(tmp_path: Path) -> None:
+    """A steer is the user's message too: it is appended to the session history after the
+    prompt it folds into, so a resumed session's context holds it."""
+    ex = MemoryExecutor()
+    async with make_runtime(
+        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
+    ) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "long task")
+            await wait_until(lambda: live(s, 1))
+            await rt.steer(ref.id, "also this")
+            ex.last.emit(MessageChunk(text="both done", prompt_generation=1))
+            ex.last.complete(1)
+            await p.wait()
+        assert history(rt, s)[:2] == [("user_message", "long task"), ("user_message", "also this")]
+        await rt.stop(ref.id, "done")
 
 
 async def test_s104_reset_wins_the_disconnect_race(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""scenarios.md S5, spec §6: the Runtime facade (kandev's ``runtime_facade.go``) in Python.
+"""Scenarios S5 (tests/runtime/README.md): the Runtime facade (kandev runtime/runtime.go,
+facade.go) in Python.
 
 Mapping: kandev's ``Backend`` (the lifecycle Manager behind the facade) is our
 :class:`~acpfsm.runtime.session.ExecutionSession` set plus the executor that starts the agent;
@@ -344,8 +345,8 @@ async def test_s148_base_metadata_is_not_aliased(time_scale: float, tmp_path: Pa
         assert rt.get_execution(ref.id).metadata == {"k": "v", "source": "x"}
 
 
-async def test_s5_subscribe_events_is_supported(time_scale: float, tmp_path: Path) -> None:
-    """Spec §6's ``SubscribeEvents`` row (no scenario id): Go always returned
+async def test_subscribe_events_is_supported(time_scale: float, tmp_path: Path) -> None:
+    """kandev's ``SubscribeEvents`` (no scenario id): Go always returned
     ErrUnsupported. Ours is supported: a subscription opened right after launch sees the
     execution's events in order from its start, and ends when the execution finishes. An
     unknown id is ExecutionNotFound."""

@@ -199,7 +199,7 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
         {"exit_code": 0},
         {"exit_code": 1},
     ],
-    "stream_lost": [{"generation": 2}, {}],
+    "stream_lost": [{"generation": 2}, {"final": True}, {}],
     # AgentStream
     "connection_lost": [{"redialable": True, "clean": True}, {"redialable": True}, {}],
     "redial_failed": [{"fatal": True}, {}],

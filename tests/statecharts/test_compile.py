@@ -8,7 +8,7 @@ import itertools
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pytest
 from statemachine import HistoryState, State
@@ -16,11 +16,15 @@ from statemachine import HistoryState, State
 from acpfsm.statecharts import (
     Chart,
     ChartDefinitionError,
+    ChartError,
     EngineName,
     IllegalTransition,
+    Machine,
     PromptGeneration,
     Step,
     TransitionRecord,
+    add_transition_observer,
+    remove_transition_observer,
 )
 from acpfsm.statecharts._compile import Effects, compile_chart, effect
 
@@ -519,6 +523,36 @@ def test_observers_see_every_step_with_the_machine_tags(engine: EngineName) -> N
             "toy_box", "box", "nudged", "box", {"execution_id": "e1", "generation": 2}
         ),
     ]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_unobserved_machine_reports_to_its_own_observers_only(engine: EngineName) -> None:
+    """``observed=False`` (a model checker's machines) keeps the steps from the process-wide
+    observers (the transition-coverage recorder), not from the machine's own."""
+    everyone: list[TransitionRecord] = []
+    own: list[TransitionRecord] = []
+    add_transition_observer(everyone.append)
+    try:
+        Box.start(engine=engine, observed=False, observers=(own.append,)).fire("moved")
+        Box.start(engine=engine).fire("moved")
+    finally:
+        remove_transition_observer(everyone.append)
+    assert [r.event for r in own] == ["moved"]
+    assert len(everyone) == 1
+
+
+def test_a_compiled_machine_is_its_leaf() -> None:
+    """snapshot() is the whole mutable state of a compiled machine; restore() puts it back,
+    and refuses anything that is not a leaf of the chart."""
+    box = cast(Machine, Box.start(engine="compiled"))
+    first = box.snapshot()
+    box.fire("moved")
+    assert box.snapshot() == "second" != first
+    box.restore(first)
+    assert box.state == first and box.fire("moved").target == "second"
+    with pytest.raises(ChartError, match="not a leaf"):
+        box.restore("box")  # a compound state
+    assert box.snapshot() == "second"
 
 
 def test_the_compiled_tables() -> None:

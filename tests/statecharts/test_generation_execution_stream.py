@@ -18,6 +18,7 @@ from acpfsm.statecharts import (
     PromptGeneration,
     Step,
 )
+from acpfsm.statecharts.coordination import fire
 
 from .recipes import EXECUTION_RECIPES, PROMPT_RECIPES, Recipe, walk
 
@@ -177,6 +178,8 @@ def test_an_abandoned_turn_holds_back_its_successor_until_it_ends(engine: Engine
     step = gen.fire("completion_received", stop_reason="cancelled")
     assert moved(step) == ("abandoned", "completed", False, ("ended", "completed"))
     assert names(gen.fire("successor_admitting")) == []
+    step = gen.fire("barrier_timed_out")  # a bound that ran out after the end: nothing
+    assert ignored(step, "ended") and names(step) == [] and gen.state == "completed"
 
 
 @pytest.mark.parametrize(
@@ -261,22 +264,27 @@ def test_startup_generation_mismatch_keeps_waiting(engine: EngineName) -> None:
     step = gen.fire("completion_received", startup_generation=1, is_error=True, error="old")
     assert ignored(step, "dispatched") and names(step) == ["unclaimed"]
     assert gen.configuration == ("awaited", "dispatched", "live")
+    # the stale signal is dropped before its outcome is read, a cancel release included
+    step = gen.fire("completion_received", startup_generation=1, is_error=True, cancel_release=True)
+    assert ignored(step, "dispatched") and names(step) == ["unclaimed"]
     step = gen.fire("completion_received", startup_generation=2, stop_reason="end_turn")
     assert step.state == "completed"
 
 
+@pytest.mark.parametrize(("recipe", "source"), [("awaited", "dispatched"), ("sending", "sending")])
 def test_an_error_completion_fails_the_turn_and_names_a_cancel_release(
-    engine: EngineName,
+    engine: EngineName, recipe: str, source: str
 ) -> None:
     """kandev handleCompleteEventMarkState: an error completion fails the execution either
-    way; when it carries the cancel-release text the waiter learns a cancel escalation."""
+    way; when it carries the cancel-release text the waiter learns a cancel escalation (also
+    when the agent answered before the dispatch was acknowledged, R23)."""
     for data, result in [
         ({"cancel_release": True}, "agent_cancel_escalated"),
         ({}, "agent_error"),
     ]:
-        gen = generation(engine, "awaited")
+        gen = generation(engine, recipe)
         step = gen.fire("completion_received", is_error=True, error="released", **data)
-        assert moved(step) == ("dispatched", "failed", False, ("ended", "failed"))
+        assert moved(step) == (source, "failed", False, ("ended", "failed"))
         assert names(step) == [
             "release_waiter",
             "claim_outcome",
@@ -290,6 +298,60 @@ def test_an_error_completion_fails_the_turn_and_names_a_cancel_release(
             "error": "released",
             "outcome": "failed",
         }
+
+
+@pytest.mark.parametrize(
+    ("recipe", "leaf", "event", "data"),
+    [
+        # the waiter left while the request was out; its failure comes after: the cancel
+        # that leaving sent decides, the late failure changes nothing
+        ("abandoned", "abandoned", "dispatch_failed", {"error": "no route"}),
+        # a redial wait that was overtaken by the dispatch (or anything later) is stale
+        ("awaited", "awaited", "reconnect_timed_out", {"error": "late"}),
+        ("handed_off", "handed_off", "reconnect_timed_out", {"error": "late"}),
+        # the request was answered before its cancel bound ran out
+        ("awaited", "awaited", "send_wait_timed_out", {}),
+        ("stall_reported", "stall_reported", "send_wait_timed_out", {}),
+    ],
+)
+def test_late_dispatch_facts_leave_a_live_turn_alone(
+    engine: EngineName, recipe: str, leaf: str, event: str, data: dict[str, Any]
+) -> None:
+    gen = generation(engine, recipe)
+    step = gen.fire(event, **data)
+    assert ignored(step, "live") and names(step) == []
+    assert gen.state == leaf
+
+
+LATE_FACTS = (
+    "successor_admitting",
+    "barrier_timed_out",
+    "dispatch_accepted",
+    "dispatch_unreachable",
+    "dispatch_failed",
+    "materialization_failed",
+    "reconnect_timed_out",
+    "handoff_received",
+    "stream_lost",
+    "execution_stopped",
+    "send_wait_timed_out",
+    "cancel_wait_timed_out",
+    "waiter_returned",
+    "escalation_wait_timed_out",
+    "waiter_abandoned",
+    "stall_detected",
+)
+
+
+@pytest.mark.parametrize("recipe", ["completed", "failed", "cancel_escalated", "undelivered"])
+def test_late_facts_leave_an_ended_generation_alone(engine: EngineName, recipe: str) -> None:
+    """R7: once a generation has its outcome, a timer, signal or answer that comes late
+    moves nothing and asks for nothing."""
+    for event in LATE_FACTS:
+        gen = generation(engine, recipe)
+        step = gen.fire(event, error="late")
+        assert ignored(step, "ended") and names(step) == [], event
+        assert gen.state == recipe, event
 
 
 def test_cancel_release_without_an_error_is_an_ordinary_completion(engine: EngineName) -> None:
@@ -345,7 +407,6 @@ def test_reconnect_retry_redispatches_or_times_out(engine: EngineName) -> None:
     assert names(step) == ["wait_for_carrier"]
     assert ignored(gen.fire("dispatch_unreachable", reconnectable=True, error="x"), "live")
     assert ignored(gen.fire("stream_lost", error="again"), "live")  # the retry owns the wait
-    assert ignored(gen.fire("execution_stopped", error="stop"), "live")
     step = gen.fire("dispatch_started")  # the carrier is back: the same generation again
     assert moved(step) == ("reconnecting", "sending", False, ("sending",))
     step = gen.fire("dispatch_accepted")
@@ -428,16 +489,39 @@ def test_a_stopped_execution_ends_the_live_turn_without_a_stream_error(
     assert ignored(gen.fire("execution_stopped", error="stopped"), "ended")
 
 
-@pytest.mark.parametrize("recipe", ["admitted", "sending"])
+@pytest.mark.parametrize("recipe", ["admitted", "sending", "reconnecting"])
 def test_a_loss_before_the_turn_is_at_the_agent_is_not_a_disconnect(
     engine: EngineName, recipe: str
 ) -> None:
     """Not yet at the agent: the dispatch reports its own failure."""
     gen = generation(engine, recipe)
     before = gen.state
-    for event in ("stream_lost", "execution_stopped"):
-        step = gen.fire(event, error="gone")
-        assert ignored(step, "live") and names(step) == [] and gen.state == before
+    step = gen.fire("stream_lost", error="gone")
+    assert ignored(step, "live") and names(step) == [] and gen.state == before
+
+
+@pytest.mark.parametrize(
+    ("recipe", "outcome", "result"),
+    [
+        ("admitted", "withdrawn", "withdrawn"),
+        ("reconnecting", "withdrawn", "withdrawn"),
+        ("sending", "disconnected", "disconnected"),
+    ],
+)
+def test_a_stop_before_the_turn_is_at_the_agent_ends_it(
+    engine: EngineName, recipe: str, outcome: str, result: str
+) -> None:
+    """StopAgentWithReason, found by ``acpfsm verify`` (nothing_dispatched_after_stop, R24):
+    a prompt not yet sent is withdrawn, so its flow skips the send after the stop; one being
+    sent ends with the stop, so its late answer is ignored (R23) and never makes it
+    dispatched under a STOPPED execution."""
+    gen = generation(engine, recipe)
+    step = gen.fire("execution_stopped", error="agent stream disconnected: execution stopped")
+    assert step.state == outcome
+    assert effect(step, "release_waiter") == {"result": result}
+    assert ignored(gen.fire("dispatch_accepted"), "ended")
+    if outcome == "withdrawn":
+        assert names(gen.fire("dispatch_started")) == ["skip_dispatch"]
 
 
 @pytest.mark.parametrize("recipe", ["releasing", "escalating"])
@@ -526,7 +610,9 @@ def test_a_cancel_after_the_turn_still_goes_to_the_agent(engine: EngineName, rec
         ("awaited", {"stream_disconnected": True}, "escalating", None),
         ("stall_reported", {"stream_disconnected": True}, "escalating", None),
         ("handed_off", {"stream_disconnected": True}, "escalating", None),
-        ("abandoned", {"stream_disconnected": True}, "escalating", None),
+        # … but nobody waits on an abandoned turn: it ends as if lost with the stream (found
+        # by acpfsm verify: on a carrier already gone for good it stayed escalated forever)
+        ("abandoned", {"stream_disconnected": True}, "disconnected", []),
         # nobody waits on a dispatch-only turn: escalate at once
         ("unawaited", {"acknowledged": True}, "escalating", None),
         ("unawaited", {"stream_disconnected": True}, "escalating", None),
@@ -553,9 +639,12 @@ def test_the_answer_to_a_cancel_decides_escalation(
     turn is dispatch-only; otherwise the runtime waits for the turn to end
     (``arm_cancel_wait``, then ``cancel_wait_timed_out``)."""
     gen = generation(engine, recipe)
-    step = gen.fire("cancel_answered", **answer)
+    step = gen.fire("cancel_answered", error="no answer", **answer)
     assert gen.state == state
-    if effects is None:
+    if state == "disconnected":
+        assert names(step) == ["claim_disconnect", "release_waiter", DONE]
+        assert effect(step, "claim_disconnect") == {"error": "no answer"}
+    elif effects is None:
         assert step.entered == (state,) and not step.targetless
         assert names(step) == ESCALATING
         assert effect(step, "release_waiter") == {"result": "cancel_escalated"}
@@ -925,6 +1014,57 @@ def test_cancel_escalation_and_recovery_make_ready(engine: EngineName) -> None:
     assert moved(step) == ("failed", "ready", False, ("active", "ready"))
 
 
+@pytest.mark.parametrize(
+    ("recipe", "event", "data", "effects"),
+    [
+        # a claimed success revives a FAILED execution (the agent is evidently there)
+        (
+            "failed",
+            "turn_completed",
+            {"generation": 2, "stop_reason": "end_turn"},
+            ["announce_first_activity", "publish_agent_ready", "watch_for_wakeup"],
+        ),
+        # an initial prompt's turn ends before MarkBootReady: READY, announced
+        (
+            "starting",
+            "turn_completed",
+            {"generation": 1, "stop_reason": "end_turn"},
+            ["announce_first_activity", "publish_agent_ready", "watch_for_wakeup"],
+        ),
+        (
+            "starting",
+            "cancel_escalated",
+            {"generation": 1},
+            ["publish_agent_ready", "watch_for_wakeup"],
+        ),
+        # MarkBootReady while RUNNING (a prompt began before the boot was marked)
+        ("running", "booted", {}, ["publish_agent_boot_ready", "watch_for_wakeup"]),
+    ],
+)
+def test_facts_that_make_an_execution_ready(
+    engine: EngineName, recipe: str, event: str, data: dict[str, Any], effects: list[str]
+) -> None:
+    ex = execution(engine, recipe)
+    step = ex.fire(event, **data)
+    entered = ("active", "ready") if recipe == "failed" else ("ready",)
+    assert moved(step) == (recipe, "ready", False, entered)
+    assert names(step) == effects
+    assert ex.state == "ready"
+
+
+def test_a_failed_execution_runs_a_new_prompt_but_ignores_stray_content(
+    engine: EngineName,
+) -> None:
+    """BeginPrompt is not guarded by kandev: a prompt makes a FAILED execution RUNNING; turn
+    content that no prompt owns does not (only READY takes a wakeup)."""
+    ex = execution(engine, "failed")
+    step = ex.fire("wakeup_content_arrived")
+    assert ignored(step, "failed") and names(step) == [] and ex.state == "failed"
+    step = ex.fire("prompt_began")
+    assert moved(step) == ("failed", "running", False, ("active", "running"))
+    assert names(step) == [] and ex.state == "running"
+
+
 def test_a_lost_stream_a_turn_owned_publishes_no_second_error(engine: EngineName) -> None:
     ex = walk(Execution.start(engine=engine), [("prompt_began", {})])
     step = ex.fire("stream_lost", generation=2, error="gone")
@@ -1031,3 +1171,83 @@ def test_a_dial_result_that_raced_the_carriers_end_is_ignored(engine: EngineName
     s.fire("connection_lost", error="carrier ended")
     assert s.state == "disconnected"
     assert ignored(s.fire("redial_failed", failures=1, error="x"), "disconnected")
+
+
+@pytest.mark.parametrize(
+    ("recipe", "move", "effects"),
+    [
+        ("ready", ("ready", "running", False, ("running",)), ["publish_agent_running"]),
+        ("failed", ("failed", "running", False, ("active", "running")), []),
+        ("running", "active", []),
+        ("starting", "active", []),
+        ("completed", "completed", []),
+    ],
+)
+def test_a_dispatched_turn_keeps_the_execution_running(
+    engine: EngineName, recipe: str, move: Any, effects: list[str]
+) -> None:
+    """Found by ``acpfsm verify`` (not_ready_while_turn_owed): READY or FAILED entered between
+    a prompt's admission and its dispatch (an unclaimed wakeup end, a recovered stream) is
+    left once the turn reaches the agent, so the status never reads READY under a live turn."""
+    ex = execution(engine, recipe)
+    step = ex.fire("turn_dispatched")
+    assert names(step) == effects
+    if isinstance(move, tuple):
+        assert moved(step) == move
+    else:
+        assert ignored(step, move) and ex.state == recipe
+
+
+def test_the_dispatch_of_a_turn_moves_a_ready_execution_to_running(engine: EngineName) -> None:
+    """The coordination: a generation entering ``dispatched`` is ``turn_dispatched``."""
+    ex = execution(engine, "ready")
+    gen = generation(engine, "sending")
+    machines = {"execution": ex, "prompt_generation": gen}
+    fired = fire(machines, gen, "dispatch_accepted", {})
+    assert [(m.chart_name, s.event, s.state) for m, s in fired] == [
+        ("prompt_generation", "dispatch_accepted", "awaited"),
+        ("execution", "turn_dispatched", "running"),
+    ]
+
+
+@pytest.mark.parametrize("recipe", ["escalating", "escalated"])
+@pytest.mark.parametrize(
+    ("event", "data"),
+    [
+        ("dispatch_failed", {"error": "closed"}),
+        ("dispatch_unreachable", {"reconnectable": True, "error": "not connected"}),
+    ],
+)
+def test_an_escalated_request_that_never_reached_the_agent_ends_the_escalation(
+    engine: EngineName, recipe: str, event: str, data: dict[str, Any]
+) -> None:
+    """Found by ``acpfsm verify`` (one_outcome_per_generation): a cancel escalated the turn
+    while its request was in flight (its bounds expired first); the request then failed, so
+    no end will come: the turn is over (before, it stayed escalated, the execution RUNNING)."""
+    gen = generation(engine, recipe)
+    step = gen.fire(event, **data)
+    assert moved(step)[1:] == ("cancel_escalated", False, ("ended", "cancel_escalated"))
+    assert names(step) == [DONE]
+
+
+def test_a_request_in_flight_when_the_carrier_is_gone_for_good_ends_the_turn(
+    engine: EngineName,
+) -> None:
+    """Found by ``acpfsm verify`` (one_outcome_per_generation): a final loss while the
+    request is in flight ends the turn (no answer and no end can come any more); a loss the
+    carrier redials leaves it to the request's own answer."""
+    gen = generation(engine, "sending")
+    assert ignored(gen.fire("stream_lost", error="dropped", final=False), "live")
+    step = gen.fire("stream_lost", error="gone", final=True)
+    assert moved(step) == ("sending", "disconnected", False, ("ended", "disconnected"))
+    assert names(step) == ["publish_stream_error", "claim_disconnect", "release_waiter", DONE]
+    assert ignored(gen.fire("dispatch_accepted"), "ended")
+
+
+def test_a_dispatch_failure_while_escalating_ends_the_escalation(engine: EngineName) -> None:
+    """The request of a turn whose cancel escalated never reached the agent: no end will come,
+    so the escalation is over (the turn does not stay live on a carrier that is gone)."""
+    gen = generation(engine, "escalating")
+    step = gen.fire("dispatch_failed", error="no route")
+    assert step.target == "cancel_escalated"
+    assert [e.name for e in step.effects] == ["end_cancel"]

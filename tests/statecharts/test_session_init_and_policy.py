@@ -311,6 +311,21 @@ ROWS: list[
 ]
 
 
+ROW_STATES = {
+    1: "none",
+    2: "catalog_empty",
+    3: "explicit_fallback",
+    4: "selection_unsupported",
+    5: "failed",
+    6: "requested_not_advertised",
+    7: "fallback_not_advertised",
+    8: "applied",
+    9: "selection_unsupported",
+    10: "selection_failed_auto_fallback",
+    11: "failed",
+}
+
+
 @pytest.mark.parametrize(
     ("row", "policy", "advertised", "results", "expected"), ROWS, ids=[f"row{r[0]}" for r in ROWS]
 )
@@ -335,6 +350,7 @@ def test_start_model_policy_rows(
         calls.append(chart.constant(set_model["model_field"]))
         step = chart.fire(event, **data)
     assert chart.ended
+    assert chart.state == ROW_STATES[row]  # the final state names the row (trace, diagrams)
     (decided,) = [e for e in step.effects if e.name == "decided"]
     error = next((d.get("error", "") for _, d in results if d.get("error")), "")
     decision = model_decision(
@@ -352,6 +368,20 @@ def test_start_model_policy_rows(
         assert calls == ["m"]
     else:
         assert calls == []
+
+
+@pytest.mark.parametrize("fallback", ["", "fb"])
+def test_method_not_found_outranks_auto_fallback(engine: EngineName, fallback: str) -> None:
+    """Row 9 is tested before row 10: a −32601 from SetModel is ``selection_unsupported``
+    even with AutoFallback on (and a fallback declared, which is never tried)."""
+    chart = StartModelPolicy.start(
+        engine=engine, requested_model="m", fallback_model=fallback, auto_fallback=True
+    )
+    chart.fire("policy_evaluated", advertised=["m", "fb"])
+    step = chart.fire("set_model_failed", method_not_found=True, error="Method not found")
+    assert step.state == "selection_unsupported" and chart.ended
+    (decided,) = [e for e in step.effects if e.name == "decided"]
+    assert (decided["outcome"], decided["reason"]) == ("provider_default", "selection_unsupported")
 
 
 def test_the_policy_decides_only_in_a_final_state(engine: EngineName) -> None:

@@ -37,6 +37,15 @@ def test_authenticated_then_load(engine: EngineName) -> None:
     assert _walked(step)[2:] == ("loading", ["load_session"])
 
 
+def test_a_resumed_session_is_authenticated_before_it_is_loaded(engine: EngineName) -> None:
+    """Authentication comes first even when the launch also resumes a session."""
+    init = walk(SessionInit.start(engine=engine), SESSION_INIT_RECIPES["handshaking"])
+    resume = {"native_session_resume": True, "prior_session_id": "acp-1"}
+    step = init.fire("initialize_succeeded", auth_method="codex-api-key", **resume)
+    assert _walked(step)[2:] == ("authenticating", ["authenticate"])
+    assert _walked(init.fire("authenticated", **resume))[2:] == ("loading", ["load_session"])
+
+
 @pytest.mark.parametrize("method", ["", "   "])
 def test_no_auth_method_goes_straight_to_the_session(engine: EngineName, method: str) -> None:
     init = walk(SessionInit.start(engine=engine), SESSION_INIT_RECIPES["handshaking"])

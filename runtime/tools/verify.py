@@ -1,0 +1,780 @@
+"""``acpfsm verify``: every interleaving of one execution's life, explored; kandev's races
+checked as properties.
+
+Theory of operation
+-------------------
+The lifecycle of one execution is a finite system once its decisions are declared: the
+charts (:mod:`acpfsm.statecharts`), the coordination table that moves one chart when another
+enters a state, and the drivers' flow table and decision functions
+(:mod:`acpfsm.runtime.session.flows`). :mod:`.verify_model` runs exactly those, on the
+compiled engine, with every piece of I/O replaced by the environment's possible answers; this
+module explores every state the execution can reach from its start, breadth first and
+deduplicated, and checks :data:`PROPERTIES` on the way.
+
+*Bounds* (:class:`Bounds`). ``generations`` (default 3: supersession and the barrier
+interact) bounds how many prompts are admitted; ``depth`` bounds the breadth-first depth
+(default :data:`DEFAULT_DEPTH`, deep enough to take every declared transition the model can
+reach; ``None`` explores exhaustively). Both carriers (agentctl's redialable WebSocket, a
+local process's stdio) are explored. The report lists the state count, the time, and, per
+chart, the declared transitions taken and those never reached.
+
+*Properties*, each named after what it protects and citing the race and anomaly ids of the
+catalogue in ``diagrams/README.md`` (:mod:`.races`): the safety ones are checked on every
+step and every state; the liveness ones ("no caller waits forever", "every generation reaches
+an outcome") ask, for every reachable state, whether some path of environment actions
+(the agent, the carrier, the answers, the timers and the flows' own steps; no caller acting)
+reaches a state where the caller is released. A state the depth bound left unexpanded counts
+as releasing (no false alarm from the bound).
+
+*Counterexamples.* The first violation of each property found breadth first is a shortest
+one; it is replayed from the initial state into trace records (``execution_id``
+``verify``), the JSONL format ``acpfsm check-trace --unfinished`` replays (a counterexample
+stops where the property failed, before the execution is stopped) and ``acpfsm diagrams
+--trace`` and ``acpfsm report`` draw. The explanation names the actions taken, one per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.abc
+import importlib.util
+import inspect
+import itertools
+import json
+import sys
+import time
+from array import array
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, cast
+
+import msgspec
+
+from acpfsm.runtime.trace import TraceRecord
+from acpfsm.statecharts import (
+    AgentStream,
+    Chart,
+    Execution,
+    FirstActivity,
+    PromptGeneration,
+    SessionInit,
+)
+from acpfsm.statecharts.coordination import COORDINATION, Rule
+
+from .races import race
+from .verify_model import (
+    CALLER_ACTIONS,
+    EXECUTION_ID,
+    LEAF,
+    OWED_LEAVES,
+    S_CANCEL,
+    S_EXE,
+    S_GENS,
+    S_PROMPT,
+    S_STEER,
+    S_STOP,
+    Explorer,
+    Label,
+    Violated,
+    World,
+)
+
+__all__ = [
+    "DEFAULT_CHARTS",
+    "DEFAULT_DEPTH",
+    "DEFAULT_GENERATIONS",
+    "PROPERTIES",
+    "Bounds",
+    "Coverage",
+    "Property",
+    "PropertyResult",
+    "VerifyResult",
+    "add_arguments",
+    "main",
+    "render_json",
+    "render_text",
+    "run",
+    "seeded_copy",
+    "verify",
+    "write_counterexamples",
+]
+
+#: The charts of one execution the model runs, by chart name.
+DEFAULT_CHARTS: Mapping[str, type[Chart]] = MappingProxyType(
+    {
+        c.chart_name: c
+        for c in (Execution, FirstActivity, AgentStream, SessionInit, PromptGeneration)
+    }
+)
+
+#: The default breadth-first depth: every declared transition the model reaches at all is
+#: taken within it (at 3 generations, depth 14 and an exhaustive run at 2 generations take no
+#: other; re-measure with ``--depth`` when the charts or the model grow).
+DEFAULT_DEPTH = 12
+
+#: The default bound on admitted prompt generations.
+DEFAULT_GENERATIONS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Property:
+    """A property the explorer checks, named after what it protects."""
+
+    name: str
+    summary: str
+    ids: tuple[str, ...]
+    """The race and anomaly ids it protects against (the catalogue, :mod:`.races`)."""
+
+
+PROPERTIES: tuple[Property, ...] = (
+    Property(
+        "one_outcome_per_generation",
+        "every admitted generation reaches exactly one terminal outcome (superseded ends one "
+        "that had none): never a second, and from every state some path of the "
+        "environment ends a live one",
+        ("R7", "R8", "H7"),
+    ),
+    Property(
+        "no_caller_waits_forever",
+        "from every reachable state with a waiting caller (prompt, initial prompt, steer, "
+        "cancel, stop), some path of the environment (timeouts included) releases it",
+        ("R4", "R15", "R17", "R36", "H3", "H9"),
+    ),
+    Property(
+        "steer_only_into_a_live_dispatched_turn",
+        "a steer request is sent, and ``steered`` fires, only for the current generation "
+        "while it is dispatched",
+        ("R1", "R2", "R3", "H6"),
+    ),
+    Property(
+        "never_ready_under_a_live_turn",
+        "the execution is never READY while a generation the agent accepted is still "
+        "unclaimed (dispatched, handed off, abandoned or in a cancel escalation)",
+        ("R16", "R26", "R27"),
+    ),
+    Property(
+        "superseded_stays_superseded",
+        "a superseded generation never changes state (its late events are only ignored)",
+        ("R6", "R21", "R22", "R23"),
+    ),
+    Property(
+        "completion_claimed_at_most_once",
+        "a completion is claimed at most once: one claim per generation, one claimant per "
+        "terminal event",
+        ("R7", "R12", "H3", "H5"),
+    ),
+    Property(
+        "dispatch_only_barrier_holds",
+        "a prompt following a dispatch-only one passes its barrier only once the "
+        "predecessor left ``dispatched``, or after the bound fired",
+        ("R14", "R19", "R36", "H4"),
+    ),
+    Property(
+        "nothing_dispatched_after_stop",
+        "once the execution is stopped no prompt request is sent and no generation becomes "
+        "dispatched",
+        ("R24",),
+    ),
+    Property(
+        "stopped_leaves_no_live_generation",
+        "every final execution state (STOPPED, nothing left to happen) has no live generation",
+        ("H7", "H9"),
+    ),
+    Property(
+        "no_illegal_event",
+        "the drivers never fire an event a chart refuses (an IllegalTransition is a crash)",
+        (),
+    ),
+)
+for _p in PROPERTIES:  # every cited id is in the catalogue
+    for _id in _p.ids:
+        race(_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How much of the life is explored."""
+
+    generations: int = DEFAULT_GENERATIONS
+    depth: int | None = DEFAULT_DEPTH
+    carriers: tuple[str, ...] = ("agentctl", "stdio")
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """One chart's declared transitions and those the exploration took."""
+
+    chart: str
+    declared: int
+    covered: int
+    unreached: tuple[tuple[str, str, str], ...]
+    """``(source, event, target)`` never taken (targetless: target == source)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PropertyResult:
+    name: str
+    summary: str
+    ids: tuple[str, ...]
+    holds: bool
+    violations: int = 0
+    message: str = ""
+    steps: tuple[str, ...] = ()
+    """The actions of the counterexample, one per step (the last one violates)."""
+    trace: tuple[TraceRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    bounds: Bounds
+    states: int
+    transitions: int
+    depth: int
+    seconds: float
+    coverage: tuple[Coverage, ...]
+    properties: tuple[PropertyResult, ...]
+    truncated: bool
+    """The depth bound left states unexpanded."""
+
+    @property
+    def ok(self) -> bool:
+        return all(p.holds for p in self.properties)
+
+    def property(self, name: str) -> PropertyResult:
+        return next(p for p in self.properties if p.name == name)
+
+
+# --------------------------------------------------------------------------- exploration
+
+
+@dataclass(slots=True)
+class _Found:
+    count: int = 0
+    state: int = -1
+    label: Label = ()
+    message: str = ""
+
+
+@dataclass(slots=True)
+class _Graph:
+    states: list[tuple[Any, ...]] = field(default_factory=list)
+    parent: array[int] = field(default_factory=lambda: array("q"))
+    via: list[Label] = field(default_factory=list)
+    depth: array[int] = field(default_factory=lambda: array("l"))
+    waiting: bytearray = field(default_factory=bytearray)
+    live: bytearray = field(default_factory=bytearray)
+    src: array[int] = field(default_factory=lambda: array("l"))
+    dst: array[int] = field(default_factory=lambda: array("l"))
+    moves: bytearray = field(default_factory=bytearray)
+    expanded: bytearray = field(default_factory=bytearray)
+
+
+# who waits: a caller of each kind (bit) in a state
+_WAITERS = ("prompt", "initial prompt", "steer", "cancel", "stop")
+
+
+def _waiting(state: tuple[Any, ...]) -> int:
+    if len(state) == 1:  # the crash
+        return 0
+    prompt, steer, cancel = state[S_PROMPT], state[S_STEER], state[S_CANCEL]
+    bits = 0
+    if prompt is not None:
+        bits |= 2 if prompt[0] == "initial" else 1
+    if steer:
+        bits |= 4
+    if cancel is not None:
+        bits |= 8
+    if state[S_STOP] == 1:
+        bits |= 16
+    return bits
+
+
+def verify(
+    bounds: Bounds = Bounds(),
+    *,
+    charts: Mapping[str, type[Chart]] | None = None,
+    table: tuple[Rule, ...] | None = None,
+) -> VerifyResult:
+    """Explore the life of one execution within ``bounds`` and check :data:`PROPERTIES`.
+    ``charts`` replaces some of :data:`DEFAULT_CHARTS` (by chart name), ``table`` the
+    coordination table (a modified copy: a seeded bug)."""
+    chosen = {**DEFAULT_CHARTS, **(charts or {})}
+    coordination = table if table is not None and table != COORDINATION else None
+    x = Explorer(chosen, coordination, bounds.generations)
+    started = time.perf_counter()
+    graph = _Graph()
+    index: dict[tuple[Any, ...], int] = {}
+    found: dict[str, _Found] = {p.name: _Found() for p in PROPERTIES}
+    w = World(x)
+    queue: deque[int] = deque()
+
+    def add(state: tuple[Any, ...], parent: int, label: Label, depth: int) -> int:
+        n = len(graph.states)
+        index[state] = n
+        graph.states.append(state)
+        graph.parent.append(parent)
+        graph.via.append(label)
+        graph.depth.append(depth)
+        graph.waiting.append(_waiting(state))
+        live = 0
+        for i, g in enumerate(state[S_GENS] if len(state) > 1 else ()):
+            if g[LEAF] in x.live:
+                live |= 1 << i
+        graph.live.append(live)
+        graph.moves.append(0)
+        graph.expanded.append(0)
+        queue.append(n)
+        return n
+
+    crash = add(("crash",), -1, ("crash",), 0)  # where a crashing step leads
+    queue.clear()
+    graph.expanded[crash] = 1
+    for carrier in bounds.carriers:
+        state = x.initial(carrier)
+        if state not in index:
+            add(state, -1, ("start", carrier), 0)
+
+    max_depth = 0
+    truncated = False
+    while queue:
+        n = queue.popleft()
+        state = graph.states[n]
+        depth = graph.depth[n]
+        max_depth = max(max_depth, depth)
+        if bounds.depth is not None and depth >= bounds.depth:
+            truncated = True
+            continue
+        graph.expanded[n] = 1
+        w.thaw(state)
+        labels = x.enabled(w)
+        env_moves = False
+        for label in labels:
+            w.thaw(state)
+            try:
+                x.apply(w, label)
+            except Violated as exc:
+                # the step raises: reported; whoever waited on it got the exception
+                _note(found["no_illegal_event"], n, label, exc.message)
+                graph.src.append(n)
+                graph.dst.append(crash)
+                env_moves = True
+                continue
+            for prop, message in w.violations:
+                _note(found[prop], n, label, message)
+            after = w.freeze()
+            m = index.get(after)
+            if m is None:
+                m = add(after, n, label, depth + 1)
+                _state_checks(x, found, m, after)
+            if m != n and label[0] not in CALLER_ACTIONS:
+                graph.src.append(n)
+                graph.dst.append(m)
+                env_moves = True
+        graph.moves[n] = 1 if env_moves else 0
+    _liveness(x, graph, found)
+    seconds = time.perf_counter() - started
+    results = tuple(_result(x, graph, p, found[p.name]) for p in PROPERTIES)
+    return VerifyResult(
+        bounds=bounds,
+        states=len(graph.states) - 1,
+        transitions=len(graph.src),
+        depth=max_depth,
+        seconds=seconds,
+        coverage=_coverage(x),
+        properties=results,
+        truncated=truncated,
+    )
+
+
+def _note(found: _Found, state: int, label: Label, message: str) -> None:
+    found.count += 1
+    if found.state < 0:
+        found.state, found.label, found.message = state, label, message
+
+
+def _state_checks(x: Explorer, found: dict[str, _Found], n: int, state: tuple[Any, ...]) -> None:
+    if state[S_EXE] == "ready":
+        for g, record in enumerate(state[S_GENS], 1):
+            if record[LEAF] in OWED_LEAVES:
+                _note(
+                    found["never_ready_under_a_live_turn"],
+                    n,
+                    (),
+                    f"the execution is READY while generation {g} is {x.pg.path(record[LEAF])}",
+                )
+                return
+
+
+def _liveness(x: Explorer, graph: _Graph, found: dict[str, _Found]) -> None:
+    """The existential liveness checks (see the module docstring), over the environment's
+    moves only."""
+    count = len(graph.states)
+    order = sorted(range(len(graph.dst)), key=graph.dst.__getitem__)
+    starts = array("l", [0]) * (count + 1)
+    for i in order:
+        starts[graph.dst[i] + 1] += 1
+    for i in range(count):
+        starts[i + 1] += starts[i]
+    preds = array("l", (graph.src[i] for i in order))
+
+    def stuck(values: bytearray, mask: int) -> list[int]:
+        """The states with ``mask`` set in ``values`` from which no environment path reaches
+        one without it (a state the depth bound left unexpanded counts as reaching it)."""
+        if not any(v & mask for v in values):
+            return []
+        seen = bytearray(count)
+        todo = [n for n in range(count) if not values[n] & mask or not graph.expanded[n]]
+        for n in todo:
+            seen[n] = 1
+        while todo:
+            n = todo.pop()
+            for i in range(starts[n], starts[n + 1]):
+                p = preds[i]
+                if not seen[p]:
+                    seen[p] = 1
+                    todo.append(p)
+        return [n for n in range(count) if values[n] & mask and not seen[n]]
+
+    def report(name: str, states: list[int], message: Callable[[tuple[Any, ...]], str]) -> None:
+        """Count ``states`` against property ``name``; the shallowest is its example,
+        ``message`` says what is wrong in it."""
+        n = min(states, key=graph.depth.__getitem__)
+        f = found[name]
+        f.count += len(states)
+        if f.state < 0 or graph.depth[n] < graph.depth[f.state]:
+            text = f"{message(graph.states[n])} ({len(states)} such states)"
+            f.state, f.label, f.message = n, (), text
+
+    for bit, who in enumerate(_WAITERS):
+        waits = stuck(graph.waiting, 1 << bit)
+        if waits:
+            report("no_caller_waits_forever", waits, _waits_forever(who))
+    for g in range(x.generations):
+        lives = stuck(graph.live, 1 << g)
+        if lives:
+            report("one_outcome_per_generation", lives, _never_ends(x, g))
+    # final execution states: STOPPED and nothing left to happen
+    final = [
+        n
+        for n in range(count)
+        if graph.expanded[n]
+        and not graph.moves[n]
+        and len(graph.states[n]) > 1
+        and graph.states[n][S_EXE] in x.exe.compiled.final
+        and graph.live[n]
+    ]
+    if final:
+        report("stopped_leaves_no_live_generation", final, _stopped_live(x))
+
+
+def _waits_forever(who: str) -> Callable[[tuple[Any, ...]], str]:
+    return lambda state: f"the {who} caller waits forever: no environment path releases it"
+
+
+def _never_ends(x: Explorer, g: int) -> Callable[[tuple[Any, ...]], str]:
+    def message(state: tuple[Any, ...]) -> str:
+        leaf = x.pg.path(state[S_GENS][g][LEAF])
+        return f"generation {g + 1} stays {leaf} forever: no environment path ends it"
+
+    return message
+
+
+def _stopped_live(x: Explorer) -> Callable[[tuple[Any, ...]], str]:
+    def message(state: tuple[Any, ...]) -> str:
+        live = ", ".join(
+            f"generation {i} {x.pg.path(r[LEAF])}"
+            for i, r in enumerate(state[S_GENS], 1)
+            if r[LEAF] in x.live
+        )
+        return f"the execution is STOPPED, nothing is left to happen, and {live} is live"
+
+    return message
+
+
+def _coverage(x: Explorer) -> tuple[Coverage, ...]:
+    out: list[Coverage] = []
+    for name, chart in x.charts.items():
+        compiled = chart.compiled()
+        taken = {(s, e, t) for c, s, e, t in x.covered if c == name}
+        declared = compiled.declared
+        unreached = tuple(sorted(declared - taken))
+        out.append(Coverage(name, len(declared), len(declared & taken), unreached))
+    return tuple(out)
+
+
+def _path(graph: _Graph, n: int) -> list[tuple[int, Label]]:
+    """The actions from an initial state to state ``n``: ``(state before, label)``."""
+    out: list[tuple[int, Label]] = []
+    while graph.parent[n] >= 0:
+        out.append((graph.parent[n], graph.via[n]))
+        n = graph.parent[n]
+    out.append((-1, graph.via[n]))  # the initial state's label: ("start", carrier)
+    out.reverse()
+    return out
+
+
+def _result(x: Explorer, graph: _Graph, prop: Property, found: _Found) -> PropertyResult:
+    if found.state < 0:
+        return PropertyResult(prop.name, prop.summary, prop.ids, True)
+    path = _path(graph, found.state)
+    if found.label:
+        path.append((found.state, found.label))
+    steps, trace = _replay(x, path)
+    return PropertyResult(
+        prop.name,
+        prop.summary,
+        prop.ids,
+        False,
+        violations=found.count,
+        message=found.message,
+        steps=tuple(steps),
+        trace=tuple(trace),
+    )
+
+
+def _replay(x: Explorer, path: Sequence[tuple[int, Label]]) -> tuple[list[str], list[TraceRecord]]:
+    """Re-run a path from its initial state, recording every fired transition."""
+    w = World(x, replaying=True)
+    carrier = path[0][1][1]
+    state = x.initial(carrier)
+    steps = [f"start ({carrier} carrier)"]
+    records: list[TraceRecord] = []
+    for number, (_, label) in enumerate(path[1:], 1):
+        w.thaw(state)
+        crashed = ""
+        try:
+            x.apply(w, label)
+        except Violated as exc:
+            crashed = f"  <- {exc.message}"
+        for machine, step in w.fired:
+            records.append(
+                TraceRecord(
+                    seq=len(records) + 1,
+                    time=float(number),
+                    execution_id=EXECUTION_ID,
+                    chart=step.chart,
+                    generation=int(machine.tags.get("generation", 0)),
+                    instance=0,
+                    event=step.event,
+                    source=step.source,
+                    target=step.target,
+                )
+            )
+        steps.append(_describe(label) + crashed)
+        if crashed:
+            break
+        state = w.freeze()
+    return steps, records
+
+
+def _describe(label: Label) -> str:
+    """``complete 2 error (runtime closing)`` for ``("complete", 2, "error", True)``."""
+    parts = [str(p) for p in label if not isinstance(p, bool)]
+    if label[0] in ("complete", "loss") and label[-1] is True:
+        parts.append("(runtime closing)")
+    elif label[0] == "cancel_wait":
+        parts.append("happened" if label[2] else "timed out")
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------- broken copies
+
+_copies = itertools.count()
+
+
+def seeded_copy(chart: type[Chart], *edits: tuple[str, str]) -> type[Chart]:
+    """A copy of ``chart``'s declaration with ``edits`` applied to its source (each
+    ``(old, new)``: ``old`` must occur exactly once), loaded as a module of its own: a chart
+    with a seeded bug, for showing that ``acpfsm verify`` catches it (pass it in
+    ``verify(charts=…)``). The chart itself is not touched."""
+    module = sys.modules[chart.__module__]
+    path = inspect.getsourcefile(module)
+    if path is None:  # pragma: no cover - a chart always has its source
+        raise ValueError(f"{chart.__qualname__}: no source to copy")
+    source = Path(path).read_text(encoding="utf-8")
+    for old, new in edits:
+        if source.count(old) != 1:
+            raise ValueError(f"{chart.__qualname__}: {old!r} occurs {source.count(old)} times")
+        source = source.replace(old, new)
+    name = f"{module.__name__}_seeded{next(_copies)}"
+    spec = importlib.util.spec_from_loader(name, _Source(path, source), origin=path)
+    assert spec is not None and spec.loader is not None
+    copy = importlib.util.module_from_spec(spec)
+    sys.modules[name] = copy  # the chart's class machinery looks its module up
+    spec.loader.exec_module(copy)
+    return cast(type[Chart], getattr(copy, chart.__name__))
+
+
+class _Source(importlib.abc.SourceLoader):
+    """Loads a module from source text held in memory (a seeded copy of a chart)."""
+
+    def __init__(self, path: str, source: str) -> None:
+        self.path = path
+        self.source = source
+
+    def get_filename(self, fullname: str) -> str:
+        return self.path
+
+    def get_data(self, path: str) -> bytes:
+        return self.source.encode()
+
+
+# --------------------------------------------------------------------------- output
+
+
+def render_text(result: VerifyResult) -> str:
+    b = result.bounds
+    depth = "unbounded" if b.depth is None else str(b.depth)
+    bound = " (the depth bound left states unexpanded)" if result.truncated else ""
+    carriers = " + ".join(b.carriers)
+    lines = [
+        f"acpfsm verify: {b.generations} generations, depth {depth}, carriers {carriers}",
+        (
+            f"explored {result.states} states, {result.transitions} environment transitions, "
+            f"depth {result.depth}{bound}, in {result.seconds:.1f} s"
+        ),
+        "",
+        "coverage of the declared transitions:",
+    ]
+    for c in result.coverage:
+        lines.append(f"  {c.chart}: {c.covered}/{c.declared}")
+    for c in result.coverage:
+        for source, event, target in c.unreached:
+            arrow = f"{source} --{event}-->" + ("" if target == source else f" {target}")
+            lines.append(f"  unreached {c.chart}: {arrow}")
+    lines += ["", "properties:"]
+    for p in result.properties:
+        ids = f" ({', '.join(p.ids)})" if p.ids else ""
+        verdict = "holds" if p.holds else f"VIOLATED ({p.violations})"
+        lines.append(f"  {p.name}{ids}: {verdict}")
+    for p in result.properties:
+        if p.holds:
+            continue
+        lines += ["", f"counterexample for {p.name}: {p.message}", "  steps:"]
+        lines += [f"    {i}. {s}" for i, s in enumerate(p.steps)]
+        lines.append("  trace (check-trace JSONL):")
+        lines += [f"    {msgspec.json.encode(r).decode()}" for r in p.trace]
+    lines.append("")
+    lines.append("OK: every property holds" if result.ok else "FAILED: see the counterexamples")
+    return "\n".join(lines)
+
+
+def render_json(result: VerifyResult) -> dict[str, Any]:
+    b = result.bounds
+    return {
+        "ok": result.ok,
+        "bounds": {"generations": b.generations, "depth": b.depth, "carriers": list(b.carriers)},
+        "states": result.states,
+        "transitions": result.transitions,
+        "depth": result.depth,
+        "truncated": result.truncated,
+        "seconds": round(result.seconds, 3),
+        "coverage": [
+            {
+                "chart": c.chart,
+                "declared": c.declared,
+                "covered": c.covered,
+                "unreached": [list(t) for t in c.unreached],
+            }
+            for c in result.coverage
+        ],
+        "properties": [
+            {
+                "name": p.name,
+                "summary": p.summary,
+                "ids": list(p.ids),
+                "holds": p.holds,
+                "violations": p.violations,
+                "message": p.message,
+                "steps": list(p.steps),
+                "trace": [msgspec.to_builtins(r) for r in p.trace],
+            }
+            for p in result.properties
+        ],
+    }
+
+
+def write_counterexamples(result: VerifyResult, out: Path) -> list[Path]:
+    """Each violated property's counterexample as ``<property>.jsonl`` in ``out``."""
+    written: list[Path] = []
+    for p in result.properties:
+        if p.holds:
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{p.name}.jsonl"
+        path.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in p.trace))
+        written.append(path)
+    return written
+
+
+DESCRIPTION = (
+    "Explore every interleaving of one execution's life (the charts, the coordination "
+    "table and the drivers' flow table and decisions, with every answer the agent, the "
+    "carrier and the clock can give) and check kandev's races as properties. Exit 0 when "
+    "every property holds, 1 with a shortest counterexample per violated property."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--generations",
+        type=int,
+        default=DEFAULT_GENERATIONS,
+        metavar="N",
+        help=f"admit at most N prompt generations (default {DEFAULT_GENERATIONS})",
+    )
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=DEFAULT_DEPTH,
+        metavar="D",
+        help=f"explore at most D steps deep; 0: no bound (default {DEFAULT_DEPTH})",
+    )
+    parser.add_argument(
+        "--carrier",
+        choices=("agentctl", "stdio", "both"),
+        default="both",
+        help="the carrier kinds explored (default both)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="also write each counterexample as DIR/<property>.jsonl",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.generations < 1 or args.depth < 0:
+        print(
+            "acpfsm verify: --generations must be at least 1 and --depth at least 0",
+            file=sys.stderr,
+        )
+        return 2
+    carriers: tuple[str, ...] = (
+        ("agentctl", "stdio") if args.carrier == "both" else (str(args.carrier),)
+    )
+    depth = args.depth or None
+    result = verify(Bounds(generations=args.generations, depth=depth, carriers=carriers))
+    if args.json:
+        print(json.dumps(render_json(result)))
+    else:
+        print(render_text(result))
+    if args.out:
+        for path in write_counterexamples(result, Path(args.out)):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="acpfsm verify", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

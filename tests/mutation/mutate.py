@@ -1,0 +1,486 @@
+"""``make mutate``: mutation testing of the decision code with cosmic-ray.
+
+How it works
+------------
+cosmic-ray mutates a source file *in place*, runs a test command, and restores the file. Our
+package is installed as a strict editable link tree (``build/``, links to the source folders),
+so mutating the checkout would put every mutant in front of anything else running there (a
+``make test`` beside it). Instead each target gets its own copy of the sources under
+``.cache/mutate/<target>/tree`` and an import folder whose ``acpfsm/statecharts``,
+``acpfsm/adapters``, ``acpfsm/runtime`` and ``acpfsm/testing`` link into that copy; the test
+command runs there with ``PYTHONPATH`` naming the import folder first, so ``acpfsm.*`` (and the
+pytest plugin, and every agent subprocess a test starts) is the mutated copy, never the
+checkout. The canary proves it: before anything else, one known mutant (the first
+request error in a chain no longer decides, ``adapters/classify.py``) must be killed.
+
+Targets (:data:`TARGETS`): the error classification, the fs confinement, the permission
+broker and the transport's permission policies, the lifecycle timeouts and the runtime drivers; each names the modules
+mutated (optionally only some of their top-level definitions) and the tests that pin them.
+
+Incremental and sharded: each target's cosmic-ray session (``session.sqlite``) is kept and
+re-initialized only when a mutated module or the settings changed (when only the tests did,
+the survivors are queued again, the killed stay killed); a run does the pending work items only (``--limit N`` stops after N), so an interrupted run continues where it stopped.
+``--shard i/n`` takes every n-th pending item (each shard in its own copy, so shards run side
+by side). Operators that only make noise here (bitwise and shift operators, exotic numeric
+replacements) are filtered out (:data:`EXCLUDED_OPERATORS`).
+
+Usage: ``python tests/mutation/mutate.py [--target NAME]… [--shard i/n] [--limit N]
+[--report]``. The score is (killed + listed equivalent) / run, over the items run; a survivor
+no test can kill is listed, with the reason, in ``tests/mutation/equivalent_mutants.toml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+WORK = REPO / ".cache" / "mutate"
+PACKAGES = {
+    "statecharts": "statecharts",
+    "adapters": "adapters",
+    "runtime": "runtime",
+    "testing": "runtime/testing",
+}
+EXCLUDED_OPERATORS = (
+    r"core/ReplaceBinaryOperator_.*_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|FloorDiv|Mod)",
+    r"core/ReplaceBinaryOperator_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|FloorDiv|Mod)_.*",
+    r"core/NumberReplacer",  # number literals: only where they are the decision (timeouts)
+)
+EQUIVALENT_FILE = Path(__file__).with_name("equivalent_mutants.toml")
+PYTEST = "python -m pytest -x -q -p no:cacheprovider -o timeout=120 --acpfsm-check-traces"
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    modules: tuple[str, ...]
+    tests: tuple[str, ...]
+    only: tuple[str, ...] = ()
+    """Top-level definitions to mutate (all when empty)."""
+    timeout: float = 300.0
+    numbers: bool = False
+    """Mutate number literals too (the timeouts are numbers)."""
+
+    @property
+    def excluded_operators(self) -> tuple[str, ...]:
+        return EXCLUDED_OPERATORS if not self.numbers else EXCLUDED_OPERATORS[:-1]
+
+
+TARGETS: tuple[Target, ...] = (
+    Target("classify", ("adapters/classify.py",), ("tests/adapters/test_classify.py",)),
+    Target(
+        "fs",
+        ("adapters/workspace.py",),
+        ("tests/adapters/test_workspace.py", "tests/adapters/test_stdio_fs.py"),
+    ),
+    Target(
+        "permissions",
+        ("runtime/session/permissions.py",),
+        (
+            "tests/runtime/test_permissions.py",
+            "tests/runtime/test_permissions_stdio.py",
+            "tests/agentctl/test_agentctl_permissions.py",
+        ),
+    ),
+    Target(
+        "policies",
+        ("adapters/transport.py",),
+        (
+            "tests/runtime/test_permissions.py",
+            "tests/runtime/test_permissions_stdio.py",
+            "tests/adapters/test_acp_stdio.py",
+        ),
+        only=(
+            "reject_option",
+            "allow_once_option",
+            "reject_permission_policy",
+            "allow_once_permission_policy",
+            "PermissionPrompts",
+        ),
+    ),
+    Target(
+        "timeouts",
+        ("runtime/types.py",),
+        (
+            "tests/runtime/test_scenarios_s4_steer_cancel.py",
+            "tests/runtime/test_scenarios_s4_prompt.py",
+            "tests/runtime/test_scenarios_s1_init.py",
+            "tests/runtime/test_scenarios_s2_s3_model.py",
+            "tests/runtime/test_cancellation.py",
+            "tests/runtime/test_permissions.py",
+        ),
+        only=("Timeouts",),
+        numbers=True,
+    ),
+    Target(
+        "drivers",
+        tuple(
+            f"runtime/session/{name}.py"
+            for name in (
+                "cancelling",
+                "config",
+                "context",
+                "crash",
+                "init",
+                "prompting",
+                "session",
+                "status",
+                "stream",
+                "turns",
+            )
+        ),
+        (
+            "tests/runtime/test_scenarios_s1_init.py",
+            "tests/runtime/test_scenarios_s2_s3_model.py",
+            "tests/runtime/test_scenarios_s4_prompt.py",
+            "tests/runtime/test_scenarios_s4_steer_cancel.py",
+            "tests/runtime/test_scenarios_s5_facade.py",
+            "tests/runtime/test_anomalies.py",
+            "tests/runtime/test_cancellation.py",
+            "tests/runtime/test_stream_redial.py",
+            "tests/runtime/test_containment.py",
+            "tests/runtime/test_seed_behaviours.py",
+            "tests/runtime/test_soak_findings.py",
+            "tests/runtime/test_runtime_basics.py",
+        ),
+    ),
+)
+
+
+# --------------------------------------------------------------------------- the copy
+
+
+def _copy_tree(tree: Path) -> Path:
+    """Sync the sources into ``tree``; return the import folder to put on PYTHONPATH."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("statecharts", "adapters", "runtime", "tests"):
+        dest = tree / folder
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(REPO / folder, dest, ignore=ignore)
+    shutil.copy2(REPO / "pyproject.toml", tree / "pyproject.toml")
+    cache = tree / ".cache"
+    if not cache.exists():
+        cache.mkdir()
+        for entry in (REPO / ".cache").iterdir():  # the fetched peers (agentctl, the SDK)
+            if entry.name != "mutate" and entry.name != "mutate-charts":
+                (cache / entry.name).symlink_to(entry)
+    imports = tree / "_import" / "acpfsm"
+    if imports.exists():
+        shutil.rmtree(imports.parent)
+    imports.mkdir(parents=True)
+    for name, folder in PACKAGES.items():
+        (imports / name).symlink_to(tree / folder, target_is_directory=True)
+    return imports.parent
+
+
+def _digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(str(path).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _keys(target: Target) -> dict[str, str]:
+    """What a session's results depend on: the mutated modules and settings, and the tests."""
+    settings = json.dumps([target.excluded_operators, target.only, PYTEST, target.tests])
+    return {
+        "modules": _digest([REPO / m for m in target.modules]) + settings,
+        "tests": _digest(sorted((REPO / "tests").rglob("*.py"))),
+    }
+
+
+def _lines_outside(module: Path, only: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Line ranges of ``module`` holding none of the definitions ``only`` names."""
+    tree = ast.parse(module.read_text())
+    keep = [
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in tree.body
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name in only
+    ]
+    out: list[tuple[int, int]] = []
+    start = 1
+    for a, b in sorted(keep):
+        if start < a:
+            out.append((start, a - 1))
+        start = b + 1
+    out.append((start, 10**9))
+    return out
+
+
+def _env(imports: Path, tree: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(imports), str(tree)])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.pop("ACPFSM_CHART_MUTANT", None)
+    return env
+
+
+def _config(target: Target, tree: Path, path: Path) -> None:
+    modules = ", ".join(json.dumps(m) for m in target.modules)
+    excluded = ", ".join(json.dumps(e) for e in target.excluded_operators)
+    command = f"{sys.executable} -m pytest" + PYTEST.removeprefix("python -m pytest")
+    command += " " + " ".join(target.tests)
+    path.write_text(
+        "[cosmic-ray]\n"
+        f"module-path = [{modules}]\n"
+        f"timeout = {target.timeout}\n"
+        "excluded-modules = []\n"
+        f"test-command = {json.dumps(command)}\n\n"
+        "[cosmic-ray.distributor]\n"
+        'name = "local"\n\n'
+        "[cosmic-ray.filters.operators-filter]\n"
+        f"exclude-operators = [{excluded}]\n"
+    )
+
+
+def _cosmic(args: list[str], tree: Path, env: dict[str, str]) -> None:
+    bindir = Path(sys.executable).parent
+    subprocess.run([str(bindir / args[0]), *args[1:]], cwd=tree, env=env, check=True)
+
+
+def prepare(target: Target, shard: str) -> tuple[Path, Path, dict[str, str]]:
+    """The target's copy, session and environment; the session is (re)initialized when the
+    mutated modules, the tests or the settings changed."""
+    base = WORK / target.name
+    tree = base / (f"tree-{shard.replace('/', 'of')}" if shard else "tree")
+    tree.mkdir(parents=True, exist_ok=True)
+    imports = _copy_tree(tree)
+    env = _env(imports, tree)
+    session = base / "session.sqlite"
+    config = base / "config.toml"
+    _config(target, tree, config)
+    stamp = base / "session.json"
+    keys = _keys(target)
+    saved = json.loads(stamp.read_text()) if stamp.exists() else {}
+    if not session.exists() or saved.get("modules") != keys["modules"]:
+        session.unlink(missing_ok=True)
+        _cosmic(["cosmic-ray", "init", str(config), str(session)], tree, env)
+        _cosmic(["cr-filter-operators", str(session), str(config)], tree, env)
+        if target.only:
+            _skip_outside(target, tree, session)
+    elif saved.get("tests") != keys["tests"]:
+        _requeue_survivors(session)  # a killed mutant stays killed: tests were added
+    stamp.write_text(json.dumps(keys))
+    return tree, session, env
+
+
+def _requeue_survivors(session: Path) -> None:
+    """The tests changed: the survivors are run again (their results are dropped)."""
+    import sqlite3
+
+    with sqlite3.connect(session) as db:
+        db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+
+
+def _skip_outside(target: Target, tree: Path, session: Path) -> None:
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    ranges = {m: _lines_outside(tree / m, target.only) for m in target.modules}
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item in list(db.pending_work_items):
+            for mutation in item.mutations:
+                line = mutation.start_pos[0]
+                if any(a <= line <= b for a, b in ranges[str(mutation.module_path)]):
+                    db.set_result(
+                        item.job_id,
+                        WorkResult(output="outside", worker_outcome=WorkerOutcome.SKIPPED),
+                    )
+                    break
+
+
+# --------------------------------------------------------------------------- running
+
+
+def canary() -> None:
+    """One known mutant, run through cosmic-ray in a copy: it must be killed."""
+    from cosmic_ray.mutating import mutate_and_test
+    from cosmic_ray.work_item import MutationSpec, TestOutcome
+
+    target = TARGETS[0]
+    tree = WORK / "canary"
+    tree.mkdir(parents=True, exist_ok=True)
+    imports = _copy_tree(tree)
+    source = (tree / "adapters/classify.py").read_text()
+    line = "    return first is not None and first.code == code\n"
+    lineno = source[: source.index(line)].count("\n") + 1
+    col = line.index("==")
+    # the occurrence of ReplaceComparisonOperator_Eq_NotEq at that line
+    from cosmic_ray.ast import ast_nodes, get_ast_from_path
+    from cosmic_ray.plugins import get_operator
+
+    operator = get_operator("core/ReplaceComparisonOperator_Eq_NotEq")()
+    module_ast = get_ast_from_path(tree / "adapters/classify.py")
+    positions = [pos for node in ast_nodes(module_ast) for pos in operator.mutation_positions(node)]
+    occurrence = next(
+        i for i, (start, _) in enumerate(positions) if start[0] == lineno and start[1] >= col - 1
+    )
+    spec = MutationSpec(
+        module_path=Path("adapters/classify.py"),
+        operator_name="core/ReplaceComparisonOperator_Eq_NotEq",
+        occurrence=occurrence,
+        start_pos=positions[occurrence][0],
+        end_pos=positions[occurrence][1],
+    )
+    command = f"{sys.executable} -m pytest -x -q -p no:cacheprovider {target.tests[0]}"
+    saved = dict(os.environ)
+    os.environ.update(_env(imports, tree))
+    cwd = Path.cwd()
+    os.chdir(tree)
+    try:
+        result = mutate_and_test([spec], command, 300)
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(saved)
+    ok = result.test_outcome == TestOutcome.KILLED
+    print(f"mutate: canary (_has_code: == → != at classify.py:{lineno}): {result.test_outcome}")
+    if not ok:
+        raise SystemExit("mutate: the canary survived: the tests do not import the mutated copy")
+    if (tree / "adapters/classify.py").read_text() != source:
+        raise SystemExit("mutate: cosmic-ray left the canary's file mutated")
+
+
+def run(target: Target, shard: str, limit: int | None) -> None:
+    from cosmic_ray.mutating import mutate_and_test
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    tree, session, env = prepare(target, shard)
+    command = f"{sys.executable} -m pytest" + PYTEST.removeprefix("python -m pytest")
+    command += " " + " ".join(target.tests)
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        pending = sorted(db.pending_work_items, key=lambda w: w.job_id)
+    if shard:
+        i, n = (int(x) for x in shard.split("/"))
+        pending = [w for k, w in enumerate(pending) if k % n == i - 1]
+    if limit is not None:
+        pending = pending[:limit]
+    print(f"mutate: {target.name}: {len(pending)} pending item(s) to run")
+    saved = dict(os.environ)
+    cwd = Path.cwd()
+    os.environ.update(env)
+    os.chdir(tree)
+    try:
+        for n, item in enumerate(pending, 1):
+            started = time.perf_counter()
+            result = mutate_and_test(item.mutations, command, target.timeout)
+            with use_db(str(session), WorkDB.Mode.open) as db:
+                db.set_result(item.job_id, result)
+            m = item.mutations[0]
+            print(
+                f"  [{n}/{len(pending)}] {result.test_outcome or result.worker_outcome} "
+                f"{m.module_path}:{m.start_pos[0]} {m.operator_name} "
+                f"({time.perf_counter() - started:.1f} s)",
+                flush=True,
+            )
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str], str]:
+    """The reviewed equivalent mutants: (module, source line stripped, operator) → reason; a
+    line said more than once is given with the line before it, ``previous / line``."""
+    import tomllib
+
+    if not path.exists():
+        return {}
+    data = tomllib.loads(path.read_text())
+    return {
+        (str(m["module"]), str(m["line"]).strip(), str(m["operator"])): str(m["reason"])
+        for m in data.get("mutant", [])
+    }
+
+
+def report(target: Target) -> tuple[int, int, int, int]:
+    """Print the target's outcome; (killed, equivalent, survived, pending)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome
+
+    session = WORK / target.name / "session.sqlite"
+    if not session.exists():
+        print(f"{target.name}: not started")
+        return 0, 0, 0, 0
+    equivalent = load_equivalent()
+    killed = survived = listed = pending = 0
+    survivors: list[str] = []
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        pending = db.num_work_items - db.num_results
+        for item, result in db.completed_work_items:
+            if result.test_outcome == TestOutcome.KILLED:
+                killed += 1
+            elif result.test_outcome == TestOutcome.SURVIVED:
+                m = item.mutations[0]
+                lines = ["", *(REPO / m.module_path).read_text().splitlines(), ""]
+                row = min(m.start_pos[0], len(lines) - 1)
+                text = lines[row].strip()
+                both = f"{lines[row - 1].strip()} / {text}"  # for a line said more than once
+                if any(
+                    (str(m.module_path), t, m.operator_name) in equivalent for t in (text, both)
+                ):
+                    listed += 1
+                    continue
+                survived += 1
+                survivors.append(f"{m.module_path}:{m.start_pos[0]} {m.operator_name}  {text}")
+    ran = killed + survived + listed
+    score = f"{100 * (killed + listed) / ran:.1f} %" if ran else "-"
+    print(
+        f"{target.name}: {ran} run, {killed} killed, {listed} listed equivalent, "
+        f"{survived} survived (score {score}), {pending} pending"
+    )
+    for line in sorted(survivors):
+        print(f"  SURVIVED {line}")
+    return killed, listed, survived, pending
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python tests/mutation/mutate.py")
+    parser.add_argument("--target", action="append", default=[], help="only this target")
+    parser.add_argument("--shard", default="", help="i/n of the pending items")
+    parser.add_argument("--limit", type=int, default=None, help="stop after N items")
+    parser.add_argument("--report", action="store_true", help="only report")
+    parser.add_argument("--no-canary", action="store_true", help="skip the canary")
+    args = parser.parse_args(argv)
+    if args.shard and not re.fullmatch(r"\d+/\d+", args.shard):
+        parser.error("--shard i/n")
+    names = {t.name for t in TARGETS}
+    if set(args.target) - names:
+        parser.error(f"targets: {sorted(names)}")
+    targets = [t for t in TARGETS if not args.target or t.name in args.target]
+    started = time.perf_counter()
+    if not args.report:
+        if not args.no_canary:
+            canary()
+        for target in targets:
+            run(target, args.shard, args.limit)
+    totals = [0, 0, 0, 0]
+    for target in targets:
+        for i, value in enumerate(report(target)):
+            totals[i] += value
+    killed, listed, survived, pending = totals
+    ran = killed + listed + survived
+    score = f"{100 * (killed + listed) / ran:.1f} %" if ran else "-"
+    print(
+        f"TOTAL: {ran} run, {killed} killed, {listed} listed equivalent, {survived} survived "
+        f"(score {score}), {pending} pending ({time.perf_counter() - started:.0f} s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
