@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import msgspec
 import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -199,16 +200,16 @@ async def test_a_large_answer_is_one_buffer_while_it_is_written() -> None:
             await tg.start(conn.run)
             await peer.write({"jsonrpc": "2.0", "id": 0, "method": "warm"})
             while not sink.lines:
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
             tracemalloc.reset_peak()
             before = tracemalloc.get_traced_memory()[0]
             await peer.write({"jsonrpc": "2.0", "id": 1, "method": "fs/read_text_file"})
             while len(sink.lines) < 2:
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
             peak = tracemalloc.get_traced_memory()[1] - before
             await peer.write({"jsonrpc": "2.0", "id": 2, "method": "bad"})
             while len(sink.lines) < 3:
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
             await conn.aclose()
     finally:
         if not tracing:
