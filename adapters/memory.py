@@ -29,6 +29,8 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import anyio.lowlevel
+
 from .errors import DialFailed, DialRefused, SteerUnsupported, StreamNotConnected
 from .events import (
     AgentEvent,
@@ -306,6 +308,9 @@ class MemoryTransport:
 
     async def cancel(self) -> CancelResult:
         self._permissions.withdraw_all()
+        # as over a real carrier, the turn's end comes after the withdrawn requests were
+        # answered (there it is read from the agent, here it would be emitted at once)
+        await anyio.lowlevel.checkpoint()
 
         def default() -> CancelResult:
             if self.cancel_completes:

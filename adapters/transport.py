@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import anyio
 import anyio.lowlevel
 import msgspec
+import sniffio
 
 from .errors import LocalProtocolError
 from .events import (
@@ -38,6 +39,7 @@ __all__ = [
     "Attachment",
     "CancelResult",
     "EventQueue",
+    "Flag",
     "InitializeResult",
     "McpServer",
     "McpServerHttp",
@@ -51,6 +53,7 @@ __all__ = [
     "allow_once_option",
     "allow_once_permission_policy",
     "attachment_content",
+    "cancellation_check",
     "reject_option",
     "reject_permission_policy",
 ]
@@ -238,35 +241,93 @@ class PermissionPrompts:
             scope.cancel()
 
 
+def cancellation_check() -> Callable[[], Awaitable[None]]:
+    """The running backend's ``checkpoint_if_cancelled`` as a plain function (what
+    :func:`anyio.lowlevel.checkpoint_if_cancelled` calls after looking the backend up on every
+    call): for a loop that checks at every item of a stream."""
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        library = ""
+    if library == "trio":
+        import trio.lowlevel
+
+        return trio.lowlevel.checkpoint_if_cancelled
+    return anyio.lowlevel.checkpoint_if_cancelled
+
+
+class Flag:
+    """A one-shot event like :class:`anyio.Event` (``set``, ``is_set``, ``wait``) that
+    allocates nothing until someone waits: most of the runtime's per-prompt flags are set
+    before anyone waits on them, or never waited on at all."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: anyio.Event | None = None
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            if self._event is not None:
+                self._event.set()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        """Return once set (a checkpoint, as :meth:`anyio.Event.wait` is)."""
+        if self._set:
+            await anyio.lowlevel.checkpoint()
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
+
+    def __repr__(self) -> str:
+        return f"<Flag {'set' if self._set else 'unset'}>"
+
+
 class EventQueue(Generic[_T]):
     """Unbounded single-consumer FIFO; ``close()`` ends iteration after what is queued.
 
-    The consumer yields to the other tasks before each item it takes, except while a backlog
-    waits: then once every ``batch`` items (cancellation is still seen at every item). A burst of thousands of events (an agent's flood) is thus consumed in a few
-    scheduling rounds, not in one round per event, which with many executions sharing the
-    event loop made each event wait for all of them; ordinary traffic interleaves as before."""
+    The consumer drains what is already buffered before it yields: after a wait (which
+    yielded) it takes the items that are there one by one, seeing cancellation at every item,
+    and yields to the other tasks once every ``batch`` items. A burst of thousands of events
+    (an agent's flood) is thus consumed in a few scheduling rounds, not in one round per event,
+    which with many executions sharing the event loop made each event wait for all of them.
+    A ``put`` wakes the consumer only when it waits: no event is set, nor allocated, per item."""
 
     def __init__(self, *, batch: int = 64) -> None:
         self.items: deque[_T] = deque()
-        self._wakeup = anyio.Event()
+        self._wakeup: anyio.Event | None = None  # only while someone waits
         self.closed = False
         self._batch = batch
         self._taken = 0
+        self._check: Callable[[], Awaitable[None]] | None = None
 
     def __len__(self) -> int:
         return len(self.items)
 
+    def _wake(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None:
+            self._wakeup = None
+            wakeup.set()
+
     def put(self, item: _T) -> None:
         self.items.append(item)
-        self._wakeup.set()
+        if self._wakeup is not None:
+            self._wake()
 
     def close(self) -> None:
         self.closed = True
-        self._wakeup.set()
+        self._wake()
 
     async def changed(self) -> None:
         """Wait for the next ``put`` or ``close``."""
-        if self._wakeup.is_set():
+        if self._wakeup is None:
             self._wakeup = anyio.Event()
         await self._wakeup.wait()
 
@@ -274,19 +335,23 @@ class EventQueue(Generic[_T]):
         return self
 
     async def __anext__(self) -> _T:
-        while not self.items:
-            if self.closed:
-                raise StopAsyncIteration
-            await self.changed()
+        if not self.items:
+            while not self.items:
+                if self.closed:
+                    raise StopAsyncIteration
+                await self.changed()
             self._taken = 0  # waiting has yielded
-        self._taken += 1
-        if len(self.items) > 1 and self._taken < self._batch:
-            await anyio.lowlevel.checkpoint_if_cancelled()  # a backlog: drain it in batches
-        else:
+        elif self._taken >= self._batch:
             self._taken = 0
-            await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()  # a long backlog: let the others run
             if not self.items:  # another consumer took it meanwhile
                 return await self.__anext__()
+        else:
+            check = self._check
+            if check is None:
+                check = self._check = cancellation_check()
+            await check()
+        self._taken += 1
         return self.items.popleft()
 
 

@@ -81,7 +81,7 @@ class Subscription:
         # room for the replayed backlog plus ``buffer`` events published after subscribing
         self._capacity = hub.buffer + len(backlog)
         self._capacity_bytes = hub.buffer_bytes + backlog_bytes
-        self._wakeup = anyio.Event()
+        self._wakeup: anyio.Event | None = None  # only while the consumer waits
         self._overflowed = 0
         self._closed = False
 
@@ -97,11 +97,18 @@ class Subscription:
             queue.append(event)
             self._sizes.append(size)
             self._bytes += size
-        self._wakeup.set()
+        if self._wakeup is not None:
+            self._wake()
+
+    def _wake(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None:
+            self._wakeup = None
+            wakeup.set()
 
     def _finish(self) -> None:
         self._closed = True
-        self._wakeup.set()
+        self._wake()
 
     @property
     def buffered(self) -> int:
@@ -133,7 +140,8 @@ class Subscription:
                 raise SubscriberOverflow(self._hub.execution_id, missed)
             if self._closed:
                 raise StopAsyncIteration
-            self._wakeup = anyio.Event()
+            if self._wakeup is None:
+                self._wakeup = anyio.Event()
             await self._wakeup.wait()
 
     async def __aenter__(self) -> Self:
@@ -191,10 +199,13 @@ class EventHub:
         backlog, sizes = self._backlog, self._sizes
         backlog.append(event)
         sizes.append(size)
-        self._backlog_bytes += size
-        while backlog and (len(backlog) > self.retain or self._backlog_bytes > self.retain_bytes):
-            backlog.popleft()
-            self._backlog_bytes -= sizes.popleft()
+        retained = self._backlog_bytes + size
+        if retained > self.retain_bytes or len(backlog) > self.retain:
+            retain, retain_bytes = self.retain, self.retain_bytes
+            while backlog and (retained > retain_bytes or len(backlog) > retain):
+                backlog.popleft()
+                retained -= sizes.popleft()
+        self._backlog_bytes = retained
         for sub in self._subscribers:
             sub._push(event, size)
 

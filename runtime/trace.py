@@ -36,12 +36,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-import anyio
 import msgspec
-import sniffio
 
 from acpfsm.adapters.workspace import make_private_dirs, open_private
 from acpfsm.statecharts import TransitionObserver, TransitionRecord
+
+from .clock import loop_clock
 
 __all__ = ["DEFAULT_KEEP", "Trace", "TraceRecord"]
 
@@ -59,14 +59,6 @@ class TraceRecord(msgspec.Struct, frozen=True, kw_only=True):
     event: str
     source: str
     target: str
-
-
-def _now() -> float:
-    try:
-        sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        return time.monotonic()
-    return anyio.current_time()
 
 
 class Trace:
@@ -93,11 +85,21 @@ class Trace:
             self._file = os.fdopen(open_private(self.path, os.O_WRONLY | os.O_APPEND), "ab")
 
     def observer(self, execution_id: str, *, instance: int = 0) -> TransitionObserver:
+        """The transition observer of one execution's charts: it stamps each record with the
+        clock of the event loop it was made in (monotonic seconds outside one)."""
+        clock = loop_clock()
+
+        def now() -> float:
+            try:
+                return clock()
+            except RuntimeError:  # its loop has ended (trio's clock is gone with it)
+                return time.monotonic()
+
         def observe(record: TransitionRecord) -> None:
             self._seq += 1
             rec = TraceRecord(
                 seq=self._seq,
-                time=_now(),
+                time=now(),
                 execution_id=execution_id,
                 chart=record.chart,
                 generation=int(record.tags.get("generation", 0)),

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 import anyio.abc
@@ -55,7 +55,7 @@ from .messages import (
     JsonRpcResponse,
     RequestId,
     decode_message,
-    encode,
+    encode_line,
 )
 
 __all__ = [
@@ -247,20 +247,25 @@ class JsonRpcConnection:
 
     async def _write(self, message: Any) -> None:
         try:
-            data = encode(message) + b"\n"
+            data = encode_line(message)
         except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
             # e.g. a lone surrogate (os.fsdecode of a name that is not UTF-8): nothing is sent
             what = getattr(message, "method", "") or "a response"
             raise LocalProtocolError(
                 f"cannot send {what} to {self.name}: {type(exc).__name__}: {exc}"
             ) from None
+        await self._send_line(data)
+
+    async def _send_line(self, line: bytearray) -> None:
+        """Write one message's line (:func:`~.messages.encode_line`)."""
         if self.closed:
             raise self._closed_error()
         async with self._send_lock:
             if self.closed:
                 raise self._closed_error()
             try:
-                await self._send.send(data)
+                # every byte stream takes a bytes-like buffer: no copy made to type it bytes
+                await self._send.send(cast("bytes", line))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 reason = type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}"
                 await self._peer_died(f"peer disconnected: write to {self.name} failed ({reason})")
@@ -456,13 +461,13 @@ class JsonRpcConnection:
         slot.event.set()
 
     async def _serve_request(self, request_id: RequestId, method: str, params: Raw | None) -> None:
-        reply: JsonRpcResponse | JsonRpcErrorResponse
+        reply: JsonRpcErrorResponse | None = None
         try:
             if self._request_handler is None:
                 raise method_not_found(method)
             result = await self._request_handler(request_id, method, params)
-            encode(result)  # fail here (→ -32603), not inside the writer
-            reply = JsonRpcResponse(id=request_id, result=result)
+            # encoded once, here: a result that cannot be encoded is answered -32603
+            data = encode_line(JsonRpcResponse(id=request_id, result=result))
         except JsonRpcErrorReply as exc:
             reply = JsonRpcErrorResponse(
                 id=request_id, error=JsonRpcError(code=exc.code, message=exc.message, data=exc.data)
@@ -476,6 +481,9 @@ class JsonRpcConnection:
                 ),
             )
         try:
-            await self._write(reply)
+            if reply is None:
+                await self._send_line(data)
+            else:
+                await self._write(reply)
         except TransportClosed:
             pass

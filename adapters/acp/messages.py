@@ -141,6 +141,7 @@ __all__ = [
     "decode_result",
     "decode_session_update",
     "encode",
+    "encode_line",
     "text_block",
     "unmodelled",
 ]
@@ -785,6 +786,16 @@ _decoders: dict[type[Struct], msgspec.json.Decoder[Any]] = {
 def encode(message: Any) -> bytes:
     """Encode one message (no trailing newline; msgspec never emits raw newlines)."""
     return _encoder.encode(message)
+
+
+def encode_line(message: Any) -> bytearray:
+    """Encode one message as its line, the newline appended in place: one buffer, where
+    ``encode(message) + b"\\n"`` holds two copies of a large message (a whole file read) at
+    once."""
+    line = bytearray()
+    _encoder.encode_into(message, line)
+    line += b"\n"
+    return line
 
 
 def decode_message(line: bytes | str) -> JsonRpcMessage:

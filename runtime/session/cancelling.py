@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected, TransportClosed
+from acpfsm.adapters.transport import Flag
 from acpfsm.statecharts.coordination import Fired
 
 from ..errors import CANCEL_ESCALATED_MESSAGE, CancelEscalated, CancelFailed
@@ -126,8 +127,8 @@ class Canceller:
         raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=self.ctx.id)
 
 
-def _event(generation: Generation, name: str) -> anyio.Event:
+def _event(generation: Generation, name: str) -> Flag:
     """The generation's event a flow waits for (``sent``, ``turn_over`` …)."""
     event = getattr(generation, name)
-    assert isinstance(event, anyio.Event)
+    assert isinstance(event, Flag)
     return event

@@ -166,7 +166,7 @@ class ExecutionContext:
         self.crashed: ExecutionCrashed | None = None
         """Set once the execution's own code failed (see :mod:`.crash`): what its waiters
         raise."""
-        self.lifecycle_lock = anyio.Lock()
+        self.lifecycle_lock = anyio.Lock(fast_acquire=True)  # no yield when it is free
         """kandev's ``promptLifecycleMu``: generation ownership (begin, claims, steer)."""
         self.machines: dict[str, ChartMachine] = {}
         """The current machine of each chart, by chart name (what coordination reaches)."""

@@ -15,7 +15,6 @@ never mixes with the next one.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -23,7 +22,7 @@ import anyio
 
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
-from acpfsm.adapters.transport import Attachment
+from acpfsm.adapters.transport import Attachment, Flag
 from acpfsm.statecharts import ErrorClass
 
 from ..errors import (
@@ -96,43 +95,55 @@ class PromptDriver:
         ``on_admitted(generation)`` is called the moment the prompt's generation is admitted,
         before anything of that generation can be sent or published (a streamed turn
         attributes the events by it)."""
-        ctx = self.ctx
-        with anyio.move_on_after(math.inf if timeout is None else timeout) as bound:
-            if not initial:
-                await self.init.admission.wait()
-            async with self.prompt_lock:
-                await self._pass_barrier()
-                if validate_status:
-                    await self.validate_status()
-                async with ctx.lifecycle_lock:
-                    generation, fired = self.turns.admit(dispatch_only)
-                    if on_admitted is not None:
-                        on_admitted(generation.number)
-                    # resetStreamingStateWithHistory (R20): detach the unclaimed partial
-                    # text and reset the buffer in one step; a chunk arriving meanwhile is
-                    # the new turn's
-                    partial = ctx.take_message()
-                    ctx.activity.active_tool_id = ctx.activity.active_tool_title = ""
-                    await ctx.perform(fired)
-                try:
-                    await ctx.persist_assistant(partial)
-                    if initial:  # callers' prompts may queue behind the initial turn now
-                        self.init.admission.set()
-                    return await self._run(
-                        generation, text, attachments, dispatch_only, on_dispatched
-                    )
-                except anyio.get_cancelled_exc_class():
-                    await self._abandon(generation)
-                    raise
-                finally:
-                    generation.sent.set()
-                    generation.returned.set()
+        args = (text, attachments, dispatch_only, on_dispatched, validate_status, initial)
+        if timeout is None:  # no cancel scope entered and left on every prompt
+            return await self._prompt(*args, on_admitted)
+        with anyio.move_on_after(timeout) as bound:
+            return await self._prompt(*args, on_admitted)
         assert bound.cancelled_caught
         raise PromptTimeout(
             f"prompt did not finish within {timeout:g}s; its turn was cancelled",
-            execution_id=ctx.id,
+            execution_id=self.ctx.id,
             generation=self.turns.current.number if self.turns.current is not None else 0,
         )
+
+    async def _prompt(
+        self,
+        text: str,
+        attachments: Sequence[Attachment],
+        dispatch_only: bool,
+        on_dispatched: Callable[[], object] | None,
+        validate_status: bool,
+        initial: bool,
+        on_admitted: Callable[[int], object] | None,
+    ) -> PromptResult:
+        ctx = self.ctx
+        if not initial:
+            await self.init.admission.wait()
+        async with self.prompt_lock:
+            await self._pass_barrier()
+            if validate_status:
+                await self.validate_status()
+            async with ctx.lifecycle_lock:
+                generation, fired = self.turns.admit(dispatch_only)
+                if on_admitted is not None:
+                    on_admitted(generation.number)
+                # resetStreamingStateWithHistory (R20): detach the unclaimed partial text and
+                # reset the buffer in one step; a chunk arriving meanwhile is the new turn's
+                partial = ctx.take_message()
+                ctx.activity.active_tool_id = ctx.activity.active_tool_title = ""
+                await ctx.perform(fired)
+            try:
+                await ctx.persist_assistant(partial)
+                if initial:  # callers' prompts may queue behind the initial turn now
+                    self.init.admission.set()
+                return await self._run(generation, text, attachments, dispatch_only, on_dispatched)
+            except anyio.get_cancelled_exc_class():
+                await self._abandon(generation)
+                raise
+            finally:
+                generation.sent.set()
+                generation.returned.set()
 
     async def _run(
         self,
@@ -300,7 +311,7 @@ class PromptDriver:
                     if wants(fired, "skip_dispatch"):
                         return False
                     # a new send attempt: a cancel now waits for its answer
-                    generation.sent = anyio.Event()
+                    generation.sent = Flag()
                     try:
                         await transport.prompt(text, attachments, generation.number)
                     except StreamNotConnected as exc:

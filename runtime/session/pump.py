@@ -11,10 +11,14 @@ reply text, model updates, history, a handoff, and is published. It decides noth
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import anyio
 
 from acpfsm.adapters import events as ev
 
+from ..clock import loop_clock
 from .config import ConfigDriver
 from .context import ExecutionContext
 from .flows import loss_followup
@@ -47,6 +51,7 @@ class EventPump:
         self.config = config
         self.permissions = permissions
         self._tool_names: dict[str, str] = {}
+        self._clock: Callable[[], float] = anyio.current_time
 
     def _replaced(self, generation: int) -> bool:
         """A successor was admitted after ``generation`` (every admission supersedes the turn
@@ -57,6 +62,7 @@ class EventPump:
 
     async def run(self) -> None:
         """Handle the transport's events one at a time, in order."""
+        self._clock = loop_clock()  # read for every event: looked up once
         async for event in self.ctx.transport_or_raise().events():
             await self.handle(event)
         if self.stream.live:
@@ -65,6 +71,10 @@ class EventPump:
 
     async def handle(self, event: ev.AgentEvent) -> None:
         ctx = self.ctx
+        kind = type(event)
+        if kind is ev.MessageChunk or kind is ev.Reasoning:
+            await self._content(cast("ev.MessageChunk | ev.Reasoning", event))
+            return
         if isinstance(event, ev.Complete | ev.ErrorEvent):
             self.permissions.turn_ended(event.prompt_generation)
             await self.turns.completion(event)
@@ -101,9 +111,33 @@ class EventPump:
             await self.turns.handoff(event)
         ctx.publish(event)
 
+    async def _content(self, event: ev.MessageChunk | ev.Reasoning) -> None:
+        """The high-rate turn content (message and thought chunks), as :meth:`handle` treats
+        any event, without its dispatch: activity, the reply text, published. No chart is
+        read or fired unless the first activity is yet to be announced or a wakeup is
+        watched."""
+        status = self.status
+        if not status.first_activity.ended:
+            await status.activity()
+        act = self.ctx.activity
+        act.last_at = self._clock()
+        act.since_prompt = True
+        act.epoch += 1
+        if status.watching_wakeup:
+            await status.turn_content()  # a wakeup turn (R26) when READY
+        if (
+            type(event) is ev.MessageChunk
+            and event.role != "user"
+            and event.text
+            # late text of a turn a successor superseded is not the current reply
+            and not self._replaced(event.prompt_generation)
+        ):
+            self.ctx.message.append(event.text)
+        self.ctx.hub.publish(event)
+
     async def _record_activity(self, event: ev.AgentEvent) -> None:
         act = self.ctx.activity
-        act.last_at = anyio.current_time()
+        act.last_at = self._clock()
         if not ev.is_turn_content(event):
             return
         act.since_prompt = True
@@ -112,14 +146,11 @@ class EventPump:
             # the active *top-level* tool: a subagent's tool call does not replace it
             act.active_tool_id = event.tool_call_id
             act.active_tool_title = event.tool_title or event.tool_name
-        elif (
-            isinstance(event, ev.ToolUpdate)
-            and ev.is_terminal_tool_update(event)
-            and event.tool_call_id == act.active_tool_id
-        ):
-            act.active_tool_id = act.active_tool_title = ""
-        if not ev.is_terminal_tool_update(event):
-            await self.status.turn_content()  # a wakeup turn (R26) when READY
+        elif isinstance(event, ev.ToolUpdate) and ev.is_terminal_tool_update(event):
+            if event.tool_call_id == act.active_tool_id:
+                act.active_tool_id = act.active_tool_title = ""
+            return
+        await self.status.turn_content()  # a wakeup turn (R26) when READY
 
     async def stream_lost(self, event: ev.StreamDisconnected) -> None:
         """handleStreamDisconnect and, for a local process, its exit."""

@@ -35,7 +35,7 @@ class StatusDriver:
         self.machine = ctx.start(Execution)
         self.first_activity = ctx.start(FirstActivity)
         self._wakeup_watch = False
-        self._changed = anyio.Event()
+        self._changed: anyio.Event | None = None  # only while someone waits
         ctx.handle(
             Execution.chart_name,
             {
@@ -69,11 +69,14 @@ class StatusDriver:
 
     async def changed(self) -> None:
         """Wait for the execution's next status step."""
+        if self._changed is None:
+            self._changed = anyio.Event()
         await self._changed.wait()
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
 
     # --- facts ----------------------------------------------------------------------------
 
@@ -90,6 +93,11 @@ class StatusDriver:
         if self.machine.ended:
             return []
         return await self.ctx.step(self.machine, event, **data)
+
+    @property
+    def watching_wakeup(self) -> bool:
+        """READY and no turn content since: the next content is a wakeup fact."""
+        return self._wakeup_watch
 
     async def turn_content(self) -> None:
         """Turn content arrived: the first one after the execution became READY is a wakeup

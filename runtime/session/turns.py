@@ -20,6 +20,7 @@ import msgspec
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.classify import Call, classify_error
+from acpfsm.adapters.transport import Flag
 from acpfsm.statecharts import ChartMachine, Effect, PromptGeneration
 from acpfsm.statecharts.coordination import Fired
 
@@ -73,10 +74,10 @@ class Generation:
         self.error = ""
         self.agent_message = ""
         self.cancel_result = ""
-        self.done = anyio.Event()
-        self.turn_over = anyio.Event()
-        self.returned = anyio.Event()
-        self.sent = anyio.Event()
+        self.done = Flag()  # allocates only when waited on (most are not)
+        self.turn_over = Flag()
+        self.returned = Flag()
+        self.sent = Flag()
         """Set once the prompt's send attempt is over (answered, failed, or never made)."""
 
     @property

@@ -1,56 +1,50 @@
-"""``make bench``: what the statecharts cost, measured side by side in one run.
+"""``make bench``: what the runtime costs beside the bare transport, measured side by side in one
+run, each figure with its goal.
 
-``python -m acpfsm.runtime.tools.bench [--prompts N] [--warmup W] [--cycles C] [--idle K]
-[--idle-stdio K] [--backend trio|asyncio] [--no-sdk]`` prints one table in three sections:
+``python -m acpfsm.runtime.tools.bench [--quick] [--backend both|trio|asyncio] [--no-sdk]
+[--prompts N] [--rounds R] [...]`` (``--help`` lists every count) prints a summary of the goals
+first (the figure, the backend, the chart engine, what was measured, the goal, met or not),
+then each section's detail:
 
 1. **Prompt round trip** against the reference agent (``python -m
-   acpfsm.adapters.reference_agent --delay 0``, a fresh process per path): N timed prompts
-   after W warm-up prompts, each sent and awaited until its turn ends, three ways:
+   acpfsm.adapters.reference_agent --delay 0``, one process per path), under each backend: the
+   bare :class:`~acpfsm.adapters.acp.stdio.StdioTransport` (``prompt(text, [], g)``, then the
+   ``Complete`` of generation ``g`` read from ``events()``), :meth:`acpfsm.runtime.Runtime.prompt`
+   (the same transport under the charts, the event pump, the hub and the trace), and, under
+   asyncio only (the SDK is asyncio-only), the official ACP Python SDK's client
+   (``agent-client-protocol``, ``ClientSideConnection`` from ``acp.spawn_agent_process``), on
+   the same event loop. The paths run in interleaved rounds (A B C, then C B A …) so a change in
+   the machine's load falls on all of them alike. Per path: median, p95 and p99 latency; client
+   CPU per prompt (this process's ``time.process_time``: only one path runs at a time); agent
+   CPU per prompt (``/proc/<pid>/stat``, clock ticks); the longest garbage-collector pause and
+   the number of collections while the path ran (``gc.callbacks``).
 
-   * the bare :class:`~acpfsm.adapters.acp.stdio.StdioTransport` (``prompt(text, [], g)``,
-     then the ``Complete`` of generation ``g`` read from ``events()``): the baseline;
-   * :meth:`acpfsm.runtime.Runtime.prompt` (the same transport under the charts, the event
-     pump, the hub and the trace; the execution is launched without an initial prompt);
-   * the official ACP Python SDK client (``agent-client-protocol``, ``ClientSideConnection``
-     from ``acp.spawn_agent_process``). The SDK is asyncio-only, so it runs with its own
-     ``asyncio.run`` loop in a worker thread (``anyio.to_thread``) while the bench's event loop
-     waits; nothing else runs meanwhile, so the process CPU clock still measures that client
-     alone.
+2. **CPU per streamed notification**, with no process and no pipe: the stdio transport over
+   memory byte streams to an in-process agent (:mod:`.bench_peer`) that answers each prompt
+   with ``--chunks`` ``agent_message_chunk`` notifications. Bare: the transport's ``events()``
+   read until the turn's ``Complete``; runtime: the same transport under a Runtime, the
+   notifications read as :meth:`Runtime.turn <acpfsm.runtime.Runtime.turn>` yields them.
+   Process CPU divided by the notifications, interleaved turn by turn.
 
-   Columns: median and p95 wall latency (ms); client CPU per prompt (``time.process_time``
-   delta of this process over the timed prompts / N); agent CPU per prompt (utime + stime of
-   the agent process from ``/proc/<pid>/stat``, clock-tick resolution, ``n/a`` off Linux);
-   ratios to the bare transport.
+3. **Launch to READY**: client CPU (and wall time) from spawning the reference agent to a
+   session ready for prompts: ``open_stdio_transport`` + ``initialize`` + ``session/new`` by
+   hand, against ``Runtime.launch`` + ``wait_ready`` (the session init chart, the start-model
+   policy, the config layers), interleaved.
 
-2. **Chart transitions per second**, in a tight loop on the event loop thread (N cycles per
-   row), each lifecycle row twice, on the reference engine (python-statemachine running the
-   declared chart) and on the compiled one, beside a raw python-statemachine ("psm")
-   ``StateChart`` of the same shape: the Execution chart's prompt cycle (``prompt_began`` /
-   ``turn_completed``) against a bare two-state chart; the construction of a
-   :class:`~acpfsm.statecharts.PromptGeneration` (the runtime builds one per prompt) against a
-   five-state chart's; and the whole per-prompt cycle the runtime fires (a new
-   PromptGeneration, ``dispatch_started``, ``dispatch_accepted``, ``completion_received``,
-   ``superseded_by_successor`` and the two Execution transitions, with the runtime's
-   :class:`~acpfsm.runtime.Trace` observer attached, records not kept) against a raw chart
-   doing the same six transitions. ``x cost`` is the cost per item relative to the row
-   named after it: the compiled Execution cycle to the reference engine's, every other row to
-   raw psm.
+4. **Heap growth per prompt**: a Runtime over the in-memory agent is prompted until its
+   bounded stores are full (the trace ring dropped records and a late subscriber is told
+   events were dropped), then ``tracemalloc`` measures what the next ``--heap-prompts``
+   prompts leave allocated (after ``gc.collect()``).
 
-3. **Lifecycle CPU per prompt**: :meth:`~acpfsm.runtime.Runtime.prompt` over the in-memory
-   transport (:class:`~acpfsm.testing.memory.MemoryExecutor`, every prompt answered at once),
-   N prompts after W warm-up, ``Runtime(engine="reference")`` then
-   ``Runtime(engine="compiled")``: with no agent and no pipe, the process CPU per prompt is the
-   runtime's lifecycle (charts, event pump, hub, trace).
+5. **Import time** of ``import acpfsm.runtime`` (a stdio-only user: the agentctl stack is not
+   loaded) in fresh processes, the median; the slowest packages of one ``-X importtime`` run
+   say where it goes.
 
-   The compiled rows carry the goals of the compiled engine beside their ratio (``goal``):
-   one transition at most 0.05x the reference engine's cost, the prompt cycle at most 0.2x
-   raw psm's, the lifecycle CPU at most 0.25x the reference engine's.
-
-4. **Memory per idle execution**: ``tracemalloc`` growth of this process per execution
-   brought to READY and left idle (K over the in-memory transport; K' over stdio against
-   real reference agents, and the same number of bare initialized StdioTransports as the
-   baseline); the agent processes are not in that figure, so their RSS and private memory
-   (``/proc/<pid>/status``, ``smaps_rollup``) are reported per process on their own rows.
+6. **Chart transitions per second** (both engines, against raw python-statemachine charts of
+   the same shape), **lifecycle CPU per prompt** over the in-memory transport
+   (:class:`~acpfsm.testing.memory.MemoryExecutor`; ``Runtime(engine="reference")`` against
+   ``engine="compiled"``) and **memory per idle execution** (``tracemalloc`` per execution
+   brought to READY, and the agents' RSS).
 
 Nothing here is asserted anywhere: the numbers are for reading, ratios more than absolutes.
 """
@@ -63,6 +57,7 @@ import gc
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -70,44 +65,45 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 from statemachine import State, StateChart
 
-from acpfsm.adapters.acp.stdio import StdioTransport, open_stdio_transport
-from acpfsm.adapters.events import Complete, ErrorEvent
+from acpfsm.adapters.acp.stdio import StdioTransport, connect_stdio_transport, open_stdio_transport
+from acpfsm.adapters.events import Complete, ErrorEvent, MessageChunk
 from acpfsm.adapters.memory import MemoryTransport
+from acpfsm.runtime.events import EventsTruncated
 from acpfsm.runtime.runtime import Runtime, reference_profile
 from acpfsm.runtime.trace import Trace
-from acpfsm.runtime.types import AgentProfile, LaunchSpec, WorkspaceRef
+from acpfsm.runtime.types import AgentProfile, LaunchSpec, Retention, WorkspaceRef
 from acpfsm.statecharts import EngineName, PromptGeneration, TransitionObserver
 from acpfsm.statecharts import Execution as ExecutionChart
 from acpfsm.testing.memory import MemoryExecutor
+
+from .bench_peer import MemoryAgentExecutor, memory_agent
 
 __all__ = [
     "AGENT_ARGS",
     "BenchOptions",
     "BenchReport",
+    "Goal",
     "LatencyRow",
     "MemoryRow",
     "RateRow",
     "child_pids",
     "format_report",
     "main",
+    "percentile",
     "rss_kib",
     "run_bench",
     "zombie_pids",
 ]
 
-#: The goals of the compiled engine (issue 10), printed beside their rows, never asserted:
-#: one transition at least 20x cheaper than on the reference engine; a new PromptGeneration
-#: and its cycle at least 5x cheaper than raw python-statemachine doing the same
-#: transitions; the lifecycle CPU of a prompt at most a quarter of the reference engine's.
+#: The goals of the compiled engine (issue 10), printed beside their rows, never asserted.
 GOAL_TRANSITION = "<=0.05x"
 GOAL_CYCLE = "<=0.20x"
 GOAL_LIFECYCLE = "<=0.25x"
@@ -118,16 +114,27 @@ AGENT_MODULE = "acpfsm.adapters.reference_agent"
 PROMPT_TIMEOUT = 30.0  # one prompt round trip (a healthy one takes milliseconds)
 SETUP_TIMEOUT = 60.0  # spawning agents, initialize, session/new, READY
 
+BARE_ROW = "bare StdioTransport"
+RUNTIME_ROW = "Runtime.prompt"
+SDK_ROW = "ACP SDK client"
+LIFECYCLE_ROW = "Runtime.prompt over MemoryTransport"
+COMPILED = "compiled"
+
 
 # ------------------------------------------------------------------------ results --
 
 
-@dataclass(frozen=True)
+@dataclass
 class LatencyRow:
+    """One path of a round-trip section (or a lifecycle row)."""
+
     name: str
-    samples_ms: tuple[float, ...] = ()
+    backend: str = ""
+    samples_ms: list[float] = field(default_factory=list)
     client_cpu_ms: float | None = None
     agent_cpu_ms: float | None = None
+    gc_max_ms: float = 0.0
+    gc_count: int = 0
     note: str = ""
 
     @property
@@ -137,6 +144,10 @@ class LatencyRow:
     @property
     def p95_ms(self) -> float | None:
         return percentile(self.samples_ms, 95.0) if self.samples_ms else None
+
+    @property
+    def p99_ms(self) -> float | None:
+        return percentile(self.samples_ms, 99.0) if self.samples_ms else None
 
 
 @dataclass(frozen=True)
@@ -166,25 +177,138 @@ class MemoryRow:
 
 
 @dataclass(frozen=True)
+class CostRow:
+    """A per-item cost of one path (``per_item_ms``), with the wall time of each item."""
+
+    name: str
+    backend: str
+    items: int
+    per_item_ms: float
+    wall_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class HeapRow:
+    prompts: int
+    filled_after: int
+    grown_bytes: int
+    trace_records: int
+    note: str = ""
+
+    @property
+    def per_prompt(self) -> float:
+        return self.grown_bytes / self.prompts if self.prompts else 0.0
+
+
+@dataclass(frozen=True)
+class ImportRow:
+    samples_ms: tuple[float, ...]  # wall
+    cpu_ms: tuple[float, ...]
+    httpx_loaded: bool
+    top: tuple[tuple[str, float], ...] = ()  # (package, self ms) of one -X importtime run
+    after_asyncio_cpu_ms: tuple[float, ...] = ()  # asyncio imported first (an asyncio app)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms) if self.samples_ms else math.nan
+
+    @property
+    def cpu_median_ms(self) -> float:
+        return statistics.median(self.cpu_ms) if self.cpu_ms else math.nan
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One line of the summary: ``value`` against ``goal`` (``<=`` or ``<`` a limit)."""
+
+    figure: str
+    backend: str
+    engine: str
+    value: float | None
+    limit: float
+    unit: str  # "x" (a ratio), "ms", "B"
+    strict: bool = False  # ``<`` rather than ``<=``
+    detail: str = ""
+
+    @property
+    def goal(self) -> str:
+        op = "<" if self.strict else "<="
+        return f"{op} {_fmt(self.limit, self.unit)}"
+
+    @property
+    def measured(self) -> str:
+        return "n/a" if self.value is None else _fmt(self.value, self.unit)
+
+    @property
+    def met(self) -> str:
+        if self.value is None:
+            return "n/a"
+        ok = self.value < self.limit if self.strict else self.value <= self.limit
+        return "yes" if ok else "no"
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "B":
+        return f"{value:,.0f} B"
+    return f"{value:.1f} {unit}"
+
+
+@dataclass(frozen=True)
 class BenchOptions:
-    prompts: int = 200
-    warmup: int = 20
-    cycles: int = 500
+    prompts: int = 2000
+    rounds: int = 10
+    warmup: int = 50
+    chunks: int = 1000
+    stream_turns: int = 20
+    launches: int = 8
+    heap_prompts: int = 5000
+    imports: int = 20
+    lifecycle_prompts: int = 300
+    cycles: int = 200
     idle: int = 20
-    idle_stdio: int = 5
-    backend: str = "trio"
+    idle_stdio: int = 3
+    backends: tuple[str, ...] = ("trio", "asyncio")
     sdk: bool = True
+    quick: bool = False
+
+
+QUICK = BenchOptions(
+    prompts=300,
+    rounds=3,
+    warmup=10,
+    chunks=500,
+    stream_turns=4,
+    launches=2,
+    heap_prompts=500,
+    imports=5,
+    lifecycle_prompts=50,
+    cycles=20,
+    idle=4,
+    idle_stdio=1,
+    quick=True,
+)
+#: The bounds the heap row runs with under ``--quick`` (filled sooner than the defaults).
+QUICK_RETENTION = Retention(trace_records=1000, backlog_events=1000, backlog_bytes=256 * 1024)
 
 
 @dataclass
 class BenchReport:
     options: BenchOptions
     latency: list[LatencyRow] = field(default_factory=list)
+    streaming: list[CostRow] = field(default_factory=list)
+    launch: list[CostRow] = field(default_factory=list)
+    heap: HeapRow | None = None
+    imports: ImportRow | None = None
     rates: list[RateRow] = field(default_factory=list)
     lifecycle: list[LatencyRow] = field(default_factory=list)
     memory: list[MemoryRow] = field(default_factory=list)
     seconds: float = 0.0
     section_seconds: dict[str, float] = field(default_factory=dict)
+
+    def row(self, rows: Sequence[Any], name: str, backend: str) -> Any:
+        return next((r for r in rows if r.name == name and r.backend == backend), None)
 
 
 def percentile(samples: Sequence[float], pct: float) -> float:
@@ -291,6 +415,34 @@ class _CpuMeter:
         return client, (agent1 - self.agent0) * 1000.0 / ops
 
 
+class _GcWatch:
+    """Times every garbage collection (``gc.callbacks``) and charges it to the row that is
+    running (:attr:`row`), if any."""
+
+    def __init__(self) -> None:
+        self.row: LatencyRow | None = None
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        row = self.row
+        if row is not None:
+            pause = (time.perf_counter() - self._start) * 1000.0
+            row.gc_count += 1
+            row.gc_max_ms = max(row.gc_max_ms, pause)
+
+    def __enter__(self) -> Self:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.row = None
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+
 def _agent_argv(sessions_dir: Path) -> list[str]:
     return [sys.executable, "-m", AGENT_MODULE, *AGENT_ARGS, "--sessions-dir", str(sessions_dir)]
 
@@ -299,90 +451,75 @@ def _prompt_text(i: int) -> str:
     return f"bench prompt number {i}: say something short."
 
 
+def _spec(executor_id: str, path: Path, profile_id: str) -> LaunchSpec:
+    return LaunchSpec(
+        agent_profile_id=profile_id,
+        executor_id=executor_id,
+        workspace=WorkspaceRef(path=str(path)),
+    )
+
+
+MEMORY_AGENT = AgentProfile(id="memory-agent", command=("unused",))
+
+
 # ------------------------------------------------------------ 1. round trips --
 
 
-async def _complete_of(transport: StdioTransport, generation: int) -> None:
-    """Consume events until the turn of ``generation`` ends (an error ends the bench)."""
+async def _complete_of(transport: StdioTransport, generation: int) -> int:
+    """Consume events until the turn of ``generation`` ends (an error ends the bench);
+    returns the message chunks seen."""
+    chunks = 0
     async for event in transport.events():
-        if isinstance(event, Complete) and event.prompt_generation == generation:
-            return
-        if isinstance(event, ErrorEvent) and event.prompt_generation == generation:
+        if isinstance(event, MessageChunk):
+            chunks += 1
+        elif isinstance(event, Complete) and event.prompt_generation == generation:
+            return chunks
+        elif isinstance(event, ErrorEvent) and event.prompt_generation == generation:
             raise RuntimeError(f"prompt {generation} failed: {event.error}")
     raise RuntimeError("the agent's event stream ended before the turn did")
 
 
-async def bench_bare_transport(opts: BenchOptions, root: Path) -> LatencyRow:
-    ws = root / "bare"
-    ws.mkdir()
-    before = child_pids()
-    with anyio.fail_after(SETUP_TIMEOUT):
-        async with open_stdio_transport(_agent_argv(ws / "sessions"), cwd=ws) as transport:
-            await transport.initialize()
-            await transport.new_session(str(ws))
+class _Path:
+    """One path of the interleaved rounds: how to make a round trip, and what it cost."""
 
-            async def one(g: int) -> None:
-                await transport.prompt(_prompt_text(g), [], g)
-                await _complete_of(transport, g)
+    def __init__(self, row: LatencyRow, one: Callable[[int], Awaitable[None]], agent: set[int]):
+        self.row = row
+        self.one = one
+        self.agent = agent
+        self.client_s = 0.0
+        self.agent_s: float | None = 0.0
+        self.count = 0
 
-            samples, meter = await _round_trips(one, opts, child_pids() - before)
-            client, agent_cpu = meter.per_op_ms(opts.prompts)
-    return LatencyRow("bare StdioTransport", tuple(samples), client, agent_cpu)
+    async def run(self, first: int, count: int, gcw: _GcWatch, *, timed: bool) -> None:
+        agent0 = _cpu_seconds(self.agent)
+        cpu0 = time.process_time()
+        gcw.row = self.row if timed else None
+        try:
+            for i in range(first, first + count):
+                with anyio.fail_after(PROMPT_TIMEOUT):
+                    t0 = time.perf_counter()
+                    await self.one(i)
+                    elapsed = time.perf_counter() - t0
+                if timed:
+                    self.row.samples_ms.append(elapsed * 1000.0)
+        finally:
+            gcw.row = None
+        if not timed:
+            return
+        self.client_s += time.process_time() - cpu0
+        agent1 = _cpu_seconds(self.agent)
+        if agent0 is None or agent1 is None or self.agent_s is None:
+            self.agent_s = None
+        else:
+            self.agent_s += agent1 - agent0
+        self.count += count
 
-
-async def bench_runtime_prompt(opts: BenchOptions, root: Path) -> LatencyRow:
-    ws = root / "runtime"
-    ws.mkdir()
-    profile = reference_profile(*AGENT_ARGS, "--sessions-dir", str(ws / "sessions"))
-    before = child_pids()
-    with anyio.fail_after(SETUP_TIMEOUT):
-        async with Runtime(profiles=[profile]) as rt:
-            ref = await rt.launch(
-                LaunchSpec(
-                    agent_profile_id=profile.id,
-                    executor_id="stdio",
-                    workspace=WorkspaceRef(path=str(ws)),
-                )
-            )
-            samples, meter = await _prompts(rt, ref.id, opts, child_pids() - before)
-            client, agent_cpu = meter.per_op_ms(opts.prompts)
-            await rt.stop(ref.id, "bench done")
-    return LatencyRow("Runtime.prompt", tuple(samples), client, agent_cpu)
-
-
-async def _round_trips(
-    one: Callable[[int], Awaitable[None]], opts: BenchOptions, agent: set[int]
-) -> tuple[list[float], _CpuMeter]:
-    """W warm-up then N timed round trips ``one(i)`` (i = 1, 2 …): the latencies (ms) and the
-    CPU meter of the timed ones (this process and the ``agent`` processes)."""
-    samples: list[float] = []
-    meter = _CpuMeter(agent)
-    for i in range(1, opts.warmup + opts.prompts + 1):
-        if i == opts.warmup + 1:
-            meter = _CpuMeter(agent)
-        with anyio.fail_after(PROMPT_TIMEOUT):
-            t0 = time.perf_counter()
-            await one(i)
-            elapsed = time.perf_counter() - t0
-        if i > opts.warmup:
-            samples.append(elapsed * 1000.0)
-    return samples, meter
-
-
-async def _prompts(
-    rt: Runtime, execution_id: str, opts: BenchOptions, agent: set[int]
-) -> tuple[list[float], _CpuMeter]:
-    """:func:`_round_trips` of ``Runtime.prompt``, each required to end its turn."""
-
-    async def one(i: int) -> None:
-        result = await rt.prompt(execution_id, _prompt_text(i))
-        if result.stop_reason != "end_turn":
-            raise RuntimeError(f"prompt {i} ended {result.stop_reason!r}")
-
-    return await _round_trips(one, opts, agent)
-
-
-SDK_ROW = "ACP SDK client (asyncio thread)"
+    def finish(self) -> LatencyRow:
+        if self.count:
+            self.row.client_cpu_ms = self.client_s * 1000.0 / self.count
+            if self.agent_s is not None:
+                self.row.agent_cpu_ms = self.agent_s * 1000.0 / self.count
+        return self.row
 
 
 class _SdkClient:
@@ -397,62 +534,322 @@ class _SdkClient:
         self.updates += 1
 
 
-def _sdk_bench_thread(opts: BenchOptions, ws: Path) -> LatencyRow:
-    """Runs in a worker thread with its own asyncio loop (the SDK is asyncio-only)."""
-    import asyncio
+async def _bare_path(
+    stack: contextlib.AsyncExitStack, ws: Path, backend: str, before: set[int]
+) -> _Path:
+    transport = await stack.enter_async_context(
+        open_stdio_transport(_agent_argv(ws / "sessions"), cwd=ws)
+    )
+    with anyio.fail_after(SETUP_TIMEOUT):
+        await transport.initialize()
+        await transport.new_session(str(ws))
 
+    async def one(g: int) -> None:
+        await transport.prompt(_prompt_text(g), [], g)
+        await _complete_of(transport, g)
+
+    return _Path(LatencyRow(BARE_ROW, backend), one, child_pids() - before)
+
+
+async def _runtime_path(
+    stack: contextlib.AsyncExitStack, ws: Path, backend: str, before: set[int]
+) -> _Path:
+    profile = reference_profile(*AGENT_ARGS, "--sessions-dir", str(ws / "sessions"))
+    rt = await stack.enter_async_context(Runtime(profiles=[profile]))
+    with anyio.fail_after(SETUP_TIMEOUT):
+        ref = await rt.launch(_spec("stdio", ws, profile.id))
+        await rt.wait_ready(ref.id)
+
+    async def one(i: int) -> None:
+        result = await rt.prompt(ref.id, _prompt_text(i))
+        if result.stop_reason != "end_turn":
+            raise RuntimeError(f"prompt {i} ended {result.stop_reason!r}")
+
+    return _Path(LatencyRow(RUNTIME_ROW, backend), one, child_pids() - before)
+
+
+async def _sdk_path(
+    stack: contextlib.AsyncExitStack, ws: Path, backend: str, before: set[int]
+) -> _Path | LatencyRow:
     try:
         import acp
     except ImportError:
-        return LatencyRow(SDK_ROW, note="agent-client-protocol is not installed")
+        return LatencyRow(SDK_ROW, backend, note="agent-client-protocol is not installed")
+    client = _SdkClient()
+    argv = _agent_argv(ws / "sessions")
+    spawned = acp.spawn_agent_process(
+        client,  # type: ignore[arg-type]  # a partial Client, on purpose (see _SdkClient)
+        argv[0],
+        *argv[1:],
+        cwd=ws,
+        transport_kwargs={"stderr": subprocess.DEVNULL},
+    )
+    conn, _process = await stack.enter_async_context(spawned)
+    with anyio.fail_after(SETUP_TIMEOUT):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        session = await conn.new_session(cwd=str(ws))
 
-    async def run() -> LatencyRow:
-        client = _SdkClient()
-        argv = _agent_argv(ws / "sessions")
-        before = child_pids()
-        async with asyncio.timeout(SETUP_TIMEOUT):
-            spawned = acp.spawn_agent_process(
-                client,  # type: ignore[arg-type]  # a partial Client, on purpose (see _SdkClient)
-                argv[0],
-                *argv[1:],
-                cwd=ws,
-                transport_kwargs={"stderr": subprocess.DEVNULL},
-            )
-            async with spawned as (conn, _process):
-                await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
-                session = await conn.new_session(cwd=str(ws))
-                agent = child_pids() - before
-                samples: list[float] = []
-                meter = _CpuMeter(agent)
-                for i in range(1, opts.warmup + opts.prompts + 1):
-                    if i == opts.warmup + 1:
-                        meter = _CpuMeter(agent)
-                    async with asyncio.timeout(PROMPT_TIMEOUT):
-                        t0 = time.perf_counter()
-                        response = await conn.prompt(
-                            session_id=session.session_id,
-                            prompt=[acp.text_block(_prompt_text(i))],
-                        )
-                        elapsed = time.perf_counter() - t0
-                    if response.stop_reason != "end_turn":
-                        raise RuntimeError(f"prompt {i} ended {response.stop_reason!r}")
-                    if i > opts.warmup:
-                        samples.append(elapsed * 1000.0)
-                client_cpu, agent_cpu = meter.per_op_ms(opts.prompts)
+    async def one(i: int) -> None:
+        response = await conn.prompt(
+            session_id=session.session_id, prompt=[acp.text_block(_prompt_text(i))]
+        )
+        if response.stop_reason != "end_turn":
+            raise RuntimeError(f"prompt {i} ended {response.stop_reason!r}")
         if client.updates == 0:
             raise RuntimeError("the SDK client saw no session/update")
-        return LatencyRow(SDK_ROW, tuple(samples), client_cpu, agent_cpu)
 
-    return asyncio.run(run())
+    return _Path(LatencyRow(SDK_ROW, backend), one, child_pids() - before)
 
 
-async def bench_sdk_client(opts: BenchOptions, root: Path) -> LatencyRow:
-    ws = root / "sdk"
+async def bench_round_trips(
+    opts: BenchOptions, root: Path, backend: str, gcw: _GcWatch
+) -> list[LatencyRow]:
+    """The paths side by side against the reference agent, in interleaved rounds."""
+    rows: list[LatencyRow] = []
+    paths: list[_Path] = []
+    async with contextlib.AsyncExitStack() as stack:
+        makers: list[tuple[str, Any]] = [("bare", _bare_path), ("runtime", _runtime_path)]
+        if backend == "asyncio" and opts.sdk:
+            makers.append(("sdk", _sdk_path))
+        for name, make in makers:
+            ws = root / f"{backend}-{name}"
+            ws.mkdir()
+            made = await make(stack, ws, backend, child_pids())  # each step bounded inside
+            if isinstance(made, LatencyRow):
+                rows.append(made)
+            else:
+                paths.append(made)
+        rounds = max(1, min(opts.rounds, opts.prompts))
+        per_round = [opts.prompts // rounds + (r < opts.prompts % rounds) for r in range(rounds)]
+        for path in paths:
+            await path.run(1, opts.warmup, gcw, timed=False)
+        gc.collect()
+        next_i = opts.warmup + 1
+        for r, count in enumerate(per_round):
+            for path in paths if r % 2 == 0 else reversed(paths):
+                await path.run(next_i, count, gcw, timed=True)
+            next_i += count
+    out = [p.finish() for p in paths] + rows
+    if backend == "asyncio" and not opts.sdk:
+        out.append(LatencyRow(SDK_ROW, backend, note="skipped (--no-sdk)"))
+    if backend == "trio":
+        out.append(LatencyRow(SDK_ROW, backend, note="asyncio only"))
+    return out
+
+
+# ------------------------------------------------- 2. CPU per streamed notification --
+
+STREAM_BARE = "bare StdioTransport: events()"
+STREAM_RUNTIME = "Runtime.turn: its updates"
+
+
+async def bench_streaming(opts: BenchOptions, root: Path, backend: str) -> list[CostRow]:
+    """CPU per notification through the bare transport and through the Runtime, both over
+    the in-process agent, interleaved turn by turn."""
+    chunks = max(1, opts.chunks)
+    bare_s = runtime_s = 0.0
+    bare_n = runtime_n = 0
+    executor = MemoryAgentExecutor(chunks)
+    async with (
+        memory_agent(chunks) as (receive, send),
+        connect_stdio_transport(receive, send, workspace=root) as transport,
+        Runtime(profiles=[MEMORY_AGENT], executors={"memory-acp": executor}) as rt,
+    ):
+        with anyio.fail_after(SETUP_TIMEOUT):
+            await transport.initialize()
+            await transport.new_session(str(root))
+            ref = await rt.launch(_spec("memory-acp", root, MEMORY_AGENT.id))
+            await rt.wait_ready(ref.id)
+
+        async def bare(g: int) -> int:
+            await transport.prompt("stream", [], g)
+            return await _complete_of(transport, g)
+
+        async def runtime() -> int:
+            seen = 0
+            async with rt.turn(ref.id, "stream") as turn:
+                async for _update in turn:
+                    seen += 1
+            return seen
+
+        await bare(1)  # warm-up
+        await runtime()
+        gc.collect()
+        for t in range(opts.stream_turns):
+            with anyio.fail_after(PROMPT_TIMEOUT):
+                cpu0 = time.process_time()
+                bare_n += await bare(t + 2)
+                cpu1 = time.process_time()
+                runtime_n += await runtime()
+                runtime_s += time.process_time() - cpu1
+                bare_s += cpu1 - cpu0
+        await rt.stop(ref.id, "bench done")
+    return [
+        CostRow(STREAM_BARE, backend, bare_n, bare_s * 1000.0 / max(1, bare_n)),
+        CostRow(STREAM_RUNTIME, backend, runtime_n, runtime_s * 1000.0 / max(1, runtime_n)),
+    ]
+
+
+# ----------------------------------------------------------------- 3. launch → READY --
+
+LAUNCH_BARE = "open_stdio_transport + initialize + session/new"
+LAUNCH_RUNTIME = "Runtime.launch + wait_ready"
+
+
+async def bench_launch(opts: BenchOptions, root: Path, backend: str) -> list[CostRow]:
+    """Client CPU from spawning the reference agent to a session ready for prompts."""
+    ws = root / f"{backend}-launch"
     ws.mkdir()
-    return await anyio.to_thread.run_sync(_sdk_bench_thread, opts, ws)
+    profile = reference_profile(*AGENT_ARGS, "--sessions-dir", str(ws / "sessions"))
+    by_hand: list[tuple[float, float]] = []  # (cpu, wall) seconds
+    runtime: list[tuple[float, float]] = []
+    async with Runtime(profiles=[profile]) as rt:
+
+        async def hand() -> None:
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            argv = _agent_argv(ws / "sessions")
+            async with open_stdio_transport(argv, cwd=ws) as transport:
+                await transport.initialize()
+                await transport.new_session(str(ws))
+                by_hand.append((time.process_time() - cpu0, time.perf_counter() - t0))
+
+        async def launched() -> None:
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            ref = await rt.launch(_spec("stdio", ws, profile.id))
+            await rt.wait_ready(ref.id)
+            runtime.append((time.process_time() - cpu0, time.perf_counter() - t0))
+            await rt.stop(ref.id, "bench done")
+
+        with anyio.fail_after(SETUP_TIMEOUT):
+            await hand()  # warm-up: the imports and caches of both paths
+            await launched()
+        by_hand.clear()
+        runtime.clear()
+        for k in range(opts.launches):
+            with anyio.fail_after(SETUP_TIMEOUT):
+                for step in (hand, launched) if k % 2 == 0 else (launched, hand):
+                    await step()
+
+    def row(name: str, runs: list[tuple[float, float]]) -> CostRow:
+        cpu = statistics.mean(c for c, _ in runs) * 1000.0 if runs else math.nan
+        wall = statistics.median(w for _, w in runs) * 1000.0 if runs else None
+        return CostRow(name, backend, len(runs), cpu, wall)
+
+    return [row(LAUNCH_BARE, by_hand), row(LAUNCH_RUNTIME, runtime)]
 
 
-# ------------------------------------------------------------ 2. transitions --
+# --------------------------------------------------------------- 4. heap per prompt --
+
+
+async def bench_heap(opts: BenchOptions, root: Path) -> HeapRow:
+    """tracemalloc growth per prompt once the Runtime's bounded stores are full. Tracing
+    starts before the first prompt, so what the stores drop (allocated while traced) counts
+    against what they take."""
+    retention = QUICK_RETENTION if opts.quick else Retention()
+    executor = MemoryAgentExecutor(2)
+    rt = Runtime(profiles=[MEMORY_AGENT], executors={"memory-acp": executor}, retention=retention)
+    tracemalloc.start()
+    try:
+        async with rt:
+            ref = await rt.launch(_spec("memory-acp", root, MEMORY_AGENT.id))
+            await rt.wait_ready(ref.id)
+            prompts = 0
+
+            async def full() -> bool:
+                if rt.trace.dropped == 0:
+                    return False
+                async with rt.subscribe_events(ref.id) as late:
+                    return isinstance(await late.__anext__(), EventsTruncated)
+
+            while not await full():
+                for _ in range(100):
+                    prompts += 1
+                    await rt.prompt(ref.id, _prompt_text(prompts))
+            filled_after = prompts
+            for _ in range(filled_after):  # as many again: every stored item made while traced
+                prompts += 1
+                await rt.prompt(ref.id, _prompt_text(prompts))
+            gc.collect()
+            base = tracemalloc.get_traced_memory()[0]
+            for _ in range(opts.heap_prompts):
+                prompts += 1
+                await rt.prompt(ref.id, _prompt_text(prompts))
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - base
+            await rt.stop(ref.id, "bench done")
+    finally:
+        tracemalloc.stop()
+    note = "quick: smaller bounds" if opts.quick else ""
+    return HeapRow(opts.heap_prompts, filled_after, grown, len(rt.trace.records), note)
+
+
+# -------------------------------------------------------------------- 5. import time --
+
+_IMPORT_CODE = (
+    "import sys, time\n"
+    "{pre}"
+    "t, c = time.perf_counter(), time.process_time()\n"
+    "import acpfsm.runtime\n"
+    "print(time.perf_counter() - t, time.process_time() - c, int('httpx' in sys.modules))\n"
+)
+_IMPORTTIME = re.compile(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "acpfsm" else parts[0]
+
+
+def bench_import(count: int) -> ImportRow:
+    """``import acpfsm.runtime`` in ``count`` fresh processes; where one run's time goes."""
+    samples: list[float] = []
+    cpu: list[float] = []
+    after_asyncio: list[float] = []
+    httpx = False
+    # as installed: byte-compiled (the first, untimed run writes what is missing)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+    def timed(pre: str) -> list[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _IMPORT_CODE.format(pre=pre)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+            timeout=SETUP_TIMEOUT,
+        ).stdout.split()
+
+    timed("")
+    for _ in range(count):
+        out = timed("")
+        samples.append(float(out[0]) * 1000.0)
+        cpu.append(float(out[1]) * 1000.0)
+        httpx = httpx or out[2] == "1"
+        # an asyncio app: asyncio (which python-statemachine imports) is there already
+        after_asyncio.append(float(timed("import asyncio\n")[1]) * 1000.0)
+
+    def self_times(code: str) -> dict[str, int]:
+        err = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+            timeout=SETUP_TIMEOUT,
+        ).stderr
+        return {m[4]: int(m[1]) for m in _IMPORTTIME.finditer(err)}
+
+    startup = self_times("pass")
+    by_package: dict[str, float] = {}
+    for module, micros in self_times("import acpfsm.runtime").items():
+        if module not in startup:
+            key = _package(module)
+            by_package[key] = by_package.get(key, 0.0) + micros / 1000.0
+    top = tuple(sorted(by_package.items(), key=lambda kv: -kv[1])[:8])
+    return ImportRow(tuple(samples), tuple(cpu), httpx, top, tuple(after_asyncio))
+
+
+# ------------------------------------------------------------ 6. transitions --
 
 
 class _RawCycle(StateChart[Any]):
@@ -579,7 +976,7 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
             _RawGeneration()
         return n
 
-    observer = Trace(keep=False).observer("bench")
+    observer = Trace(keep=0).observer("bench")
     raw_name = "raw psm: 2-state cycle"
     ref_cycle = "Execution, reference engine: prompt_began/turn_completed"
     raw_new_name = "raw psm: new 5-state chart"
@@ -621,9 +1018,7 @@ def bench_transitions(opts: BenchOptions) -> list[RateRow]:
     ]
 
 
-# ------------------------------------------------- 3. lifecycle CPU per prompt --
-
-LIFECYCLE_ROW = "Runtime.prompt over MemoryTransport"
+# ------------------------------------------------- 7. lifecycle CPU per prompt --
 
 
 async def bench_lifecycle(opts: BenchOptions, root: Path) -> list[LatencyRow]:
@@ -633,21 +1028,29 @@ async def bench_lifecycle(opts: BenchOptions, root: Path) -> list[LatencyRow]:
 
 
 async def _lifecycle(engine: EngineName, opts: BenchOptions, root: Path) -> LatencyRow:
-    profile = AgentProfile(id="memory-agent", command=("unused",))
-    spec = LaunchSpec(
-        agent_profile_id=profile.id, executor_id="memory", workspace=WorkspaceRef(path=str(root))
-    )
     executor = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
-    async with Runtime(profiles=[profile], executors={"memory": executor}, engine=engine) as rt:
-        ref = await rt.launch(spec)
-        await _until_ready(rt, [ref.id])
-        samples, meter = await _prompts(rt, ref.id, opts, set())
-        cpu_ms, _ = meter.per_op_ms(max(1, opts.prompts))
+    prompts = max(1, opts.lifecycle_prompts)
+    rt = Runtime(profiles=[MEMORY_AGENT], executors={"memory": executor}, engine=engine)
+    async with rt:
+        ref = await rt.launch(_spec("memory", root, MEMORY_AGENT.id))
+        await rt.wait_ready(ref.id)
+        samples: list[float] = []
+        meter = _CpuMeter(set())
+        for i in range(1, opts.warmup + prompts + 1):
+            if i == opts.warmup + 1:
+                meter = _CpuMeter(set())
+            t0 = time.perf_counter()
+            await rt.prompt(ref.id, _prompt_text(i))
+            if i > opts.warmup:
+                samples.append((time.perf_counter() - t0) * 1000.0)
+            if i % 100 == 0:
+                executor.last.calls.clear()  # the test double records every call
+        cpu_ms, _ = meter.per_op_ms(prompts)
         await rt.stop(ref.id, "bench done")
-    return LatencyRow(f"{LIFECYCLE_ROW}, {engine} engine", tuple(samples), cpu_ms)
+    return LatencyRow(f"{LIFECYCLE_ROW}, {engine} engine", "trio", samples, cpu_ms)
 
 
-# ---------------------------------------------------------------- 4. memory --
+# ---------------------------------------------------------------- 8. memory --
 
 
 async def _settle() -> None:
@@ -663,10 +1066,8 @@ def _traced_bytes() -> int:
 
 async def _until_ready(rt: Runtime, ids: Sequence[str]) -> None:
     with anyio.fail_after(SETUP_TIMEOUT):
-        while True:  # a poll: the bench keeps no per-execution subscription alive
-            if all(rt.get_execution(i).status == "READY" for i in ids):
-                break
-            await anyio.sleep(0.005)
+        for execution_id in ids:
+            await rt.wait_ready(execution_id)
     await _settle()
 
 
@@ -685,13 +1086,8 @@ async def bench_memory(opts: BenchOptions, root: Path) -> list[MemoryRow]:
         if opts.idle_stdio > 0:
             rows.extend(await _memory_stdio(opts.idle_stdio, root))
         if opts.idle > 0:
-            mem_profile = AgentProfile(id="memory-agent", command=("unused",))
-            spec = LaunchSpec(
-                agent_profile_id=mem_profile.id,
-                executor_id="memory",
-                workspace=WorkspaceRef(path=str(root)),
-            )
-            rt = Runtime(profiles=[mem_profile], executors={"memory": MemoryExecutor()})
+            spec = _spec("memory", root, MEMORY_AGENT.id)
+            rt = Runtime(profiles=[MEMORY_AGENT], executors={"memory": MemoryExecutor()})
             async with rt:
                 per, _ids = await _idle_runtime(rt, spec, opts.idle)
             rows.append(MemoryRow("Runtime over MemoryTransport (tracemalloc)", per, opts.idle))
@@ -739,12 +1135,9 @@ async def _memory_stdio(count: int, root: Path) -> list[MemoryRow]:
 
     # the runtime over stdio: READY executions, plus the agents' own memory
     profile = reference_profile(*AGENT_ARGS, "--sessions-dir", str(ws / "runtime"))
-    spec = LaunchSpec(
-        agent_profile_id=profile.id, executor_id="stdio", workspace=WorkspaceRef(path=str(ws))
-    )
     before = child_pids()
     async with Runtime(profiles=[profile]) as rt:
-        per, _ids = await _idle_runtime(rt, spec, count)
+        per, _ids = await _idle_runtime(rt, _spec("stdio", ws, profile.id), count)
         rows.append(MemoryRow("Runtime over stdio, READY (tracemalloc)", per, count))
         agents = child_pids() - before
         sizes = [_memory_kib(pid) for pid in agents]
@@ -773,31 +1166,53 @@ async def _memory_stdio(count: int, root: Path) -> list[MemoryRow]:
 # ---------------------------------------------------------------- the run --
 
 
-async def run_bench(opts: BenchOptions) -> BenchReport:
-    """Run every section in order and return the numbers (nothing is printed)."""
+async def _per_backend(opts: BenchOptions, root: Path, backend: str, report: BenchReport) -> None:
+    """The sections that run under each backend."""
+    with _GcWatch() as gcw:
+        mark = time.perf_counter()
+        if opts.prompts > 0:
+            report.latency += await bench_round_trips(opts, root, backend, gcw)
+        report.section_seconds[f"round trips {backend}"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    if opts.stream_turns > 0:
+        report.streaming += await bench_streaming(opts, root, backend)
+    if opts.launches > 0:
+        report.launch += await bench_launch(opts, root, backend)
+    report.section_seconds[f"stream+launch {backend}"] = time.perf_counter() - mark
+
+
+async def _common(opts: BenchOptions, root: Path, report: BenchReport) -> None:
+    """The sections that run once (under trio)."""
+    mark = time.perf_counter()
+    if opts.heap_prompts > 0:
+        report.heap = await bench_heap(opts, root)
+    report.section_seconds["heap"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    report.rates = bench_transitions(opts)
+    report.section_seconds["transitions"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    if opts.lifecycle_prompts > 0:
+        report.lifecycle = await bench_lifecycle(opts, root)
+    report.section_seconds["lifecycle"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    report.memory = await bench_memory(opts, root)
+    report.section_seconds["idle memory"] = time.perf_counter() - mark
+
+
+def run_bench(opts: BenchOptions) -> BenchReport:
+    """Run every section, each backend in its own event loop; returns the numbers (nothing
+    is printed)."""
     started = time.perf_counter()
     report = BenchReport(opts)
     with tempfile.TemporaryDirectory(prefix="acpfsm-bench-") as tmp:
         root = Path(tmp)
-        mark = time.perf_counter()
-        if opts.prompts > 0:
-            report.latency.append(await bench_bare_transport(opts, root))
-            report.latency.append(await bench_runtime_prompt(opts, root))
-            if opts.sdk:
-                report.latency.append(await bench_sdk_client(opts, root))
-            else:
-                report.latency.append(LatencyRow(SDK_ROW, note="skipped (--no-sdk)"))
-        report.section_seconds["round trips"] = time.perf_counter() - mark
-        mark = time.perf_counter()
-        report.rates = bench_transitions(opts)
-        report.section_seconds["transitions"] = time.perf_counter() - mark
-        mark = time.perf_counter()
-        if opts.prompts > 0:
-            report.lifecycle = await bench_lifecycle(opts, root)
-        report.section_seconds["lifecycle"] = time.perf_counter() - mark
-        mark = time.perf_counter()
-        report.memory = await bench_memory(opts, root)
-        report.section_seconds["memory"] = time.perf_counter() - mark
+        for backend in opts.backends:
+            anyio.run(_per_backend, opts, root, backend, report, backend=backend)
+        anyio.run(_common, opts, root, report, backend="trio")
+    mark = time.perf_counter()
+    if opts.imports > 0:
+        report.imports = bench_import(opts.imports)
+    report.section_seconds["imports"] = time.perf_counter() - mark
     report.seconds = time.perf_counter() - started
     return report
 
@@ -806,70 +1221,225 @@ async def run_bench(opts: BenchOptions) -> BenchReport:
 
 
 def _num(value: float | None, fmt: str = "{:.3f}") -> str:
-    return "n/a" if value is None else fmt.format(value)
+    return "n/a" if value is None or math.isnan(value) else fmt.format(value)
+
+
+def _div(value: float | None, base: float | None) -> float | None:
+    if value is None or base is None or base <= 0 or math.isnan(value) or math.isnan(base):
+        return None
+    return value / base
 
 
 def _ratio(value: float | None, base: float | None) -> str:
-    if value is None or base is None or base <= 0:
+    ratio = _div(value, base)
+    if ratio is None:
         return "n/a"
-    ratio = value / base
     return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.3f}x"
 
 
+def goals(report: BenchReport) -> list[Goal]:
+    """The summary: each figure of the issue's table with its goal."""
+    out: list[Goal] = []
+
+    def ratio(figure: str, backend: str, value: float | None, base: float | None, limit: float,
+              detail: str) -> None:  # fmt: skip
+        out.append(Goal(figure, backend, COMPILED, _div(value, base), limit, "x", detail=detail))
+
+    for backend in report.options.backends:
+        bare = report.row(report.latency, BARE_ROW, backend)
+        rt = report.row(report.latency, RUNTIME_ROW, backend)
+        if bare is None or rt is None:
+            continue
+        versus = f"{_num(rt.median_ms)} vs {_num(bare.median_ms)} ms"
+        ratio(f"{RUNTIME_ROW} median vs bare StdioTransport", backend, rt.median_ms,
+              bare.median_ms, 1.3, versus)  # fmt: skip
+        sdk = report.row(report.latency, SDK_ROW, backend)
+        if sdk is not None and sdk.samples_ms:
+            versus = f"{_num(rt.median_ms)} vs {_num(sdk.median_ms)} ms"
+            ratio(f"{RUNTIME_ROW} median vs official ACP SDK client", backend, rt.median_ms,
+                  sdk.median_ms, 1.0, versus)  # fmt: skip
+        versus = f"{_num(rt.client_cpu_ms)} vs {_num(bare.client_cpu_ms)} ms"
+        ratio("client CPU per prompt vs bare", backend, rt.client_cpu_ms, bare.client_cpu_ms,
+              1.5, versus)  # fmt: skip
+        p99 = (
+            f"p99 {_num(rt.p99_ms)} ms over {len(rt.samples_ms)} prompts; the bare "
+            f"transport's own {_ratio(bare.p99_ms, bare.median_ms)}"
+        )
+        ratio(f"{RUNTIME_ROW} p99 vs median", backend, rt.p99_ms, rt.median_ms, 2.0, p99)
+        gc_max = rt.gc_max_ms if rt.samples_ms else None
+        out.append(Goal(f"longest GC pause during {RUNTIME_ROW}", backend, COMPILED, gc_max,
+                        10.0, "ms", detail=f"{rt.gc_count} collections"))  # fmt: skip
+    pairs = (
+        ("CPU per streamed notification vs bare (in-memory)", report.streaming, STREAM_BARE,
+         STREAM_RUNTIME, 1.3, 1000.0, "us"),
+        ("launch -> READY client CPU vs initialize + session/new by hand", report.launch,
+         LAUNCH_BARE, LAUNCH_RUNTIME, 2.0, 1.0, "ms"),
+    )  # fmt: skip
+    for figure, rows, base_name, name, limit, scale, unit in pairs:
+        for backend in report.options.backends:
+            base, row = report.row(rows, base_name, backend), report.row(rows, name, backend)
+            if base is not None and row is not None:
+                versus = f"{row.per_item_ms * scale:.2f} vs {base.per_item_ms * scale:.2f} {unit}"
+                ratio(figure, backend, row.per_item_ms, base.per_item_ms, limit, versus)
+    if report.heap is not None:
+        heap = report.heap
+        detail = f"{heap.prompts} prompts after {heap.filled_after} filled them"
+        out.append(Goal("heap growth per prompt, bounded stores full", "trio", COMPILED,
+                        heap.per_prompt, 512.0, "B", strict=True, detail=detail))  # fmt: skip
+    if report.imports is not None:
+        imp = report.imports
+        detail = f"wall {imp.median_ms:.1f} ms; {len(imp.samples_ms)} fresh processes; " + (
+            "httpx loaded" if imp.httpx_loaded else "httpx not loaded"
+        )
+        out.append(Goal("import acpfsm.runtime (stdio-only), CPU median", "-", COMPILED,
+                        imp.cpu_median_ms, 60.0, "ms", strict=True, detail=detail))  # fmt: skip
+    if len(report.lifecycle) == 2:
+        ref, comp = report.lifecycle
+        detail = f"{_num(comp.client_cpu_ms)} vs {_num(ref.client_cpu_ms)} ms"
+        out.append(Goal("lifecycle CPU per prompt, compiled vs reference engine", "trio", "both",
+                        _div(comp.client_cpu_ms, ref.client_cpu_ms), 0.25, "x",
+                        detail=detail))  # fmt: skip
+    return out
+
+
 class _Table:
-    WIDTH: ClassVar[int] = 72
+    WIDTH: ClassVar[int] = 64
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.width = 12
 
-    def section(self, title: str, columns: Sequence[str]) -> None:
+    def section(self, title: str, columns: Sequence[str], width: int = 12) -> None:
+        self.width = width
         self.lines.append("")
-        self.lines.append(f"{title:<{self.WIDTH}}" + "".join(f"{c:>14}" for c in columns))
-        self.lines.append("-" * (self.WIDTH + 14 * len(columns)))
+        self.lines.append(f"{title:<{self.WIDTH}}" + "".join(f"{c:>{width}}" for c in columns))
+        self.lines.append("-" * (self.WIDTH + width * len(columns)))
 
     def row(self, name: str, cells: Sequence[str], note: str = "") -> None:
         label = f"  {name}"
         tail = f"  ({note})" if note else ""
-        self.lines.append(f"{label:<{self.WIDTH}}" + "".join(f"{c:>14}" for c in cells) + tail)
+        self.lines.append(
+            f"{label:<{self.WIDTH}}" + "".join(f"{c:>{self.width}}" for c in cells) + tail
+        )
 
 
 def format_report(report: BenchReport) -> str:
     opts = report.options
     table = _Table()
+    mode = " (--quick)" if opts.quick else ""
     table.lines.append(
-        f"acpfsm bench: backend {opts.backend}, Python {platform.python_version()}, "
-        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs"
+        f"acpfsm bench{mode}: Python {platform.python_version()}, "
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"backends {', '.join(opts.backends)}"
     )
     table.lines.append(
         f"reference agent: python -m {AGENT_MODULE} {' '.join(AGENT_ARGS)}; "
-        f"{opts.prompts} prompts after {opts.warmup} warm-up; ratios are to the first row "
-        "of a section (or the row named)"
+        f"{opts.prompts} prompts per path in {opts.rounds} interleaved rounds after "
+        f"{opts.warmup} warm-up"
     )
+
+    summary = goals(report)
+    if summary:
+        table.section("goals", ["backend", "engine", "measured", "goal", "met"])
+        for g in summary:
+            table.row(g.figure, [g.backend, g.engine, g.measured, g.goal, g.met], g.detail)
 
     if report.latency:
         table.section(
-            "prompt round trip (reference agent)",
-            ["median ms", "p95 ms", "client CPU ms", "agent CPU ms", "x median", "x client CPU"],
+            "prompt round trip (reference agent over stdio)",
+            [
+                "backend",
+                "median ms",
+                "p95 ms",
+                "p99 ms",
+                "client CPU",
+                "agent CPU",
+                "GC max ms",
+                "x median",
+                "x CPU",
+            ],
         )
-        base = report.latency[0]
         for row in report.latency:
+            base = report.row(report.latency, BARE_ROW, row.backend)
             table.row(
                 row.name,
                 [
+                    row.backend,
                     _num(row.median_ms),
                     _num(row.p95_ms),
+                    _num(row.p99_ms),
                     _num(row.client_cpu_ms),
                     _num(row.agent_cpu_ms),
-                    _ratio(row.median_ms, base.median_ms),
-                    _ratio(row.client_cpu_ms, base.client_cpu_ms),
+                    _num(row.gc_max_ms if row.samples_ms else None, "{:.1f}"),
+                    _ratio(row.median_ms, base.median_ms if base else None),
+                    _ratio(row.client_cpu_ms, base.client_cpu_ms if base else None),
                 ],
-                row.note,
+                row.note or (f"{row.gc_count} GCs" if row.samples_ms else ""),
             )
+
+    for rows, base_name, title, unit, scale, wall in (
+        (report.streaming, STREAM_BARE,
+         f"CPU per streamed notification, in-memory ({opts.chunks} per turn)", "us each", 1000.0,
+         False),
+        (report.launch, LAUNCH_BARE, "launch -> READY (reference agent over stdio)", "CPU ms",
+         1.0, True),
+    ):  # fmt: skip
+        if not rows:
+            continue
+        table.section(title, ["backend", "count", unit, *(["wall ms"] if wall else []), "x bare"])
+        for cost in rows:
+            base_c = report.row(rows, base_name, cost.backend)
+            cells = [cost.backend, str(cost.items), _num(cost.per_item_ms * scale, "{:.2f}")]
+            if wall:
+                cells.append(_num(cost.wall_ms, "{:.1f}"))
+            table.row(
+                cost.name,
+                [*cells, _ratio(cost.per_item_ms, base_c.per_item_ms if base_c else None)],
+            )
+
+    if report.heap is not None:
+        heap = report.heap
+        table.section("heap growth per prompt (tracemalloc)", ["prompts", "grown KiB", "B each"])
+        table.row(
+            "Runtime over the in-memory agent, after the bounded stores filled",
+            [str(heap.prompts), f"{heap.grown_bytes / 1024:,.1f}", f"{heap.per_prompt:,.0f}"],
+            heap.note
+            or f"filled after {heap.filled_after} prompts; {heap.trace_records} trace records",
+        )
+
+    if report.imports is not None:
+        imp = report.imports
+        table.section(
+            "import acpfsm.runtime (fresh processes)", ["count", "median ms", "min ms", "CPU ms"]
+        )
+        table.row(
+            "import time",
+            [
+                str(len(imp.samples_ms)),
+                f"{imp.median_ms:.1f}",
+                f"{min(imp.samples_ms):.1f}",
+                f"{imp.cpu_median_ms:.1f}",
+            ],
+            "httpx loaded" if imp.httpx_loaded else "httpx not loaded",
+        )
+        if imp.after_asyncio_cpu_ms:
+            table.row(
+                "import time in an asyncio app (asyncio imported first)",
+                [
+                    str(len(imp.after_asyncio_cpu_ms)),
+                    "",
+                    "",
+                    f"{statistics.median(imp.after_asyncio_cpu_ms):.1f}",
+                ],
+            )
+        for package, ms in imp.top:
+            table.row(f"  {package}", ["", f"{ms:.1f}", "", ""], "self time, one -X importtime")
 
     if report.rates:
         table.section(
             f"chart transitions ({opts.cycles} cycles)",
             ["per second", "us each", "x cost", "goal"],
+            width=14,
         )
         by_name = {r.name: r for r in report.rates}
         for rate in report.rates:
@@ -887,8 +1457,9 @@ def format_report(report: BenchReport) -> str:
 
     if report.lifecycle:
         table.section(
-            f"lifecycle CPU per prompt, in-memory transport ({opts.prompts} prompts)",
+            f"lifecycle CPU per prompt, in-memory transport ({opts.lifecycle_prompts} prompts)",
             ["median ms", "CPU ms", "x CPU", "goal"],
+            width=14,
         )
         base = report.lifecycle[0]
         for row in report.lifecycle:
@@ -904,7 +1475,7 @@ def format_report(report: BenchReport) -> str:
             )
 
     if report.memory:
-        table.section("memory per idle execution", ["KiB each", "count", "x bare"])
+        table.section("memory per idle execution", ["KiB each", "count", "x bare"], width=14)
         base_mem = report.memory[0].bytes_per_execution
         for mem in report.memory:
             kib = None if mem.bytes_per_execution is None else mem.bytes_per_execution / 1024
@@ -927,54 +1498,53 @@ def _positive(text: str) -> int:
     return value
 
 
+_COUNTS: dict[str, str] = {
+    "prompts": "timed prompts per round-trip path (p99 needs at least 2,000)",
+    "rounds": "interleaved rounds the round-trip prompts are split into",
+    "warmup": "untimed prompts per path first",
+    "chunks": "notifications per streamed turn",
+    "stream_turns": "streamed turns per path",
+    "launches": "launches to READY per path",
+    "heap_prompts": "prompts measured for the heap growth, once the bounded stores are full",
+    "imports": "fresh processes timing the import",
+    "lifecycle_prompts": "prompts per engine over the in-memory transport",
+    "cycles": "cycles per chart-transition row",
+    "idle": "idle executions over the in-memory transport",
+    "idle_stdio": "idle executions (and bare transports) against real reference agents",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m acpfsm.runtime.tools.bench",
-        description="Prompt latency and CPU (bare stdio transport, Runtime.prompt, ACP SDK "
-        "client), chart transitions per second, memory per idle execution.",
-    )
-    defaults = BenchOptions()
-    parser.add_argument("--prompts", type=_positive, default=defaults.prompts, metavar="N")
-    parser.add_argument("--warmup", type=_positive, default=defaults.warmup, metavar="N")
-    parser.add_argument(
-        "--cycles",
-        type=_positive,
-        default=defaults.cycles,
-        metavar="N",
-        help="prompt cycles per chart-transition row",
+        description="The runtime's cost beside the bare stdio transport and the ACP SDK "
+        "client, each figure with its goal: prompt latency (p99, GC pauses) and CPU, CPU per "
+        "streamed notification, launch to READY, heap growth per prompt, import time, chart "
+        "transitions, lifecycle CPU on both engines, memory per idle execution.",
     )
     parser.add_argument(
-        "--idle",
-        type=_positive,
-        default=defaults.idle,
-        metavar="K",
-        help="idle executions over the in-memory transport",
+        "--quick", action="store_true", help="small counts (a smoke run for CI, a minute)"
     )
-    parser.add_argument(
-        "--idle-stdio",
-        type=_positive,
-        default=defaults.idle_stdio,
-        metavar="K",
-        help="idle executions (and bare transports) against real reference agents; 0 skips",
-    )
-    parser.add_argument("--backend", choices=("trio", "asyncio"), default=defaults.backend)
+    for name, text in _COUNTS.items():
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=_positive, default=None, metavar="N", help=text
+        )
+    parser.add_argument("--backend", choices=("both", "trio", "asyncio"), default="both")
     parser.add_argument("--no-sdk", action="store_true", help="skip the ACP SDK client row")
     return parser
 
 
+def options_from(args: argparse.Namespace) -> BenchOptions:
+    opts = QUICK if args.quick else BenchOptions()
+    counts = {name: getattr(args, name) for name in _COUNTS if getattr(args, name) is not None}
+    backends = ("trio", "asyncio") if args.backend == "both" else (args.backend,)
+    return replace(opts, backends=backends, sdk=not args.no_sdk, **counts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    opts = BenchOptions(
-        prompts=args.prompts,
-        warmup=args.warmup,
-        cycles=args.cycles,
-        idle=args.idle,
-        idle_stdio=args.idle_stdio,
-        backend=args.backend,
-        sdk=not args.no_sdk,
-    )
+    opts = options_from(build_parser().parse_args(argv))
     try:
-        report = anyio.run(run_bench, opts, backend=opts.backend)
+        report = run_bench(opts)
     except KeyboardInterrupt:
         return 130
     print(format_report(report), flush=True)

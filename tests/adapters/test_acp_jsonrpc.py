@@ -6,11 +6,13 @@ import contextlib
 import json
 import math
 import sys
+import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import msgspec
 import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -159,6 +161,65 @@ async def test_a_message_that_cannot_be_encoded_is_never_written() -> None:
             assert request["method"] == "ping"
             await peer.respond(request, {"pong": True})
         assert answers == [{"pong": True}]
+
+
+class SizeSink(anyio.abc.ByteSendStream):
+    """Counts what is written and keeps none of it."""
+
+    def __init__(self) -> None:
+        self.lines: list[int] = []
+
+    async def send(self, item: bytes) -> None:
+        self.lines.append(len(item))
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_large_answer_is_one_buffer_while_it_is_written() -> None:
+    """A whole file read answered (its text escapes to six bytes a character): encoding it
+    and appending the line's newline hold one copy of the line at a time, not two, and the
+    result is encoded once (so a result that cannot be encoded is still answered -32603)."""
+    content = "\x00" * (256 * 1024)
+    sink = SizeSink()
+    from_peer_w, from_peer_r = pipe()
+    unused_w, unused_r = pipe()
+
+    async def handler(request_id: Any, method: str, params: Any) -> Any:
+        if method == "bad":
+            return {"value": object()}
+        return {"content": content}
+
+    conn = JsonRpcConnection(from_peer_r, sink, request_handler=handler)
+    peer = Peer(unused_r, from_peer_w)
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(conn.run)
+            await peer.write({"jsonrpc": "2.0", "id": 0, "method": "warm"})
+            while not sink.lines:
+                await anyio.lowlevel.checkpoint()
+            tracemalloc.reset_peak()
+            before = tracemalloc.get_traced_memory()[0]
+            await peer.write({"jsonrpc": "2.0", "id": 1, "method": "fs/read_text_file"})
+            while len(sink.lines) < 2:
+                await anyio.lowlevel.checkpoint()
+            peak = tracemalloc.get_traced_memory()[1] - before
+            await peer.write({"jsonrpc": "2.0", "id": 2, "method": "bad"})
+            while len(sink.lines) < 3:
+                await anyio.lowlevel.checkpoint()
+            await conn.aclose()
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+        for stream in (from_peer_w, from_peer_r, unused_w, unused_r):
+            await stream.aclose()
+    line = sink.lines[1]
+    assert line > 6 * len(content)
+    assert peak < 1.5 * line, (peak, line)
+    assert 0 < sink.lines[2] < 1024  # the -32603 answer
 
 
 async def test_notifications_are_handled_in_order_before_the_response() -> None:

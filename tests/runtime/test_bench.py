@@ -1,6 +1,7 @@
-"""Smoke test of ``make bench`` (acpfsm.runtime.tools.bench): a tiny run prints every row of the
-table with numbers in it and leaves no agent process behind. Nothing about timing is asserted:
-the bench reports ratios, it does not judge them."""
+"""Smoke test of ``make bench`` (acpfsm.runtime.tools.bench): a tiny run prints every goal and
+every row of every section with numbers in it, and leaves no agent process behind. Nothing
+about timing is asserted: the bench reports ratios beside their goals, it does not judge
+them."""
 
 from __future__ import annotations
 
@@ -8,106 +9,146 @@ import re
 
 import pytest
 
-from acpfsm.runtime.tools.bench import child_pids, main, percentile
+from acpfsm.runtime.tools.bench import (
+    BenchOptions,
+    Goal,
+    build_parser,
+    child_pids,
+    main,
+    options_from,
+    percentile,
+)
 
 # the bench drives charts in loops through a Trace: those are not lifecycle traces
 pytestmark = [pytest.mark.integration, pytest.mark.acpfsm_unchecked_trace]
 
-LATENCY_ROWS = ("bare StdioTransport", "Runtime.prompt", "ACP SDK client (asyncio thread)")
-RATE_ROWS = (
-    "raw psm: 2-state cycle [transitions]",
-    "Execution, reference engine: prompt_began/turn_completed [transitions]",
-    "Execution chart: prompt_began/turn_completed [transitions]",
-    "raw psm: new 5-state chart [charts]",
-    "new PromptGeneration, reference engine (traced) [charts]",
-    "new PromptGeneration chart (traced) [charts]",
-    "raw psm: new chart + 6 transitions [transitions]",
-    "prompt cycle, reference engine: new + 6, traced [transitions]",
-    "prompt cycle: new PromptGeneration + 6, traced [transitions]",
-)
-#: rows with a goal, and what their ratio is to
-GOALS = {
-    "Execution chart: prompt_began/turn_completed [transitions]": (
-        "<=0.05x",
-        "(vs Execution, reference engine)",
+TINY = [
+    "--quick", "--prompts", "4", "--rounds", "2", "--warmup", "1", "--chunks", "20",
+    "--stream-turns", "1", "--launches", "1", "--heap-prompts", "20", "--imports", "1",
+    "--lifecycle-prompts", "3", "--cycles", "5", "--idle", "2", "--idle-stdio", "1",
+]  # fmt: skip
+
+#: (figure, backend, engine, goal) of every summary line of a run on both backends
+GOALS = [
+    ("Runtime.prompt median vs bare StdioTransport", "trio", "compiled", "<= 1.30x"),
+    ("client CPU per prompt vs bare", "trio", "compiled", "<= 1.50x"),
+    ("Runtime.prompt p99 vs median", "trio", "compiled", "<= 2.00x"),
+    ("longest GC pause during Runtime.prompt", "trio", "compiled", "<= 10.0 ms"),
+    ("Runtime.prompt median vs bare StdioTransport", "asyncio", "compiled", "<= 1.30x"),
+    ("Runtime.prompt median vs official ACP SDK client", "asyncio", "compiled", "<= 1.00x"),
+    ("client CPU per prompt vs bare", "asyncio", "compiled", "<= 1.50x"),
+    ("Runtime.prompt p99 vs median", "asyncio", "compiled", "<= 2.00x"),
+    ("longest GC pause during Runtime.prompt", "asyncio", "compiled", "<= 10.0 ms"),
+    ("CPU per streamed notification vs bare (in-memory)", "trio", "compiled", "<= 1.30x"),
+    ("CPU per streamed notification vs bare (in-memory)", "asyncio", "compiled", "<= 1.30x"),
+    (
+        "launch -> READY client CPU vs initialize + session/new by hand",
+        "trio",
+        "compiled",
+        "<= 2.00x",
     ),
-    "prompt cycle: new PromptGeneration + 6, traced [transitions]": ("<=0.20x", "(vs raw psm)"),
-}
-LIFECYCLE_ROWS = (
-    "Runtime.prompt over MemoryTransport, reference engine",
-    "Runtime.prompt over MemoryTransport, compiled engine",
+    (
+        "launch -> READY client CPU vs initialize + session/new by hand",
+        "asyncio",
+        "compiled",
+        "<= 2.00x",
+    ),
+    ("heap growth per prompt, bounded stores full", "trio", "compiled", "< 512 B"),
+    ("import acpfsm.runtime (stdio-only), CPU median", "-", "compiled", "< 60.0 ms"),
+    ("lifecycle CPU per prompt, compiled vs reference engine", "trio", "both", "<= 0.25x"),
+]
+SECTIONS = (
+    "prompt round trip (reference agent over stdio)",
+    "CPU per streamed notification, in-memory (20 per turn)",
+    "launch -> READY (reference agent over stdio)",
+    "heap growth per prompt (tracemalloc)",
+    "import acpfsm.runtime (fresh processes)",
+    "chart transitions (5 cycles)",
+    "lifecycle CPU per prompt, in-memory transport (3 prompts)",
+    "memory per idle execution",
 )
-MEMORY_ROWS = (
-    "bare StdioTransport, session open (tracemalloc)",
-    "Runtime over stdio, READY (tracemalloc)",
-    "reference agent process: RSS",
-    "reference agent process: private (USS)",
-    "Runtime over MemoryTransport (tracemalloc)",
-)
-NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?x?$")
+NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(x| ms| B)?$")
 
 
-def _line(out: str, name: str) -> str:
-    for line in out.splitlines():
-        if line.startswith(f"  {name} "):
-            return line
-    raise AssertionError(f"row {name!r} missing from:\n{out}")
+def _lines(out: str, name: str) -> list[str]:
+    found = [line for line in out.splitlines() if line.startswith(f"  {name} ")]
+    assert found, f"row {name!r} missing from:\n{out}"
+    return found
 
 
-def _cells(out: str, name: str) -> list[str]:
-    """The row's cells, without the note in parentheses after them."""
-    return _line(out, name)[len(name) + 2 :].split("  (")[0].split()
+def _cells(line: str, name: str) -> list[str]:
+    """The row's cells (split on runs of 2+ spaces), without the note in parentheses."""
+    body = line[len(name) + 2 :].split("  (")[0]
+    return [c for c in re.split(r"\s{2,}", body.strip()) if c]
 
 
-def test_tiny_bench_prints_every_row(capsys: pytest.CaptureFixture[str]) -> None:
+def test_tiny_bench_prints_every_goal_and_every_row(capsys: pytest.CaptureFixture[str]) -> None:
     before = child_pids()
-    argv = ["--prompts", "3", "--warmup", "1", "--cycles", "5", "--idle", "2", "--idle-stdio", "1"]
+    assert main(TINY) == 0
+    out = capsys.readouterr().out
+
+    for header in ("goals", *SECTIONS):
+        assert any(line.startswith(header) for line in out.splitlines()), (header, out)
+    seen = []
+    for figure, backend, engine, goal in GOALS:
+        rows = [_cells(line, figure) for line in _lines(out, figure)]
+        row = next(r for r in rows if r[0] == backend)
+        assert row[1] == engine, (figure, row)
+        assert NUMBER.match(row[2]), (figure, row)  # measured
+        assert row[3] == goal, (figure, row)
+        assert row[4] in ("yes", "no"), (figure, row)
+        seen.append((figure, backend))
+    summary = out.split("\ngoals")[1].split("\n\n")[0].splitlines()[2:]  # past the header
+    assert len(summary) == len(GOALS), summary
+
+    for name, backends in (
+        ("bare StdioTransport", ("trio", "asyncio")),
+        ("Runtime.prompt", ("trio", "asyncio")),
+        ("ACP SDK client", ("asyncio",)),
+    ):
+        rows = {(r := _cells(line, name))[0]: r for line in _lines(out, name)}
+        for backend in backends:
+            # backend, median, p95, p99, client CPU, agent CPU, GC max, two ratios
+            cells = rows[backend]
+            assert len(cells) == 9, (name, cells)
+            assert all(NUMBER.match(c) for c in (*cells[1:5], *cells[6:])), (name, cells)
+    assert _cells(_lines(out, "ACP SDK client")[0], "ACP SDK client")[0] == "trio"
+    assert _lines(out, "ACP SDK client")[0].endswith("(asyncio only)")
+    for name in ("bare StdioTransport: events()", "Runtime.turn: its updates"):
+        assert len(_lines(out, name)) == 2
+    assert "Runtime over the in-memory agent, after the bounded stores filled" in out
+    assert "httpx not loaded" in out  # a stdio-only user never loads the agentctl stack
+    assert "total " in out
+    assert child_pids() <= before  # every agent the bench started is gone
+
+
+def test_one_backend_and_no_sdk(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*TINY, "--backend", "asyncio", "--no-sdk", "--launches", "0", "--idle-stdio", "0"]
+    argv += ["--heap-prompts", "0", "--imports", "0", "--stream-turns", "0"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-
-    for header in (
-        "prompt round trip",
-        "chart transitions (5 cycles)",
-        "lifecycle CPU per prompt, in-memory transport (3 prompts)",
-        "memory per idle",
-    ):
-        assert header in out
-    for name in LATENCY_ROWS:
-        cells = _cells(out, name)
-        # median, p95, client CPU, agent CPU (n/a only where /proc is missing), two ratios
-        assert len(cells) == 6, (name, cells)
-        for cell in (cells[0], cells[1], cells[2], cells[4], cells[5]):
-            assert NUMBER.match(cell), (name, cells)
-    assert _cells(out, LATENCY_ROWS[0])[4:] == ["1.00x", "1.00x"]
-    for name in RATE_ROWS:
-        cells = _cells(out, name)
-        assert len(cells) == 4 and all(NUMBER.match(c) for c in cells[:3]), (name, cells)
-        goal, versus = GOALS.get(name, ("-", ""))
-        assert cells[3] == goal, (name, cells)
-        assert _line(out, name).endswith(versus), name
-    for name in LIFECYCLE_ROWS:  # median, CPU, ratio to the reference engine, goal
-        cells = _cells(out, name)
-        assert len(cells) == 4 and all(NUMBER.match(c) for c in cells[:3]), (name, cells)
-    assert _cells(out, LIFECYCLE_ROWS[0])[2:] == ["1.00x", "-"]
-    assert _cells(out, LIFECYCLE_ROWS[1])[3] == "<=0.25x"
-    assert _line(out, LIFECYCLE_ROWS[1]).endswith("(vs the reference engine)")
-    for name in MEMORY_ROWS:
-        cells = _cells(out, name)
-        assert len(cells) >= 3, (name, cells)
-    assert _cells(out, MEMORY_ROWS[0])[1:3] == ["1", "1.00x"]
-    assert _cells(out, MEMORY_ROWS[-1])[1] == "2"
-    assert "total " in out
-    # every agent the bench started is gone
-    assert child_pids() <= before
+    assert _lines(out, "ACP SDK client")[0].endswith("(skipped (--no-sdk))")
+    round_trips = out.split("\nprompt round trip")[1].split("\n\n")[0]
+    assert " asyncio " in round_trips and " trio " not in round_trips
+    assert "heap growth per prompt" not in out
+    assert "bare StdioTransport, session open" not in out  # --idle-stdio 0 skips it
 
 
-def test_no_sdk_row_is_marked_skipped(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--prompts", "1", "--warmup", "0", "--cycles", "1", "--idle", "1", "--idle-stdio"]
-    assert main([*argv, "0", "--no-sdk"]) == 0
-    out = capsys.readouterr().out
-    assert _line(out, LATENCY_ROWS[2]).endswith("(skipped (--no-sdk))")
-    assert "bare StdioTransport, session open" not in out  # --idle-stdio 0 skips stdio idling
-    assert _cells(out, MEMORY_ROWS[-1])[1:] == ["1", "1.00x"]
+def test_quick_is_a_smaller_run_and_counts_override_it() -> None:
+    parser = build_parser()
+    quick = options_from(parser.parse_args(["--quick"]))
+    assert quick.quick and quick.prompts < BenchOptions().prompts
+    assert BenchOptions().prompts >= 2000  # p99 needs at least 2,000 prompts
+    assert options_from(parser.parse_args(["--quick", "--prompts", "7"])).prompts == 7
+    assert options_from(parser.parse_args(["--backend", "trio"])).backends == ("trio",)
+
+
+def test_a_goal_reads_its_limit() -> None:
+    assert Goal("f", "trio", "compiled", 1.2, 1.3, "x").met == "yes"
+    assert Goal("f", "trio", "compiled", 1.31, 1.3, "x").met == "no"
+    assert Goal("f", "-", "compiled", 60.0, 60.0, "ms", strict=True).met == "no"
+    assert Goal("f", "-", "compiled", None, 60.0, "ms").met == "n/a"
+    assert Goal("f", "trio", "compiled", 511.0, 512.0, "B", strict=True).goal == "< 512 B"
 
 
 def test_percentile_is_nearest_rank() -> None:

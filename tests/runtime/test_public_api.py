@@ -196,3 +196,14 @@ def test_import_and_a_stdio_launch_leave_the_agentctl_stack_unloaded(tmp_path: P
 def test_an_unknown_attribute_is_still_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
         acpfsm.runtime.NoSuchThing  # noqa: B018
+
+
+def test_import_leaves_importlib_metadata_unloaded() -> None:
+    """The client version sent in ``initialize`` is read on the first initialize: importing
+    ``importlib.metadata`` (and the email and zipfile packages it loads) was about a tenth of
+    ``import acpfsm.runtime``."""
+    code = "import sys, acpfsm.runtime; print('importlib.metadata' in sys.modules)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (proc.returncode, proc.stdout.strip()) == (0, "False"), proc.stderr
