@@ -160,6 +160,42 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
         await rt.stop(ref.id, "done")
 
 
+async def test_a_second_cancel_of_an_escalated_turn_escalates_again(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """A turn already escalated that the agent still owes is cancelled again: the agent
+    acknowledges and still never ends it, so the second cancel escalates too, and nothing
+    else changes (the turn stays escalated, the execution RUNNING until the late end)."""
+    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        errors: list[BaseException] = []
+
+        async def run_prompt() -> None:
+            try:
+                await rt.prompt(ref.id, "long task")
+            except AgentReportedError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_prompt)
+            await wait_until(
+                lambda: s.current is not None and s.current.machine.is_in("dispatched")
+            )
+            with pytest.raises(CancelEscalated):
+                await rt.cancel(ref.id)
+        assert isinstance(errors[0], CancelEscalated)
+        assert s.current is not None and s.current.leaf == "escalated"
+        with pytest.raises(CancelEscalated):
+            await rt.cancel(ref.id)
+        assert s.current.leaf == "escalated"
+        assert rt.get_execution(ref.id).status == "RUNNING"
+        ex.last.complete(1, "cancelled")
+        await wait_until(lambda: rt.get_execution(ref.id).status == "READY")
+        await rt.stop(ref.id, "done")
+
+
 async def test_agent_error_fails_the_turn(time_scale: float) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
