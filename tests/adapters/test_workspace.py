@@ -196,6 +196,25 @@ def test_links_inside_the_workspace_are_followed_by_openat2(ws: Path) -> None:
     assert (ws / "inside.txt").read_text() == "inside\n"
 
 
+@needs_openat2
+def test_a_link_swapped_away_before_it_is_read_is_a_workspace_error(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write through a final link whose entry is swapped for a plain file between the
+    look and the readlink (EINVAL): a typed error naming the path, nothing written."""
+    (ws / "link").symlink_to("inside.txt")
+    w = Workspace(ws, resolver="openat2")
+
+    def swapped(*args: object, **kw: object) -> str:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "readlink", swapped)
+    with pytest.raises(WorkspaceError, match="Invalid argument") as info:
+        write(w, ws / "link", "via a swapped link\n")
+    assert info.value.path == str(ws / "link")
+    assert (ws / "inside.txt").read_text() == "inside\n"
+
+
 def test_the_walk_refuses_every_link_naming_it(ws: Path) -> None:
     (ws / "real").mkdir()
     (ws / "real" / "a.txt").write_text("a\n")
