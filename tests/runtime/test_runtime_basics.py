@@ -356,3 +356,7 @@ def test_the_lifecycle_bounds_are_kandevs() -> None:
         "permission_wait": 300.0,
     }
     assert Timeouts().scaled(0.5).cancel_wait == 5.0
+    # one set of bounds is shared by every execution of a runtime: it cannot be changed in
+    # place (msgspec.structs.replace makes another)
+    with pytest.raises(AttributeError):
+        Timeouts().cancel_wait = 1.0  # type: ignore[misc]
