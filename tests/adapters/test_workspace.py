@@ -197,6 +197,25 @@ def test_links_inside_the_workspace_are_followed_by_openat2(ws: Path) -> None:
 
 
 @needs_openat2
+def test_a_path_through_a_followed_link_to_a_file_is_missing_not_a_refused_link(
+    ws: Path,
+) -> None:
+    """openat2 follows links inside the workspace: ``flink/x`` with ``flink`` naming a file
+    is a missing file (ENOTDIR), and a loop of links is too many levels; neither is blamed on
+    a link the resolver was allowed to follow."""
+    (ws / "flink").symlink_to("inside.txt")
+    (ws / "loop-a").symlink_to("loop-b")
+    (ws / "loop-b").symlink_to("loop-a")
+    w = Workspace(ws, resolver="openat2")
+    with pytest.raises(MissingFile) as missing:
+        read(w, ws / "flink" / "x")
+    assert not isinstance(missing.value, SymlinkRefused)
+    with pytest.raises(PathRefused, match="too many levels") as loop:
+        read(w, ws / "loop-a")
+    assert not isinstance(loop.value, SymlinkRefused)
+
+
+@needs_openat2
 def test_a_link_swapped_away_before_it_is_read_is_a_workspace_error(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
