@@ -462,6 +462,37 @@ def test_private_files_are_0600_in_0700_folders_whatever_the_umask(
         assert stat.S_IMODE((tmp_path / file).stat().st_mode) == 0o600, file
 
 
+def test_a_folder_made_by_another_process_meanwhile_is_used_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A private save creates its missing folders 0700; a folder someone else creates between
+    the look and the mkdir is used like one that was already there: its mode is not ours to
+    change."""
+    w = Workspace(tmp_path)
+    real_mkdir = os.mkdir
+
+    def raced(name: str, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        if name == "attachments":  # the other process wins the race for this one
+            real_mkdir(name, 0o755, dir_fd=dir_fd)
+            os.chmod(name, 0o755, dir_fd=dir_fd)
+            raise FileExistsError(errno.EEXIST, "File exists")
+        real_mkdir(name, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "mkdir", raced)
+    w.save_private([".acpfsm", "attachments", "s1", "note.txt"], b"data")
+    monkeypatch.undo()
+    modes = {
+        folder: stat.S_IMODE((tmp_path / folder).stat().st_mode)
+        for folder in (".acpfsm", ".acpfsm/attachments", ".acpfsm/attachments/s1")
+    }
+    assert modes == {
+        ".acpfsm": 0o700,
+        ".acpfsm/attachments": 0o755,
+        ".acpfsm/attachments/s1": 0o700,
+    }
+    assert (tmp_path / ".acpfsm/attachments/s1/note.txt").read_bytes() == b"data"
+
+
 @pytest.mark.parametrize(
     "planted", [".acpfsm", ".acpfsm/attachments/s1", ".acpfsm/attachments/s1/note.txt"]
 )
