@@ -13,6 +13,12 @@ pytest plugin, and every agent subprocess a test starts) is the mutated copy, ne
 checkout. The canary proves it: before anything else, one known mutant (the first
 request error in a chain no longer decides, ``adapters/classify.py``) must be killed.
 
+Each mutant runs only the tests that execute the statement it changed (:mod:`.selection`):
+cosmic-ray's test command is ``python -m tests.mutation.selection <target folder>``, which
+compares the mutated copy with the pristine modules kept there and reads the map a record
+run made (coverage.py, one context per test; :func:`record`, redone per test file that
+changed).
+
 Targets (:data:`TARGETS`): the error classification, the fs confinement, the permission
 broker and the transport's permission policies, the lifecycle timeouts and the runtime drivers; each names the modules
 mutated (optionally only some of their top-level definitions) and the tests that pin them.
@@ -24,8 +30,8 @@ the survivors are queued again, the killed stay killed); a run does the pending 
 by side). Operators that only make noise here (bitwise and shift operators, exotic numeric
 replacements) are filtered out (:data:`EXCLUDED_OPERATORS`).
 
-Usage: ``python tests/mutation/mutate.py [--target NAME]… [--shard i/n] [--limit N]
-[--report]``. The score is (killed + listed equivalent) / run, over the items run; a survivor
+Usage: ``python -m tests.mutation.mutate [--target NAME]… [--shard i/n] [--limit N]
+[--report] [--no-canary]`` (``make mutate ARGS=…``). The score is (killed + listed equivalent) / run, over the items run; a survivor
 no test can kill is listed, with the reason, in ``tests/mutation/equivalent_mutants.toml``.
 """
 
