@@ -148,8 +148,9 @@ def test_a_component_over_255_bytes_is_refused(ws: Path, resolver: str) -> None:
         read(w, ws / ("n" * 300))
 
 
-def test_paths_under_either_spelling_of_the_workspace(tmp_path: Path, ws: Path) -> None:
-    alias = tmp_path / "alias"
+@pytest.mark.parametrize("name", ["alias", "zz-alias"])  # sorting before and after "ws"
+def test_paths_under_either_spelling_of_the_workspace(tmp_path: Path, ws: Path, name: str) -> None:
+    alias = tmp_path / name
     alias.symlink_to(ws)  # the workspace as the caller named it: through a link
     w = Workspace(alias)
     assert w.root == str(ws)
