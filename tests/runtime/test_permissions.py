@@ -5,6 +5,7 @@ options, floods, late and second answers)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -169,7 +170,21 @@ async def test_only_the_latest_resolutions_are_remembered(time_scale: float) -> 
         await rt.stop(ref.id, "done")
 
 
-async def test_ask_publishes_the_request_and_takes_the_apps_answer(time_scale: float) -> None:
+BROKER_LOG = "acpfsm.runtime"
+
+
+def broker_log(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == BROKER_LOG and r.getMessage().startswith("permission request")
+    ]
+
+
+async def test_ask_publishes_the_request_and_takes_the_apps_answer(
+    time_scale: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=BROKER_LOG)
     ex, rt = runtime(time_scale)
     async with rt, anyio.create_task_group() as tg:
         ref = await rt.launch(spec(permission_policy="ask"))
@@ -196,6 +211,7 @@ async def test_ask_publishes_the_request_and_takes_the_apps_answer(time_scale: f
         assert ex.last.permission_answers == [("r1", "once")]
         r1 = resolved(rt, ref.id)["r1"]
         assert (r1.option_id, r1.option_kind, r1.decided_by) == ("once", "allow_once", "app")
+        assert not broker_log(caplog)  # the app knows its own answers: no log line
         # answering twice, a request never asked, an unknown execution
         with pytest.raises(PermissionAlreadyResolved) as again:
             await rt.respond_permission(ref.id, "r1", "no")
@@ -209,8 +225,9 @@ async def test_ask_publishes_the_request_and_takes_the_apps_answer(time_scale: f
 
 
 async def test_an_unanswered_request_is_refused_at_its_bound(
-    time_scale: float, autojump_clock: object
+    time_scale: float, autojump_clock: object, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger=BROKER_LOG)
     ex, rt = runtime(time_scale)
     async with rt, anyio.create_task_group() as tg:
         ref = await rt.launch(spec(permission_policy="ask"))
@@ -221,6 +238,9 @@ async def test_an_unanswered_request_is_refused_at_its_bound(
         assert ex.last.permission_answers == [("r1", "no")]
         r1 = resolved(rt, ref.id)["r1"]
         assert (r1.outcome, r1.option_id, r1.decided_by) == ("selected", "no", "timeout")
+        # an answer the app did not give is logged, with who decided
+        (line,) = broker_log(caplog)
+        assert "permission request r1" in line and "answered no (timeout" in line
         with pytest.raises(PermissionAlreadyResolved, match="timeout"):
             await rt.respond_permission(ref.id, "r1", "once")
         await rt.stop(ref.id, "done")
