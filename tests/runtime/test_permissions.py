@@ -202,9 +202,11 @@ async def test_ask_publishes_the_request_and_takes_the_apps_answer(
             await rt.respond_permission(ref.id, "r1", "yes-please")
         assert isinstance(info.value, PermissionAnswerError)
         assert (info.value.execution_id, info.value.request_id) == (ref.id, "r1")
+        assert info.value.option_id == "yes-please"
         assert "offered: always, once, no, never" in str(info.value)
-        with pytest.raises(PermissionOptionNotOffered):
+        with pytest.raises(PermissionOptionNotOffered) as not_text:
             await rt.respond_permission(ref.id, "r1", None)  # type: ignore[arg-type]
+        assert not_text.value.option_id == "None"  # what was given, shown
         assert not ex.last.permission_answers
         await rt.respond_permission(ref.id, "r1", "once")
         await answered(ex.last, 1)
