@@ -35,6 +35,11 @@ import pytest
 RECORD_ENV = "ACPFSM_MUTATE_RECORD"
 ORDER_ENV = "ACPFSM_MUTATE_ORDER"
 PYTEST_ARGS = ("-q", "-p", "no:cacheprovider", "-o", "timeout=120", "--acpfsm-check-traces")
+#: A selected test may take this many times its recorded duration (recorded under coverage,
+#: on a machine that may be busy) before it counts as hung, at least MIN_TIMEOUT seconds: a
+#: mutant that hangs a test is killed in seconds rather than at the record's 120 s.
+TIMEOUT_FACTOR = 4.0
+MIN_TIMEOUT = 30.0
 RECORD_ARGS = (*PYTEST_ARGS, "-p", "tests.mutation.selection")
 
 
@@ -222,12 +227,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = Path(args[0])
     config = json.loads((state / "target.json").read_text())
     started = time.perf_counter()
-    ordered, places, _ = select(state, Path.cwd(), config["modules"])
+    ordered, places, plan = select(state, Path.cwd(), config["modules"])
     print(f"mutant at {', '.join(places) or '(no change)'}: {len(ordered)} test(s) selected")
     if not ordered:
         print("no passing test executes the mutated statement: survived, nothing run")
         return 0
-    code = pytest.main([*PYTEST_ARGS, "-x", *ordered], plugins=[Order(ordered)])
+    tests = plan["tests"]
+    limit = max(MIN_TIMEOUT, TIMEOUT_FACTOR * max(tests[n]["duration"] for n in ordered))
+    args = [*PYTEST_ARGS, "-o", f"timeout={limit:.0f}", "-x", *ordered]
+    code = pytest.main(args, plugins=[Order(ordered)])
     print(f"pytest exit {int(code)} in {time.perf_counter() - started:.1f} s")
     return int(code)
 
