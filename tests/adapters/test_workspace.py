@@ -17,6 +17,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -232,6 +233,27 @@ def test_a_link_swapped_away_before_it_is_read_is_a_workspace_error(
     with pytest.raises(WorkspaceError, match="Invalid argument") as info:
         write(w, ws / "link", "via a swapped link\n")
     assert info.value.path == str(ws / "link")
+    assert (ws / "inside.txt").read_text() == "inside\n"
+
+
+def test_a_write_whose_temporary_file_cannot_be_made_is_a_workspace_error(
+    ws: Path, resolver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The atomic write's temporary file cannot be created (a full or read-only disk): a
+    typed error naming the path, the old content kept."""
+    real_open = os.open
+
+    def full_disk(name: str, *args: Any, **kw: Any) -> int:
+        if str(name).startswith(".acpfsm-") and str(name).endswith(".tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(name, *args, **kw)
+
+    monkeypatch.setattr(os, "open", full_disk)
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    with pytest.raises(WorkspaceError, match="No space left on device") as info:
+        write(w, ws / "inside.txt", "new\n")
+    assert info.value.path == str(ws / "inside.txt")
+    monkeypatch.undo()
     assert (ws / "inside.txt").read_text() == "inside\n"
 
 
