@@ -400,11 +400,23 @@ def record(target: Target, tree: Path, env: dict[str, str]) -> None:
 
 
 def _requeue_survivors(session: Path) -> None:
-    """The tests changed: the survivors are run again (their results are dropped)."""
+    """The tests changed: the survivors are run again (their results are dropped), except
+    those listed as equivalent."""
     import sqlite3
 
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome
+
+    equivalent = load_equivalent()
+    with use_db(str(session), WorkDB.Mode.open) as work:
+        again = [
+            item.job_id
+            for item, result in work.completed_work_items
+            if result.test_outcome == TestOutcome.SURVIVED
+            and _listed(item.mutations[0], equivalent) is None
+        ]
     with sqlite3.connect(session) as db:
-        db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+        db.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in again])
 
 
 def _skip_outside(target: Target, tree: Path, session: Path) -> None:
@@ -531,6 +543,17 @@ def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str], 
     }
 
 
+def _listed(m: Any, equivalent: dict[tuple[str, str, str], str]) -> str | None:
+    """None when the mutation ``m`` is listed as equivalent, else its source line."""
+    lines = ["", *(REPO / m.module_path).read_text().splitlines(), ""]
+    row = min(m.start_pos[0], len(lines) - 1)
+    text = lines[row].strip()
+    both = f"{lines[row - 1].strip()} / {text}"  # for a line said more than once
+    if any((str(m.module_path), t, m.operator_name) in equivalent for t in (text, both)):
+        return None
+    return text
+
+
 def report(target: Target) -> tuple[int, int, int, int]:
     """Print the target's outcome; (killed, equivalent, survived, pending)."""
     from cosmic_ray.work_db import WorkDB, use_db
@@ -550,13 +573,8 @@ def report(target: Target) -> tuple[int, int, int, int]:
                 killed += 1
             elif result.test_outcome == TestOutcome.SURVIVED:
                 m = item.mutations[0]
-                lines = ["", *(REPO / m.module_path).read_text().splitlines(), ""]
-                row = min(m.start_pos[0], len(lines) - 1)
-                text = lines[row].strip()
-                both = f"{lines[row - 1].strip()} / {text}"  # for a line said more than once
-                if any(
-                    (str(m.module_path), t, m.operator_name) in equivalent for t in (text, both)
-                ):
+                text = _listed(m, equivalent)
+                if text is None:
                     listed += 1
                     continue
                 survived += 1
