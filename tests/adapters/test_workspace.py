@@ -99,6 +99,34 @@ def test_openat2_is_found_where_the_kernel_has_it() -> None:
     assert openat2_available()
 
 
+def test_openat2_is_not_used_off_linux_on_an_unknown_machine_or_a_refusing_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loader gives no openat2 where there is none to call: another system, a machine
+    without a known syscall number, a kernel whose probe fails (ENOSYS, seccomp's EPERM)."""
+    with monkeypatch.context() as m:
+        m.setattr(sys, "platform", "darwin")
+        assert workspace_module._load_openat2() is None
+    with monkeypatch.context() as m:
+        m.setattr(platform, "machine", lambda: "vax")
+        assert workspace_module._load_openat2() is None
+
+    class Refusing:
+        restype: object = None
+        argtypes: object = None
+
+        def __call__(self, *args: object) -> int:
+            return -1
+
+    class Libc:
+        def __init__(self, *args: object, **kw: object) -> None:
+            self.syscall = Refusing()
+
+    with monkeypatch.context() as m:
+        m.setattr(workspace_module.ctypes, "CDLL", Libc)
+        assert workspace_module._load_openat2() is None
+
+
 def test_without_openat2_auto_walks_and_forcing_it_is_refused(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -255,6 +283,24 @@ def test_a_write_whose_temporary_file_cannot_be_made_is_a_workspace_error(
     assert info.value.path == str(ws / "inside.txt")
     monkeypatch.undo()
     assert (ws / "inside.txt").read_text() == "inside\n"
+
+
+@needs_openat2
+def test_any_other_kernel_error_is_a_workspace_error_with_its_text(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error the resolver has no word for (ESTALE: a stale NFS handle) is reported with
+    the kernel's text, not mistaken for a link loop or a long name."""
+    w = Workspace(ws, resolver="openat2")
+
+    def stale(*args: object) -> int:
+        raise OSError(errno.ESTALE, os.strerror(errno.ESTALE))
+
+    monkeypatch.setattr(workspace_module, "_OPENAT2", stale)
+    with pytest.raises(WorkspaceError) as info:
+        read(w, ws / "inside.txt")
+    assert type(info.value) is WorkspaceError
+    assert str(info.value).startswith(os.strerror(errno.ESTALE))
 
 
 def test_the_walk_refuses_every_link_naming_it(ws: Path) -> None:
