@@ -137,6 +137,38 @@ async def test_h2_a_resend_that_finds_the_stream_down_again_keeps_waiting(
         await rt.stop(ref.id, "done")
 
 
+async def test_a_prompt_request_in_flight_when_the_agent_is_gone_for_good_ends_disconnected(
+    time_scale: float,
+) -> None:
+    """The prompt request is written, and the agent goes away for good (no redial) before
+    it answers: no answer and no end can come any more, so the turn ends ``disconnected`` at
+    the loss (kandev handleStreamDisconnect), and the request's late failure changes
+    nothing."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        agent = ex.last
+        gone = anyio.Event()
+
+        async def written_then_lost(text: str, attachments: Any, generation: int) -> None:
+            await gone.wait()
+            raise StreamNotConnected(AMBIGUOUS, while_waiting=True)
+
+        agent.handlers["prompt"] = written_then_lost
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "hello")
+            await wait_until(lambda: s.current is not None and s.current.leaf == "sending")
+            agent.disconnect("peer gone")
+            await wait_until(lambda: s.generations[1].leaf != "sending")
+            assert s.generations[1].leaf == "disconnected"
+            gone.set()
+            await p.wait()
+        assert s.generations[1].leaf == "disconnected"
+        assert isinstance(p.error, PromptDispatchError)
+
+
 async def test_h3_no_completion_is_dropped(time_scale: float) -> None:
     """H3: kandev's ``promptDoneCh`` has capacity 1 and drops the newest signal when full,
     so a stale buffered signal can make a real completion get lost. Here there is no
