@@ -220,6 +220,13 @@ def test_links_inside_the_workspace_are_followed_by_openat2(ws: Path) -> None:
     assert (ws / "sub" / "up-link").is_symlink()
     write(w, ws / "dir-link" / "b.txt", "b\n")
     assert (ws / "real" / "b.txt").read_text() == "b\n"
+    # a link two folders down names its target from its own folder
+    (ws / "x" / "y").mkdir(parents=True)
+    (ws / "x" / "y" / "t.txt").write_text("t\n")
+    (ws / "x" / "y" / "deep-link").symlink_to("t.txt")
+    write(w, ws / "x" / "y" / "deep-link", "new t\n")
+    assert (ws / "x" / "y" / "t.txt").read_text() == "new t\n"
+    assert not (ws / "x" / "t.txt").exists()
     # a link with an absolute target is refused for a write as for a read
     with pytest.raises(PathRefused, match="outside"):
         write(w, ws / "abs-link", "via absolute link\n")
