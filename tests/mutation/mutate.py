@@ -413,7 +413,7 @@ def _requeue_survivors(session: Path) -> None:
             item.job_id
             for item, result in work.completed_work_items
             if result.test_outcome == TestOutcome.SURVIVED
-            and _listed(item.mutations[0], equivalent) is None
+            and _listed(item.mutations[0], equivalent) is not None
         ]
     with sqlite3.connect(session) as db:
         db.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in again])
