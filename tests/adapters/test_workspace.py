@@ -227,6 +227,9 @@ def test_links_inside_the_workspace_are_followed_by_openat2(ws: Path) -> None:
     write(w, ws / "x" / "y" / "deep-link", "new t\n")
     assert (ws / "x" / "y" / "t.txt").read_text() == "new t\n"
     assert not (ws / "x" / "t.txt").exists()
+    (ws / "dash-link").symlink_to("-t.txt")  # a name that sorts before ".."
+    write(w, ws / "dash-link", "dash\n")
+    assert (ws / "-t.txt").read_text() == "dash\n"
     # a link with an absolute target is refused for a write as for a read
     with pytest.raises(PathRefused, match="outside"):
         write(w, ws / "abs-link", "via absolute link\n")
@@ -285,8 +288,9 @@ def test_a_write_whose_temporary_file_cannot_be_made_is_a_workspace_error(
 
     monkeypatch.setattr(os, "open", full_disk)
     w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
-    with pytest.raises(WorkspaceError, match="No space left on device") as info:
+    with pytest.raises(WorkspaceError) as info:
         write(w, ws / "inside.txt", "new\n")
+    assert str(info.value) == f"No space left on device: {str(ws / 'inside.txt')!r}"
     assert info.value.path == str(ws / "inside.txt")
     monkeypatch.undo()
     assert (ws / "inside.txt").read_text() == "inside\n"
@@ -308,6 +312,45 @@ def test_any_other_kernel_error_is_a_workspace_error_with_its_text(
         read(w, ws / "inside.txt")
     assert type(info.value) is WorkspaceError
     assert str(info.value).startswith(os.strerror(errno.ESTALE))
+
+
+def test_a_write_into_a_new_folder_of_an_existing_one_closes_only_its_own_descriptors(
+    ws: Path, resolver: str, umask: Callable[[int], None]
+) -> None:
+    """The missing folders are made below the deepest existing one; a new file gets
+    0666 less the umask; every descriptor opened on the way is closed, and no other."""
+    umask(0o022)
+    (ws / "have").mkdir()
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    before = set(os.listdir("/proc/self/fd"))
+    write(w, ws / "have" / "new" / "f.txt", "f\n")
+    assert set(os.listdir("/proc/self/fd")) == before
+    assert (ws / "have" / "new" / "f.txt").read_text() == "f\n"
+    assert stat.S_IMODE((ws / "have" / "new" / "f.txt").stat().st_mode) == 0o644
+
+
+def test_a_folder_that_cannot_be_made_or_a_failed_read_is_a_workspace_error(
+    ws: Path, resolver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mkdir refused (a full disk) and a read that fails (EIO): typed errors with the
+    kernel's text and the path."""
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+
+    def failing(*args: Any, **kw: Any) -> Any:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with pytest.raises(WorkspaceError) as io_error:
+        read(w, ws / "inside.txt", read=failing)
+    assert str(io_error.value) == f"Input/output error: {str(ws / 'inside.txt')!r}"
+
+    def full(*args: Any, **kw: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "mkdir", full)
+    target = ws / "new" / "f.txt"
+    with pytest.raises(WorkspaceError) as no_space:
+        write(w, target, "f\n")
+    assert str(no_space.value) == f"No space left on device: {str(target)!r}"
 
 
 def test_the_walk_refuses_every_link_naming_it(ws: Path) -> None:
