@@ -177,6 +177,18 @@ def test_a_component_over_255_bytes_is_refused(ws: Path, resolver: str) -> None:
         read(w, ws / ("n" * 300))
 
 
+def test_a_path_of_path_max_bytes_is_refused_before_the_kernel_sees_it(ws: Path) -> None:
+    """Linux's PATH_MAX counts the terminator: a path of exactly PATH_MAX bytes is one too
+    many, refused as such."""
+    w = Workspace(ws)
+    head = f"{ws}/"
+    path = head + "d/" * ((workspace_module.PATH_MAX - len(head)) // 2)
+    path += "x" * (workspace_module.PATH_MAX - len(path))
+    assert len(path.encode()) == workspace_module.PATH_MAX
+    with pytest.raises(PathRefused, match=f"over {workspace_module.PATH_MAX - 1} bytes"):
+        read(w, path)
+
+
 @pytest.mark.parametrize("name", ["alias", "zz-alias"])  # sorting before and after "ws"
 def test_paths_under_either_spelling_of_the_workspace(tmp_path: Path, ws: Path, name: str) -> None:
     alias = tmp_path / name
