@@ -603,7 +603,7 @@ def test_a_folder_made_by_another_process_meanwhile_is_used_as_it_is(
     real_mkdir = os.mkdir
 
     def raced(name: str, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
-        if name == "attachments":  # the other process wins the race for this one
+        if os.path.basename(name) == "attachments":  # the other process wins this one
             real_mkdir(name, 0o755, dir_fd=dir_fd)
             os.chmod(name, 0o755, dir_fd=dir_fd)
             raise FileExistsError(errno.EEXIST, "File exists")
@@ -611,7 +611,10 @@ def test_a_folder_made_by_another_process_meanwhile_is_used_as_it_is(
 
     monkeypatch.setattr(os, "mkdir", raced)
     w.save_private([".acpfsm", "attachments", "s1", "note.txt"], b"data")
+    make_private_dirs(tmp_path / "app" / "attachments" / "deeper")  # the same, by path
     monkeypatch.undo()
+    assert stat.S_IMODE((tmp_path / "app" / "attachments").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "app" / "attachments" / "deeper").stat().st_mode) == 0o700
     modes = {
         folder: stat.S_IMODE((tmp_path / folder).stat().st_mode)
         for folder in (".acpfsm", ".acpfsm/attachments", ".acpfsm/attachments/s1")
