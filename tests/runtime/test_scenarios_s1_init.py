@@ -267,8 +267,8 @@ async def test_s6_native_resume_loads_the_existing_session_and_says_resumed(
     time_scale: float,
 ) -> None:
     """NativeSessionResume with an existing id: session/load, the id kept, and the
-    AcpSessionCreated event says the session was resumed (kandev session_manager.go
-    initializeACPSession: the load-or-new table's first row)."""
+    AcpSessionCreated event says the session was resumed (the load-or-new table's first row,
+    kandev lifecycle/session.go ``createOrLoadSession``)."""
     ex = MemoryExecutor()
     async with runtime(ex, time_scale, profile(native_session_resume=True)) as rt:
         ref = await rt.launch(spec(prior_acp_session="existing-session"))
