@@ -365,6 +365,43 @@ def test_a_folder_that_cannot_be_made_or_a_failed_read_is_a_workspace_error(
     assert str(no_space.value) == f"No space left on device: {str(target)!r}"
 
 
+def test_deep_paths_and_refused_links_leave_no_descriptor_open(
+    ws: Path, resolver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three folders down is read from the right folder; a refused link, and a private file
+    whose mode cannot be set, leave no descriptor behind."""
+    (ws / "a" / "b" / "c").mkdir(parents=True)
+    (ws / "a" / "b" / "c" / "f.txt").write_text("deep\n")
+    (ws / "a" / "b" / "link").symlink_to("/")
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    before = set(os.listdir("/proc/self/fd"))
+    assert read(w, ws / "a" / "b" / "c" / "f.txt") == "deep\n"
+    with pytest.raises(PathRefused):
+        read(w, ws / "a" / "b" / "link" / "etc" / "passwd")
+    assert set(os.listdir("/proc/self/fd")) == before
+
+    def refused(*args: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "fchmod", refused)
+    with pytest.raises(PermissionError):
+        os.close(open_private(ws / "private.txt", os.O_WRONLY))
+    monkeypatch.undo()
+    assert set(os.listdir("/proc/self/fd")) == before
+
+
+@needs_openat2
+def test_openat2_leaves_dot_dot_to_the_kernel(ws: Path) -> None:
+    """openat2 resolves ``..`` after a followed link physically, as the kernel does: the
+    parent of the link's target, not the folder the link sits in."""
+    (ws / "real" / "sub").mkdir(parents=True)
+    (ws / "real" / "a.txt").write_text("real a\n")
+    (ws / "a.txt").write_text("top a\n")
+    (ws / "dl").symlink_to("real/sub")
+    w = Workspace(ws, resolver="openat2")
+    assert read(w, f"{ws}/dl/../a.txt") == "real a\n"
+
+
 def test_the_walk_refuses_every_link_naming_it(ws: Path) -> None:
     (ws / "real").mkdir()
     (ws / "real" / "a.txt").write_text("a\n")

@@ -145,11 +145,12 @@ async def test_a_turns_end_cancels_only_its_own_requests(time_scale: float) -> N
         await rt.wait_ready(ref.id)
         broker = session_of(rt, ref.id).permissions
         tg.start_soon(ex.last.request_permission, ask("idle", generation=0))
-        tg.start_soon(ex.last.request_permission, ask("older", generation=1))
-        tg.start_soon(ex.last.request_permission, ask("own", generation=2))
-        tg.start_soon(ex.last.request_permission, ask("newer", generation=3))
+        tg.start_soon(ex.last.request_permission, ask("older", generation=1001))
+        tg.start_soon(ex.last.request_permission, ask("own", generation=1002))
+        tg.start_soon(ex.last.request_permission, ask("newer", generation=1003))
         await wait_until(lambda: len(broker.pending) == 4)
-        broker.turn_ended(2)
+        # a long-lived execution's numbers: equal, not the same int object
+        broker.turn_ended(int("1002"))
         await answered(ex.last, 1)
         assert sorted(broker.pending) == ["idle", "newer", "older"]
         await rt.stop(ref.id, "done")
@@ -212,7 +213,7 @@ async def test_ask_publishes_the_request_and_takes_the_apps_answer(
         assert not ex.last.permission_answers
         # the app's answer is text built at run time (from JSON, a form), equal to the
         # offered option id but not the same object
-        await rt.respond_permission(ref.id, "r1", "".join(["on", "ce"]))
+        await rt.respond_permission(ref.id, "r1", "ONCE".lower())
         await answered(ex.last, 1)
         assert ex.last.permission_answers == [("r1", "once")]
         r1 = resolved(rt, ref.id)["r1"]
