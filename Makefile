@@ -95,7 +95,7 @@ $(MUTATION_STAMP): $(STAMP)
 	@touch $(MUTATION_STAMP)
 
 mutate: $(MUTATION_STAMP)
-	nice $(BIN)/python tests/mutation/mutate.py $(ARGS)
+	nice $(BIN)/python -m tests.mutation.mutate $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

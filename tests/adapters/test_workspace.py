@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import errno
 import os
+import platform
+import re
 import resource
 import signal
 import socket
 import stat
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -41,7 +45,17 @@ from acpfsm.adapters.workspace import (
 MiB = 1024 * 1024
 CAP = 16 * MiB
 
-needs_openat2 = pytest.mark.skipif(not openat2_available(), reason="kernel without openat2")
+
+def _kernel_has_openat2() -> bool:
+    """Linux >= 5.6 has ``openat2``: there a failed probe is a bug, not a reason to skip."""
+    found = re.match(r"(\d+)\.(\d+)", platform.release())
+    if not sys.platform.startswith("linux") or found is None:
+        return False
+    return (int(found[1]), int(found[2])) >= (5, 6)
+
+
+KERNEL_HAS_OPENAT2 = _kernel_has_openat2()
+needs_openat2 = pytest.mark.skipif(not KERNEL_HAS_OPENAT2, reason="kernel without openat2")
 RESOLVERS = [pytest.param("openat2", marks=needs_openat2), "walk"]
 
 
@@ -76,6 +90,41 @@ def write(w: Workspace, path: Path | str, content: str, max_bytes: int = CAP) ->
 def test_auto_uses_openat2_where_the_kernel_has_it(ws: Path) -> None:
     assert Workspace(ws).resolver == ("openat2" if openat2_available() else "walk")
     assert Workspace(ws, resolver="walk").resolver == "walk"
+
+
+@needs_openat2
+def test_openat2_is_found_where_the_kernel_has_it() -> None:
+    # the openat2 tests are not skipped on a kernel that has it: a probe that fails there
+    # (a wrong syscall number, a misread return value) fails here
+    assert openat2_available()
+
+
+def test_openat2_is_not_used_off_linux_on_an_unknown_machine_or_a_refusing_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loader gives no openat2 where there is none to call: another system, a machine
+    without a known syscall number, a kernel whose probe fails (ENOSYS, seccomp's EPERM)."""
+    with monkeypatch.context() as m:
+        m.setattr(sys, "platform", "darwin")
+        assert workspace_module._load_openat2() is None
+    with monkeypatch.context() as m:
+        m.setattr(platform, "machine", lambda: "vax")
+        assert workspace_module._load_openat2() is None
+
+    class Refusing:
+        restype: object = None
+        argtypes: object = None
+
+        def __call__(self, *args: object) -> int:
+            return -1
+
+    class Libc:
+        def __init__(self, *args: object, **kw: object) -> None:
+            self.syscall = Refusing()
+
+    with monkeypatch.context() as m:
+        m.setattr(workspace_module.ctypes, "CDLL", Libc)
+        assert workspace_module._load_openat2() is None
 
 
 def test_without_openat2_auto_walks_and_forcing_it_is_refused(
@@ -128,8 +177,21 @@ def test_a_component_over_255_bytes_is_refused(ws: Path, resolver: str) -> None:
         read(w, ws / ("n" * 300))
 
 
-def test_paths_under_either_spelling_of_the_workspace(tmp_path: Path, ws: Path) -> None:
-    alias = tmp_path / "alias"
+def test_a_path_of_path_max_bytes_is_refused_before_the_kernel_sees_it(ws: Path) -> None:
+    """Linux's PATH_MAX counts the terminator: a path of exactly PATH_MAX bytes is one too
+    many, refused as such."""
+    w = Workspace(ws)
+    head = f"{ws}/"
+    path = head + "d/" * ((workspace_module.PATH_MAX - len(head)) // 2)
+    path += "x" * (workspace_module.PATH_MAX - len(path))
+    assert len(path.encode()) == workspace_module.PATH_MAX
+    with pytest.raises(PathRefused, match=f"over {workspace_module.PATH_MAX - 1} bytes"):
+        read(w, path)
+
+
+@pytest.mark.parametrize("name", ["alias", "zz-alias"])  # sorting before and after "ws"
+def test_paths_under_either_spelling_of_the_workspace(tmp_path: Path, ws: Path, name: str) -> None:
+    alias = tmp_path / name
     alias.symlink_to(ws)  # the workspace as the caller named it: through a link
     w = Workspace(alias)
     assert w.root == str(ws)
@@ -170,10 +232,174 @@ def test_links_inside_the_workspace_are_followed_by_openat2(ws: Path) -> None:
     assert (ws / "sub" / "up-link").is_symlink()
     write(w, ws / "dir-link" / "b.txt", "b\n")
     assert (ws / "real" / "b.txt").read_text() == "b\n"
+    # a link two folders down names its target from its own folder
+    (ws / "x" / "y").mkdir(parents=True)
+    (ws / "x" / "y" / "t.txt").write_text("t\n")
+    (ws / "x" / "y" / "deep-link").symlink_to("t.txt")
+    write(w, ws / "x" / "y" / "deep-link", "new t\n")
+    assert (ws / "x" / "y" / "t.txt").read_text() == "new t\n"
+    assert not (ws / "x" / "t.txt").exists()
+    (ws / "dash-link").symlink_to("-t.txt")  # a name that sorts before ".."
+    write(w, ws / "dash-link", "dash\n")
+    assert (ws / "-t.txt").read_text() == "dash\n"
     # a link with an absolute target is refused for a write as for a read
     with pytest.raises(PathRefused, match="outside"):
         write(w, ws / "abs-link", "via absolute link\n")
     assert (ws / "inside.txt").read_text() == "inside\n"
+
+
+@needs_openat2
+def test_a_path_through_a_followed_link_to_a_file_is_missing_not_a_refused_link(
+    ws: Path,
+) -> None:
+    """openat2 follows links inside the workspace: ``flink/x`` with ``flink`` naming a file
+    is a missing file (ENOTDIR), and a loop of links is too many levels; neither is blamed on
+    a link the resolver was allowed to follow."""
+    (ws / "flink").symlink_to("inside.txt")
+    (ws / "loop-a").symlink_to("loop-b")
+    (ws / "loop-b").symlink_to("loop-a")
+    w = Workspace(ws, resolver="openat2")
+    with pytest.raises(MissingFile) as missing:
+        read(w, ws / "flink" / "x")
+    assert not isinstance(missing.value, SymlinkRefused)
+    with pytest.raises(PathRefused, match="too many levels") as loop:
+        read(w, ws / "loop-a")
+    assert not isinstance(loop.value, SymlinkRefused)
+
+
+@needs_openat2
+def test_a_link_swapped_away_before_it_is_read_is_a_workspace_error(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write through a final link whose entry is swapped for a plain file between the
+    look and the readlink (EINVAL): a typed error naming the path, nothing written."""
+    (ws / "link").symlink_to("inside.txt")
+    w = Workspace(ws, resolver="openat2")
+
+    def swapped(*args: object, **kw: object) -> str:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "readlink", swapped)
+    with pytest.raises(WorkspaceError, match="Invalid argument") as info:
+        write(w, ws / "link", "via a swapped link\n")
+    assert info.value.path == str(ws / "link")
+    assert (ws / "inside.txt").read_text() == "inside\n"
+
+
+def test_a_write_whose_temporary_file_cannot_be_made_is_a_workspace_error(
+    ws: Path, resolver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The atomic write's temporary file cannot be created (a full or read-only disk): a
+    typed error naming the path, the old content kept."""
+    real_open = os.open
+
+    def full_disk(name: str, *args: Any, **kw: Any) -> int:
+        if str(name).startswith(".acpfsm-") and str(name).endswith(".tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(name, *args, **kw)
+
+    monkeypatch.setattr(os, "open", full_disk)
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    with pytest.raises(WorkspaceError) as info:
+        write(w, ws / "inside.txt", "new\n")
+    assert str(info.value) == f"No space left on device: {str(ws / 'inside.txt')!r}"
+    assert info.value.path == str(ws / "inside.txt")
+    monkeypatch.undo()
+    assert (ws / "inside.txt").read_text() == "inside\n"
+
+
+@needs_openat2
+def test_any_other_kernel_error_is_a_workspace_error_with_its_text(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error the resolver has no word for (ESTALE: a stale NFS handle) is reported with
+    the kernel's text, not mistaken for a link loop or a long name."""
+    w = Workspace(ws, resolver="openat2")
+
+    def stale(*args: object) -> int:
+        raise OSError(errno.ESTALE, os.strerror(errno.ESTALE))
+
+    monkeypatch.setattr(workspace_module, "_OPENAT2", stale)
+    with pytest.raises(WorkspaceError) as info:
+        read(w, ws / "inside.txt")
+    assert type(info.value) is WorkspaceError
+    assert str(info.value).startswith(os.strerror(errno.ESTALE))
+
+
+def test_a_write_into_a_new_folder_of_an_existing_one_closes_only_its_own_descriptors(
+    ws: Path, resolver: str, umask: Callable[[int], None]
+) -> None:
+    """The missing folders are made below the deepest existing one; a new file gets
+    0666 less the umask; every descriptor opened on the way is closed, and no other."""
+    umask(0o022)
+    (ws / "have").mkdir()
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    before = set(os.listdir("/proc/self/fd"))
+    write(w, ws / "have" / "new" / "f.txt", "f\n")
+    assert set(os.listdir("/proc/self/fd")) == before
+    assert (ws / "have" / "new" / "f.txt").read_text() == "f\n"
+    assert stat.S_IMODE((ws / "have" / "new" / "f.txt").stat().st_mode) == 0o644
+
+
+def test_a_folder_that_cannot_be_made_or_a_failed_read_is_a_workspace_error(
+    ws: Path, resolver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mkdir refused (a full disk) and a read that fails (EIO): typed errors with the
+    kernel's text and the path."""
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+
+    def failing(*args: Any, **kw: Any) -> Any:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with pytest.raises(WorkspaceError) as io_error:
+        read(w, ws / "inside.txt", read=failing)
+    assert str(io_error.value) == f"Input/output error: {str(ws / 'inside.txt')!r}"
+
+    def full(*args: Any, **kw: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "mkdir", full)
+    target = ws / "new" / "f.txt"
+    with pytest.raises(WorkspaceError) as no_space:
+        write(w, target, "f\n")
+    assert str(no_space.value) == f"No space left on device: {str(target)!r}"
+
+
+def test_deep_paths_and_refused_links_leave_no_descriptor_open(
+    ws: Path, resolver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three folders down is read from the right folder; a refused link, and a private file
+    whose mode cannot be set, leave no descriptor behind."""
+    (ws / "a" / "b" / "c").mkdir(parents=True)
+    (ws / "a" / "b" / "c" / "f.txt").write_text("deep\n")
+    (ws / "a" / "b" / "link").symlink_to("/")
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    before = set(os.listdir("/proc/self/fd"))
+    assert read(w, ws / "a" / "b" / "c" / "f.txt") == "deep\n"
+    with pytest.raises(PathRefused):
+        read(w, ws / "a" / "b" / "link" / "etc" / "passwd")
+    assert set(os.listdir("/proc/self/fd")) == before
+
+    def refused(*args: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "fchmod", refused)
+    with pytest.raises(PermissionError):
+        os.close(open_private(ws / "private.txt", os.O_WRONLY))
+    monkeypatch.undo()
+    assert set(os.listdir("/proc/self/fd")) == before
+
+
+@needs_openat2
+def test_openat2_leaves_dot_dot_to_the_kernel(ws: Path) -> None:
+    """openat2 resolves ``..`` after a followed link physically, as the kernel does: the
+    parent of the link's target, not the folder the link sits in."""
+    (ws / "real" / "sub").mkdir(parents=True)
+    (ws / "real" / "a.txt").write_text("real a\n")
+    (ws / "a.txt").write_text("top a\n")
+    (ws / "dl").symlink_to("real/sub")
+    w = Workspace(ws, resolver="openat2")
+    assert read(w, f"{ws}/dl/../a.txt") == "real a\n"
 
 
 def test_the_walk_refuses_every_link_naming_it(ws: Path) -> None:
@@ -402,6 +628,40 @@ def test_private_files_are_0600_in_0700_folders_whatever_the_umask(
         assert stat.S_IMODE((tmp_path / folder).stat().st_mode) == 0o700, folder
     for file in ("a/b/f", ".acpfsm/attachments/s1/note.txt"):
         assert stat.S_IMODE((tmp_path / file).stat().st_mode) == 0o600, file
+
+
+def test_a_folder_made_by_another_process_meanwhile_is_used_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A private save creates its missing folders 0700; a folder someone else creates between
+    the look and the mkdir is used like one that was already there: its mode is not ours to
+    change."""
+    w = Workspace(tmp_path)
+    real_mkdir = os.mkdir
+
+    def raced(name: str, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        if os.path.basename(name) == "attachments":  # the other process wins this one
+            real_mkdir(name, 0o755, dir_fd=dir_fd)
+            os.chmod(name, 0o755, dir_fd=dir_fd)
+            raise FileExistsError(errno.EEXIST, "File exists")
+        real_mkdir(name, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "mkdir", raced)
+    w.save_private([".acpfsm", "attachments", "s1", "note.txt"], b"data")
+    make_private_dirs(tmp_path / "app" / "attachments" / "deeper")  # the same, by path
+    monkeypatch.undo()
+    assert stat.S_IMODE((tmp_path / "app" / "attachments").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "app" / "attachments" / "deeper").stat().st_mode) == 0o700
+    modes = {
+        folder: stat.S_IMODE((tmp_path / folder).stat().st_mode)
+        for folder in (".acpfsm", ".acpfsm/attachments", ".acpfsm/attachments/s1")
+    }
+    assert modes == {
+        ".acpfsm": 0o700,
+        ".acpfsm/attachments": 0o755,
+        ".acpfsm/attachments/s1": 0o700,
+    }
+    assert (tmp_path / ".acpfsm/attachments/s1/note.txt").read_bytes() == b"data"
 
 
 @pytest.mark.parametrize(

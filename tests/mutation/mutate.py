@@ -13,6 +13,12 @@ pytest plugin, and every agent subprocess a test starts) is the mutated copy, ne
 checkout. The canary proves it: before anything else, one known mutant (the first
 request error in a chain no longer decides, ``adapters/classify.py``) must be killed.
 
+Each mutant runs only the tests that execute the statement it changed (:mod:`.selection`):
+cosmic-ray's test command is ``python -m tests.mutation.selection <target folder>``, which
+compares the mutated copy with the pristine modules kept there and reads the map a record
+run made (coverage.py, one context per test; :func:`record`, redone per test file that
+changed).
+
 Targets (:data:`TARGETS`): the error classification, the fs confinement, the permission
 broker and the transport's permission policies, the lifecycle timeouts and the runtime drivers; each names the modules
 mutated (optionally only some of their top-level definitions) and the tests that pin them.
@@ -24,8 +30,8 @@ the survivors are queued again, the killed stay killed); a run does the pending 
 by side). Operators that only make noise here (bitwise and shift operators, exotic numeric
 replacements) are filtered out (:data:`EXCLUDED_OPERATORS`).
 
-Usage: ``python tests/mutation/mutate.py [--target NAME]… [--shard i/n] [--limit N]
-[--report]``. The score is (killed + listed equivalent) / run, over the items run; a survivor
+Usage: ``python -m tests.mutation.mutate [--target NAME]… [--shard i/n] [--limit N]
+[--report] [--no-canary]`` (``make mutate ARGS=…``). The score is (killed + listed equivalent) / run, over the items run; a survivor
 no test can kill is listed, with the reason, in ``tests/mutation/equivalent_mutants.toml``.
 """
 
@@ -43,6 +49,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from tests.mutation import selection
 
 REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / ".cache" / "mutate"
@@ -58,7 +67,6 @@ EXCLUDED_OPERATORS = (
     r"core/NumberReplacer",  # number literals: only where they are the decision (timeouts)
 )
 EQUIVALENT_FILE = Path(__file__).with_name("equivalent_mutants.toml")
-PYTEST = "python -m pytest -x -q -p no:cacheprovider -o timeout=120 --acpfsm-check-traces"
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,9 @@ TARGETS: tuple[Target, ...] = (
             "tests/runtime/test_scenarios_s2_s3_model.py",
             "tests/runtime/test_cancellation.py",
             "tests/runtime/test_permissions.py",
+            # kandev's values themselves: a bound is measured relative to the others in the
+            # scenarios (scaled), so only this pins a changed one
+            "tests/runtime/test_runtime_basics.py",
         ),
         only=("Timeouts",),
         numbers=True,
@@ -132,10 +143,13 @@ TARGETS: tuple[Target, ...] = (
                 "config",
                 "context",
                 "crash",
+                "flows",
                 "init",
                 "prompting",
+                "pump",
                 "session",
                 "status",
+                "steering",
                 "stream",
                 "turns",
             )
@@ -153,7 +167,20 @@ TARGETS: tuple[Target, ...] = (
             "tests/runtime/test_seed_behaviours.py",
             "tests/runtime/test_soak_findings.py",
             "tests/runtime/test_runtime_basics.py",
+            "tests/runtime/test_turn.py",
+            "tests/runtime/test_history.py",
+            "tests/runtime/test_hub.py",
+            "tests/runtime/test_authentication.py",
+            "tests/runtime/test_snapshot_capabilities.py",
+            "tests/runtime/test_verify_findings.py",
+            "tests/runtime/test_permissions.py",
+            "tests/runtime/test_e2e_reference_agent.py",
+            "tests/runtime/test_mcp_runtime.py",
+            "tests/agentctl/test_agentctl_runtime.py",
+            "tests/agentctl/test_agentctl_turn.py",
+            "tests/agentctl/test_agentctl_faults.py",
         ),
+        timeout=600.0,
     ),
 )
 
@@ -194,12 +221,23 @@ def _digest(paths: list[Path]) -> str:
 
 
 def _keys(target: Target) -> dict[str, str]:
-    """What a session's results depend on: the mutated modules and settings, and the tests."""
-    settings = json.dumps([target.excluded_operators, target.only, PYTEST, target.tests])
+    """What a session's results depend on: the mutated modules and settings, and the tests
+    (the target's test files and the helpers)."""
+    settings = json.dumps([target.excluded_operators, target.only])
     return {
         "modules": _digest([REPO / m for m in target.modules]) + settings,
-        "tests": _digest(sorted((REPO / "tests").rglob("*.py"))),
+        "tests": _digest([REPO / t for t in target.tests] + _helpers()),
     }
+
+
+def _helpers() -> list[Path]:
+    """The test files every target's tests may lean on: the conftests and helper modules
+    (not tests/mutation's own)."""
+    return [
+        p
+        for p in (REPO / "tests").rglob("*.py")
+        if not p.name.startswith("test_") and "mutation" not in p.relative_to(REPO).parts
+    ]
 
 
 def _lines_outside(module: Path, only: tuple[str, ...]) -> list[tuple[int, int]]:
@@ -229,11 +267,15 @@ def _env(imports: Path, tree: Path) -> dict[str, str]:
     return env
 
 
+def _command(target: Target) -> str:
+    """The test command cosmic-ray runs for each mutant, in the target's copy."""
+    return f"{sys.executable} -m tests.mutation.selection {WORK / target.name}"
+
+
 def _config(target: Target, tree: Path, path: Path) -> None:
+    command = _command(target)
     modules = ", ".join(json.dumps(m) for m in target.modules)
     excluded = ", ".join(json.dumps(e) for e in target.excluded_operators)
-    command = f"{sys.executable} -m pytest" + PYTEST.removeprefix("python -m pytest")
-    command += " " + " ".join(target.tests)
     path.write_text(
         "[cosmic-ray]\n"
         f"module-path = [{modules}]\n"
@@ -275,15 +317,106 @@ def prepare(target: Target, shard: str) -> tuple[Path, Path, dict[str, str]]:
     elif saved.get("tests") != keys["tests"]:
         _requeue_survivors(session)  # a killed mutant stays killed: tests were added
     stamp.write_text(json.dumps(keys))
+    for module in target.modules:  # what the selection compares each mutant's copy with
+        pristine = base / "pristine" / module
+        pristine.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(tree / module, pristine)
+    (base / "target.json").write_text(json.dumps({"modules": target.modules}))
+    record(target, tree, env)
     return tree, session, env
 
 
+def record_key(target: Target) -> dict[str, Any]:
+    """What the map depends on: the mutated modules (its line numbers), the helpers, and each
+    test file (a changed file is recorded again on its own)."""
+    return {
+        "modules": _digest([REPO / m for m in target.modules]),
+        "helpers": _digest(_helpers()),
+        "files": {t: _digest([REPO / t]) for t in target.tests},
+    }
+
+
+def record(target: Target, tree: Path, env: dict[str, str]) -> None:
+    """Which test runs which line of the target's modules (see :mod:`.selection`): the test
+    files that changed since the last record are recorded again (all of them when a mutated
+    module or a helper changed); shards wait for one another's record."""
+    import fcntl
+
+    base = WORK / target.name
+    out = base / "map.json"
+    stamp = base / "map.key"
+    key = record_key(target)
+    with open(base / "record.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            saved = json.loads(stamp.read_text()) if out.exists() else {}
+        except (OSError, ValueError):
+            saved = {}
+        whole = {k: saved.get(k) for k in ("modules", "helpers")} != {
+            k: key[k] for k in ("modules", "helpers")
+        }
+        files = [t for t in target.tests if whole or saved["files"].get(t) != key["files"][t]]
+        kept = {} if whole else json.loads(out.read_text())
+        if not files and set(saved.get("files", ())) == set(key["files"]):
+            return
+        print(
+            f"mutate: {target.name}: recording which test runs which line: {len(files)} "
+            "test file(s)",
+            flush=True,
+        )
+        started = time.perf_counter()
+        log = base / "record.log"
+        part = base / "map.part.json"
+        part.unlink(missing_ok=True)
+        if files:
+            with log.open("w") as sink:
+                subprocess.run(
+                    [sys.executable, "-m", "pytest", *selection.RECORD_ARGS, *files],
+                    cwd=tree,
+                    env={
+                        **env,
+                        selection.RECORD_ENV: str(part),
+                        "ACPFSM_MUTATE_MODULES": json.dumps(target.modules),
+                    },
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    check=False,
+                )
+            if not part.exists():
+                raise SystemExit(f"mutate: {target.name}: the record run failed; see {log}")
+        fresh = json.loads(part.read_text()) if files else {"tests": {}, "lines": {}}
+        merged = selection.merge(kept, fresh, keep=set(target.tests) - set(files))
+        out.write_text(json.dumps(merged))
+        part.unlink(missing_ok=True)
+        failed = sorted(n for n, t in fresh["tests"].items() if not t["passed"])
+        print(
+            f"mutate: {target.name}: recorded {len(fresh['tests'])} test(s) in "
+            f"{time.perf_counter() - started:.0f} s"
+            + (f"; {len(failed)} failed or skipped, never selected (see {log})" if failed else "")
+        )
+        for nodeid in failed:
+            print(f"  not selected: {nodeid}")
+        stamp.write_text(json.dumps(key))
+
+
 def _requeue_survivors(session: Path) -> None:
-    """The tests changed: the survivors are run again (their results are dropped)."""
+    """The tests changed: the survivors are run again (their results are dropped), except
+    those listed as equivalent."""
     import sqlite3
 
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome
+
+    equivalent = load_equivalent()
+    with use_db(str(session), WorkDB.Mode.open) as work:
+        again = [
+            item.job_id
+            for item, result in work.completed_work_items
+            if result.test_outcome == TestOutcome.SURVIVED
+            and _listed(item.mutations[0], equivalent) is not None
+        ]
     with sqlite3.connect(session) as db:
-        db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+        db.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in again])
 
 
 def _skip_outside(target: Target, tree: Path, session: Path) -> None:
@@ -307,25 +440,27 @@ def _skip_outside(target: Target, tree: Path, session: Path) -> None:
 
 
 def canary() -> None:
-    """One known mutant, run through cosmic-ray in a copy: it must be killed."""
+    """One known mutant, run through cosmic-ray and the per-mutant test selection in the
+    classification target's copy: it must be killed."""
+    from cosmic_ray.ast import ast_nodes, get_ast_from_path
     from cosmic_ray.mutating import mutate_and_test
+    from cosmic_ray.plugins import get_operator
     from cosmic_ray.work_item import MutationSpec, TestOutcome
 
     target = TARGETS[0]
-    tree = WORK / "canary"
-    tree.mkdir(parents=True, exist_ok=True)
-    imports = _copy_tree(tree)
-    source = (tree / "adapters/classify.py").read_text()
+    tree, _, env = prepare(target, "")
+    module = tree / "adapters/classify.py"
+    source = module.read_text()
     line = "    return first is not None and first.code == code\n"
     lineno = source[: source.index(line)].count("\n") + 1
     col = line.index("==")
     # the occurrence of ReplaceComparisonOperator_Eq_NotEq at that line
-    from cosmic_ray.ast import ast_nodes, get_ast_from_path
-    from cosmic_ray.plugins import get_operator
-
     operator = get_operator("core/ReplaceComparisonOperator_Eq_NotEq")()
-    module_ast = get_ast_from_path(tree / "adapters/classify.py")
-    positions = [pos for node in ast_nodes(module_ast) for pos in operator.mutation_positions(node)]
+    positions = [
+        pos
+        for node in ast_nodes(get_ast_from_path(module))
+        for pos in operator.mutation_positions(node)
+    ]
     occurrence = next(
         i for i, (start, _) in enumerate(positions) if start[0] == lineno and start[1] >= col - 1
     )
@@ -336,13 +471,12 @@ def canary() -> None:
         start_pos=positions[occurrence][0],
         end_pos=positions[occurrence][1],
     )
-    command = f"{sys.executable} -m pytest -x -q -p no:cacheprovider {target.tests[0]}"
     saved = dict(os.environ)
-    os.environ.update(_env(imports, tree))
+    os.environ.update(env)
     cwd = Path.cwd()
     os.chdir(tree)
     try:
-        result = mutate_and_test([spec], command, 300)
+        result = mutate_and_test([spec], _command(target), 300)
     finally:
         os.chdir(cwd)
         os.environ.clear()
@@ -350,8 +484,11 @@ def canary() -> None:
     ok = result.test_outcome == TestOutcome.KILLED
     print(f"mutate: canary (_has_code: == → != at classify.py:{lineno}): {result.test_outcome}")
     if not ok:
-        raise SystemExit("mutate: the canary survived: the tests do not import the mutated copy")
-    if (tree / "adapters/classify.py").read_text() != source:
+        raise SystemExit(
+            "mutate: the canary survived: the tests do not import the mutated copy, "
+            f"or the selection missed the test that kills it\n{result.output}"
+        )
+    if module.read_text() != source:
         raise SystemExit("mutate: cosmic-ray left the canary's file mutated")
 
 
@@ -360,8 +497,7 @@ def run(target: Target, shard: str, limit: int | None) -> None:
     from cosmic_ray.work_db import WorkDB, use_db
 
     tree, session, env = prepare(target, shard)
-    command = f"{sys.executable} -m pytest" + PYTEST.removeprefix("python -m pytest")
-    command += " " + " ".join(target.tests)
+    command = _command(target)
     with use_db(str(session), WorkDB.Mode.open) as db:
         pending = sorted(db.pending_work_items, key=lambda w: w.job_id)
     if shard:
@@ -407,6 +543,17 @@ def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str], 
     }
 
 
+def _listed(m: Any, equivalent: dict[tuple[str, str, str], str]) -> str | None:
+    """None when the mutation ``m`` is listed as equivalent, else its source line."""
+    lines = ["", *(REPO / m.module_path).read_text().splitlines(), ""]
+    row = min(m.start_pos[0], len(lines) - 1)
+    text = lines[row].strip()
+    both = f"{lines[row - 1].strip()} / {text}"  # for a line said more than once
+    if any((str(m.module_path), t, m.operator_name) in equivalent for t in (text, both)):
+        return None
+    return text
+
+
 def report(target: Target) -> tuple[int, int, int, int]:
     """Print the target's outcome; (killed, equivalent, survived, pending)."""
     from cosmic_ray.work_db import WorkDB, use_db
@@ -426,13 +573,8 @@ def report(target: Target) -> tuple[int, int, int, int]:
                 killed += 1
             elif result.test_outcome == TestOutcome.SURVIVED:
                 m = item.mutations[0]
-                lines = ["", *(REPO / m.module_path).read_text().splitlines(), ""]
-                row = min(m.start_pos[0], len(lines) - 1)
-                text = lines[row].strip()
-                both = f"{lines[row - 1].strip()} / {text}"  # for a line said more than once
-                if any(
-                    (str(m.module_path), t, m.operator_name) in equivalent for t in (text, both)
-                ):
+                text = _listed(m, equivalent)
+                if text is None:
                     listed += 1
                     continue
                 survived += 1
@@ -449,7 +591,7 @@ def report(target: Target) -> tuple[int, int, int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python tests/mutation/mutate.py")
+    parser = argparse.ArgumentParser(prog="python -m tests.mutation.mutate")
     parser.add_argument("--target", action="append", default=[], help="only this target")
     parser.add_argument("--shard", default="", help="i/n of the pending items")
     parser.add_argument("--limit", type=int, default=None, help="stop after N items")

@@ -77,7 +77,7 @@ async def test_h2_ambiguous_prompt_dispatch_is_never_resent(time_scale: float) -
     generation ends ``undelivered`` (a late completion for it is ignored), the caller gets
     PromptDispatchError and the execution is READY for its decision. Only a failure *before*
     the write ("agent stream not connected") is retried after a reconnect, with the same
-    generation."""
+    generation (kandev lifecycle/session.go retryPromptAfterReconnect)."""
     ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
@@ -106,7 +106,47 @@ async def test_h2_ambiguous_prompt_dispatch_is_never_resent(time_scale: float) -
         result = await rt.prompt(ref.id, "retried", dispatch_only=True)
         assert result.generation == 2
         assert [args[2] for args in sent(agent, "prompt")] == [1, 2, 2]
+        # the retry (within its 5 s) keeps waiting for the carrier while its resend finds the
+        # stream down again, even after the write: there every "not connected" is alike
+        agent.complete(2)
+        await wait_until(lambda: s.generations[2].leaf == "completed")
+        failures.extend([StreamNotConnected(), StreamNotConnected(AMBIGUOUS, while_waiting=True)])
+        result = await rt.prompt(ref.id, "third time", dispatch_only=True)
+        assert result.generation == 3
+        assert [args[2] for args in sent(agent, "prompt")] == [1, 2, 2, 3, 3, 3]
         await rt.stop(ref.id, "done")
+
+
+async def test_a_prompt_request_in_flight_when_the_agent_is_gone_for_good_ends_disconnected(
+    time_scale: float,
+) -> None:
+    """The prompt request is written, and the agent goes away for good (no redial) before
+    it answers: no answer and no end can come any more, so the turn ends ``disconnected`` at
+    the loss (kandev handleStreamDisconnect), and the request's late failure changes
+    nothing."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        agent = ex.last
+        gone = anyio.Event()
+
+        async def written_then_lost(text: str, attachments: Any, generation: int) -> None:
+            await gone.wait()
+            raise StreamNotConnected(AMBIGUOUS, while_waiting=True)
+
+        agent.handlers["prompt"] = written_then_lost
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "hello")
+            await wait_until(lambda: s.current is not None and s.current.leaf == "sending")
+            agent.disconnect("peer gone")
+            await wait_until(lambda: s.generations[1].leaf != "sending")
+            assert s.generations[1].leaf == "disconnected"
+            gone.set()
+            await p.wait()
+        assert s.generations[1].leaf == "disconnected"
+        assert isinstance(p.error, PromptDispatchError)
 
 
 async def test_h3_no_completion_is_dropped(time_scale: float) -> None:

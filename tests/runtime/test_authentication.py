@@ -178,6 +178,26 @@ async def test_a_turn_refused_for_authentication_is_prompt_authentication_requir
         assert not isinstance(other, AuthenticationRequired)
 
 
+async def test_a_turn_refused_for_authentication_names_the_advertised_methods(
+    time_scale: float,
+) -> None:
+    """The refusal of a turn carries the auth methods the agent advertised at initialize."""
+
+    def advertising() -> MemoryTransport:
+        agent = MemoryTransport()
+        agent.handlers["initialize"] = lambda: InitializeResult(
+            protocol_version=1, agent=AgentInfo(name="codex-acp"), auth_methods=CODEX_METHODS
+        )
+        return agent
+
+    executor = MemoryExecutor(advertising)
+    refusal = '{"code":-32000,"message":"Authentication required"}'
+    async with make_runtime(executor, time_scale=time_scale) as rt:
+        err = await _turn_failing_with(rt, executor, refusal)
+        assert isinstance(err, PromptAuthenticationRequired)
+        assert err.auth_methods == CODEX_METHODS
+
+
 # ------------------------------------------------------------------ the reference agent --
 
 

@@ -5,6 +5,7 @@ options, floods, late and second answers)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -136,19 +137,22 @@ async def test_a_request_the_policy_answers_does_not_expire(time_scale: float, p
 
 
 async def test_a_turns_end_cancels_only_its_own_requests(time_scale: float) -> None:
-    """Requests of another generation (0: none, outside a turn) outlive a turn's end."""
+    """Requests of another generation (0: none, outside a turn; an older or a newer turn)
+    outlive a turn's end."""
     ex, rt = runtime(time_scale)
     async with rt, anyio.create_task_group() as tg:
         ref = await rt.launch(spec(permission_policy="ask"))
         await rt.wait_ready(ref.id)
         broker = session_of(rt, ref.id).permissions
         tg.start_soon(ex.last.request_permission, ask("idle", generation=0))
-        tg.start_soon(ex.last.request_permission, ask("older", generation=1))
-        tg.start_soon(ex.last.request_permission, ask("own", generation=2))
-        await wait_until(lambda: len(broker.pending) == 3)
-        broker.turn_ended(2)
+        tg.start_soon(ex.last.request_permission, ask("older", generation=1001))
+        tg.start_soon(ex.last.request_permission, ask("own", generation=1002))
+        tg.start_soon(ex.last.request_permission, ask("newer", generation=1003))
+        await wait_until(lambda: len(broker.pending) == 4)
+        # a long-lived execution's numbers: equal, not the same int object
+        broker.turn_ended(int("1002"))
         await answered(ex.last, 1)
-        assert sorted(broker.pending) == ["idle", "older"]
+        assert sorted(broker.pending) == ["idle", "newer", "older"]
         await rt.stop(ref.id, "done")
 
 
@@ -169,7 +173,21 @@ async def test_only_the_latest_resolutions_are_remembered(time_scale: float) -> 
         await rt.stop(ref.id, "done")
 
 
-async def test_ask_publishes_the_request_and_takes_the_apps_answer(time_scale: float) -> None:
+BROKER_LOG = "acpfsm.runtime"
+
+
+def broker_log(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == BROKER_LOG and r.getMessage().startswith("permission request")
+    ]
+
+
+async def test_ask_publishes_the_request_and_takes_the_apps_answer(
+    time_scale: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=BROKER_LOG)
     ex, rt = runtime(time_scale)
     async with rt, anyio.create_task_group() as tg:
         ref = await rt.launch(spec(permission_policy="ask"))
@@ -187,19 +205,24 @@ async def test_ask_publishes_the_request_and_takes_the_apps_answer(time_scale: f
             await rt.respond_permission(ref.id, "r1", "yes-please")
         assert isinstance(info.value, PermissionAnswerError)
         assert (info.value.execution_id, info.value.request_id) == (ref.id, "r1")
+        assert info.value.option_id == "yes-please"
         assert "offered: always, once, no, never" in str(info.value)
-        with pytest.raises(PermissionOptionNotOffered):
+        with pytest.raises(PermissionOptionNotOffered) as not_text:
             await rt.respond_permission(ref.id, "r1", None)  # type: ignore[arg-type]
+        assert not_text.value.option_id == "None"  # what was given, shown
         assert not ex.last.permission_answers
-        await rt.respond_permission(ref.id, "r1", "once")
+        # the app's answer is text built at run time (from JSON, a form), equal to the
+        # offered option id but not the same object
+        await rt.respond_permission(ref.id, "r1", "ONCE".lower())
         await answered(ex.last, 1)
         assert ex.last.permission_answers == [("r1", "once")]
         r1 = resolved(rt, ref.id)["r1"]
         assert (r1.option_id, r1.option_kind, r1.decided_by) == ("once", "allow_once", "app")
+        assert not broker_log(caplog)  # the app knows its own answers: no log line
         # answering twice, a request never asked, an unknown execution
         with pytest.raises(PermissionAlreadyResolved) as again:
             await rt.respond_permission(ref.id, "r1", "no")
-        assert "app" in again.value.resolution
+        assert again.value.resolution == "app: answered by the app; selected once"
         with pytest.raises(PermissionRequestNotFound):
             await rt.respond_permission(ref.id, "r-never", "no")
         with pytest.raises(ExecutionNotFound):
@@ -209,8 +232,9 @@ async def test_ask_publishes_the_request_and_takes_the_apps_answer(time_scale: f
 
 
 async def test_an_unanswered_request_is_refused_at_its_bound(
-    time_scale: float, autojump_clock: object
+    time_scale: float, autojump_clock: object, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger=BROKER_LOG)
     ex, rt = runtime(time_scale)
     async with rt, anyio.create_task_group() as tg:
         ref = await rt.launch(spec(permission_policy="ask"))
@@ -221,6 +245,9 @@ async def test_an_unanswered_request_is_refused_at_its_bound(
         assert ex.last.permission_answers == [("r1", "no")]
         r1 = resolved(rt, ref.id)["r1"]
         assert (r1.outcome, r1.option_id, r1.decided_by) == ("selected", "no", "timeout")
+        # an answer the app did not give is logged, with who decided
+        (line,) = broker_log(caplog)
+        assert "permission request r1" in line and "answered no (timeout" in line
         with pytest.raises(PermissionAlreadyResolved, match="timeout"):
             await rt.respond_permission(ref.id, "r1", "once")
         await rt.stop(ref.id, "done")

@@ -126,7 +126,8 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
 ) -> None:
     """The agent acknowledges the cancel but never ends the turn: after the 10 s wait the
     cancel escalates (the waiter and the canceller learn it), but the execution is not READY
-    while the agent still owes the turn; its late end makes it READY."""
+    while the agent still owes the turn (a second cancel escalates again and changes
+    nothing); its late end makes it READY."""
     ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
@@ -152,6 +153,11 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
         assert "cancel escalated" in str(errors[0])
         assert s.current is not None
         assert s.current.leaf == "escalated"  # the agent still owes that turn
+        assert rt.get_execution(ref.id).status == "RUNNING"
+        # cancelled again, acknowledged and still not ended: escalated again, nothing else
+        with pytest.raises(CancelEscalated):
+            await rt.cancel(ref.id)
+        assert s.current.leaf == "escalated"
         assert rt.get_execution(ref.id).status == "RUNNING"
         # the late end of the released turn: the turn is over, the execution READY
         ex.last.complete(1, "cancelled")
@@ -320,3 +326,7 @@ def test_the_lifecycle_bounds_are_kandevs() -> None:
         "permission_wait": 300.0,
     }
     assert Timeouts().scaled(0.5).cancel_wait == 5.0
+    # one set of bounds is shared by every execution of a runtime: it cannot be changed in
+    # place (msgspec.structs.replace makes another)
+    with pytest.raises(AttributeError):
+        Timeouts().cancel_wait = 1.0  # type: ignore[misc]

@@ -263,6 +263,25 @@ async def test_s5_fresh_session_without_resume(time_scale: float) -> None:
         await rt.stop(ref.id, "done")
 
 
+async def test_s6_native_resume_loads_the_existing_session_and_says_resumed(
+    time_scale: float,
+) -> None:
+    """NativeSessionResume with an existing id: session/load, the id kept, and the
+    AcpSessionCreated event says the session was resumed (the load-or-new table's first row,
+    kandev lifecycle/session.go ``createOrLoadSession``)."""
+    ex = MemoryExecutor()
+    async with runtime(ex, time_scale, profile(native_session_resume=True)) as rt:
+        ref = await rt.launch(spec(prior_acp_session="existing-session"))
+        s = session_of(rt, ref.id)
+        await init_finished(s)
+        assert methods(ex.last) == ["initialize", "session/load"]
+        assert rt.get_execution(ref.id).acp_session_id == "existing-session"
+        (created,) = of_type(s, le.AcpSessionCreated)
+        assert (created.acp_session_id, created.resumed) == ("existing-session", True)
+        assert "load_succeeded" in init_events(s)
+        await rt.stop(ref.id, "done")
+
+
 @pytest.mark.parametrize(
     ("native", "prior"),
     [(False, "existing-session"), (True, "")],

@@ -824,6 +824,27 @@ async def test_s62_a_old_update_then_settle_then_response(time_scale: float) -> 
         await rt.stop(eid, "done")
 
 
+async def test_s62_the_applied_model_settles_on_the_response_of_its_catalog_option(
+    time_scale: float,
+) -> None:
+    """The profile's model was applied and the agent's catalog names its model option
+    ``model_picker`` (category model): the settlement waits for the response for that option,
+    not for one named ``model``."""
+    catalog = (option("model_picker", "fast", category="model"), option("effort", "low"))
+    ex = agent(config_options=catalog, models=models("smart"))
+    async with runtime(ex, time_scale, profile(model="smart")) as rt:
+        eid, s = await launched(rt)
+        assert set_models(ex.last) == ["smart"]
+        assert settlement_path(s) == ["deferred"]
+        ex.last.emit(response("model", option("model_picker", "smart", category="model")))
+        ex.last.emit(update(option("effort", "high")))
+        await settle()
+        assert settled(s) == []
+        ex.last.emit(response("model_picker", option("model_picker", "smart", category="model")))
+        await wait_until(lambda: len(settled(s)) >= 1)
+        await rt.stop(eid, "done")
+
+
 async def test_s62_b_response_then_newer_update_then_settle(time_scale: float) -> None:
     """(b) The matching response, then a newer provider update, then the settle call: one
     event, live = the newest update, baseline = the provider defaults."""

@@ -1,0 +1,244 @@
+"""``make mutate``'s per-mutant test selection: which tests run which lines, and the test
+command cosmic-ray runs for each mutant.
+
+Recording (once per target, again when its modules or the tests change): the target's test
+files run in one pytest with this module as a plugin (``ACPFSM_MUTATE_RECORD`` names the
+output); coverage.py measures the target's modules with one dynamic context per test (its
+node id), and each test's duration and outcome are kept. The map is
+``{"tests": {nodeid: {"duration": s, "passed": bool}}, "lines": {module: {line: [nodeid]}}}``.
+
+The test command (``python -m tests.mutation.selection <state folder>``, run by cosmic-ray
+in the target's copy with one mutant applied): it compares each target module of the copy
+with the pristine one kept in the state folder, finds the statements the mutant changed, and
+runs only the tests that executed them, fastest first, stopping at the first failure. A
+statement outside any function body (module and class level, a ``def`` line with its
+decorators and defaults) runs at import, before any test: every test of the target is
+selected for it. A statement in a function body that no passing test executed is reported at
+once (exit 0: the mutant survived, nothing to run). A test that failed in the record run is
+never selected (it would kill every mutant).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import os
+import sys
+import time
+from collections.abc import Generator, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RECORD_ENV = "ACPFSM_MUTATE_RECORD"
+ORDER_ENV = "ACPFSM_MUTATE_ORDER"
+PYTEST_ARGS = ("-q", "-p", "no:cacheprovider", "-o", "timeout=120", "--acpfsm-check-traces")
+#: A selected test may take this many times its recorded duration (recorded under coverage,
+#: on a machine that may be busy) before it counts as hung, at least MIN_TIMEOUT seconds: a
+#: mutant that hangs a test is killed in seconds rather than at the record's 120 s.
+TIMEOUT_FACTOR = 4.0
+MIN_TIMEOUT = 30.0
+RECORD_ARGS = (*PYTEST_ARGS, "-p", "tests.mutation.selection")
+
+
+# --------------------------------------------------------------------------- recording
+
+
+class Recorder:
+    """Coverage with one context per test, and each test's duration and outcome."""
+
+    def __init__(self, out: Path, modules: Sequence[str]) -> None:
+        import coverage
+
+        self.out = out
+        self.modules = tuple(modules)
+        self.cov = coverage.Coverage(
+            data_file=str(out.with_suffix(".coverage")),
+            include=[f"*/{m}" for m in self.modules],
+            config_file=False,
+        )
+        self.tests: dict[str, dict[str, Any]] = {}
+        self.cov.start()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
+        self.cov.switch_context(item.nodeid)
+        try:
+            return (yield)
+        finally:
+            self.cov.switch_context("")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        entry = self.tests.setdefault(report.nodeid, {"duration": 0.0, "passed": True})
+        entry["duration"] += report.duration
+        if report.failed or (report.when == "call" and report.skipped):
+            entry["passed"] = False  # a skipped test kills nothing: never selected
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.cov.stop()
+        self.cov.save()
+        data = self.cov.get_data()
+        lines: dict[str, dict[str, list[str]]] = {}
+        for measured in data.measured_files():
+            module = next((m for m in self.modules if measured.endswith("/" + m)), None)
+            if module is None:
+                continue
+            by_line = lines.setdefault(module, {})
+            for line, contexts in data.contexts_by_lineno(measured).items():
+                named = sorted(c for c in contexts if c)
+                if named:
+                    by_line.setdefault(str(line), []).extend(named)
+        self.out.write_text(json.dumps({"tests": self.tests, "lines": lines}))
+
+
+def merge(kept: dict[str, Any], fresh: dict[str, Any], keep: set[str]) -> dict[str, Any]:
+    """A map of the tests of the files in ``keep`` from ``kept``, and everything ``fresh``
+    recorded (the files recorded again)."""
+
+    def kept_test(nodeid: str) -> bool:
+        return nodeid.split("::", 1)[0] in keep
+
+    tests = {n: t for n, t in kept.get("tests", {}).items() if kept_test(n)}
+    tests.update(fresh["tests"])
+    lines: dict[str, dict[str, list[str]]] = {}
+    for part, only_kept in ((kept.get("lines", {}), True), (fresh["lines"], False)):
+        for module, by_line in part.items():
+            into = lines.setdefault(module, {})
+            for line, nodeids in by_line.items():
+                chosen = [n for n in nodeids if kept_test(n)] if only_kept else nodeids
+                if chosen:
+                    into[line] = sorted({*into.get(line, ()), *chosen})
+    return {"tests": tests, "lines": lines}
+
+
+class Order:
+    """Run the selected tests in the order given (fastest first)."""
+
+    def __init__(self, nodeids: Sequence[str]) -> None:
+        self.rank = {n: i for i, n in enumerate(nodeids)}
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        items.sort(key=lambda item: self.rank.get(item.nodeid, len(self.rank)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Registered with ``-p tests.mutation.selection``: records when asked to."""
+    out = os.environ.get(RECORD_ENV)
+    if out:
+        modules = json.loads(os.environ["ACPFSM_MUTATE_MODULES"])
+        config.pluginmanager.register(Recorder(Path(out), modules), "acpfsm-mutate-record")
+
+
+# --------------------------------------------------------------------------- selecting
+
+
+def changed_lines(pristine: str, mutated: str) -> set[int]:
+    """The lines of ``pristine`` (1-based) the mutated text replaced or removed; an insertion
+    counts as a change of the line it follows."""
+    out: set[int] = set()
+    matcher = difflib.SequenceMatcher(a=pristine.splitlines(), b=mutated.splitlines())
+    for tag, i1, i2, _, _ in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        out.update(range(i1 + 1, i2 + 1) if i2 > i1 else {max(i1, 1)})
+    return out
+
+
+def _header(node: ast.stmt) -> range:
+    """A statement's own lines: for a compound one, up to its first nested statement."""
+    first = node.lineno
+    for decorator in getattr(node, "decorator_list", ()):
+        first = min(first, decorator.lineno)
+    body = getattr(node, "body", None)
+    if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+        return range(first, max(node.lineno, body[0].lineno - 1) + 1)
+    return range(first, (node.end_lineno or node.lineno) + 1)
+
+
+def scope(tree: ast.Module, line: int) -> range | None:
+    """The lines of the innermost statement holding ``line`` when it runs inside a function
+    body (its execution is per test); None when it runs at import (every test)."""
+    found: tuple[ast.stmt, bool] | None = None
+
+    def visit(nodes: Iterable[ast.AST], in_function: bool) -> None:
+        nonlocal found
+        for node in nodes:
+            if not isinstance(node, ast.stmt):
+                continue
+            end = node.end_lineno or node.lineno
+            start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+            if not start <= line <= end:
+                continue
+            found = (node, in_function)
+            inner = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                children = getattr(node, field, None) or []
+                for child in children:
+                    if isinstance(child, ast.ExceptHandler | ast.match_case):
+                        if child.lineno <= line <= (child.end_lineno or child.lineno):
+                            found = (node, in_function)
+                            visit(child.body, inner)
+                    else:
+                        visit([child], inner)
+
+    visit(tree.body, False)
+    if found is None or not found[1]:
+        return None
+    return _header(found[0])
+
+
+def select(
+    state: Path, tree: Path, modules: Sequence[str]
+) -> tuple[list[str] | None, list[str], dict[str, Any]]:
+    """(the selected node ids, fastest first, or None for every test; the changed places)."""
+    plan = json.loads((state / "map.json").read_text())
+    tests: dict[str, dict[str, Any]] = plan["tests"]
+    selected: set[str] = set()
+    everything = False
+    places: list[str] = []
+    for module in modules:
+        pristine = (state / "pristine" / module).read_text()
+        mutated = (tree / module).read_text()
+        if pristine == mutated:
+            continue
+        parsed = ast.parse(pristine)
+        covered = plan["lines"].get(module, {})
+        for line in sorted(changed_lines(pristine, mutated)):
+            places.append(f"{module}:{line}")
+            lines = scope(parsed, line)
+            if lines is None:
+                everything = True
+                continue
+            for n in lines:
+                selected.update(covered.get(str(n), ()))
+    if not places:
+        everything = True  # nothing differs: no evidence, run them all
+    usable = {n for n, t in tests.items() if t["passed"]}
+    chosen = usable if everything else selected & usable
+    ordered = sorted(chosen, key=lambda n: (tests[n]["duration"], n))
+    return ordered, places, plan
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The test command: ``python -m tests.mutation.selection STATE``, cwd the target's copy."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    state = Path(args[0])
+    config = json.loads((state / "target.json").read_text())
+    started = time.perf_counter()
+    ordered, places, plan = select(state, Path.cwd(), config["modules"])
+    print(f"mutant at {', '.join(places) or '(no change)'}: {len(ordered)} test(s) selected")
+    if not ordered:
+        print("no passing test executes the mutated statement: survived, nothing run")
+        return 0
+    tests = plan["tests"]
+    limit = max(MIN_TIMEOUT, TIMEOUT_FACTOR * max(tests[n]["duration"] for n in ordered))
+    args = [*PYTEST_ARGS, "-o", f"timeout={limit:.0f}", "-x", *ordered]
+    code = pytest.main(args, plugins=[Order(ordered)])
+    print(f"pytest exit {int(code)} in {time.perf_counter() - started:.1f} s")
+    return int(code)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
