@@ -29,8 +29,6 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-import anyio.lowlevel
-
 from .errors import DialFailed, DialRefused, SteerUnsupported, StreamNotConnected
 from .events import (
     AgentEvent,
@@ -307,10 +305,9 @@ class MemoryTransport:
         await self._call("steer", (text, tuple(attachments), generation), default)
 
     async def cancel(self) -> CancelResult:
-        self._permissions.withdraw_all()
         # as over a real carrier, the turn's end comes after the withdrawn requests were
         # answered (there it is read from the agent, here it would be emitted at once)
-        await anyio.lowlevel.checkpoint()
+        await self._permissions.withdraw_all_and_wait()
 
         def default() -> CancelResult:
             if self.cancel_completes:

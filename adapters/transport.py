@@ -218,6 +218,7 @@ class PermissionPrompts:
     def __init__(self, policy: PermissionPolicy) -> None:
         self.policy = policy
         self._scopes: dict[str, anyio.CancelScope] = {}
+        self._none_left: anyio.Event | None = None
 
     async def ask(self, request: PermissionRequest) -> tuple[str | None, bool]:
         """The policy's choice, and whether the question was withdrawn meanwhile (the
@@ -229,6 +230,9 @@ class PermissionPrompts:
                 choice = await self.policy(request)
             finally:
                 self._scopes.pop(request.request_id, None)
+                if not self._scopes and self._none_left is not None:
+                    self._none_left.set()
+                    self._none_left = None
         return (None, True) if scope.cancelled_caught else (choice, False)
 
     def withdraw(self, request_id: str) -> None:
@@ -239,6 +243,15 @@ class PermissionPrompts:
     def withdraw_all(self) -> None:
         for scope in list(self._scopes.values()):
             scope.cancel()
+
+    async def withdraw_all_and_wait(self) -> None:
+        """Withdraw every question and return once the policy has returned for each (so
+        whatever it does on a withdrawal is done)."""
+        self.withdraw_all()
+        while self._scopes:
+            if self._none_left is None:
+                self._none_left = anyio.Event()
+            await self._none_left.wait()
 
 
 def cancellation_check() -> Callable[[], Awaitable[None]]:

@@ -1417,7 +1417,10 @@ async def connect_stdio_transport(
     config: StdioConfig = DEFAULT_CONFIG,
 ) -> AsyncIterator[StdioTransport]:
     """A :class:`StdioTransport` over an existing pair of byte streams (``receive`` is the
-    agent's stdout, ``send`` its stdin), served until the block exits (then :meth:`aclose`)."""
+    agent's stdout, ``send`` its stdin), served until the block exits (then :meth:`aclose`).
+    Each line is handed to ``send_stream.send`` as one bytes-like buffer (a ``bytearray``,
+    never written to again): a stream that keeps the item rather than writing it out should
+    copy it with ``bytes(item)``."""
     transport = StdioTransport(
         receive_stream,
         send_stream,

@@ -87,11 +87,7 @@ class EventPump:
             return
         await self.status.activity()
         await self._record_activity(event)
-        if isinstance(event, ev.MessageChunk) and event.role != "user" and event.text:
-            if not self._replaced(event.prompt_generation):
-                # late text of a turn a successor superseded is not the current reply
-                ctx.message.append(event.text)
-        elif isinstance(event, ev.SessionModels):
+        if isinstance(event, ev.SessionModels):
             await self.config.models_updated(event)
         elif isinstance(event, ev.ToolCall):
             name = event.tool_name or event.tool_title

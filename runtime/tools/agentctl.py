@@ -143,7 +143,11 @@ def run(args: argparse.Namespace) -> int:
     def echo(text: str) -> None:
         print(f"acpfsm agentctl: {text}", file=sys.stderr, flush=True)
 
+    # Ctrl-C and SIGTERM stop it even when it was started with them ignored or blocked (a
+    # background job of a non-interactive shell starts with SIGINT ignored)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         with local_agentctl(
             cache=Path(args.cache) if args.cache else None,
@@ -176,5 +180,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     echo("stopped")
     return code

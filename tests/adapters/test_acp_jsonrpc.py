@@ -196,21 +196,22 @@ async def test_a_large_answer_is_one_buffer_while_it_is_written() -> None:
     if not tracing:
         tracemalloc.start()
     try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(conn.run)
-            await peer.write({"jsonrpc": "2.0", "id": 0, "method": "warm"})
-            while not sink.lines:
-                await anyio.lowlevel.checkpoint()
-            tracemalloc.reset_peak()
-            before = tracemalloc.get_traced_memory()[0]
-            await peer.write({"jsonrpc": "2.0", "id": 1, "method": "fs/read_text_file"})
-            while len(sink.lines) < 2:
-                await anyio.lowlevel.checkpoint()
-            peak = tracemalloc.get_traced_memory()[1] - before
-            await peer.write({"jsonrpc": "2.0", "id": 2, "method": "bad"})
-            while len(sink.lines) < 3:
-                await anyio.lowlevel.checkpoint()
-            await conn.aclose()
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                await tg.start(conn.run)
+                await peer.write({"jsonrpc": "2.0", "id": 0, "method": "warm"})
+                while not sink.lines:
+                    await anyio.lowlevel.checkpoint()
+                tracemalloc.reset_peak()
+                before = tracemalloc.get_traced_memory()[0]
+                await peer.write({"jsonrpc": "2.0", "id": 1, "method": "fs/read_text_file"})
+                while len(sink.lines) < 2:
+                    await anyio.lowlevel.checkpoint()
+                peak = tracemalloc.get_traced_memory()[1] - before
+                await peer.write({"jsonrpc": "2.0", "id": 2, "method": "bad"})
+                while len(sink.lines) < 3:
+                    await anyio.lowlevel.checkpoint()
+                await conn.aclose()
     finally:
         if not tracing:
             tracemalloc.stop()

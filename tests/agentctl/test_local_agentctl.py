@@ -66,11 +66,22 @@ run_id_of: dict[int, str] = {}
 """The marker of the agentctl each running CLI (by pid) started."""
 
 
-def start_cli() -> tuple[subprocess.Popen[str], str, str, int]:
+#: Execs the rest of its arguments with SIGINT ignored and SIGINT, SIGTERM blocked (both
+#: survive exec), as a background job of a non-interactive shell, or a careless parent, would.
+IGNORING_CTRL_C = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def start_cli(*, ignoring_ctrl_c: bool = False) -> tuple[subprocess.Popen[str], str, str, int]:
     """``acpfsm agentctl`` in a subprocess: (process, url, nonce, agentctl's pid)."""
+    argv = [sys.executable, "-m", "acpfsm.runtime.tools.cli", "agentctl", "--cache", str(CACHE)]
+    if ignoring_ctrl_c:
+        argv = [sys.executable, "-c", IGNORING_CTRL_C, *argv]
     cli = subprocess.Popen(
-        [sys.executable, "-m", "acpfsm.runtime.tools.cli", "agentctl", "--cache", str(CACHE)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT dumps its stacks: see ended()
     )  # fmt: skip
     try:
@@ -124,27 +135,57 @@ def test_the_cli_runs_agentctl_and_ctrl_c_stops_it_and_its_agents(
                 await transport.initialize()
                 assert executor.token
                 assert [p for p in marked(run_id) if p != pid], "the agent is running"
+                masks.append(signals_of(cli.pid))
                 cli.send_signal(signal.SIGINT)  # Ctrl-C
                 return await anyio.to_thread.run_sync(ended, cli, 60.0)
 
+    masks: list[str] = []
     try:
         code, err = anyio.run(connect_then_ctrl_c, backend="trio")
     finally:
         if cli.poll() is None:
             cli.kill()
             cli.communicate()
-    assert code == 0, err
+    assert code == 0, f"{masks}\n{err}"
     assert marked(run_id) == []  # agentctl and the agent it started are gone
     assert "stopped" in err, err
+
+
+def signals_of(pid: int) -> str:
+    """The ignored, blocked and caught signal masks of process ``pid``."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return " ".join(re.findall(r"^Sig(?:Ign|Blk|Cgt):\s+\S+", status, re.MULTILINE))
 
 
 def test_sigterm_stops_it_too(agentctl_binary: Path) -> None:
     cli, _, _, pid = start_cli()
     run_id = local._environ(pid)[local.MARKER]
-    cli.terminate()
-    code, err = ended(cli, 60.0)
+    try:
+        cli.terminate()
+        code, err = ended(cli, 60.0)
+    finally:
+        for left in marked(run_id):
+            os.kill(left, signal.SIGKILL)
     assert code == 0, err
     assert marked(run_id) == []
+
+
+def test_ctrl_c_stops_it_when_started_with_ctrl_c_ignored_and_blocked(
+    agentctl_binary: Path,
+) -> None:
+    """A background job of a non-interactive shell starts with SIGINT ignored; a parent may
+    leave signals blocked: Ctrl-C (and SIGTERM) still stop it."""
+    cli, _, _, pid = start_cli(ignoring_ctrl_c=True)
+    run_id = local._environ(pid)[local.MARKER]
+    try:
+        masks = signals_of(cli.pid)
+        cli.send_signal(signal.SIGINT)
+        code, err = ended(cli, 60.0)
+    finally:
+        for left in marked(run_id):
+            os.kill(left, signal.SIGKILL)
+    assert code == 0, f"{masks}\n{err}"
+    assert "stopped" in err, err
 
 
 def test_conform_saves_the_token_its_nonce_got_for_the_next_run(
