@@ -1,5 +1,5 @@
-"""The transport's small synchronization pieces: :class:`Flag` (a one-shot event that
-allocates only when waited on) and :class:`PermissionPrompts` withdrawing its questions."""
+"""The transport's small pieces: :class:`Flag` (a one-shot event that allocates only when
+waited on), :class:`PermissionPrompts` asking and withdrawing, and the refusing option."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from acpfsm.adapters.events import PermissionRequest
-from acpfsm.adapters.transport import Flag, PermissionPrompts
+from acpfsm.adapters.events import PermissionOption, PermissionRequest
+from acpfsm.adapters.transport import Flag, PermissionPrompts, reject_option
 
 pytestmark = pytest.mark.both_backends
 
@@ -73,3 +73,41 @@ async def test_withdrawing_waits_until_each_policy_has_returned() -> None:
             assert sorted(done) == ["a", "b"]
         assert answers == [(None, True), (None, True)]
         await prompts.withdraw_all_and_wait()  # nothing asked: returns at once
+
+
+def test_reject_option_takes_only_a_refusing_kind_whatever_else_the_agent_lists() -> None:
+    """An agent's own option kinds (any string) are never taken for a refusal."""
+    options = [
+        PermissionOption(option_id="own", name="Sure", kind="yes_please"),
+        PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
+        PermissionOption(option_id="never", name="Never", kind="reject_always"),
+    ]
+    assert reject_option(options) == "never"
+    assert reject_option(options[:2]) is None
+
+
+async def test_an_answered_question_is_not_withdrawn_and_one_can_be_withdrawn_alone() -> None:
+    async def policy(request: PermissionRequest) -> str | None:
+        if request.request_id == "quick":
+            return "ok"
+        await anyio.sleep_forever()
+        return None  # pragma: no cover
+
+    prompts = PermissionPrompts(policy)
+    assert await prompts.ask(PermissionRequest(request_id="quick")) == ("ok", False)
+    answers: dict[str, tuple[str | None, bool]] = {}
+
+    async def ask(rid: str) -> None:
+        answers[rid] = await prompts.ask(PermissionRequest(request_id=rid))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, "a")
+            tg.start_soon(ask, "b")
+            await anyio.wait_all_tasks_blocked()
+            prompts.withdraw("a")
+            prompts.withdraw("unknown")  # nothing asked under that id: nothing happens
+            await anyio.wait_all_tasks_blocked()
+            assert answers == {"a": (None, True)}
+            prompts.withdraw("b")
+    assert answers == {"a": (None, True), "b": (None, True)}

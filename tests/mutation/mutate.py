@@ -108,6 +108,7 @@ TARGETS: tuple[Target, ...] = (
             "tests/runtime/test_permissions.py",
             "tests/runtime/test_permissions_stdio.py",
             "tests/adapters/test_acp_stdio.py",
+            "tests/adapters/test_transport_primitives.py",
         ),
         only=(
             "reject_option",
