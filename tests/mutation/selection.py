@@ -13,7 +13,10 @@ with the pristine one kept in the state folder, finds the statements the mutant 
 runs only the tests that executed them, fastest first, stopping at the first failure. A
 statement outside any function body (module and class level, a ``def`` line with its
 decorators and defaults) runs at import, before any test: every test of the target is
-selected for it. A statement in a function body that no passing test executed is reported at
+selected for it, and so for a statement in a function body that ran outside every test (a
+function called at import, such as the probe that picks the resolver: its result is every
+test's, so the map lists :data:`AT_IMPORT` for that line). A statement in a function body
+that no passing test executed is reported at
 once (exit 0: the mutant survived, nothing to run). A test that failed in the record run is
 never selected (it would kill every mutant).
 """
@@ -34,6 +37,8 @@ import pytest
 
 RECORD_ENV = "ACPFSM_MUTATE_RECORD"
 ORDER_ENV = "ACPFSM_MUTATE_ORDER"
+AT_IMPORT = "<import>"
+"""In the map, a line that ran outside every test (at import): every test depends on it."""
 PYTEST_ARGS = ("-q", "-p", "no:cacheprovider", "-o", "timeout=120", "--acpfsm-check-traces")
 #: A selected test may take this many times its recorded duration (recorded under coverage,
 #: on a machine that may be busy) before it counts as hung, at least MIN_TIMEOUT seconds: a
@@ -88,6 +93,8 @@ class Recorder:
             by_line = lines.setdefault(module, {})
             for line, contexts in data.contexts_by_lineno(measured).items():
                 named = sorted(c for c in contexts if c)
+                if "" in contexts:  # ran outside every test: at import
+                    named.append(AT_IMPORT)
                 if named:
                     by_line.setdefault(str(line), []).extend(named)
         self.out.write_text(json.dumps({"tests": self.tests, "lines": lines}))
@@ -98,7 +105,7 @@ def merge(kept: dict[str, Any], fresh: dict[str, Any], keep: set[str]) -> dict[s
     recorded (the files recorded again)."""
 
     def kept_test(nodeid: str) -> bool:
-        return nodeid.split("::", 1)[0] in keep
+        return nodeid == AT_IMPORT or nodeid.split("::", 1)[0] in keep
 
     tests = {n: t for n, t in kept.get("tests", {}).items() if kept_test(n)}
     tests.update(fresh["tests"])
@@ -212,7 +219,9 @@ def select(
                 everything = True
                 continue
             for n in lines:
-                selected.update(covered.get(str(n), ()))
+                ran = covered.get(str(n), ())
+                everything = everything or AT_IMPORT in ran
+                selected.update(ran)
     if not places:
         everything = True  # nothing differs: no evidence, run them all
     usable = {n for n, t in tests.items() if t["passed"]}

@@ -7,7 +7,7 @@ import ast
 import json
 from pathlib import Path
 
-from tests.mutation.selection import changed_lines, merge, scope, select
+from tests.mutation.selection import AT_IMPORT, changed_lines, merge, scope, select
 
 SOURCE = """\
 LIMIT = 3
@@ -75,13 +75,19 @@ def test_the_covering_tests_are_chosen_fastest_first_and_a_failed_one_never(
     (tree / "m.py").write_text(SOURCE.replace("flag = True", "flag = False"))  # import time
     assert select(state, tree, ["m.py"])[0] == ["t::fast", "t::other", "t::slow"]
 
+    # a function body that also ran at import (its result is every test's): all of them
+    lines["m.py"]["21"] = [AT_IMPORT, "t::other"]
+    (state / "map.json").write_text(json.dumps({"tests": tests, "lines": lines}))
+    (tree / "m.py").write_text(SOURCE.replace("return 1", "return 2"))
+    assert select(state, tree, ["m.py"])[0] == ["t::fast", "t::other", "t::slow"]
+
 
 def test_a_test_file_recorded_again_replaces_its_tests_and_lines_only() -> None:
     kept = {
         "tests": {"a.py::t": {"duration": 1.0, "passed": True}, "b.py::t": {"duration": 2.0}},
-        "lines": {"m.py": {"3": ["a.py::t", "b.py::t"], "4": ["b.py::t"]}},
+        "lines": {"m.py": {"3": [AT_IMPORT, "a.py::t", "b.py::t"], "4": ["b.py::t"]}},
     }
     fresh = {"tests": {"b.py::u": {"duration": 0.5}}, "lines": {"m.py": {"3": ["b.py::u"]}}}
     merged = merge(kept, fresh, keep={"a.py"})
     assert sorted(merged["tests"]) == ["a.py::t", "b.py::u"]
-    assert merged["lines"] == {"m.py": {"3": ["a.py::t", "b.py::u"]}}
+    assert merged["lines"] == {"m.py": {"3": [AT_IMPORT, "a.py::t", "b.py::u"]}}
