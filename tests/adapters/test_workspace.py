@@ -721,3 +721,130 @@ def test_a_blocked_worker_is_abandoned_on_cancel_and_on_its_bound(backend: str) 
     finally:
         release.set()
     assert len(seen) == 2 and all(event.is_set() for event in seen)
+
+
+# ------------------------------------------------------------------------------ edges
+
+
+def test_forcing_the_walk_needs_no_openat2(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workspace_module, "_OPENAT2", None)
+    assert Workspace(ws, resolver="walk").resolver == "walk"
+
+
+def test_a_path_that_is_not_valid_text_is_refused(ws: Path, resolver: str) -> None:
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    path = f"{ws}/lone-\ud800.txt"
+    with pytest.raises(PathRefused) as caught:
+        read(w, path)
+    assert caught.value.reason == "path is not valid text"
+
+
+def test_a_workspace_removed_under_it_is_a_workspace_error(tmp_path: Path, resolver: str) -> None:
+    root = tmp_path / "gone"
+    root.mkdir()
+    w = Workspace(root, resolver=resolver)  # type: ignore[arg-type]
+    root.rmdir()
+    with pytest.raises(WorkspaceError) as caught:
+        read(w, root / "f.txt")
+    assert type(caught.value) is WorkspaceError
+    assert caught.value.reason.startswith(f"workspace {root} cannot be opened")
+
+
+def test_names_that_sort_before_dot_dot_are_plain_names(
+    ws: Path, resolver: str, umask: Callable[[int], None]
+) -> None:
+    """``-x``, ``!x``, ``+x`` … sort before ``..`` and are ordinary names; new folders take
+    the umask's mode (0777 masked), as ``mkdir`` does."""
+    umask(0o022)
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    write(w, ws / "-new" / "!sub" / "+f.txt", "odd names\n")
+    assert read(w, ws / "-new" / "!sub" / "+f.txt") == "odd names\n"
+    assert (ws / "-new" / "!sub" / "+f.txt").read_text() == "odd names\n"
+    for folder in ("-new", "-new/!sub"):
+        assert stat.S_IMODE((ws / folder).stat().st_mode) == 0o755, folder
+
+
+def test_a_write_into_new_top_level_folders_leaves_no_descriptor_open(
+    ws: Path, resolver: str
+) -> None:
+    w = Workspace(ws, resolver=resolver)  # type: ignore[arg-type]
+    before = set(os.listdir("/proc/self/fd"))
+    write(w, ws / "n1" / "n2" / "f.txt", "x\n")
+    with pytest.raises(PathRefused):
+        write(w, f"{ws}/n3/../../outside.txt", "x\n")
+    assert set(os.listdir("/proc/self/fd")) == before
+
+
+@needs_openat2
+def test_a_link_to_a_missing_folder_is_refused_not_created(ws: Path) -> None:
+    """openat2 follows links inside the workspace; one naming a folder that does not exist is
+    not a reason to create it (the write is refused, nothing is made, no descriptor left)."""
+    (ws / "dangling").symlink_to("missing")
+    (ws / "to-missing").symlink_to("missing/f.txt")
+    (ws / "dot").symlink_to(".")
+    w = Workspace(ws, resolver="openat2")
+    before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(SymlinkRefused) as crossed:
+        write(w, ws / "dangling" / "f.txt", "x\n")
+    assert crossed.value.link == str(ws / "dangling")
+    with pytest.raises(MissingFile):
+        write(w, ws / "to-missing", "x\n")
+    with pytest.raises(NotRegularFile):
+        write(w, ws / "dot", "x\n")
+    assert set(os.listdir("/proc/self/fd")) == before
+    assert not (ws / "missing").exists()
+
+
+def test_open_private_opens_an_existing_file_keeping_its_mode(tmp_path: Path) -> None:
+    existing = tmp_path / "f"
+    existing.write_text("old\n")
+    existing.chmod(0o640)
+    fd = open_private(existing, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"new\n")
+    finally:
+        os.close(fd)
+    assert existing.read_text() == "old\nnew\n"
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o640
+
+
+def test_a_limit_counts_a_line_that_opens_the_chunk(ws: Path) -> None:
+    (ws / "f.txt").write_text("\nsecond\nthird\n")
+    w = Workspace(ws)
+    assert read(w, ws / "f.txt", limit=1) == "\n"
+    assert read(w, ws / "f.txt", line=2, limit=1) == "second\n"
+
+
+def test_a_link_gone_before_it_is_named_still_gives_a_typed_error(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk's kernel refusal is explained by looking for the link; if the tree changes
+    meanwhile (the look fails), the answer is still one of our errors, never a raw OSError."""
+    (ws / "real").mkdir()
+    (ws / "link").symlink_to("real")
+    w = Workspace(ws, resolver="walk")
+
+    def gone(*args: object, **kw: object) -> os.stat_result:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+
+    monkeypatch.setattr(os, "stat", gone)
+    with pytest.raises(WorkspaceError) as caught:
+        read(w, ws / "link" / "f.txt")
+    assert not isinstance(caught.value, SymlinkRefused)
+
+
+@needs_openat2
+def test_a_link_that_cannot_be_read_is_a_workspace_error_with_its_text(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "link").symlink_to("inside.txt")
+    w = Workspace(ws, resolver="openat2")
+
+    def unreadable(*args: object, **kw: object) -> str:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "readlink", unreadable)
+    with pytest.raises(WorkspaceError) as caught:
+        write(w, ws / "link", "x\n")
+    assert type(caught.value) is WorkspaceError
+    assert caught.value.reason == "Input/output error"
