@@ -302,6 +302,28 @@ class Flag:
         return f"<Flag {'set' if self._set else 'unset'}>"
 
 
+class Wakeup:
+    """Wakes whoever waits at that moment (an :class:`anyio.Event` re-armed after each
+    wake), allocating an event only while someone waits: most wakes find nobody waiting."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None
+
+    def wake(self) -> None:
+        event = self._event
+        if event is not None:
+            self._event = None
+            event.set()
+
+    async def wait(self) -> None:
+        """Return at the next :meth:`wake`."""
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
+
+
 class EventQueue(Generic[_T]):
     """Unbounded single-consumer FIFO; ``close()`` ends iteration after what is queued.
 
@@ -314,7 +336,7 @@ class EventQueue(Generic[_T]):
 
     def __init__(self, *, batch: int = 64) -> None:
         self.items: deque[_T] = deque()
-        self._wakeup: anyio.Event | None = None  # only while someone waits
+        self._wakeup = Wakeup()
         self.closed = False
         self._batch = batch
         self._taken = 0
@@ -323,25 +345,16 @@ class EventQueue(Generic[_T]):
     def __len__(self) -> int:
         return len(self.items)
 
-    def _wake(self) -> None:
-        wakeup = self._wakeup
-        if wakeup is not None:
-            self._wakeup = None
-            wakeup.set()
-
     def put(self, item: _T) -> None:
         self.items.append(item)
-        if self._wakeup is not None:
-            self._wake()
+        self._wakeup.wake()
 
     def close(self) -> None:
         self.closed = True
-        self._wake()
+        self._wakeup.wake()
 
     async def changed(self) -> None:
         """Wait for the next ``put`` or ``close``."""
-        if self._wakeup is None:
-            self._wakeup = anyio.Event()
         await self._wakeup.wait()
 
     def __aiter__(self) -> EventQueue[_T]:

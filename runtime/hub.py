@@ -24,11 +24,11 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Self
 
-import anyio
 import msgspec
 
 from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.adapters.events import MessageChunk, Reasoning
+from acpfsm.adapters.transport import Wakeup
 
 from .events import EventsTruncated, RuntimeEvent
 
@@ -81,7 +81,7 @@ class Subscription:
         # room for the replayed backlog plus ``buffer`` events published after subscribing
         self._capacity = hub.buffer + len(backlog)
         self._capacity_bytes = hub.buffer_bytes + backlog_bytes
-        self._wakeup: anyio.Event | None = None  # only while the consumer waits
+        self._wakeup = Wakeup()
         self._overflowed = 0
         self._closed = False
 
@@ -97,18 +97,11 @@ class Subscription:
             queue.append(event)
             self._sizes.append(size)
             self._bytes += size
-        if self._wakeup is not None:
-            self._wake()
-
-    def _wake(self) -> None:
-        wakeup = self._wakeup
-        if wakeup is not None:
-            self._wakeup = None
-            wakeup.set()
+        self._wakeup.wake()
 
     def _finish(self) -> None:
         self._closed = True
-        self._wake()
+        self._wakeup.wake()
 
     @property
     def buffered(self) -> int:
@@ -140,8 +133,6 @@ class Subscription:
                 raise SubscriberOverflow(self._hub.execution_id, missed)
             if self._closed:
                 raise StopAsyncIteration
-            if self._wakeup is None:
-                self._wakeup = anyio.Event()
             await self._wakeup.wait()
 
     async def __aenter__(self) -> Self:

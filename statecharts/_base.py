@@ -11,8 +11,8 @@ tables. The declaration class is not what runs: :meth:`Chart.start` returns a *m
 
 Rules every chart follows:
 
-* Pure and synchronous: no I/O, clock, ``await``, ``async def``, ``delay=`` or ``invoke=``
-  (a test enforces it); the runtime feeds every result in as an event, a past-tense fact.
+* Pure and synchronous: no I/O, no clock, no coroutine callbacks, no delayed or invoked
+  states (a test enforces it); the runtime feeds every result in as an event, a past-tense fact.
 * Loud: an event the current state does not accept raises
   :class:`~acpfsm.statecharts.errors.IllegalTransition` (python-statemachine's
   ``allow_event_without_transition`` and ``catch_errors_as_events`` are off for the reference

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import anyio
-
+from acpfsm.adapters.transport import Wakeup
 from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity
 from acpfsm.statecharts.coordination import Fired
 
@@ -35,7 +34,7 @@ class StatusDriver:
         self.machine = ctx.start(Execution)
         self.first_activity = ctx.start(FirstActivity)
         self._wakeup_watch = False
-        self._changed: anyio.Event | None = None  # only while someone waits
+        self._changed = Wakeup()
         ctx.handle(
             Execution.chart_name,
             {
@@ -69,14 +68,10 @@ class StatusDriver:
 
     async def changed(self) -> None:
         """Wait for the execution's next status step."""
-        if self._changed is None:
-            self._changed = anyio.Event()
         await self._changed.wait()
 
     def _notify(self) -> None:
-        changed, self._changed = self._changed, None
-        if changed is not None:
-            changed.set()
+        self._changed.wake()
 
     # --- facts ----------------------------------------------------------------------------
 

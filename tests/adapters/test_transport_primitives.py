@@ -8,7 +8,7 @@ import anyio.lowlevel
 import pytest
 
 from acpfsm.adapters.events import PermissionOption, PermissionRequest
-from acpfsm.adapters.transport import Flag, PermissionPrompts, reject_option
+from acpfsm.adapters.transport import Flag, PermissionPrompts, Wakeup, reject_option
 
 pytestmark = pytest.mark.both_backends
 
@@ -111,3 +111,23 @@ async def test_an_answered_question_is_not_withdrawn_and_one_can_be_withdrawn_al
             assert answers == {"a": (None, True)}
             prompts.withdraw("b")
     assert answers == {"a": (None, True), "b": (None, True)}
+
+
+async def test_a_wakeup_wakes_only_who_waits_then() -> None:
+    """A wake with nobody waiting is not kept for a later wait (unlike a :class:`Flag`)."""
+    wakeup = Wakeup()
+    wakeup.wake()
+    woken: list[int] = []
+
+    async def waiter() -> None:
+        await wakeup.wait()
+        woken.append(1)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            tg.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            assert woken == []
+            wakeup.wake()
+    assert woken == [1, 1]
