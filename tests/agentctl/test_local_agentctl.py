@@ -62,10 +62,6 @@ def read_until(stream: IO[str] | None, pattern: str, limit: float = 60.0) -> lis
     raise AssertionError(f"no {pattern!r} in {lines}")
 
 
-run_id_of: dict[int, str] = {}
-"""The marker of the agentctl each running CLI (by pid) started."""
-
-
 #: Execs the rest of its arguments with SIGINT ignored and SIGINT, SIGTERM blocked (both
 #: survive exec), as a background job of a non-interactive shell, or a careless parent, would.
 IGNORING_CTRL_C = (
@@ -94,9 +90,7 @@ def start_cli(*, ignoring_ctrl_c: bool = False) -> tuple[subprocess.Popen[str], 
     assert url.startswith("http://127.0.0.1:")
     assert f'AgentctlExecutor(url="{url}", nonce="{nonce}")' in text
     assert f"acpfsm conform --agentctl {url} --nonce {nonce} --" in text
-    pid = int(found(r"running \(pid (\d+)", text))
-    run_id_of[cli.pid] = local._environ(pid)[local.MARKER]
-    return cli, url, nonce, pid
+    return cli, url, nonce, int(found(r"running \(pid (\d+)", text))
 
 
 def ended(cli: subprocess.Popen[str], within: float) -> tuple[int | None, str]:
@@ -111,10 +105,17 @@ def ended(cli: subprocess.Popen[str], within: float) -> tuple[int | None, str]:
             cli.wait(10)
         except subprocess.TimeoutExpired:
             cli.kill()
-        for left in marked(run_id_of.pop(cli.pid, "")):  # what the killed CLI left behind
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(left, signal.SIGKILL)
     return code, cli.communicate()[1]
+
+
+def left_behind(run_id: str) -> list[int]:
+    """The processes of that agentctl still alive (it and its agents), then killed so that a
+    failed test leaves nothing running."""
+    left = marked(run_id)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left
 
 
 def test_the_cli_runs_agentctl_and_ctrl_c_stops_it_and_its_agents(
@@ -146,8 +147,9 @@ def test_the_cli_runs_agentctl_and_ctrl_c_stops_it_and_its_agents(
         if cli.poll() is None:
             cli.kill()
             cli.communicate()
+        left = left_behind(run_id)
     assert code == 0, f"{masks}\n{err}"
-    assert marked(run_id) == []  # agentctl and the agent it started are gone
+    assert left == []  # agentctl and the agent it started are gone
     assert "stopped" in err, err
 
 
@@ -164,10 +166,9 @@ def test_sigterm_stops_it_too(agentctl_binary: Path) -> None:
         cli.terminate()
         code, err = ended(cli, 60.0)
     finally:
-        for left in marked(run_id):
-            os.kill(left, signal.SIGKILL)
+        left = left_behind(run_id)
     assert code == 0, err
-    assert marked(run_id) == []
+    assert left == []
 
 
 def test_ctrl_c_stops_it_when_started_with_ctrl_c_ignored_and_blocked(
@@ -182,8 +183,7 @@ def test_ctrl_c_stops_it_when_started_with_ctrl_c_ignored_and_blocked(
         cli.send_signal(signal.SIGINT)
         code, err = ended(cli, 60.0)
     finally:
-        for left in marked(run_id):
-            os.kill(left, signal.SIGKILL)
+        left_behind(run_id)
     assert code == 0, f"{masks}\n{err}"
     assert "stopped" in err, err
 
