@@ -24,8 +24,9 @@ broker and the transport's permission policies, the lifecycle timeouts and the r
 mutated (optionally only some of their top-level definitions) and the tests that pin them.
 
 Incremental and sharded: each target's cosmic-ray session (``session.sqlite``) is kept and
-re-initialized only when a mutated module or the settings changed (when only the tests did,
-the survivors are queued again, the killed stay killed); a run does the pending work items only (``--limit N`` stops after N), so an interrupted run continues where it stopped.
+re-initialized only when a mutated module or the settings changed (then the killed mutants of
+the target's modules that did not change are carried over); when only the tests changed, the
+survivors are queued again, the killed stay killed; a run does the pending work items only (``--limit N`` stops after N), so an interrupted run continues where it stopped.
 ``--shard i/n`` takes every n-th pending item (each shard in its own copy, so shards run side
 by side). Operators that only make noise here (bitwise and shift operators, exotic numeric
 replacements) are filtered out (:data:`EXCLUDED_OPERATORS`).
@@ -310,11 +311,14 @@ def prepare(target: Target, shard: str) -> tuple[Path, Path, dict[str, str]]:
     keys = _keys(target)
     saved = json.loads(stamp.read_text()) if stamp.exists() else {}
     if not session.exists() or saved.get("modules") != keys["modules"]:
+        kept = _killed_in_unchanged(target, base, session) if session.exists() else {}
         session.unlink(missing_ok=True)
         _cosmic(["cosmic-ray", "init", str(config), str(session)], tree, env)
         _cosmic(["cr-filter-operators", str(session), str(config)], tree, env)
         if target.only:
             _skip_outside(target, tree, session)
+        if kept:
+            print(f"mutate: {target.name}: {_carry(session, kept)} killed mutant(s) kept")
     elif saved.get("tests") != keys["tests"]:
         _requeue_survivors(session)  # a killed mutant stays killed: tests were added
     stamp.write_text(json.dumps(keys))
@@ -418,6 +422,54 @@ def _requeue_survivors(session: Path) -> None:
         ]
     with sqlite3.connect(session) as db:
         db.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in again])
+
+
+def _mutant_key(m: Any) -> tuple[str, str, int, tuple[int, int], tuple[int, int]]:
+    return (
+        str(m.module_path),
+        m.operator_name,
+        m.occurrence,
+        tuple(m.start_pos),
+        tuple(m.end_pos),
+    )
+
+
+def _killed_in_unchanged(target: Target, base: Path, session: Path) -> dict[Any, Any]:
+    """The killed mutants of the modules that did not change since ``session`` was made (the
+    pristine copy kept beside it is the version it was made from): one module's change
+    re-initializes the target's session, but a mutant of an unchanged module is the same
+    mutant; killed, it stays killed (as when only the tests changed; survivors run again)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome
+
+    unchanged = {
+        m
+        for m in target.modules
+        if (base / "pristine" / m).exists()
+        and (base / "pristine" / m).read_bytes() == (REPO / m).read_bytes()
+    }
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        return {
+            _mutant_key(item.mutations[0]): result
+            for item, result in db.completed_work_items
+            if len(item.mutations) == 1
+            and str(item.mutations[0].module_path) in unchanged
+            and result.test_outcome == TestOutcome.KILLED
+        }
+
+
+def _carry(session: Path, kept: dict[Any, Any]) -> int:
+    """Set the kept results on the fresh session's matching items; how many matched."""
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    n = 0
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item in list(db.pending_work_items):
+            result = kept.get(_mutant_key(item.mutations[0])) if len(item.mutations) == 1 else None
+            if result is not None:
+                db.set_result(item.job_id, result)
+                n += 1
+    return n
 
 
 def _skip_outside(target: Target, tree: Path, session: Path) -> None:
