@@ -776,11 +776,9 @@ _encoder = msgspec.json.Encoder()
 _update_decoder: msgspec.json.Decoder[SessionUpdate] = msgspec.json.Decoder(SessionUpdate)
 _raw_notification_decoder = msgspec.json.Decoder(_RawSessionNotification)
 _object_decoder = msgspec.json.Decoder(dict[str, Any])
-_decoders: dict[type[Struct], msgspec.json.Decoder[Any]] = {
-    cls: msgspec.json.Decoder(cls | None)
-    for cls in {*CLIENT_PARAMS.values(), *AGENT_PARAMS.values(), *RESULTS.values()}
-    if cls is not SessionNotification
-}
+# one decoder per typed params/result, made on its first use: building all ~40 at import
+# (msgspec reads each class's annotations) was a tenth of ``import acpfsm.runtime``'s own time
+_decoders: dict[type[Struct], msgspec.json.Decoder[Any]] = {}
 
 
 def encode(message: Any) -> bytes:
@@ -806,7 +804,10 @@ def decode_message(line: bytes | str) -> JsonRpcMessage:
 
 def _decode_typed(cls: type[Struct], raw: Raw | bytes | None) -> Any:
     data = b"null" if raw is None else raw
-    value = _decoders[cls].decode(data)
+    decoder = _decoders.get(cls)
+    if decoder is None:
+        decoder = _decoders[cls] = msgspec.json.Decoder(cls | None)
+    value = decoder.decode(data)
     if value is not None:
         return value
     try:

@@ -207,6 +207,11 @@ class ImportRow:
     httpx_loaded: bool
     top: tuple[tuple[str, float], ...] = ()  # (package, self ms) of one -X importtime run
     after_asyncio_cpu_ms: tuple[float, ...] = ()  # asyncio imported first (an asyncio app)
+    floor_cpu_ms: tuple[float, ...] = ()  # only the dependencies (see DEPENDENCIES)
+
+    @property
+    def floor_median_ms(self) -> float:
+        return statistics.median(self.floor_cpu_ms) if self.floor_cpu_ms else math.nan
 
     @property
     def median_ms(self) -> float:
@@ -789,7 +794,7 @@ _IMPORT_CODE = (
     "import sys, time\n"
     "{pre}"
     "t, c = time.perf_counter(), time.process_time()\n"
-    "import acpfsm.runtime\n"
+    "import {modules}\n"
     "print(time.perf_counter() - t, time.process_time() - c, int('httpx' in sys.modules))\n"
 )
 _IMPORTTIME = re.compile(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
@@ -800,18 +805,26 @@ def _package(module: str) -> str:
     return ".".join(parts[:2]) if parts[0] == "acpfsm" else parts[0]
 
 
+#: What ``import acpfsm.runtime`` loads whatever acpfsm does: python-statemachine (the chart
+#: declarations; it imports asyncio, and with it ssl, socket, logging …), anyio and msgspec.
+DEPENDENCIES = "statemachine, anyio, msgspec"
+
+
 def bench_import(count: int) -> ImportRow:
-    """``import acpfsm.runtime`` in ``count`` fresh processes; where one run's time goes."""
+    """``import acpfsm.runtime`` in ``count`` fresh processes, the dependencies alone
+    (:data:`DEPENDENCIES`: the floor no change of acpfsm's can go below); where one run's
+    time goes."""
     samples: list[float] = []
     cpu: list[float] = []
     after_asyncio: list[float] = []
+    floor: list[float] = []
     httpx = False
     # as installed: byte-compiled (the first, untimed run writes what is missing)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
-    def timed(pre: str) -> list[str]:
+    def timed(pre: str, modules: str = "acpfsm.runtime") -> list[str]:
         return subprocess.run(
-            [sys.executable, "-c", _IMPORT_CODE.format(pre=pre)],
+            [sys.executable, "-c", _IMPORT_CODE.format(pre=pre, modules=modules)],
             capture_output=True,
             text=True,
             check=True,
@@ -827,6 +840,7 @@ def bench_import(count: int) -> ImportRow:
         httpx = httpx or out[2] == "1"
         # an asyncio app: asyncio (which python-statemachine imports) is there already
         after_asyncio.append(float(timed("import asyncio\n")[1]) * 1000.0)
+        floor.append(float(timed("", DEPENDENCIES)[1]) * 1000.0)
 
     def self_times(code: str) -> dict[str, int]:
         err = subprocess.run(
@@ -846,7 +860,7 @@ def bench_import(count: int) -> ImportRow:
             key = _package(module)
             by_package[key] = by_package.get(key, 0.0) + micros / 1000.0
     top = tuple(sorted(by_package.items(), key=lambda kv: -kv[1])[:8])
-    return ImportRow(tuple(samples), tuple(cpu), httpx, top, tuple(after_asyncio))
+    return ImportRow(tuple(samples), tuple(cpu), httpx, top, tuple(after_asyncio), tuple(floor))
 
 
 # ------------------------------------------------------------ 6. transitions --
@@ -1288,8 +1302,10 @@ def goals(report: BenchReport) -> list[Goal]:
                         heap.per_prompt, 512.0, "B", strict=True, detail=detail))  # fmt: skip
     if report.imports is not None:
         imp = report.imports
-        detail = f"wall {imp.median_ms:.1f} ms; {len(imp.samples_ms)} fresh processes; " + (
-            "httpx loaded" if imp.httpx_loaded else "httpx not loaded"
+        detail = (
+            f"wall {imp.median_ms:.1f} ms; {len(imp.samples_ms)} fresh processes; "
+            + ("httpx loaded" if imp.httpx_loaded else "httpx not loaded")
+            + f"; the dependencies alone {imp.floor_median_ms:.1f} ms"
         )
         out.append(Goal("import acpfsm.runtime (stdio-only), CPU median", "-", COMPILED,
                         imp.cpu_median_ms, 60.0, "ms", strict=True, detail=detail))  # fmt: skip
@@ -1422,6 +1438,12 @@ def format_report(report: BenchReport) -> str:
             ],
             "httpx loaded" if imp.httpx_loaded else "httpx not loaded",
         )
+        if imp.floor_cpu_ms:
+            table.row(
+                f"the dependencies alone ({DEPENDENCIES}): the floor",
+                [str(len(imp.floor_cpu_ms)), "", "", f"{imp.floor_median_ms:.1f}"],
+                f"acpfsm's own: {imp.cpu_median_ms - imp.floor_median_ms:.1f} ms",
+            )
         if imp.after_asyncio_cpu_ms:
             table.row(
                 "import time in an asyncio app (asyncio imported first)",

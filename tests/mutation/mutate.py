@@ -27,8 +27,8 @@ Incremental and sharded: each target's cosmic-ray session (``session.sqlite``) i
 re-initialized only when a mutated module or the settings changed (then the killed mutants of
 the target's modules that did not change are carried over); when only the tests changed, the
 survivors are queued again, the killed stay killed; a run does the pending work items only (``--limit N`` stops after N), so an interrupted run continues where it stopped.
-``--shard i/n`` takes every n-th pending item (each shard in its own copy, so shards run side
-by side). Operators that only make noise here (bitwise and shift operators, exotic numeric
+``--shard i/n`` takes the pending items whose job id (a hex number) is i − 1 modulo n (each shard in its own
+copy, so shards run side by side, started together or not). Operators that only make noise here (bitwise and shift operators, exotic numeric
 replacements) are filtered out (:data:`EXCLUDED_OPERATORS`).
 
 Usage: ``python -m tests.mutation.mutate [--target NAME]… [--shard i/n] [--limit N]
@@ -553,9 +553,9 @@ def run(target: Target, shard: str, limit: int | None) -> None:
     command = _command(target)
     with use_db(str(session), WorkDB.Mode.open) as db:
         pending = sorted(db.pending_work_items, key=lambda w: w.job_id)
-    if shard:
-        i, n = (int(x) for x in shard.split("/"))
-        pending = [w for k, w in enumerate(pending) if k % n == i - 1]
+    if shard:  # by job id, not by place in the list: shards started at different times
+        i, n = (int(x) for x in shard.split("/"))  # (one has done items) stay disjoint
+        pending = [w for w in pending if int(w.job_id, 16) % n == i - 1]
     if limit is not None:
         pending = pending[:limit]
     print(f"mutate: {target.name}: {len(pending)} pending item(s) to run")
