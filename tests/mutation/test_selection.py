@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import ast
 import json
+import time
 from pathlib import Path
 
+import pytest
+
+from tests.mutation import selection
 from tests.mutation.selection import AT_IMPORT, changed_lines, merge, scope, select
+
+pytest_plugins = ["pytester"]
 
 SOURCE = """\
 LIMIT = 3
@@ -91,3 +97,35 @@ def test_a_test_file_recorded_again_replaces_its_tests_and_lines_only() -> None:
     merged = merge(kept, fresh, keep={"a.py"})
     assert sorted(merged["tests"]) == ["a.py::t", "b.py::u"]
     assert merged["lines"] == {"m.py": {"3": [AT_IMPORT, "a.py::t", "b.py::u"]}}
+
+
+def test_each_selected_test_is_bounded_by_its_own_recorded_duration(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast test a mutant hangs is stopped at its own bound, not at the slowest selected
+    test's (the run order is fastest first, so the hang comes first)."""
+    monkeypatch.setattr(selection, "MIN_TIMEOUT", 0.5)
+    pytester.makepyfile(
+        test_inner="""
+        import time
+
+        def test_slow():
+            pass
+
+        def test_hangs():
+            time.sleep(30)
+        """
+    )
+    order = selection.Order(
+        ["test_inner.py::test_hangs", "test_inner.py::test_slow"],
+        {"test_inner.py::test_hangs": 0.01, "test_inner.py::test_slow": 20.0},
+    )
+    started = time.monotonic()
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:anyio", "-o", "timeout=80", "-x", plugins=[order]
+    )
+    result.assert_outcomes(failed=1)
+    assert "Timeout" in result.stdout.str()
+    assert time.monotonic() - started < 20  # not the slow test's 80 s bound
+    assert selection.hang_bound(0.01) == 0.5
+    assert selection.hang_bound(20.0) == selection.TIMEOUT_FACTOR * 20.0
