@@ -39,7 +39,7 @@ from . import _wire as w
 from ._faults import Faults, other_rollout_id
 from ._hostile import HOSTILE_FS_FAULTS, run_probe
 from ._io import LineReader, Outbox
-from ._mcp import SessionMcp, clip, decode_arguments, parse_servers
+from ._mcp import CONNECT_SECONDS, SessionMcp, clip, decode_arguments, parse_servers
 from ._script import (
     DEFAULT_MODE,
     DEFAULT_MODEL,
@@ -78,6 +78,8 @@ class AgentConfig:
     """Longest accepted input line; a longer one is answered with a parse error."""
     version: str = "0"
     child_pid: int | None = None
+    mcp_connect_seconds: float = CONNECT_SECONDS
+    """How long an MCP server of a session may take to connect and list its tools."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -517,7 +519,7 @@ class ReferenceAgent:
             session.id,
             ", ".join(f"{c.name} ({c.kind})" for c in configs),
         )
-        session.mcp = SessionMcp(configs, self._tg)
+        session.mcp = SessionMcp(configs, self._tg, self._config.mcp_connect_seconds)
 
     async def _set_mode(self, rid: w.JsonId, params: msgspec.Raw | UnsetType) -> None:
         p = w.decode_params(params, w.SetModeParams)

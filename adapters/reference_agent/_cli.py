@@ -15,6 +15,7 @@ import anyio
 
 from ._agent import AgentConfig, serve
 from ._faults import FAULTS, FaultError, Faults, parse_fault, parse_fault_list
+from ._mcp import CONNECT_SECONDS
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -51,6 +52,14 @@ def _nonneg_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """A bound: a finite number of seconds above zero (nothing waits forever)."""
+    value = _nonneg_float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number above zero: {text!r}")
     return value
 
 
@@ -97,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="stderr log level (default info)",
     )
+    parser.add_argument(
+        "--mcp-connect-seconds",
+        type=_positive_float,
+        default=CONNECT_SECONDS,
+        metavar="SECONDS",
+        help=f"how long an MCP server may take to connect (default {CONNECT_SECONDS:g})",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return parser
 
@@ -131,7 +147,11 @@ def config_from_args(
     if level not in ("debug", "info", "warning", "error"):
         parser.error(f"{ENV_LOG}: expected debug, info, warning or error, got {level!r}")
     config = AgentConfig(
-        faults=faults, delay=delay, sessions_dir=sessions_dir.absolute(), version=_version()
+        faults=faults,
+        delay=delay,
+        sessions_dir=sessions_dir.absolute(),
+        version=_version(),
+        mcp_connect_seconds=args.mcp_connect_seconds,
     )
     return config, backend, level
 

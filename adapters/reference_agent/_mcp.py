@@ -37,7 +37,8 @@ __all__ = [
 log = logging.getLogger("acpfsm.reference_agent")
 
 CONNECT_SECONDS = 20.0
-"""How long a server may take to connect and list its tools."""
+"""How long a server may take to connect and list its tools, by default
+(``--mcp-connect-seconds``: a loaded machine starting a stdio server may need longer)."""
 CALL_SECONDS = 120.0
 """How long one tool call may take."""
 TEXT_LIMIT = 4000
@@ -103,15 +104,21 @@ class McpLink:
     """One server of one session: connected in its own task, which holds the client open
     until the session's links are closed."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, connect_seconds: float = CONNECT_SECONDS) -> None:
         self.config = config
+        self.connect_seconds = connect_seconds
         self.client: Any = None
         self.tools: list[str] = []
         self.error = ""
+        self.deadline = math.inf
+        """When an unconnected server counts as unavailable (the loop's clock)."""
         self.settled = anyio.Event()
         self.closed = anyio.Event()
 
     def describe(self) -> str:
+        if not self.error and self.client is None and anyio.current_time() >= self.deadline:
+            # past its bound, still closing (the SDK waits for a stdio server to exit)
+            self.error = f"not connected within {self.connect_seconds:g}s"
         if self.error:
             return f"{self.config.name} ({self.config.kind}): unavailable ({self.error})"
         if self.client is None:
@@ -136,13 +143,17 @@ class McpLink:
 
     async def run(self) -> None:
         try:
-            # importing the SDK takes a while: off the event loop, which goes on answering
-            await anyio.to_thread.run_sync(_import_sdk)
-            from mcp import Client
+            # the connection is bounded, importing the SDK included (a loaded machine is
+            # slow at both; the listing waits as long); once up, it lasts until the session
+            # closes
+            bound = self.connect_seconds
+            self.deadline = anyio.current_time() + bound
+            with anyio.CancelScope(deadline=self.deadline) as scope:
+                # importing the SDK takes a while: off the event loop, which goes on answering
+                await anyio.to_thread.run_sync(_import_sdk)
+                from mcp import Client
 
-            http, target = self._transport()
-            # the connection is bounded; once it is up it lasts until the session closes
-            with anyio.CancelScope(deadline=anyio.current_time() + CONNECT_SECONDS) as scope:
+                http, target = self._transport()
                 async with (
                     http if http is not None else _NoClient(),
                     Client(target, cache=None, read_timeout_seconds=CALL_SECONDS) as c,
@@ -150,10 +161,10 @@ class McpLink:
                     self.client = c
                     await self.relist()
                     self.settled.set()
-                    scope.deadline = math.inf
+                    scope.deadline = self.deadline = math.inf
                     await self.closed.wait()
             if scope.cancelled_caught:
-                self.error = f"not connected within {CONNECT_SECONDS:g}s"
+                self.error = f"not connected within {bound:g}s"
                 log.warning("MCP server %r: %s", self.config.name, self.error)
         except Exception as exc:  # noqa: BLE001 - any failure of a server is reported, not fatal
             self.error = describe(exc)
@@ -165,7 +176,7 @@ class McpLink:
     async def relist(self) -> None:
         if self.client is None:
             return
-        with anyio.fail_after(CONNECT_SECONDS):
+        with anyio.fail_after(self.connect_seconds):
             result = await self.client.list_tools()
         self.tools = sorted(t.name for t in result.tools)
 
@@ -186,8 +197,14 @@ class _NoClient:
 class SessionMcp:
     """The MCP servers of one session."""
 
-    def __init__(self, configs: list[ServerConfig], task_group: TaskGroup) -> None:
-        self.links = [McpLink(c) for c in configs]
+    def __init__(
+        self,
+        configs: list[ServerConfig],
+        task_group: TaskGroup,
+        connect_seconds: float = CONNECT_SECONDS,
+    ) -> None:
+        self.connect_seconds = connect_seconds
+        self.links = [McpLink(c, connect_seconds) for c in configs]
         for link in self.links:
             task_group.start_soon(link.run)
 
@@ -196,7 +213,7 @@ class SessionMcp:
             link.closed.set()
 
     async def _settled(self) -> None:
-        with anyio.move_on_after(CONNECT_SECONDS):
+        with anyio.move_on_after(self.connect_seconds):
             for link in self.links:
                 await link.settled.wait()
 

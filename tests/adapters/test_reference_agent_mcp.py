@@ -17,7 +17,9 @@ from acpfsm.adapters.reference_agent._script import HELP_TEXT, parse_directives
 pytestmark = pytest.mark.integration
 
 
-def _run_agent(tmp_path: Path, mcp_servers: list[dict[str, Any]], prompt: str) -> tuple[str, str]:
+def _run_agent(
+    tmp_path: Path, mcp_servers: list[dict[str, Any]], prompt: str, *flags: str
+) -> tuple[str, str]:
     """Initialize, session/new with ``mcp_servers``, one prompt, EOF: (stdout, stderr), with
     ``-X importtime`` writing every imported module to stderr."""
     lines = [
@@ -41,6 +43,7 @@ def _run_agent(tmp_path: Path, mcp_servers: list[dict[str, Any]], prompt: str) -
             "0",
             "--sessions-dir",
             str(tmp_path / "sessions"),
+            *flags,
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -98,6 +101,34 @@ def test_the_sdk_is_imported_only_for_a_session_with_mcp_servers(tmp_path: Path)
     reply = _reply(out)
     assert "MCP tools: gone (http): unavailable (" in reply  # reported, not waited on forever
     assert "Tool x failed: no MCP server offers a tool named 'x'." in reply
+
+
+def test_a_server_that_never_answers_is_reported_at_the_connect_bound_given(
+    tmp_path: Path,
+) -> None:
+    silent = {  # a stdio server that never answers initialize
+        "type": "stdio",
+        "name": "mute",
+        "command": sys.executable,
+        "args": ["-c", "import time; time.sleep(60)"],
+        "env": [],
+    }
+    out, _ = _run_agent(tmp_path, [silent], "hello [[tools]]", "--mcp-connect-seconds", "1.5")
+    assert "MCP tools: mute (stdio): unavailable (not connected within 1.5s)." in _reply(out)
+
+
+@pytest.mark.parametrize("bound", ["0", "-1", "nan", "inf", "soon"])
+def test_the_connect_bound_is_a_finite_number_of_seconds(bound: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "acpfsm.adapters.reference_agent", "--mcp-connect-seconds", bound],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--mcp-connect-seconds" in done.stderr
 
 
 def test_tool_directives_carry_any_json() -> None:

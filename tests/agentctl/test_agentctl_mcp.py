@@ -25,7 +25,7 @@ from acpfsm.runtime import (
     reference_profile,
 )
 from acpfsm.runtime import events as le
-from tests.peers.app_tools import add, shout
+from tests.peers.app_tools import SLOW_MACHINE, add, shout
 
 from .agentctl_server import AgentctlServer
 from .helpers import DELAY, TEST_CONFIG, published, session_of, spec, workspace
@@ -40,7 +40,7 @@ def make_runtime(
 ) -> tuple[Runtime, AgentctlExecutor]:
     executor = AgentctlExecutor(url=agentctl.url, token=agentctl.token(), config=TEST_CONFIG)
     rt = Runtime(
-        profiles=[reference_profile("--delay", DELAY, mcp_servers=profile_servers)],
+        profiles=[reference_profile("--delay", DELAY, *SLOW_MACHINE, mcp_servers=profile_servers)],
         executors={"agentctl": executor},
         timeouts=Timeouts(cancel_wait=5.0, cancel_escalation=1.0, request=30.0, tool_call=1.0),
         tool_sets=tool_sets,
@@ -169,7 +169,7 @@ async def test_the_tool_server_secret_is_masked_in_what_agentctl_reports(
     when it dies, agentctl reports its stderr, and acpfsm quotes it with the secret masked."""
     executor = AgentctlExecutor(url=agentctl.url, token=agentctl.token(), config=TEST_CONFIG)
     rt = Runtime(
-        profiles=[reference_profile("--delay", DELAY, "--log-level", "debug")],
+        profiles=[reference_profile("--delay", DELAY, "--log-level", "debug", *SLOW_MACHINE)],
         executors={"agentctl": executor},
         timeouts=Timeouts(cancel_wait=5.0, cancel_escalation=1.0, request=30.0),
         tool_sets=[ToolSet("task", tools=[add])],

@@ -38,7 +38,7 @@ from acpfsm.runtime import (
 )
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
-from tests.peers.app_tools import add, shout
+from tests.peers.app_tools import SLOW_MACHINE, add, shout
 
 pytestmark = [pytest.mark.both_backends, pytest.mark.integration]
 
@@ -86,7 +86,7 @@ TOOL_SETS = [
 
 def make_runtime(*profile_args: str, trace_path: Path | None = None) -> Runtime:
     return Runtime(
-        profiles=[reference_profile(*profile_args, "--delay", "0")],
+        profiles=[reference_profile(*profile_args, "--delay", "0", *SLOW_MACHINE)],
         executors={
             "stdio": StdioExecutor(config=StdioConfig(cancel_timeout=0.5), shutdown=FAST_SHUTDOWN)
         },
@@ -274,7 +274,7 @@ async def test_mcp_servers_of_the_profile_and_launch_reach_session_new_and_load(
         name="other", command=sys.executable, args=(str(PEER),), env={"PEER_NAME": "launch peer"}
     )
     old = McpServerSse(name="old", url="http://127.0.0.1:9/sse")
-    profile = reference_profile("--delay", "0", mcp_servers=(peer,))
+    profile = reference_profile("--delay", "0", *SLOW_MACHINE, mcp_servers=(peer,))
     async with Runtime(
         profiles=[profile],
         executors={"stdio": StdioExecutor(shutdown=FAST_SHUTDOWN)},
