@@ -18,7 +18,8 @@ function called at import, such as the probe that picks the resolver: its result
 test's, so the map lists :data:`AT_IMPORT` for that line). A statement in a function body
 that no passing test executed is reported at
 once (exit 0: the mutant survived, nothing to run). A test that failed in the record run is
-never selected (it would kill every mutant).
+never selected (it would kill every mutant); a test run on both backends is selected on trio
+only (:func:`one_backend`).
 """
 
 from __future__ import annotations
@@ -238,9 +239,25 @@ def select(
     if not places:
         everything = True  # nothing differs: no evidence, run them all
     usable = {n for n, t in tests.items() if t["passed"]}
-    chosen = usable if everything else selected & usable
+    chosen = one_backend(usable if everything else selected & usable)
     ordered = sorted(chosen, key=lambda n: (tests[n]["duration"], n))
     return ordered, places, plan
+
+
+def one_backend(nodeids: set[str]) -> set[str]:
+    """``nodeids`` without the asyncio run of a test whose trio run is there too: the code
+    under test is the same anyio code on both backends, and a survivor runs every selected
+    test, so this halves a survivor's cost. Conservative: a mutant only the asyncio run would
+    kill is reported as a survivor (read, then killed by a test or listed), never as killed."""
+
+    def trio_twin(nodeid: str) -> str | None:
+        head, bracket, params = nodeid.partition("[")
+        parts = params.removesuffix("]").split("-")
+        if not bracket or "asyncio" not in parts:
+            return None
+        return f"{head}[{'-'.join('trio' if p == 'asyncio' else p for p in parts)}]"
+
+    return {n for n in nodeids if (twin := trio_twin(n)) is None or twin not in nodeids}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests.mutation import selection
-from tests.mutation.selection import AT_IMPORT, changed_lines, merge, scope, select
+from tests.mutation.selection import (
+    AT_IMPORT,
+    changed_lines,
+    merge,
+    one_backend,
+    scope,
+    select,
+)
 
 pytest_plugins = ["pytester"]
 
@@ -129,3 +136,22 @@ def test_each_selected_test_is_bounded_by_its_own_recorded_duration(
     assert time.monotonic() - started < 20  # not the slow test's 80 s bound
     assert selection.hang_bound(0.01) == 0.5
     assert selection.hang_bound(20.0) == selection.TIMEOUT_FACTOR * 20.0
+
+
+def test_a_test_run_on_both_backends_is_selected_on_trio_only() -> None:
+    both = {
+        "t.py::a[trio]",
+        "t.py::a[asyncio]",
+        "t.py::b[asyncio-Models]",
+        "t.py::b[trio-Models]",
+        "t.py::c[asyncio]",  # its trio run failed in the record: not selectable, so kept
+        "t.py::d",
+        "t.py::e[asyncio_x]",
+    }
+    assert one_backend(both) == {
+        "t.py::a[trio]",
+        "t.py::b[trio-Models]",
+        "t.py::c[asyncio]",
+        "t.py::d",
+        "t.py::e[asyncio_x]",
+    }
