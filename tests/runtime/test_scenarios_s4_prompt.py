@@ -1033,6 +1033,32 @@ async def test_steer_text_is_written_to_the_history(tmp_path: Path) -> None:
         await rt.stop(ref.id, "done")
 
 
+async def test_a_wakeup_turn_after_a_prompt_keeps_its_text(tmp_path: Path) -> None:
+    """Text of no turn (generation 0: a wakeup turn the agent starts while READY) is never a
+    replaced turn's late text, even once prompts have run: it is the wakeup's reply, kept and
+    written to the history when the wakeup ends (kandev ``handleCompleteEvent``, R26)."""
+    ex = MemoryExecutor()
+    async with make_runtime(
+        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
+    ) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "first")
+            await wait_until(lambda: live(s, 1))
+            ex.last.emit(MessageChunk(text="answer", prompt_generation=1))
+            ex.last.complete(1)
+            await p.wait()
+        assert s.execution.status == "READY"
+        ex.last.emit(MessageChunk(text="woke up"))
+        await wait_until(lambda: s.execution.status == "RUNNING")
+        assert s.ctx.message == ["woke up"]
+        ex.last.emit(Complete())
+        await wait_until(lambda: s.execution.status == "READY")
+        assert history(rt, s)[-1] == ("agent_message", "woke up")
+        await rt.stop(ref.id, "done")
+
+
 async def test_s104_reset_wins_the_disconnect_race(tmp_path: Path) -> None:
     """s104. When the next prompt's reset drains the partial text before the disconnect is
     handled, the text is still persisted exactly once."""
