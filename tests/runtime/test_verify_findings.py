@@ -107,6 +107,33 @@ async def test_a_stop_withdraws_a_prompt_not_yet_sent(time_scale: float) -> None
         assert sent(agent, "prompt") == []
 
 
+async def test_a_dispatch_only_prompt_withdrawn_before_it_was_sent_says_cancelled(
+    time_scale: float,
+) -> None:
+    """The same with ``dispatch_only``: the caller is told ``cancelled``, not ``dispatched``,
+    and its ``on_dispatched`` is never called (nothing was sent)."""
+    ex = MemoryExecutor()
+    async with ready(ex, time_scale) as (rt, ref, s):
+        agent = ex.last
+        release = gate(agent, "materialize")
+        dispatched: list[bool] = []
+        async with anyio.create_task_group() as tg:
+            p = start(
+                tg,
+                s.prompt,
+                "with a file",
+                attachments=[ATTACHMENT],
+                dispatch_only=True,
+                on_dispatched=lambda: dispatched.append(True),
+            )
+            await wait_until(lambda: s.current is not None and s.current.leaf == "admitted")
+            await rt.stop(ref.id, "done")
+            release.set()
+            await p.wait()
+        assert p.error is None and p.prompt_result.stop_reason == "cancelled"
+        assert dispatched == [] and sent(agent, "prompt") == []
+
+
 async def test_a_turn_sent_while_ready_makes_the_execution_running(time_scale: float) -> None:
     """never_ready_under_a_live_turn: the agent ends an unrelated turn (generation 0) between
     a prompt's admission and its dispatch, so the execution reads READY; once the prompt is
