@@ -430,6 +430,23 @@ async def test_h10_initial_prompt_failure_is_reported(time_scale: float) -> None
         await rt.stop(ref.id, "done")
 
 
+async def test_h10_an_initial_prompt_whose_turn_fails_is_reported(time_scale: float) -> None:
+    """The same when the initial prompt was sent and its turn then ended in an agent error:
+    the launch waits for the turn (it is not a dispatch-only prompt) and reports its error."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec("do the thing"))
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: live(s, 1))
+        assert of_type(s, le.InitialPromptFailed) == []
+        ex.last.fail(1, "the model is overloaded")
+        await wait_until(lambda: bool(of_type(s, le.InitialPromptFailed)))
+        (failure,) = of_type(s, le.InitialPromptFailed)
+        assert failure.prompt_generation == 1
+        assert failure.error == "agent error: the model is overloaded"
+        await rt.stop(ref.id, "done")
+
+
 async def test_h11_not_found_is_mapped_on_every_facade_method(time_scale: float) -> None:
     """H11: kandev's facade mapped an unknown execution to ErrNotFound only on some methods
     (not Resume or SetMcpMode), and its shallow copy of the launch request mutated the

@@ -134,6 +134,44 @@ async def test_a_bug_in_a_transport_call_fails_only_its_execution(time_scale: fl
         assert snap.status == "STOPPED"
 
 
+async def test_model_mode_and_option_calls_reach_the_agent_until_its_execution_crashed(
+    time_scale: float,
+) -> None:
+    """``set_model``, ``set_mode`` and ``set_config_option`` go to the execution's agent;
+    once it crashed they raise the crash (its transport is being closed: nothing is sent)."""
+    settings = ("set_model", "set_mode", "set_config_option")
+    async with make_runtime(time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
+        await rt.set_model(ref.id, "fast")
+        await rt.set_mode(ref.id, "plan")
+        await rt.set_config_option(ref.id, "effort", "high")
+        assert [c for c in transport.calls if c[0] in settings] == [
+            ("set_model", ("fast",)),
+            ("set_mode", ("plan",)),
+            ("set_config_option", ("effort", "high")),
+        ]
+
+        def explode(*args: Any) -> None:
+            raise KeyError("a bug")
+
+        transport.handlers["prompt"] = explode
+        with pytest.raises(ExecutionCrashed):
+            await rt.prompt(ref.id, "boom")
+        before = len(transport.calls)
+        for call in (
+            lambda: rt.set_model(ref.id, "m"),
+            lambda: rt.set_mode(ref.id, "m"),
+            lambda: rt.set_config_option(ref.id, "k", "v"),
+        ):
+            with pytest.raises(ExecutionCrashed) as info:
+                await call()
+            assert isinstance(root_cause(info.value), KeyError)
+        assert [c for c in transport.calls[before:] if c[0] in settings] == []
+        await rt.stop(ref.id, "done")
+
+
 async def test_an_illegal_transition_in_the_pump_fails_only_its_execution(
     time_scale: float,
 ) -> None:
