@@ -138,6 +138,43 @@ async def test_a_caller_that_leaves_cancels_its_turn_and_the_next_prompt_is_clea
         await rt.stop(ref.id, "done")
 
 
+async def test_a_failed_cancel_of_an_abandoned_turn_leaves_the_execution_usable(
+    time_scale: float,
+) -> None:
+    """The cancel of an abandoned turn fails at the agent (its session/cancel answers an
+    error): nobody is waiting to be told, so it is logged, and the execution is not harmed:
+    not crashed, and the next prompt runs."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        agent = ex.last
+
+        def refuse(*args: object) -> None:
+            raise AgentRequestError(-32603, "cancel failed", method="session/cancel")
+
+        agent.handlers["cancel"] = refuse
+        async with anyio.create_task_group() as tg:
+            scope = anyio.CancelScope()
+
+            async def leaving() -> None:
+                with scope:
+                    await rt.prompt(ref.id, "first")
+
+            tg.start_soon(leaving)
+            await wait_until(lambda: live(s, 1))
+            scope.cancel()
+        await wait_until(lambda: sent(agent, "cancel") == [()])
+        await settle()
+        assert s.ctx.crashed is None
+        agent.complete(1)
+        agent.auto_complete = True
+        result = await rt.prompt(ref.id, "second")
+        assert result.generation == 2
+        assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
 async def test_a_caller_that_leaves_an_unanswered_turn_does_not_block_the_next(
     time_scale: float, autojump_clock: object
 ) -> None:
