@@ -642,6 +642,19 @@ async def test_s53_runtime_mode_and_model_skipped_when_equal(time_scale: float) 
         await rt.stop(eid, "done")
 
 
+async def test_s53_a_runtime_mode_other_than_the_profile_mode_is_sent_after_it(
+    time_scale: float,
+) -> None:
+    """The persisted runtime mode differs from the applied profile mode: both are sent, the
+    profile's first, the runtime's last (it is the one that holds)."""
+    ex = agent(config_options=CATALOG, models=models("smart"))
+    async with runtime(ex, time_scale, profile(mode="plan")) as rt:
+        eid, s = await launched(rt, metadata={"session_mode": "ask"})
+        assert [a[0] for a in calls(ex.last, "set_mode")] == ["plan", "ask"]
+        assert of_type(s, le.ConfigFailures) == []
+        await rt.stop(eid, "done")
+
+
 async def test_s53_runtime_mode_retried_when_the_profile_mode_failed(time_scale: float) -> None:
     """The comparison is against the *applied* profile mode: the profile's ``plan`` failed, so
     the runtime layer sends ``plan`` again; its failure appends ``mode``."""

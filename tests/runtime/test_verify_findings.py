@@ -16,7 +16,13 @@ import pytest
 from acpfsm.adapters.errors import StreamNotConnected
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import Attachment
-from acpfsm.runtime import ExecutionRef, NotReadyForPrompts, Runtime
+from acpfsm.runtime import (
+    CancelEscalated,
+    ExecutionRef,
+    NotReadyForPrompts,
+    PromptDispatchError,
+    Runtime,
+)
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 
@@ -187,4 +193,35 @@ async def test_a_cancel_during_a_resend_waits_for_its_answer(time_scale: float) 
             await wait_until(lambda: sent(agent, "cancel") == [()])
             await c.wait()
             await p.wait()
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_send_that_fails_after_its_cancel_escalated_tells_the_escalation(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """The first send of a prompt hangs; a cancel waits for its answer, then cancels the
+    turn and escalates; the send then fails with the stream down. The escalation already
+    released the waiter: the caller is told the cancel escalation, not a dispatch error
+    (retryPromptAfterReconnect gives up a turn the cancel already ended)."""
+    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    async with ready(ex, time_scale) as (rt, ref, s):
+        agent = ex.last
+        release = anyio.Event()
+
+        async def prompt(text: str, attachments: Any, generation: int) -> None:
+            await release.wait()
+            raise StreamNotConnected()
+
+        agent.handlers["prompt"] = prompt
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "hangs")
+            await wait_until(lambda: s.current is not None and s.current.leaf == "sending")
+            c = start(tg, rt.cancel, ref.id)
+            await wait_until(lambda: s.current is not None and s.current.leaf == "escalating")
+            release.set()
+            await c.wait()
+            await p.wait()
+        assert isinstance(p.error, CancelEscalated), p.error
+        assert not isinstance(p.error, PromptDispatchError)
+        assert s.generations[1].leaf == "cancel_escalated"
         await rt.stop(ref.id, "done")
