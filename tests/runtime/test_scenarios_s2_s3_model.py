@@ -289,6 +289,28 @@ async def test_s34_requested_model_applied(time_scale: float) -> None:
         await rt.stop(eid, "done")
 
 
+async def test_s34_the_applied_model_is_the_cached_current_model(time_scale: float) -> None:
+    """Row 8 again: once applied, the requested model is the session's current model in the
+    cache, so the settled snapshot names it even when the agent's answer to the model option
+    does not repeat it."""
+    ex = agent(models=models("requested"), current_model="other")
+    async with runtime(ex, time_scale, profile(model="requested")) as rt:
+        eid, s = await launched(rt)
+        ex.last.emit(
+            SessionModels(
+                config_options=[option("model", "requested", category="model")],
+                data={
+                    "config_options_source": "provider_response",
+                    "config_options_config_id": "model",
+                },
+            )
+        )
+        await wait_until(lambda: len(settled(s)) == 1)
+        (event,) = settled(s)
+        assert event.current_model_id == "requested"
+        await rt.stop(eid, "done")
+
+
 async def test_s35_requested_selection_unsupported(time_scale: float) -> None:
     """Row 9: SetModel(requested) answers -32601: provider_default/selection_unsupported,
     a warning, no error."""
@@ -652,6 +674,21 @@ async def test_s53_a_runtime_mode_other_than_the_profile_mode_is_sent_after_it(
         eid, s = await launched(rt, metadata={"session_mode": "ask"})
         assert [a[0] for a in calls(ex.last, "set_mode")] == ["plan", "ask"]
         assert of_type(s, le.ConfigFailures) == []
+        await rt.stop(eid, "done")
+
+
+async def test_no_original_snapshot_when_the_agent_has_no_current_model_and_no_options(
+    time_scale: float,
+) -> None:
+    """``publishOriginalConfigOptionsWithProfile`` has nothing to publish when the agent
+    names no current model and no config options (and nothing was applied): no original
+    snapshot at all, rather than an empty one."""
+    ex = agent(models=models("a", "b"), current_model="")
+    async with runtime(ex, time_scale) as rt:
+        eid, s = await launched(rt)
+        await wait_until(lambda: s.execution.status == "READY")
+        assert s.ctx.models.state is not None
+        assert original(s) == []
         await rt.stop(eid, "done")
 
 
