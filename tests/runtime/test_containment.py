@@ -19,6 +19,7 @@ import pytest
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.executor import AgentLaunch
+from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import AgentTransport, Attachment
 from acpfsm.runtime import (
     AgentReportedError,
@@ -200,6 +201,40 @@ async def test_an_illegal_transition_in_the_pump_fails_only_its_execution(
         (crash,) = waiting
         assert isinstance(root_cause(crash), IllegalTransition)
         assert_crashed(rt, ref.id, IllegalTransition)
+        await rt.stop(ref.id, "done")
+
+
+class HangingStart(MemoryExecutor):
+    """An executor whose agent never comes up."""
+
+    def open(self, launch: AgentLaunch) -> AbstractAsyncContextManager[AgentTransport]:
+        @asynccontextmanager
+        async def cm() -> AsyncIterator[AgentTransport]:
+            await anyio.sleep_forever()
+            yield MemoryTransport()  # never reached
+
+        return cm()
+
+
+async def test_a_launch_cancelled_while_its_agent_starts_leaves_nothing_behind(
+    time_scale: float,
+) -> None:
+    """The caller gives up on a launch whose agent never comes up: the execution is FAILED
+    then STOPPED in its trace (its stream closed), it is gone from the Runtime, and the
+    Runtime goes on launching."""
+    async with make_runtime(time_scale, hangs=HangingStart()) as rt:
+        with anyio.move_on_after(0.5) as scope:
+            await rt.launch(msgspec.structs.replace(spec(), executor_id="hangs"))
+        assert scope.cancelled_caught
+        steps = [(r.chart, r.event, r.target) for r in rt.trace.records]
+        assert steps[-3:] == [
+            ("execution", "agent_start_failed", "failed"),
+            ("execution", "stop_requested", "stopped"),
+            ("agent_stream", "close_requested", "closed"),
+        ]
+        assert rt.list_executions() == []
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
         await rt.stop(ref.id, "done")
 
 
