@@ -447,6 +447,24 @@ async def test_h10_an_initial_prompt_whose_turn_fails_is_reported(time_scale: fl
         await rt.stop(ref.id, "done")
 
 
+async def test_wait_ready_on_an_execution_that_failed_after_its_init_raises(
+    time_scale: float,
+) -> None:
+    """``wait_ready`` returns the snapshot of a READY execution; once the execution failed
+    after a successful init (here a wakeup turn's error), it raises NotReadyForPrompts naming
+    the status rather than returning."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        assert (await rt.wait_ready(ref.id)).status == "READY"
+        ex.last.emit(ErrorEvent(error="wakeup failed"))
+        await wait_until(lambda: s.execution.status == "FAILED")
+        with pytest.raises(NotReadyForPrompts, match="FAILED"):
+            await rt.wait_ready(ref.id)
+        await rt.stop(ref.id, "done")
+
+
 async def test_h11_not_found_is_mapped_on_every_facade_method(time_scale: float) -> None:
     """H11: kandev's facade mapped an unknown execution to ErrNotFound only on some methods
     (not Resume or SetMcpMode), and its shallow copy of the launch request mutated the
