@@ -320,7 +320,7 @@ def prepare(target: Target, shard: str) -> tuple[Path, Path, dict[str, str]]:
         if kept:
             print(f"mutate: {target.name}: {_carry(session, kept)} killed mutant(s) kept")
     elif saved.get("tests") != keys["tests"]:
-        _requeue_survivors(session)  # a killed mutant stays killed: tests were added
+        _requeue_survivors(session, base / "requeued.json")  # the killed stay killed
     stamp.write_text(json.dumps(keys))
     for module in target.modules:  # what the selection compares each mutant's copy with
         pristine = base / "pristine" / module
@@ -404,9 +404,9 @@ def record(target: Target, tree: Path, env: dict[str, str]) -> None:
         stamp.write_text(json.dumps(key))
 
 
-def _requeue_survivors(session: Path) -> None:
+def _requeue_survivors(session: Path, note: Path) -> None:
     """The tests changed: the survivors are run again (their results are dropped), except
-    those listed as equivalent."""
+    those listed as equivalent; ``note`` keeps their job ids, so a run does them first."""
     import sqlite3
 
     from cosmic_ray.work_db import WorkDB, use_db
@@ -422,6 +422,8 @@ def _requeue_survivors(session: Path) -> None:
         ]
     with sqlite3.connect(session) as db:
         db.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in again])
+    earlier = set(json.loads(note.read_text())) if note.exists() else set()
+    note.write_text(json.dumps(sorted(earlier | set(again))))
 
 
 def _mutant_key(m: Any) -> tuple[str, str, int, tuple[int, int], tuple[int, int]]:
@@ -551,8 +553,10 @@ def run(target: Target, shard: str, limit: int | None) -> None:
 
     tree, session, env = prepare(target, shard)
     command = _command(target)
-    with use_db(str(session), WorkDB.Mode.open) as db:
-        pending = sorted(db.pending_work_items, key=lambda w: w.job_id)
+    note = WORK / target.name / "requeued.json"
+    requeued = set(json.loads(note.read_text())) if note.exists() else set()
+    with use_db(str(session), WorkDB.Mode.open) as db:  # survivors run again first
+        pending = sorted(db.pending_work_items, key=lambda w: (w.job_id not in requeued, w.job_id))
     if shard:  # by job id, not by place in the list: shards started at different times
         i, n = (int(x) for x in shard.split("/"))  # (one has done items) stay disjoint
         pending = [w for w in pending if int(w.job_id, 16) % n == i - 1]
