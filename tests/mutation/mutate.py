@@ -25,7 +25,7 @@ mutated (optionally only some of their top-level definitions) and the tests that
 
 Incremental and sharded: each target's cosmic-ray session (``session.sqlite``) is kept and
 re-initialized only when a mutated module or the settings changed (then the killed mutants of
-the target's modules that did not change are carried over); when only the tests changed, the
+the target's modules that did not change, and their listed equivalents, are carried over); when only the tests changed, the
 survivors are queued again, the killed stay killed; a run does the pending work items only (``--limit N`` stops after N), so an interrupted run continues where it stopped.
 ``--shard i/n`` takes the pending items whose job id (a hex number) is i − 1 modulo n (each shard in its own
 copy, so shards run side by side, started together or not). Operators that only make noise here (bitwise and shift operators, exotic numeric
@@ -318,7 +318,7 @@ def prepare(target: Target, shard: str) -> tuple[Path, Path, dict[str, str]]:
         if target.only:
             _skip_outside(target, tree, session)
         if kept:
-            print(f"mutate: {target.name}: {_carry(session, kept)} killed mutant(s) kept")
+            print(f"mutate: {target.name}: {_carry(session, kept)} result(s) kept")
     elif saved.get("tests") != keys["tests"]:
         _requeue_survivors(session, base / "requeued.json")  # the killed stay killed
     stamp.write_text(json.dumps(keys))
@@ -437,10 +437,11 @@ def _mutant_key(m: Any) -> tuple[str, str, int, tuple[int, int], tuple[int, int]
 
 
 def _killed_in_unchanged(target: Target, base: Path, session: Path) -> dict[Any, Any]:
-    """The killed mutants of the modules that did not change since ``session`` was made (the
-    pristine copy kept beside it is the version it was made from): one module's change
-    re-initializes the target's session, but a mutant of an unchanged module is the same
-    mutant; killed, it stays killed (as when only the tests changed; survivors run again)."""
+    """The killed and the listed equivalent mutants of the modules that did not change since
+    ``session`` was made (the pristine copy kept beside it is the version it was made from):
+    one module's change re-initializes the target's session, but a mutant of an unchanged
+    module is the same mutant; killed, it stays killed (as when only the tests changed; the
+    other survivors run again)."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome
 
@@ -450,13 +451,20 @@ def _killed_in_unchanged(target: Target, base: Path, session: Path) -> dict[Any,
         if (base / "pristine" / m).exists()
         and (base / "pristine" / m).read_bytes() == (REPO / m).read_bytes()
     }
+    equivalent = load_equivalent()
     with use_db(str(session), WorkDB.Mode.open) as db:
         return {
             _mutant_key(item.mutations[0]): result
             for item, result in db.completed_work_items
             if len(item.mutations) == 1
             and str(item.mutations[0].module_path) in unchanged
-            and result.test_outcome == TestOutcome.KILLED
+            and (
+                result.test_outcome == TestOutcome.KILLED
+                or (  # a listed equivalent stays listed: no test can kill it
+                    result.test_outcome == TestOutcome.SURVIVED
+                    and _listed(item.mutations[0], equivalent) is None
+                )
+            )
         }
 
 
