@@ -86,32 +86,39 @@ class Subscription:
         self._closed = False
 
     # called by the hub (sync, never blocks)
+    def _push_one(self, event: RuntimeEvent, size: int) -> None:
+        self._take_in(event, size)
+        self._wakeup.wake()
+
     def _push(self, events: Sequence[RuntimeEvent], sizes: Sequence[int], total: int) -> None:
         """Take ``events`` (``sizes`` each, ``total`` in all) as one by one, in bulk when all
         of them fit."""
-        if self._overflowed:
-            self._overflowed += len(events)
-            return
         queue = self._queue
-        if len(queue) + len(events) <= self._capacity and (
-            self._bytes + total <= self._capacity_bytes
+        if (
+            not self._overflowed
+            and len(queue) + len(events) <= self._capacity
+            and self._bytes + total <= self._capacity_bytes
         ):
             queue.extend(events)
             self._sizes.extend(sizes)
             self._bytes += total
         else:
             for event, size in zip(events, sizes, strict=True):
-                if self._overflowed:
-                    self._overflowed += 1
-                elif queue and (
-                    len(queue) >= self._capacity or self._bytes + size > self._capacity_bytes
-                ):
-                    self._overflowed = 1
-                else:
-                    queue.append(event)
-                    self._sizes.append(size)
-                    self._bytes += size
+                self._take_in(event, size)
         self._wakeup.wake()
+
+    def _take_in(self, event: RuntimeEvent, size: int) -> None:
+        """Buffer one event, or count it missed once this subscriber has overflowed."""
+        if self._overflowed:
+            self._overflowed += 1
+            return
+        queue = self._queue
+        if queue and (len(queue) >= self._capacity or self._bytes + size > self._capacity_bytes):
+            self._overflowed = 1
+        else:
+            queue.append(event)
+            self._sizes.append(size)
+            self._bytes += size
 
     def _finish(self) -> None:
         self._closed = True
@@ -207,7 +214,15 @@ class EventHub:
 
     def publish(self, event: RuntimeEvent) -> None:
         """Retain ``event`` and hand it to every subscriber."""
-        self.publish_all((event,))
+        if self._closed:
+            return
+        size = event_size(event)
+        self._published += 1
+        self._backlog.append(event)
+        self._sizes.append(size)
+        self._trim(self._backlog_bytes + size)
+        for sub in self._subscribers:
+            sub._push_one(event, size)
 
     def publish_all(self, events: Sequence[RuntimeEvent]) -> None:
         """:meth:`publish` each of ``events`` in order, in bulk: a burst of chunks costs one
@@ -217,18 +232,21 @@ class EventHub:
         sizes = [event_size(event) for event in events]
         total = sum(sizes)
         self._published += len(events)
-        backlog, kept = self._backlog, self._sizes
-        backlog.extend(events)
-        kept.extend(sizes)
-        retained = self._backlog_bytes + total
+        self._backlog.extend(events)
+        self._sizes.extend(sizes)
+        self._trim(self._backlog_bytes + total)
+        for sub in self._subscribers:
+            sub._push(events, sizes, total)
+
+    def _trim(self, retained: int) -> None:
+        """Drop the oldest events beyond the bounds; ``retained``: the bytes before."""
+        backlog, sizes = self._backlog, self._sizes
         if retained > self.retain_bytes or len(backlog) > self.retain:
             retain, retain_bytes = self.retain, self.retain_bytes
             while backlog and (retained > retain_bytes or len(backlog) > retain):
                 backlog.popleft()
-                retained -= kept.popleft()
+                retained -= sizes.popleft()
         self._backlog_bytes = retained
-        for sub in self._subscribers:
-            sub._push(events, sizes, total)
 
     def subscribe(self, *, replay: bool = True) -> Subscription:
         """A subscription to every event from now on, after (``replay``) the retained ones."""

@@ -103,10 +103,8 @@ async def test_a_burst_published_at_once_is_what_publishing_each_event_gives() -
         one.publish(chunk(i))
     burst.publish_all([chunk(i) for i in range(1, 7)])
     burst.publish_all([])  # nothing: no change
-    assert (one.retained, one.retained_bytes) == (burst.retained, burst.retained_bytes) == (
-        4,
-        4 * event_size(chunk(6)),
-    )
+    kept = (4, 4 * event_size(chunk(6)))
+    assert (one.retained, one.retained_bytes) == (burst.retained, burst.retained_bytes) == kept
     late = [one.subscribe(), burst.subscribe()]
     for hub in (one, burst):
         hub.close()
