@@ -12,7 +12,7 @@ passes high-rate content (``message_chunk``, ``reasoning``) straight to subscrib
 
 from __future__ import annotations
 
-from typing import Any, TypeGuard, get_args
+from typing import Any, TypeGuard, cast, get_args
 
 import msgspec
 
@@ -307,6 +307,7 @@ TurnUpdate = MessageChunk | Reasoning | ToolCall | ToolUpdate | Plan | Permissio
 tool calls and their updates, its plan, the permissions it asks for)."""
 
 _TURN_CONTENT: tuple[type[TurnUpdate], ...] = get_args(TurnUpdate)
+_TURN_CONTENT_KINDS: frozenset[type] = frozenset(_TURN_CONTENT)
 _TERMINAL_TOOL_STATUSES = frozenset(
     {"complete", "completed", "success", "error", "failed", "cancelled"}
 )
@@ -328,6 +329,9 @@ def is_turn_content(event: object) -> TypeGuard[TurnUpdate]:
     """Turn-content events mark prompt activity (kandev lifecycle/manager_events.go
     ``recordActivity``); a plan re-emitted after
     session/load is history, not activity."""
+    kind = type(event)
+    if kind in _TURN_CONTENT_KINDS:  # the common case, read per streamed event: no isinstance
+        return kind is not Plan or not cast(Plan, event).replayed
     if isinstance(event, Plan) and event.replayed:
         return False
     return isinstance(event, _TURN_CONTENT)

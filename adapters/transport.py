@@ -357,6 +357,18 @@ class EventQueue(Generic[_T]):
         """Wait for the next ``put`` or ``close``."""
         await self._wakeup.wait()
 
+    def take(self) -> _T | None:
+        """The next item already queued, without waiting and without a checkpoint; ``None``
+        when the queue is empty or ``batch`` items were taken since the consumer last
+        yielded (then :meth:`__anext__` waits or yields). A consumer that handles an item
+        without yielding takes the next one this way: a burst costs no coroutine per item,
+        and it still yields once per ``batch``. It sees no cancellation: after an item whose
+        handling yielded, go back to :meth:`__anext__`, which does."""
+        if self.items and self._taken < self._batch:
+            self._taken += 1
+            return self.items.popleft()
+        return None
+
     def __aiter__(self) -> EventQueue[_T]:
         return self
 

@@ -20,7 +20,7 @@ plus a fixed overhead for the object itself.
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -86,7 +86,29 @@ class Subscription:
         self._closed = False
 
     # called by the hub (sync, never blocks)
-    def _push(self, event: RuntimeEvent, size: int) -> None:
+    def _push_one(self, event: RuntimeEvent, size: int) -> None:
+        self._take_in(event, size)
+        self._wakeup.wake()
+
+    def _push(self, events: Sequence[RuntimeEvent], sizes: Sequence[int], total: int) -> None:
+        """Take ``events`` (``sizes`` each, ``total`` in all) as one by one, in bulk when all
+        of them fit."""
+        queue = self._queue
+        if (
+            not self._overflowed
+            and len(queue) + len(events) <= self._capacity
+            and self._bytes + total <= self._capacity_bytes
+        ):
+            queue.extend(events)
+            self._sizes.extend(sizes)
+            self._bytes += total
+        else:
+            for event, size in zip(events, sizes, strict=True):
+                self._take_in(event, size)
+        self._wakeup.wake()
+
+    def _take_in(self, event: RuntimeEvent, size: int) -> None:
+        """Buffer one event, or count it missed once this subscriber has overflowed."""
         if self._overflowed:
             self._overflowed += 1
             return
@@ -97,7 +119,6 @@ class Subscription:
             queue.append(event)
             self._sizes.append(size)
             self._bytes += size
-        self._wakeup.wake()
 
     def _finish(self) -> None:
         self._closed = True
@@ -121,6 +142,15 @@ class Subscription:
 
     def __aiter__(self) -> AsyncIterator[RuntimeEvent]:
         return self
+
+    def take(self) -> RuntimeEvent | None:
+        """The next event already received, without waiting; ``None`` when there is none
+        (then :meth:`__anext__` waits, or says why nothing more will come). A consumer that
+        drains a burst takes it this way, with no coroutine per event."""
+        if self._queue:
+            self._bytes -= self._sizes.popleft()
+            return self._queue.popleft()
+        return None
 
     async def __anext__(self) -> RuntimeEvent:
         while True:
@@ -183,22 +213,40 @@ class EventHub:
         return self._backlog_bytes
 
     def publish(self, event: RuntimeEvent) -> None:
+        """Retain ``event`` and hand it to every subscriber."""
         if self._closed:
             return
         size = event_size(event)
         self._published += 1
+        self._backlog.append(event)
+        self._sizes.append(size)
+        self._trim(self._backlog_bytes + size)
+        for sub in self._subscribers:
+            sub._push_one(event, size)
+
+    def publish_all(self, events: Sequence[RuntimeEvent]) -> None:
+        """:meth:`publish` each of ``events`` in order, in bulk: a burst of chunks costs one
+        call, one trim of the backlog and one hand-over to each subscriber."""
+        if self._closed or not events:
+            return
+        sizes = [event_size(event) for event in events]
+        total = sum(sizes)
+        self._published += len(events)
+        self._backlog.extend(events)
+        self._sizes.extend(sizes)
+        self._trim(self._backlog_bytes + total)
+        for sub in self._subscribers:
+            sub._push(events, sizes, total)
+
+    def _trim(self, retained: int) -> None:
+        """Drop the oldest events beyond the bounds; ``retained``: the bytes before."""
         backlog, sizes = self._backlog, self._sizes
-        backlog.append(event)
-        sizes.append(size)
-        retained = self._backlog_bytes + size
         if retained > self.retain_bytes or len(backlog) > self.retain:
             retain, retain_bytes = self.retain, self.retain_bytes
             while backlog and (retained > retain_bytes or len(backlog) > retain):
                 backlog.popleft()
                 retained -= sizes.popleft()
         self._backlog_bytes = retained
-        for sub in self._subscribers:
-            sub._push(event, size)
 
     def subscribe(self, *, replay: bool = True) -> Subscription:
         """A subscription to every event from now on, after (``replay``) the retained ones."""

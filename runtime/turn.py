@@ -181,20 +181,22 @@ class Turn:
                 "iterate a turn inside `async with rt.turn(...) as turn`",
                 execution_id=self._session.id,
             )
+        take = subscription.take
         while True:
-            try:
-                event = await subscription.__anext__()
-            except StopAsyncIteration:
-                event = None
+            # what is already buffered is taken without a coroutine per event
+            event = take()
+            if event is None:
+                event = await anext(subscription, None)
             if event is None:
                 # the prompt returned (or the execution ended: the prompt returns with it)
                 await self._finished.wait()
                 if self._error is not None:
                     raise self._error
                 raise StopAsyncIteration
+            generation = self._generation
             if (
-                self._generation is not None
+                generation is not None
                 and is_turn_content(event)
-                and event.prompt_generation == self._generation
+                and event.prompt_generation == generation
             ):
                 return event

@@ -17,6 +17,7 @@ from typing import cast
 import anyio
 
 from acpfsm.adapters import events as ev
+from acpfsm.adapters.transport import EventQueue
 
 from ..clock import loop_clock
 from .config import ConfigDriver
@@ -53,21 +54,49 @@ class EventPump:
         self._tool_names: dict[str, str] = {}
         self._clock: Callable[[], float] = anyio.current_time
 
-    def _replaced(self, generation: int) -> bool:
-        """A successor was admitted after ``generation`` (every admission supersedes the turn
-        before it, so this is its chart's ``superseded``, known from the numbers alone and
-        still known once the generation's record is dropped); 0 is text of no turn."""
-        current = self.turns.current
-        return current is not None and 0 < generation < current.number
-
     async def run(self) -> None:
-        """Handle the transport's events one at a time, in order."""
-        self._clock = loop_clock()  # read for every event: looked up once
-        async for event in self.ctx.transport_or_raise().events():
-            await self.handle(event)
+        """Handle the transport's events one at a time, in order.
+
+        The high-rate turn content (message and thought chunks) is taken in this loop, with
+        no coroutine per chunk, unless a chart is to hear of it (the first activity is yet
+        to be announced, or a wakeup is watched: :meth:`handle`). Taking a chunk never
+        yields, so the events already queued behind it follow at once (up to the queue's
+        batch, :meth:`EventQueue.take <acpfsm.adapters.transport.EventQueue.take>`) and no
+        other task runs meanwhile: what the charts say and the current generation hold for
+        the whole run of chunks, which shares one clock read and is published at once,
+        before any other event is handled and before the pump yields."""
+        self._clock = clock = loop_clock()  # looked up once
+        events = self.ctx.transport_or_raise().events()
+        take = events.take if isinstance(events, EventQueue) else _nothing
+        status, act, message = self.status, self.ctx.activity, self.ctx.message
+        first_activity, publish = status.first_activity, self.ctx.hub.publish_all
+        chunk, reasoning = ev.MessageChunk, ev.Reasoning
+        async for first in events:
+            event: ev.AgentEvent | None = first
+            if first_activity.ended and not status.watching_wakeup:
+                taken: list[ev.AgentEvent] = []
+                newest = self._newest()
+                while (kind := type(event)) is chunk or kind is reasoning:
+                    text = _reply(event, newest)
+                    if text:
+                        message.append(text)
+                    taken.append(event)  # type: ignore[arg-type]
+                    event = take()
+                if taken:
+                    act.last_at = clock()
+                    act.since_prompt = True
+                    act.epoch += len(taken)
+                    publish(taken)
+            if event is not None:
+                await self.handle(event)  # may yield: the next one comes the checked way
         if self.stream.live:
             # the stream ended without saying why: still a loss, so nobody waits forever
             await self.stream_lost(ev.StreamDisconnected(error="agent event stream ended"))
+
+    def _newest(self) -> int:
+        """The number of the current generation (0 when there is none)."""
+        current = self.turns.current
+        return 0 if current is None else current.number
 
     async def handle(self, event: ev.AgentEvent) -> None:
         ctx = self.ctx
@@ -109,9 +138,9 @@ class EventPump:
 
     async def _content(self, event: ev.MessageChunk | ev.Reasoning) -> None:
         """The high-rate turn content (message and thought chunks), as :meth:`handle` treats
-        any event, without its dispatch: activity, the reply text, published. No chart is
-        read or fired unless the first activity is yet to be announced or a wakeup is
-        watched."""
+        any event, without its dispatch: activity, the reply text, published. A chart is
+        fired only while the first activity is yet to be announced or a wakeup is watched
+        (otherwise :meth:`run` takes it itself)."""
         status = self.status
         if not status.first_activity.ended:
             await status.activity()
@@ -121,14 +150,9 @@ class EventPump:
         act.epoch += 1
         if status.watching_wakeup:
             await status.turn_content()  # a wakeup turn (R26) when READY
-        if (
-            type(event) is ev.MessageChunk
-            and event.role != "user"
-            and event.text
-            # late text of a turn a successor superseded is not the current reply
-            and not self._replaced(event.prompt_generation)
-        ):
-            self.ctx.message.append(event.text)
+        text = _reply(event, self._newest())
+        if text:
+            self.ctx.message.append(text)
         self.ctx.hub.publish(event)
 
     async def _record_activity(self, event: ev.AgentEvent) -> None:
@@ -167,6 +191,24 @@ class EventPump:
             )
             if follow is not None:
                 await self.status.fire(follow[0], **follow[1])
+
+
+def _reply(event: ev.AgentEvent | None, newest: int) -> str:
+    """The text ``event`` adds to the current reply ("" for none): the agent's message text
+    of no turn (generation 0) or of a turn no successor superseded. Every admission
+    supersedes the turn before it, so that is known from the numbers alone (``newest``, the
+    current generation's), even once the generation's record is dropped."""
+    if (
+        type(event) is ev.MessageChunk
+        and event.role != "user"
+        and not 0 < event.prompt_generation < newest
+    ):
+        return event.text
+    return ""
+
+
+def _nothing() -> None:
+    """No event already queued (a transport whose events are not an :class:`EventQueue`)."""
 
 
 def _tool_output(event: ev.ToolUpdate) -> str:

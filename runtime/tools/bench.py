@@ -40,7 +40,13 @@ then each section's detail:
    loaded) in fresh processes, the median; the slowest packages of one ``-X importtime`` run
    say where it goes.
 
-6. **Chart transitions per second** (both engines, against raw python-statemachine charts of
+6. **anyio's primitives**, CPU per call under each backend, inside as many cancel scopes as
+   the runtime's tasks run in: what the prompt path and the event pump use (a cancellation
+   check, a cancel scope, an uncontended lock, an event, a scheduler pass). The runtime runs
+   the same code on both backends; where a row is met under trio and not under asyncio, this
+   section shows what anyio's asyncio backend costs for the same primitives (the floor).
+
+7. **Chart transitions per second** (both engines, against raw python-statemachine charts of
    the same shape), **lifecycle CPU per prompt** over the in-memory transport
    (:class:`~acpfsm.testing.memory.MemoryExecutor`; ``Runtime(engine="reference")`` against
    ``engine="compiled"``) and **memory per idle execution** (``tracemalloc`` per execution
@@ -88,11 +94,14 @@ from .bench_peer import MemoryAgentExecutor, memory_agent
 
 __all__ = [
     "AGENT_ARGS",
+    "PRIMITIVES",
+    "PRIMITIVE_DEPTH",
     "BenchOptions",
     "BenchReport",
     "Goal",
     "LatencyRow",
     "MemoryRow",
+    "PrimitiveRow",
     "RateRow",
     "child_pids",
     "format_report",
@@ -188,6 +197,16 @@ class CostRow:
 
 
 @dataclass(frozen=True)
+class PrimitiveRow:
+    """CPU per call of one anyio primitive under one backend."""
+
+    name: str
+    backend: str
+    calls: int
+    micros: float
+
+
+@dataclass(frozen=True)
 class HeapRow:
     prompts: int
     filled_after: int
@@ -271,6 +290,7 @@ class BenchOptions:
     heap_prompts: int = 5000
     imports: int = 20
     lifecycle_prompts: int = 300
+    primitives: int = 20_000
     cycles: int = 200
     idle: int = 20
     idle_stdio: int = 3
@@ -289,6 +309,7 @@ QUICK = BenchOptions(
     heap_prompts=500,
     imports=5,
     lifecycle_prompts=50,
+    primitives=2000,
     cycles=20,
     idle=4,
     idle_stdio=1,
@@ -308,6 +329,7 @@ class BenchReport:
     imports: ImportRow | None = None
     rates: list[RateRow] = field(default_factory=list)
     lifecycle: list[LatencyRow] = field(default_factory=list)
+    primitives: list[PrimitiveRow] = field(default_factory=list)
     memory: list[MemoryRow] = field(default_factory=list)
     seconds: float = 0.0
     section_seconds: dict[str, float] = field(default_factory=dict)
@@ -1064,6 +1086,63 @@ async def _lifecycle(engine: EngineName, opts: BenchOptions, root: Path) -> Late
     return LatencyRow(f"{LIFECYCLE_ROW}, {engine} engine", "trio", samples, cpu_ms)
 
 
+# ------------------------------------------------- 9. anyio's primitives: the floor --
+
+#: The cancel scopes around the runtime's prompt and pump tasks (the runtime's, the
+#: execution's and the transport's task groups, the caller's own scopes): anyio's asyncio
+#: backend checks cancellation by walking every enclosing scope, trio in one step.
+PRIMITIVE_DEPTH = 8
+PRIMITIVES = (
+    "cancellation check (checkpoint_if_cancelled)",
+    "cancel scope entered and left (move_on_after)",
+    "uncontended Lock(fast_acquire=True), acquired and released",
+    "Event made, set, then waited",
+    "scheduler pass (checkpoint)",
+)
+
+
+async def bench_primitives(count: int, backend: str) -> list[PrimitiveRow]:
+    """CPU per call of each of :data:`PRIMITIVES` on the running backend, inside
+    :data:`PRIMITIVE_DEPTH` cancel scopes."""
+    lock = anyio.Lock(fast_acquire=True)
+
+    async def check() -> None:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+
+    async def scope() -> None:
+        with anyio.move_on_after(3600.0):  # noqa: ASYNC100 - the scope alone is measured
+            pass
+
+    async def locked() -> None:
+        async with lock:
+            pass
+
+    async def event() -> None:
+        flag = anyio.Event()
+        flag.set()
+        await flag.wait()
+
+    bodies = (check, scope, locked, event, anyio.lowlevel.checkpoint)
+
+    async def timed(depth: int) -> list[PrimitiveRow]:
+        if depth > 0:
+            with anyio.CancelScope():
+                return await timed(depth - 1)
+        rows = []
+        for name, body in zip(PRIMITIVES, bodies, strict=True):
+            for _ in range(max(1, count // 10)):  # warm-up
+                await body()
+            cpu0 = time.process_time()
+            for _ in range(count):
+                await body()
+            rows.append(
+                PrimitiveRow(name, backend, count, (time.process_time() - cpu0) * 1e6 / count)
+            )
+        return rows
+
+    return await timed(PRIMITIVE_DEPTH)
+
+
 # ---------------------------------------------------------------- 8. memory --
 
 
@@ -1192,6 +1271,8 @@ async def _per_backend(opts: BenchOptions, root: Path, backend: str, report: Ben
         report.streaming += await bench_streaming(opts, root, backend)
     if opts.launches > 0:
         report.launch += await bench_launch(opts, root, backend)
+    if opts.primitives > 0:
+        report.primitives += await bench_primitives(opts.primitives, backend)
     report.section_seconds[f"stream+launch {backend}"] = time.perf_counter() - mark
 
 
@@ -1273,6 +1354,12 @@ def goals(report: BenchReport) -> list[Goal]:
             ratio(f"{RUNTIME_ROW} median vs official ACP SDK client", backend, rt.median_ms,
                   sdk.median_ms, 1.0, versus)  # fmt: skip
         versus = f"{_num(rt.client_cpu_ms)} vs {_num(bare.client_cpu_ms)} ms"
+        others = [b for b in report.options.backends if b != backend]
+        for other in others:  # the same code on the other backend: what the backend adds
+            o_bare = report.row(report.latency, BARE_ROW, other)
+            o_rt = report.row(report.latency, RUNTIME_ROW, other)
+            if o_bare is not None and o_rt is not None:
+                versus += f"; on {other} {_ratio(o_rt.client_cpu_ms, o_bare.client_cpu_ms)}"
         ratio("client CPU per prompt vs bare", backend, rt.client_cpu_ms, bare.client_cpu_ms,
               1.5, versus)  # fmt: skip
         p99 = (
@@ -1413,6 +1500,23 @@ def format_report(report: BenchReport) -> str:
                 [*cells, _ratio(cost.per_item_ms, base_c.per_item_ms if base_c else None)],
             )
 
+    if report.primitives:
+        table.section(
+            f"anyio's primitives, CPU per call inside {PRIMITIVE_DEPTH} cancel scopes (the floor)",
+            ["backend", "calls", "us each", "x trio"],
+        )
+        for prim in report.primitives:
+            trio_row = report.row(report.primitives, prim.name, "trio")
+            table.row(
+                prim.name,
+                [
+                    prim.backend,
+                    str(prim.calls),
+                    _num(prim.micros, "{:.2f}"),
+                    _ratio(prim.micros, trio_row.micros if trio_row else None),
+                ],
+            )
+
     if report.heap is not None:
         heap = report.heap
         table.section("heap growth per prompt (tracemalloc)", ["prompts", "grown KiB", "B each"])
@@ -1530,6 +1634,7 @@ _COUNTS: dict[str, str] = {
     "heap_prompts": "prompts measured for the heap growth, once the bounded stores are full",
     "imports": "fresh processes timing the import",
     "lifecycle_prompts": "prompts per engine over the in-memory transport",
+    "primitives": "calls per anyio primitive per backend (the floor)",
     "cycles": "cycles per chart-transition row",
     "idle": "idle executions over the in-memory transport",
     "idle_stdio": "idle executions (and bare transports) against real reference agents",

@@ -8,7 +8,7 @@ import anyio.lowlevel
 import pytest
 
 from acpfsm.adapters.events import PermissionOption, PermissionRequest
-from acpfsm.adapters.transport import Flag, PermissionPrompts, Wakeup, reject_option
+from acpfsm.adapters.transport import EventQueue, Flag, PermissionPrompts, Wakeup, reject_option
 
 pytestmark = pytest.mark.both_backends
 
@@ -131,3 +131,39 @@ async def test_a_wakeup_wakes_only_who_waits_then() -> None:
             assert woken == []
             wakeup.wake()
     assert woken == [1, 1]
+
+
+async def test_an_event_queue_hands_out_what_is_queued_without_waiting_a_batch_at_a_time() -> None:
+    """``take`` gives the items already queued with no await (the event pump takes a burst of
+    chunks this way), ``None`` when there is none, and ``None`` again once ``batch`` items
+    were taken since the consumer last went through ``__anext__``, which yields: a burst is
+    still shared with the other tasks once per batch."""
+    queue: EventQueue[int] = EventQueue(batch=3)
+    assert queue.take() is None
+    for i in range(8):
+        queue.put(i)
+    assert [queue.take(), queue.take(), queue.take()] == [0, 1, 2]
+    assert queue.take() is None  # a batch taken: the next one comes through __anext__
+    rounds = 0
+    done = False
+
+    async def another_task() -> None:
+        nonlocal rounds
+        while not done:
+            rounds += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(another_task)
+        await anyio.lowlevel.checkpoint()
+        before = rounds
+        assert await queue.__anext__() == 3  # it yielded to the other task first
+        assert rounds > before
+        assert [queue.take(), queue.take()] == [4, 5]
+        assert queue.take() is None
+        assert await queue.__anext__() == 6
+        assert queue.take() == 7
+        assert queue.take() is None  # empty
+        done = True
+    queue.close()
+    assert [item async for item in queue] == []

@@ -10,6 +10,8 @@ import re
 import pytest
 
 from acpfsm.runtime.tools.bench import (
+    PRIMITIVE_DEPTH,
+    PRIMITIVES,
     BenchOptions,
     Goal,
     build_parser,
@@ -26,6 +28,7 @@ TINY = [
     "--quick", "--prompts", "4", "--rounds", "2", "--warmup", "1", "--chunks", "20",
     "--stream-turns", "1", "--launches", "1", "--heap-prompts", "20", "--imports", "1",
     "--lifecycle-prompts", "3", "--cycles", "5", "--idle", "2", "--idle-stdio", "1",
+    "--primitives", "20",
 ]  # fmt: skip
 
 #: (figure, backend, engine, goal) of every summary line of a run on both backends
@@ -66,6 +69,7 @@ SECTIONS = (
     "chart transitions (5 cycles)",
     "lifecycle CPU per prompt, in-memory transport (3 prompts)",
     "memory per idle execution",
+    f"anyio's primitives, CPU per call inside {PRIMITIVE_DEPTH} cancel scopes (the floor)",
 )
 NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(x| ms| B)?$")
 
@@ -116,6 +120,15 @@ def test_tiny_bench_prints_every_goal_and_every_row(capsys: pytest.CaptureFixtur
     assert _lines(out, "ACP SDK client")[0].endswith("(asyncio only)")
     for name in ("bare StdioTransport: events()", "Runtime.turn: its updates"):
         assert len(_lines(out, name)) == 2
+    for name in PRIMITIVES:  # the floor: each primitive under each backend, beside trio's
+        rows = {(r := _cells(line, name))[0]: r for line in _lines(out, name)}
+        assert sorted(rows) == ["asyncio", "trio"], (name, rows)
+        assert all(NUMBER.match(c) for r in rows.values() for c in r[1:]), (name, rows)
+        assert rows["trio"][3] == "1.00x"
+    # the prompt CPU of one backend names the same code's on the other
+    cpu = _lines(out, "client CPU per prompt vs bare")
+    assert [line.count("; on trio ") for line in cpu] == [0, 1], cpu
+    assert [line.count("; on asyncio ") for line in cpu] == [1, 0], cpu
     assert "Runtime over the in-memory agent, after the bounded stores filled" in out
     assert "httpx not loaded" in out  # a stdio-only user never loads the agentctl stack
     assert "total " in out

@@ -9,7 +9,7 @@ import pytest
 from acpfsm.adapters.events import MessageChunk
 from acpfsm.runtime import SubscriberOverflow
 from acpfsm.runtime.events import AgentReady, EventsTruncated
-from acpfsm.runtime.hub import EventHub
+from acpfsm.runtime.hub import EventHub, event_size
 
 pytestmark = pytest.mark.both_backends
 
@@ -88,3 +88,48 @@ async def test_subscription_ends_when_the_execution_finishes() -> None:
         hub.publish(chunk(1))
         hub.close()
     assert len(got) == 1
+
+
+async def test_a_burst_published_at_once_is_what_publishing_each_event_gives() -> None:
+    """``publish_all`` (the event pump's burst of chunks) keeps the backlog's bounds and each
+    subscriber's overflow policy event by event: a subscriber with room for part of the burst
+    gets that part, then is cut off naming the rest."""
+    one, burst = EventHub("x", retain=4, buffer=3), EventHub("x", retain=4, buffer=3)
+    early = [one.subscribe(replay=False), burst.subscribe(replay=False)]
+    for hub in (one, burst):
+        hub.publish(chunk(0))
+    later = [one.subscribe(replay=False), burst.subscribe(replay=False)]
+    for i in range(1, 7):
+        one.publish(chunk(i))
+    burst.publish_all([chunk(i) for i in range(1, 7)])
+    burst.publish_all([])  # nothing: no change
+    kept = (4, 4 * event_size(chunk(6)))
+    assert (one.retained, one.retained_bytes) == (burst.retained, burst.retained_bytes) == kept
+    late = [one.subscribe(), burst.subscribe()]
+    for hub in (one, burst):
+        hub.close()
+    seen: list[list[object]] = []
+    for sub in (*early, *later, *late):
+        got: list[object] = []
+        try:
+            async for event in sub:
+                got.append(event.text if isinstance(event, MessageChunk) else event)
+        except SubscriberOverflow as exc:
+            got.append(("overflow", exc.missed))
+        seen.append(got)
+    early_one, early_burst, later_one, later_burst, late_one, late_burst = seen
+    assert early_one == early_burst == ["0", "1", "2", ("overflow", 4)]  # room for 3
+    assert later_one == later_burst == ["1", "2", "3", ("overflow", 3)]  # part of the burst
+    assert late_one == late_burst
+    assert late_one == [EventsTruncated(execution_id="x", missed=3), "3", "4", "5", "6"]
+
+
+async def test_take_hands_out_what_was_received_without_waiting() -> None:
+    hub = EventHub("x")
+    sub = hub.subscribe(replay=False)
+    assert sub.take() is None
+    hub.publish_all([chunk(1), chunk(2)])
+    assert sub.buffered == 2
+    taken = [sub.take(), sub.take()]
+    assert [e.text for e in taken if isinstance(e, MessageChunk)] == ["1", "2"]
+    assert (sub.take(), sub.buffered, sub.buffered_bytes) == (None, 0, 0)

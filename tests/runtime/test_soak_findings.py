@@ -13,11 +13,11 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from acpfsm.adapters.events import MessageChunk
+from acpfsm.adapters.events import AgentEvent, MessageChunk, Reasoning, ToolCall
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import EventQueue
 
-from .memory_runtime import MemoryExecutor, make_runtime, spec, wait_until
+from .memory_runtime import MemoryExecutor, make_runtime, session_of, spec, wait_until
 
 pytestmark = pytest.mark.both_backends
 
@@ -60,11 +60,17 @@ async def test_a_cancelled_consumer_stops_at_once() -> None:
 
 
 async def test_late_text_of_a_superseded_turn_is_not_the_next_reply(time_scale: float) -> None:
+    """Also inside a burst of 300 events (several of the queue's batches; the pump takes a
+    run of queued chunks without a coroutine or a checkpoint per chunk and publishes it at
+    once) mixing the current turn's chunks with the superseded one's, the user's, thoughts
+    and other events: a subscriber gets the burst whole and in order, every chunk counts as
+    activity, and the reply keeps only the current turn's agent text."""
     ex = MemoryExecutor(lambda: MemoryTransport())
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         await rt.wait_ready(ref.id)
         transport = ex.last
+        session = session_of(rt, ref.id)
         results = []
 
         async def prompt(text: str) -> None:
@@ -75,12 +81,28 @@ async def test_late_text_of_a_superseded_turn_is_not_the_next_reply(time_scale: 
             await wait_until(lambda: 1 in transport.running)
             transport.emit(MessageChunk(prompt_generation=1, text="reply one"))
             transport.complete(1)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(prompt, "two")
-            await wait_until(lambda: 2 in transport.running)
-            # generation 1's text read late (e.g. queued behind a flood)
-            transport.emit(MessageChunk(prompt_generation=1, text=" LATE"))
-            transport.emit(MessageChunk(prompt_generation=2, text="reply two"))
-            transport.complete(2)
-        assert [r.agent_message for r in results] == ["reply one", "reply two"]
+        burst: list[AgentEvent] = []
+        for i in range(60):
+            burst += [
+                MessageChunk(prompt_generation=1, text=" LATE"),  # read late (behind a flood)
+                MessageChunk(prompt_generation=2, text=f"{i},"),
+                MessageChunk(prompt_generation=2, text="echo", role="user"),
+                Reasoning(prompt_generation=2, reasoning_text="hm"),
+            ]
+            if i % 7 == 0:
+                burst.append(ToolCall(prompt_generation=2, tool_call_id=f"t{i}"))
+        async with rt.subscribe_events(ref.id, replay=False) as sub:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(prompt, "two")
+                await wait_until(lambda: 2 in transport.running)
+                epoch = session.ctx.activity.epoch
+                for event in burst:
+                    transport.emit(event)
+                transport.complete(2)
+            sub.close()
+            seen = [e async for e in sub if isinstance(e, MessageChunk | Reasoning | ToolCall)]
+        assert seen == burst
+        assert session.ctx.activity.epoch - epoch == len(burst)
+        reply_two = "".join(f"{i}," for i in range(60))
+        assert [r.agent_message for r in results] == ["reply one", reply_two]
         await rt.stop(ref.id, "done")
