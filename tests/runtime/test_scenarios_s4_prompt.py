@@ -1055,7 +1055,13 @@ async def test_a_wakeup_turn_after_a_prompt_keeps_its_text(tmp_path: Path) -> No
         assert s.ctx.message == ["woke up"]
         ex.last.emit(Complete())
         await wait_until(lambda: s.execution.status == "READY")
-        assert history(rt, s)[-1] == ("agent_message", "woke up")
+        # written off the event loop: it lands soon after
+        await wait_until(lambda: history(rt, s)[-1] == ("agent_message", "woke up"))
+        assert history(rt, s) == [
+            ("user_message", "first"),
+            ("agent_message", "answer"),
+            ("agent_message", "woke up"),
+        ]
         await rt.stop(ref.id, "done")
 
 
