@@ -178,6 +178,7 @@ TARGETS: tuple[Target, ...] = (
             "tests/runtime/test_permissions.py",
             "tests/runtime/test_e2e_reference_agent.py",
             "tests/runtime/test_mcp_runtime.py",
+            "tests/runtime/test_retention.py",
             "tests/agentctl/test_agentctl_runtime.py",
             "tests/agentctl/test_agentctl_turn.py",
             "tests/agentctl/test_agentctl_faults.py",
