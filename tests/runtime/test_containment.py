@@ -238,6 +238,44 @@ async def test_a_launch_cancelled_while_its_agent_starts_leaves_nothing_behind(
         await rt.stop(ref.id, "done")
 
 
+async def test_a_waiter_is_released_even_when_the_crash_cannot_end_its_turn(
+    time_scale: float,
+) -> None:
+    """The execution crashes and ending its live turn through the charts fails too (a second
+    bug): the crash still releases whoever waits on the turn, with the crash, instead of
+    leaving the caller waiting for ever."""
+    async with make_runtime(time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        session = session_of(rt, ref.id)
+        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
+
+        async def illegal(event: Any) -> None:
+            raise IllegalTransition("start_model_policy", ("settled",), "models_updated")
+
+        async def broken(error: str, *, final: bool) -> bool:
+            raise RuntimeError("the turn cannot be ended")
+
+        session.config.models_updated = illegal  # type: ignore[method-assign]
+        session.turns.stream_lost = broken  # type: ignore[method-assign]
+        waiting: list[BaseException] = []
+
+        async def prompt() -> None:
+            try:
+                await rt.prompt(ref.id, "waits")
+            except ExecutionCrashed as exc:
+                waiting.append(exc)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(prompt)
+                await wait_until(lambda: 1 in transport.running)
+                transport.emit(ev.SessionModels(current_model_id="fast"))
+        (crash,) = waiting
+        assert isinstance(root_cause(crash), IllegalTransition)
+        await rt.stop(ref.id, "done")
+
+
 async def test_a_failing_executor_teardown_is_contained(time_scale: float) -> None:
     """The teardown fails after the stop: the stop still returns the final snapshot (its
     error recorded), and when it fails as the Runtime closes, the Runtime closes cleanly."""
