@@ -320,7 +320,8 @@ def prepare(target: Target, shard: str) -> tuple[Path, Path, dict[str, str]]:
             _skip_outside(target, tree, session)
         if kept:
             print(f"mutate: {target.name}: {_carry(session, kept)} result(s) kept")
-    elif saved.get("tests") != keys["tests"]:
+    _skip_markers(tree, session)
+    if saved.get("tests") != keys["tests"] and saved.get("modules") == keys["modules"]:
         _requeue_survivors(session, base / "requeued.json")  # the killed stay killed
     stamp.write_text(json.dumps(keys))
     for module in target.modules:  # what the selection compares each mutant's copy with
@@ -483,6 +484,32 @@ def _carry(session: Path, kept: dict[Any, Any]) -> int:
     return n
 
 
+def _skip_markers(tree: Path, session: Path) -> None:
+    """Skip the "mutants" of a keyword-only marker: cosmic-ray's grammar takes the ``*`` of
+    ``def f(self, *, x)`` for a multiplication, and ``/`` there (positional-only) is valid
+    Python that changes nothing for callers passing keywords: an equivalent mutant per
+    signature, each costing a full selected-test run."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    lines: dict[str, list[str]] = {}
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item in list(db.pending_work_items):
+            m = item.mutations[0]
+            if not m.operator_name.startswith("core/ReplaceBinaryOperator_Mul_"):
+                continue
+            module = str(m.module_path)
+            if module not in lines:
+                lines[module] = (tree / module).read_text().splitlines()
+            row, col = m.start_pos
+            text = lines[module][row - 1][col:] if row <= len(lines[module]) else ""
+            if re.match(r"\*\s*[,)]", text):
+                db.set_result(
+                    item.job_id,
+                    WorkResult(output="keyword-only marker", worker_outcome=WorkerOutcome.SKIPPED),
+                )
+
+
 def _skip_outside(target: Target, tree: Path, session: Path) -> None:
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
@@ -556,6 +583,14 @@ def canary() -> None:
         raise SystemExit("mutate: cosmic-ray left the canary's file mutated")
 
 
+def _has_result(session: Path, job_id: str) -> bool:
+    import sqlite3
+
+    with sqlite3.connect(session) as db:
+        found = db.execute("SELECT 1 FROM work_results WHERE job_id = ?", (job_id,)).fetchone()
+    return found is not None
+
+
 def run(target: Target, shard: str, limit: int | None) -> None:
     from cosmic_ray.mutating import mutate_and_test
     from cosmic_ray.work_db import WorkDB, use_db
@@ -578,6 +613,8 @@ def run(target: Target, shard: str, limit: int | None) -> None:
     os.chdir(tree)
     try:
         for n, item in enumerate(pending, 1):
+            if _has_result(session, item.job_id):
+                continue  # done meanwhile (skipped, or by an earlier run of this shard)
             started = time.perf_counter()
             result = mutate_and_test(item.mutations, command, target.timeout)
             with use_db(str(session), WorkDB.Mode.open) as db:
