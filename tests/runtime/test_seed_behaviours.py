@@ -70,6 +70,30 @@ async def test_agent_running_comes_once_before_the_ready_that_ends_a_turn(
         await rt.stop(ref.id, "done")
 
 
+async def test_agent_running_is_announced_at_the_first_activity_not_at_the_turn_end(
+    time_scale: float,
+) -> None:
+    """The first activity of a running turn (its first chunk) announces ``agent.running``
+    right away (kandev ``recordActivity``'s ``firstActivityOnce``), while the turn still
+    runs, not only when the turn's success is claimed."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "one")
+            await wait_until(lambda: live(s, 1))
+            assert of_type(s, le.AgentRunning) == []
+            ex.last.emit(MessageChunk(text="working", prompt_generation=1))
+            await wait_until(lambda: len(of_type(s, le.AgentRunning)) == 1)
+            assert not p.done.is_set()
+            ex.last.complete(1)
+            await p.wait()
+        assert len(of_type(s, le.AgentRunning)) == 1
+        await rt.stop(ref.id, "done")
+
+
 async def test_a_cancel_with_no_turn_in_flight_unacknowledged_escalates_to_ready(
     time_scale: float,
 ) -> None:
