@@ -311,6 +311,24 @@ async def test_s34_the_applied_model_is_the_cached_current_model(time_scale: flo
         await rt.stop(eid, "done")
 
 
+async def test_the_original_snapshot_sets_the_catalog_model_option_to_the_applied_model(
+    time_scale: float,
+) -> None:
+    """``publishOriginalConfigOptionsWithProfile``: the catalog's own model option (here
+    ``model_picker``, category model) carries the applied model; no second ``model`` option
+    is added beside it."""
+    catalog = (option("effort", "low"), option("model_picker", "fast", category="model"))
+    ex = agent(config_options=catalog, models=models("fast", "smart"))
+    async with runtime(ex, time_scale, profile(model="smart")) as rt:
+        eid, s = await launched(rt)
+        (snapshot,) = original(s)
+        assert values(snapshot.original_config_candidate) == {
+            "effort": "low",
+            "model_picker": "smart",
+        }
+        await rt.stop(eid, "done")
+
+
 async def test_s35_requested_selection_unsupported(time_scale: float) -> None:
     """Row 9: SetModel(requested) answers -32601: provider_default/selection_unsupported,
     a warning, no error."""
