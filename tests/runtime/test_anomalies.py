@@ -14,7 +14,14 @@ import msgspec
 import pytest
 
 from acpfsm.adapters.errors import AgentRequestError, LocalProtocolError, StreamNotConnected
-from acpfsm.adapters.events import Complete, ErrorEvent, ForegroundIdle, MessageChunk, Reasoning
+from acpfsm.adapters.events import (
+    Complete,
+    ErrorEvent,
+    ForegroundIdle,
+    MessageChunk,
+    Reasoning,
+    StreamDisconnected,
+)
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import Attachment
 from acpfsm.runtime import (
@@ -462,6 +469,50 @@ async def test_wait_ready_on_an_execution_that_failed_after_its_init_raises(
         await wait_until(lambda: s.execution.status == "FAILED")
         with pytest.raises(NotReadyForPrompts, match="FAILED"):
             await rt.wait_ready(ref.id)
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_lost_stream_names_the_last_500_characters_of_the_agents_stderr(
+    time_scale: float,
+) -> None:
+    """The agent process died and left a long stderr: the turn's error names the end of it
+    (where the reason usually is), at most 500 characters, never the whole of it."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        tail = "noise " * 200 + "FATAL: out of credits"
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "hi")
+            await wait_until(lambda: live(s, 1))
+            ex.last.emit(StreamDisconnected(error="agent exited", exit_code=1, stderr_tail=tail))
+            await p.wait()
+        assert isinstance(p.error, AgentReportedError)
+        message = str(p.error)
+        assert message.endswith(f"(stderr: {tail[-500:]})")
+        assert tail[:-500] not in message
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_completion_stamped_with_a_generation_that_never_was_completes_nothing(
+    time_scale: float,
+) -> None:
+    """An agent's terminal event names a generation that never existed (negative): it is
+    nobody's; the live turn goes on and ends only with its own completion (only generation 0
+    is the unstamped path, kandev ``handleCompleteEvent``)."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "hi")
+            await wait_until(lambda: live(s, 1))
+            ex.last.emit(Complete(prompt_generation=-1))
+            await settle()
+            assert live(s, 1) and not p.done.is_set()
+            ex.last.complete(1)
+            await p.wait()
+        assert p.error is None and p.prompt_result.generation == 1
         await rt.stop(ref.id, "done")
 
 
