@@ -747,6 +747,26 @@ async def test_s58_original_snapshot_overlays_profile_values(time_scale: float) 
         await rt.stop(eid, "done")
 
 
+async def test_an_applied_profile_option_the_agent_lists_is_overlaid_in_place(
+    time_scale: float,
+) -> None:
+    """kandev ``publishOriginalConfigOptionsWithProfile``: a profile option the agent already
+    lists takes the applied value in its own place in the original snapshot; it is not added
+    a second time (only an option the agent does not list is appended)."""
+    ex = agent(config_options=[option("reasoning_effort", "medium"), option("fast_mode", "off")])
+    prof = profile(config_options={"reasoning_effort": "max", "verbosity": "low"})
+    async with runtime(ex, time_scale, prof) as rt:
+        eid, s = await launched(rt)
+        (snapshot,) = original(s)
+        assert [(o.id, o.current_value) for o in snapshot.original_config_candidate or ()] == [
+            ("reasoning_effort", "max"),
+            ("fast_mode", "off"),
+            ("model", "fast"),  # the agent's current model
+            ("verbosity", "low"),
+        ]
+        await rt.stop(eid, "done")
+
+
 async def test_s59_settlement_waits_for_the_delayed_model_state(time_scale: float) -> None:
     """The profile set ``effort`` before any model state existed, so settlement is deferred;
     the later provider response for ``effort`` (model sonnet, effort=high) settles it once."""
