@@ -689,6 +689,34 @@ async def test_s116_stalled_steer_ack_times_out_after_5s(
         assert len(methods(tr, "steer")) == 1
 
 
+async def test_s116_steer_the_agent_refuses_is_a_dispatch_error_of_its_turn(
+    time_scale: float,
+) -> None:
+    """kandev ``SendPromptSteerWithDispatchCallback``: a steer request the agent answers with
+    an error is ``failed to steer prompt: …``, a PromptDispatchError naming the live turn (not
+    the carrier's raw error, not a crash); the turn itself goes on and completes."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+
+        def refuse(text: str, atts: tuple[Attachment, ...], g: int) -> None:
+            raise AgentRequestError(-32603, "steer rejected", method="session/prompt")
+
+        tr.handlers["steer"] = refuse
+        async with anyio.create_task_group() as tg:
+            run = start_prompt(tg, rt, eid, "long")
+            await wait_until(live(s))
+            with pytest.raises(PromptDispatchError) as info:
+                await rt.steer(eid, "more")
+            assert str(info.value).startswith("failed to steer prompt: ")
+            assert "steer rejected" in str(info.value)
+            assert info.value.generation == 1
+            assert isinstance(info.value.__cause__, AgentRequestError)
+            tr.complete(1)
+        assert run.result is not None and run.result.stop_reason == "end_turn"
+        assert rt.get_execution(eid).status == "READY"
+
+
 # -------------------------------------------------------------------- stall detection --
 
 
