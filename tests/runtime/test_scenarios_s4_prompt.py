@@ -235,6 +235,24 @@ async def test_s70_every_dispatch_advances_the_generation(time_scale: float) -> 
         await rt.stop(ref.id, "done")
 
 
+async def test_a_long_session_keeps_the_newest_turns_and_goes_on(time_scale: float) -> None:
+    """The execution keeps the records of its last 64 turns only (a long session's memory
+    stays bounded): the oldest are dropped, never the turn just admitted, and prompts keep
+    working past the bound, their generations still counting up."""
+    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        for g in range(1, 67):
+            with anyio.fail_after(30):  # a turn whose record was dropped is never released
+                result = await rt.prompt(ref.id, f"turn {g}")
+            assert result.generation == g and result.stop_reason == "end_turn"
+        assert list(s.generations) == list(range(3, 67))
+        assert s.current is s.generations[66]
+        assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
 # ---------------------------------------------- sendPrompt, barrier, serialization --
 
 
