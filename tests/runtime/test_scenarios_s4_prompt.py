@@ -1051,6 +1051,32 @@ async def test_steer_text_is_written_to_the_history(tmp_path: Path) -> None:
         await rt.stop(ref.id, "done")
 
 
+async def test_a_history_that_cannot_be_written_never_fails_a_turn(tmp_path: Path) -> None:
+    """kandev ``preparePrompt``: a failed history append is only logged. A history root that
+    cannot be created (a file stands in its way) loses the entries, never the turn: the
+    prompt, its reply, a steer and the next prompt all go through."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    ex = MemoryExecutor()
+    async with make_runtime(ex, profiles=(HISTORY_PROFILE,), history_root=blocker / "h") as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "first")
+            await wait_until(lambda: live(s, 1))
+            steered = await rt.steer(ref.id, "and more")
+            assert steered.stop_reason == "dispatched"
+            ex.last.emit(MessageChunk(text="done", prompt_generation=1))
+            ex.last.complete(1)
+            await p.wait()
+        assert p.error is None and p.prompt_result.agent_message == "done"
+        ex.last.auto_complete = True
+        assert (await rt.prompt(ref.id, "second")).generation == 2
+        assert not (blocker / "h").exists()
+        assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
 async def test_a_wakeup_turn_after_a_prompt_keeps_its_text(tmp_path: Path) -> None:
     """Text of no turn (generation 0: a wakeup turn the agent starts while READY) is never a
     replaced turn's late text, even once prompts have run: it is the wakeup's reply, kept and
