@@ -752,9 +752,10 @@ async def test_an_applied_profile_option_the_agent_lists_is_overlaid_in_place(
 ) -> None:
     """kandev ``publishOriginalConfigOptionsWithProfile``: a profile option the agent already
     lists takes the applied value in its own place in the original snapshot; it is not added
-    a second time (only an option the agent does not list is appended)."""
+    a second time (only an option the agent does not list is appended). The ids are compared
+    by value: the profile's key is trimmed, a string of its own."""
     ex = agent(config_options=[option("reasoning_effort", "medium"), option("fast_mode", "off")])
-    prof = profile(config_options={"reasoning_effort": "max", "verbosity": "low"})
+    prof = profile(config_options={" reasoning_effort ": "max", "verbosity": "low"})
     async with runtime(ex, time_scale, prof) as rt:
         eid, s = await launched(rt)
         (snapshot,) = original(s)
