@@ -19,7 +19,7 @@ import anyio
 import msgspec
 import pytest
 
-from acpfsm.adapters.errors import LocalProtocolError
+from acpfsm.adapters.errors import LocalProtocolError, StreamNotConnected
 from acpfsm.adapters.events import (
     AvailableCommands,
     Complete,
@@ -407,6 +407,40 @@ async def test_s76_dispatch_callback_before_completion(time_scale: float) -> Non
             await p.wait()
         assert p.error is None and p.prompt_result.stop_reason == "end_turn"
         assert len(seen) == 1
+        await rt.stop(ref.id, "done")
+
+
+@pytest.mark.parametrize("dispatch_only", [False, True])
+async def test_a_turn_ended_before_its_request_failed_is_still_dispatched(
+    time_scale: float, dispatch_only: bool
+) -> None:
+    """R23 (the agent's end claimed before MarkPromptDispatched) when the request's answer is
+    then "not connected": the turn reached the agent after all, so the prompt counts as
+    dispatched, not as withdrawn: ``on_dispatched`` is called once and the caller gets the
+    turn's result (a dispatch-only prompt: ``dispatched``)."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        agent = ex.last
+
+        async def ended_then_dropped(text: str, atts: tuple[Attachment, ...], g: int) -> None:
+            agent.emit(MessageChunk(text="done already", prompt_generation=g))
+            agent.complete(g)
+            await wait_until(lambda: s.generations[g].leaf == "completed")
+            raise StreamNotConnected()
+
+        agent.handlers["prompt"] = ended_then_dropped
+        dispatched: list[int] = []
+        result = await rt.prompt(
+            ref.id, "hi", dispatch_only=dispatch_only, on_dispatched=lambda: dispatched.append(1)
+        )
+        assert dispatched == [1]
+        if dispatch_only:
+            assert (result.stop_reason, result.generation) == ("dispatched", 1)
+        else:
+            assert (result.stop_reason, result.agent_message) == ("end_turn", "done already")
+        assert rt.get_execution(ref.id).status == "READY"
         await rt.stop(ref.id, "done")
 
 
