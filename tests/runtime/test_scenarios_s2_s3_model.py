@@ -632,10 +632,12 @@ async def test_s53_runtime_mode_and_model_skipped_when_equal(time_scale: float) 
     """The runtime mode equals the applied profile mode: SetMode is sent once (by the profile
     layer). The same for the model: runtime model == profile model gives one SetModel. (In the
     launch path the policy consumes the runtime model, so the runtime layer's own ``model``
-    failure cannot occur there.)"""
+    failure cannot occur there.) The values are compared, not the objects: the persisted ones
+    arrive decoded, strings of their own."""
     ex = agent(config_options=CATALOG, models=models("smart"))
+    persisted = msgspec.json.decode(b'{"session_mode": "plan", "runtime_model": "smart"}')
     async with runtime(ex, time_scale, profile(mode="plan", model="smart")) as rt:
-        eid, s = await launched(rt, metadata={"session_mode": "plan", "runtime_model": "smart"})
+        eid, s = await launched(rt, metadata=persisted)
         assert [a[0] for a in calls(ex.last, "set_mode")] == ["plan"]
         assert set_models(ex.last) == ["smart"]
         assert of_type(s, le.ConfigFailures) == []
