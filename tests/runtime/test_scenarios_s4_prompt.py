@@ -26,6 +26,8 @@ from acpfsm.adapters.events import (
     ErrorEvent,
     ForegroundIdle,
     MessageChunk,
+    ToolCall,
+    ToolUpdate,
 )
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import Attachment, SessionResult
@@ -41,7 +43,7 @@ from acpfsm.runtime import (
     SteerNotDispatched,
 )
 from acpfsm.runtime import events as le
-from acpfsm.runtime.history import HistoryStore
+from acpfsm.runtime.history import HistoryStore, ToolResultEntry
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
 from .prompt_helpers import (
@@ -1108,6 +1110,39 @@ async def test_a_history_that_cannot_be_written_never_fails_a_turn(tmp_path: Pat
         assert (await rt.prompt(ref.id, "second")).generation == 2
         assert not (blocker / "h").exists()
         assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_tool_result_is_named_after_one_of_the_latest_1024_tool_calls(
+    tmp_path: Path,
+) -> None:
+    """The history names a tool result after its call (kandev's entries carry ``tool_name``);
+    the names of the latest 1024 calls are kept (a flood of calls that never end stays
+    bounded): the oldest of those 1024 still names its result, and once one more call came
+    it is forgotten (its result is written unnamed)."""
+    ex = MemoryExecutor()
+    async with make_runtime(
+        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
+    ) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        s = session_of(rt, ref.id)
+        assert rt.history is not None
+
+        def results() -> list[tuple[str, str]]:
+            assert rt.history is not None
+            entries = rt.history.read(s.session_id)
+            return [(e.tool_call_id, e.name) for e in entries if isinstance(e, ToolResultEntry)]
+
+        for i in range(1024):
+            ex.last.emit(ToolCall(tool_call_id=f"t{i}", tool_name=f"tool {i}"))
+        ex.last.emit(ToolUpdate(tool_call_id="t0", tool_status="completed"))
+        await wait_until(lambda: len(results()) == 1, limit=60)
+        ex.last.emit(ToolCall(tool_call_id="t1024", tool_name="tool 1024"))
+        ex.last.emit(ToolUpdate(tool_call_id="t0", tool_status="completed"))
+        ex.last.emit(ToolUpdate(tool_call_id="t1", tool_status="completed"))
+        await wait_until(lambda: len(results()) == 3, limit=60)
+        assert results() == [("t0", "tool 0"), ("t0", ""), ("t1", "tool 1")]
         await rt.stop(ref.id, "done")
 
 
