@@ -4,10 +4,12 @@ and ``wait_ready`` waits for READY or says why not. Each test fails on the first
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
-from acpfsm.adapters.errors import AgentRequestError
+from acpfsm.adapters.errors import AgentRequestError, StreamNotConnected
 from acpfsm.adapters.events import MessageChunk
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import Attachment, CancelResult, SessionResult
@@ -18,6 +20,7 @@ from acpfsm.runtime import (
     SessionInitError,
 )
 from acpfsm.runtime import events as le
+from acpfsm.runtime.session.flows import CANCEL_ANSWERS, cancel_answer
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
 from .prompt_helpers import live, of_type, sent, start
@@ -200,6 +203,50 @@ async def test_a_caller_that_leaves_an_unanswered_turn_does_not_block_the_next(
             ex.last.complete(2)
             await p.wait()
         assert p.error is None and p.prompt_result.generation == 2
+        await rt.stop(ref.id, "done")
+
+
+@pytest.mark.parametrize("answer", sorted(CANCEL_ANSWERS))
+async def test_each_cancel_answer_reaches_the_chart_as_the_model_verifier_explores_it(
+    answer: str, time_scale: float
+) -> None:
+    """``acpfsm verify`` feeds the PromptGeneration chart session/cancel's answers from one
+    table (kandev manager_interaction.go ``CancelAgent``: acknowledged, not acknowledged, or
+    no answer because the stream is gone); each row must be what the runtime itself fires
+    when the agent answers that way, or the verifier explores a runtime that does not exist
+    (a lost stream taken for an acknowledged cancel never escalates)."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        agent = ex.last
+
+        def cancel() -> CancelResult:
+            if answer == "disconnected":
+                raise StreamNotConnected()
+            if answer == "acknowledged":
+                agent.complete(1, "cancelled")
+            return CancelResult(acknowledged=answer == "acknowledged")
+
+        agent.handlers["cancel"] = cancel
+        fed: list[dict[str, object]] = []
+        fire = s.ctx.fire
+
+        def recording(machine: Any, event: str, **data: Any) -> Any:
+            if event == "cancel_answered":
+                fed.append(data)
+            return fire(machine, event, **data)
+
+        s.ctx.fire = recording  # type: ignore[method-assign]
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "work")
+            await wait_until(lambda: live(s, 1))
+            c = start(tg, rt.cancel, ref.id)
+            await c.wait()
+            await p.wait()
+        assert fed == [cancel_answer(*CANCEL_ANSWERS[answer])]
+        assert (c.error is None) is (answer == "acknowledged")
         await rt.stop(ref.id, "done")
 
 

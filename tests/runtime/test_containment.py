@@ -276,6 +276,42 @@ async def test_a_waiter_is_released_even_when_the_crash_cannot_end_its_turn(
         await rt.stop(ref.id, "done")
 
 
+async def test_a_crash_the_charts_cannot_record_is_still_contained(time_scale: float) -> None:
+    """Even when recording the crash fails (the Execution chart refuses ``execution_crashed``:
+    the charts themselves are broken), the crash stays in its execution: the caller gets
+    ExecutionCrashed from the first failure, the execution keeps the crash's message and
+    refuses prompts, its tasks end, and the other execution's prompt completes."""
+    async with make_runtime(time_scale) as rt, a_running_prompt(rt):
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        session = session_of(rt, ref.id)
+        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
+
+        def explode(*args: Any) -> None:
+            raise KeyError("a bug")
+
+        fire = session.status.fire
+
+        async def broken(event: str, **data: Any) -> Any:
+            if event == "execution_crashed":
+                raise IllegalTransition("execution", ("running",), event)
+            return await fire(event, **data)
+
+        transport.handlers["prompt"] = explode
+        session.status.fire = broken  # type: ignore[method-assign]
+        with pytest.raises(ExecutionCrashed) as info:
+            await rt.prompt(ref.id, "boom")
+        assert isinstance(root_cause(info.value), KeyError)
+        snap = rt.get_execution(ref.id)
+        assert snap.error_message.startswith("execution crashed") and "KeyError" in (
+            snap.error_message
+        )
+        with pytest.raises(ExecutionCrashed):
+            await rt.prompt(ref.id, "again")
+        await wait_until(lambda: ("aclose", ()) in transport.calls)  # its tasks ended
+        await rt.stop(ref.id, "done")
+
+
 async def test_a_failing_executor_teardown_is_contained(time_scale: float) -> None:
     """The teardown fails after the stop: the stop still returns the final snapshot (its
     error recorded), and when it fails as the Runtime closes, the Runtime closes cleanly."""

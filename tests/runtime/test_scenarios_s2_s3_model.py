@@ -672,10 +672,12 @@ async def test_s53_runtime_mode_and_model_skipped_when_equal(time_scale: float) 
     """The runtime mode equals the applied profile mode: SetMode is sent once (by the profile
     layer). The same for the model: runtime model == profile model gives one SetModel. (In the
     launch path the policy consumes the runtime model, so the runtime layer's own ``model``
-    failure cannot occur there.)"""
+    failure cannot occur there.) The values are compared, not the objects: the persisted ones
+    arrive decoded, strings of their own."""
     ex = agent(config_options=CATALOG, models=models("smart"))
+    persisted = msgspec.json.decode(b'{"session_mode": "plan", "runtime_model": "smart"}')
     async with runtime(ex, time_scale, profile(mode="plan", model="smart")) as rt:
-        eid, s = await launched(rt, metadata={"session_mode": "plan", "runtime_model": "smart"})
+        eid, s = await launched(rt, metadata=persisted)
         assert [a[0] for a in calls(ex.last, "set_mode")] == ["plan"]
         assert set_models(ex.last) == ["smart"]
         assert of_type(s, le.ConfigFailures) == []
@@ -812,6 +814,27 @@ async def test_s58_original_snapshot_overlays_profile_values(time_scale: float) 
         assert set_options(ex.last) == [("reasoning_effort", "max"), ("fast_mode", "on")]
         kinds = [type(e) for e in events(s)]
         assert kinds.index(le.AcpSessionCreated) > events(s).index(snapshot)
+        await rt.stop(eid, "done")
+
+
+async def test_an_applied_profile_option_the_agent_lists_is_overlaid_in_place(
+    time_scale: float,
+) -> None:
+    """kandev ``publishOriginalConfigOptionsWithProfile``: a profile option the agent already
+    lists takes the applied value in its own place in the original snapshot; it is not added
+    a second time (only an option the agent does not list is appended). The ids are compared
+    by value: the profile's key is trimmed, a string of its own."""
+    ex = agent(config_options=[option("reasoning_effort", "medium"), option("fast_mode", "off")])
+    prof = profile(config_options={" reasoning_effort ": "max", "verbosity": "low"})
+    async with runtime(ex, time_scale, prof) as rt:
+        eid, s = await launched(rt)
+        (snapshot,) = original(s)
+        assert [(o.id, o.current_value) for o in snapshot.original_config_candidate or ()] == [
+            ("reasoning_effort", "max"),
+            ("fast_mode", "off"),
+            ("model", "fast"),  # the agent's current model
+            ("verbosity", "low"),
+        ]
         await rt.stop(eid, "done")
 
 

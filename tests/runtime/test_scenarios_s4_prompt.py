@@ -19,13 +19,15 @@ import anyio
 import msgspec
 import pytest
 
-from acpfsm.adapters.errors import LocalProtocolError
+from acpfsm.adapters.errors import LocalProtocolError, StreamNotConnected
 from acpfsm.adapters.events import (
     AvailableCommands,
     Complete,
     ErrorEvent,
     ForegroundIdle,
     MessageChunk,
+    ToolCall,
+    ToolUpdate,
 )
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import Attachment, SessionResult
@@ -41,7 +43,7 @@ from acpfsm.runtime import (
     SteerNotDispatched,
 )
 from acpfsm.runtime import events as le
-from acpfsm.runtime.history import HistoryStore
+from acpfsm.runtime.history import HistoryStore, ToolResultEntry
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
 from .prompt_helpers import (
@@ -235,6 +237,24 @@ async def test_s70_every_dispatch_advances_the_generation(time_scale: float) -> 
         await rt.stop(ref.id, "done")
 
 
+async def test_a_long_session_keeps_the_newest_turns_and_goes_on(time_scale: float) -> None:
+    """The execution keeps the records of its last 64 turns only (a long session's memory
+    stays bounded): the oldest are dropped, never the turn just admitted, and prompts keep
+    working past the bound, their generations still counting up."""
+    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        for g in range(1, 67):
+            with anyio.fail_after(30):  # a turn whose record was dropped is never released
+                result = await rt.prompt(ref.id, f"turn {g}")
+            assert result.generation == g and result.stop_reason == "end_turn"
+        assert list(s.generations) == list(range(3, 67))
+        assert s.current is s.generations[66]
+        assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
 # ---------------------------------------------- sendPrompt, barrier, serialization --
 
 
@@ -389,6 +409,40 @@ async def test_s76_dispatch_callback_before_completion(time_scale: float) -> Non
             await p.wait()
         assert p.error is None and p.prompt_result.stop_reason == "end_turn"
         assert len(seen) == 1
+        await rt.stop(ref.id, "done")
+
+
+@pytest.mark.parametrize("dispatch_only", [False, True])
+async def test_a_turn_ended_before_its_request_failed_is_still_dispatched(
+    time_scale: float, dispatch_only: bool
+) -> None:
+    """R23 (the agent's end claimed before MarkPromptDispatched) when the request's answer is
+    then "not connected": the turn reached the agent after all, so the prompt counts as
+    dispatched, not as withdrawn: ``on_dispatched`` is called once and the caller gets the
+    turn's result (a dispatch-only prompt: ``dispatched``)."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        agent = ex.last
+
+        async def ended_then_dropped(text: str, atts: tuple[Attachment, ...], g: int) -> None:
+            agent.emit(MessageChunk(text="done already", prompt_generation=g))
+            agent.complete(g)
+            await wait_until(lambda: s.generations[g].leaf == "completed")
+            raise StreamNotConnected()
+
+        agent.handlers["prompt"] = ended_then_dropped
+        dispatched: list[int] = []
+        result = await rt.prompt(
+            ref.id, "hi", dispatch_only=dispatch_only, on_dispatched=lambda: dispatched.append(1)
+        )
+        assert dispatched == [1]
+        if dispatch_only:
+            assert (result.stop_reason, result.generation) == ("dispatched", 1)
+        else:
+            assert (result.stop_reason, result.agent_message) == ("end_turn", "done already")
+        assert rt.get_execution(ref.id).status == "READY"
         await rt.stop(ref.id, "done")
 
 
@@ -1030,6 +1084,65 @@ async def test_steer_text_is_written_to_the_history(tmp_path: Path) -> None:
             ex.last.complete(1)
             await p.wait()
         assert history(rt, s)[:2] == [("user_message", "long task"), ("user_message", "also this")]
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_history_that_cannot_be_written_never_fails_a_turn(tmp_path: Path) -> None:
+    """kandev ``preparePrompt``: a failed history append is only logged. A history root that
+    cannot be created (a file stands in its way) loses the entries, never the turn: the
+    prompt, its reply, a steer and the next prompt all go through."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    ex = MemoryExecutor()
+    async with make_runtime(ex, profiles=(HISTORY_PROFILE,), history_root=blocker / "h") as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "first")
+            await wait_until(lambda: live(s, 1))
+            steered = await rt.steer(ref.id, "and more")
+            assert steered.stop_reason == "dispatched"
+            ex.last.emit(MessageChunk(text="done", prompt_generation=1))
+            ex.last.complete(1)
+            await p.wait()
+        assert p.error is None and p.prompt_result.agent_message == "done"
+        ex.last.auto_complete = True
+        assert (await rt.prompt(ref.id, "second")).generation == 2
+        assert not (blocker / "h").exists()
+        assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_tool_result_is_named_after_one_of_the_latest_1024_tool_calls(
+    tmp_path: Path,
+) -> None:
+    """The history names a tool result after its call (kandev's entries carry ``tool_name``);
+    the names of the latest 1024 calls are kept (a flood of calls that never end stays
+    bounded): the oldest of those 1024 still names its result, and once one more call came
+    it is forgotten (its result is written unnamed)."""
+    ex = MemoryExecutor()
+    async with make_runtime(
+        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
+    ) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        s = session_of(rt, ref.id)
+        assert rt.history is not None
+
+        def results() -> list[tuple[str, str]]:
+            assert rt.history is not None
+            entries = rt.history.read(s.session_id)
+            return [(e.tool_call_id, e.name) for e in entries if isinstance(e, ToolResultEntry)]
+
+        for i in range(1024):
+            ex.last.emit(ToolCall(tool_call_id=f"t{i}", tool_name=f"tool {i}"))
+        ex.last.emit(ToolUpdate(tool_call_id="t0", tool_status="completed"))
+        await wait_until(lambda: len(results()) == 1, limit=60)
+        ex.last.emit(ToolCall(tool_call_id="t1024", tool_name="tool 1024"))
+        ex.last.emit(ToolUpdate(tool_call_id="t0", tool_status="completed"))
+        ex.last.emit(ToolUpdate(tool_call_id="t1", tool_status="completed"))
+        await wait_until(lambda: len(results()) == 3, limit=60)
+        assert results() == [("t0", "tool 0"), ("t0", ""), ("t1", "tool 1")]
         await rt.stop(ref.id, "done")
 
 

@@ -25,7 +25,12 @@ import msgspec
 import pytest
 
 from acpfsm.adapters import events as ev
-from acpfsm.adapters.errors import AgentRequestError, StreamNotConnected, TransportClosed
+from acpfsm.adapters.errors import (
+    AgentRequestError,
+    DialRefused,
+    StreamNotConnected,
+    TransportClosed,
+)
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import Attachment, CancelResult, InitializeResult, RedialPolicy
 from acpfsm.runtime import (
@@ -241,6 +246,40 @@ async def test_s106_reconnect_retry_gives_up_after_5s(
             await wait_until(live(s, 2))
             tr.complete(2)
         assert run.result is not None and run.result.generation == 2
+
+
+async def test_s106_reconnect_retry_stops_when_the_stream_is_given_up(
+    time_scale: float, autojump_clock: object, backend: str
+) -> None:
+    """kandev ``retryPromptAfterReconnect`` polls while the stream manager may still redial;
+    once the AgentStream chart gave the carrier up (its dial refused: nothing will redial),
+    the waiting prompt fails at its next poll, not at the end of its 5 s window, with the
+    same dispatch error, and the generation is undelivered."""
+    ex = MemoryExecutor(redialling(time_scale))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+        refuse = anyio.Event()
+
+        async def refused() -> None:
+            await refuse.wait()
+            raise DialRefused("agent stream upgrade refused with status 401")
+
+        tr.handlers["redial"] = refused
+        tr.drop(clean=True)
+        async with anyio.create_task_group() as tg:
+            run = start_prompt(tg, rt, eid, "work")
+            await wait_until(lambda: s.current is not None and s.current.leaf == "reconnecting")
+            refuse.set()
+            await wait_until(lambda: not s.stream.redialling)
+            given_up_at = anyio.current_time()
+        assert isinstance(run.error, PromptDispatchError), run.error
+        assert str(run.error).startswith(
+            "failed to trigger prompt: timed out waiting for updates stream reconnect: "
+        )
+        if backend == "trio":  # at its next 100 ms poll
+            assert run.ended_at is not None and run.ended_at - given_up_at <= 0.1 + 1e-6
+        assert s.generations[1].leaf == "undelivered"
+        assert len(methods(tr, "prompt")) == 1  # nothing is sent to a carrier given up
 
 
 async def test_s106_local_cancel_during_reconnect_retry(
@@ -648,6 +687,34 @@ async def test_s116_stalled_steer_ack_times_out_after_5s(
             tr.complete(1)
         assert run.result is not None and run.result.stop_reason == "end_turn"
         assert len(methods(tr, "steer")) == 1
+
+
+async def test_s116_steer_the_agent_refuses_is_a_dispatch_error_of_its_turn(
+    time_scale: float,
+) -> None:
+    """kandev ``SendPromptSteerWithDispatchCallback``: a steer request the agent answers with
+    an error is ``failed to steer prompt: …``, a PromptDispatchError naming the live turn (not
+    the carrier's raw error, not a crash); the turn itself goes on and completes."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+
+        def refuse(text: str, atts: tuple[Attachment, ...], g: int) -> None:
+            raise AgentRequestError(-32603, "steer rejected", method="session/prompt")
+
+        tr.handlers["steer"] = refuse
+        async with anyio.create_task_group() as tg:
+            run = start_prompt(tg, rt, eid, "long")
+            await wait_until(live(s))
+            with pytest.raises(PromptDispatchError) as info:
+                await rt.steer(eid, "more")
+            assert str(info.value).startswith("failed to steer prompt: ")
+            assert "steer rejected" in str(info.value)
+            assert info.value.generation == 1
+            assert isinstance(info.value.__cause__, AgentRequestError)
+            tr.complete(1)
+        assert run.result is not None and run.result.stop_reason == "end_turn"
+        assert rt.get_execution(eid).status == "READY"
 
 
 # -------------------------------------------------------------------- stall detection --
