@@ -308,22 +308,7 @@ def prepare(target: Target, shard: str) -> tuple[Path, Path, dict[str, str]]:
     session = base / "session.sqlite"
     config = base / "config.toml"
     _config(target, tree, config)
-    stamp = base / "session.json"
-    keys = _keys(target)
-    saved = json.loads(stamp.read_text()) if stamp.exists() else {}
-    if not session.exists() or saved.get("modules") != keys["modules"]:
-        kept = _killed_in_unchanged(target, base, session) if session.exists() else {}
-        session.unlink(missing_ok=True)
-        _cosmic(["cosmic-ray", "init", str(config), str(session)], tree, env)
-        _cosmic(["cr-filter-operators", str(session), str(config)], tree, env)
-        if target.only:
-            _skip_outside(target, tree, session)
-        if kept:
-            print(f"mutate: {target.name}: {_carry(session, kept)} result(s) kept")
-    _skip_markers(tree, session)
-    if saved.get("tests") != keys["tests"] and saved.get("modules") == keys["modules"]:
-        _requeue_survivors(session, base / "requeued.json")  # the killed stay killed
-    stamp.write_text(json.dumps(keys))
+    _session(target, base, tree, env, config)
     for module in target.modules:  # what the selection compares each mutant's copy with
         pristine = base / "pristine" / module
         pristine.parent.mkdir(parents=True, exist_ok=True)
@@ -331,6 +316,34 @@ def prepare(target: Target, shard: str) -> tuple[Path, Path, dict[str, str]]:
     (base / "target.json").write_text(json.dumps({"modules": target.modules}))
     record(target, tree, env)
     return tree, session, env
+
+
+def _session(target: Target, base: Path, tree: Path, env: dict[str, str], config: Path) -> None:
+    """(Re)initialize the target's session when its modules or settings changed, queue the
+    survivors again when its tests did; one shard at a time (shards may start together)."""
+    import fcntl
+
+    session = base / "session.sqlite"
+    stamp = base / "session.json"
+    requeued = base / "requeued.json"
+    with open(base / "session.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        keys = _keys(target)
+        saved = json.loads(stamp.read_text()) if stamp.exists() else {}
+        if not session.exists() or saved.get("modules") != keys["modules"]:
+            kept = _killed_in_unchanged(target, base, session) if session.exists() else {}
+            session.unlink(missing_ok=True)
+            requeued.unlink(missing_ok=True)
+            _cosmic(["cosmic-ray", "init", str(config), str(session)], tree, env)
+            _cosmic(["cr-filter-operators", str(session), str(config)], tree, env)
+            if target.only:
+                _skip_outside(target, tree, session)
+            if kept:
+                print(f"mutate: {target.name}: {_carry(session, kept)} result(s) kept")
+        elif saved.get("tests") != keys["tests"]:
+            _requeue_survivors(session, requeued)  # the killed stay killed
+        _skip_markers(tree, session)
+        stamp.write_text(json.dumps(keys))
 
 
 def record_key(target: Target) -> dict[str, Any]:
@@ -443,7 +456,8 @@ def _killed_in_unchanged(target: Target, base: Path, session: Path) -> dict[Any,
     ``session`` was made (the pristine copy kept beside it is the version it was made from):
     one module's change re-initializes the target's session, but a mutant of an unchanged
     module is the same mutant; killed, it stays killed (as when only the tests changed; the
-    other survivors run again)."""
+    other survivors run again). An approximation: a mutant whose killing test failed only
+    through a changed module could survive now; for a clean run, delete the session."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome
 

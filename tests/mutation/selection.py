@@ -47,6 +47,7 @@ PYTEST_ARGS = ("-q", "-p", "no:cacheprovider", "-o", "timeout=120", "--acpfsm-ch
 #: test is what many of the drivers' mutants do: this bound is most of their run time).
 TIMEOUT_FACTOR = 4.0
 MIN_TIMEOUT = 15.0
+MIN_TIMEOUT_PROCESSES = 60.0
 RECORD_ARGS = (*PYTEST_ARGS, "-p", "tests.mutation.selection")
 
 
@@ -136,12 +137,18 @@ class Order:
         for item in items:
             duration = self.durations.get(item.nodeid)
             if duration is not None:  # first, so it is the closest timeout marker
-                item.add_marker(pytest.mark.timeout(hang_bound(duration)), append=False)
+                real = item.get_closest_marker("integration") is not None
+                bound = hang_bound(duration, real_processes=real)
+                item.add_marker(pytest.mark.timeout(bound), append=False)
 
 
-def hang_bound(duration: float) -> float:
-    """How long a test recorded at ``duration`` seconds may run under a mutant."""
-    return max(MIN_TIMEOUT, TIMEOUT_FACTOR * duration)
+def hang_bound(duration: float, *, real_processes: bool = False) -> float:
+    """How long a test recorded at ``duration`` seconds may run under a mutant; a test of
+    real processes (marked ``integration``: an agent, agentctl, an MCP server started for
+    it) gets at least :data:`MIN_TIMEOUT_PROCESSES`, their start-up being what a loaded
+    machine slows most (a timeout counts as a kill)."""
+    floor = MIN_TIMEOUT_PROCESSES if real_processes else MIN_TIMEOUT
+    return max(floor, TIMEOUT_FACTOR * duration)
 
 
 def pytest_configure(config: pytest.Config) -> None:

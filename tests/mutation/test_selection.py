@@ -136,6 +136,7 @@ def test_each_selected_test_is_bounded_by_its_own_recorded_duration(
     assert time.monotonic() - started < 20  # not the slow test's 80 s bound
     assert selection.hang_bound(0.01) == 0.5
     assert selection.hang_bound(20.0) == selection.TIMEOUT_FACTOR * 20.0
+    assert selection.hang_bound(0.01, real_processes=True) == selection.MIN_TIMEOUT_PROCESSES
 
 
 def test_a_test_run_on_both_backends_is_selected_on_trio_only() -> None:

@@ -516,6 +516,36 @@ async def test_a_completion_stamped_with_a_generation_that_never_was_completes_n
         await rt.stop(ref.id, "done")
 
 
+async def test_recover_stream_leaves_an_execution_whose_init_failed_alone(
+    time_scale: float,
+) -> None:
+    """RecoverAgentPromptStream revives only an execution whose session was established: one
+    whose ``session/new`` failed is FAILED with its stream still up, and recovering it does
+    nothing (the init's failure stands; no ``recovered`` fact, no new status)."""
+
+    def make() -> MemoryTransport:
+        t = MemoryTransport(reconnectable=True)
+
+        def refuse(*args: Any) -> None:
+            raise AgentRequestError(-32603, "Internal error", method="session/new")
+
+        t.handlers["session/new"] = refuse
+        return t
+
+    ex = MemoryExecutor(make)
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "FAILED")
+        assert ex.last.is_connected()
+        count = rt.trace.count
+        await rt.recover_stream(ref.id)
+        await settle()
+        assert s.execution.status == "FAILED"
+        assert rt.trace.count == count  # no chart moved
+        await rt.stop(ref.id, "done")
+
+
 async def test_h11_not_found_is_mapped_on_every_facade_method(time_scale: float) -> None:
     """H11: kandev's facade mapped an unknown execution to ErrNotFound only on some methods
     (not Resume or SetMcpMode), and its shallow copy of the launch request mutated the

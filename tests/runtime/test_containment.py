@@ -207,9 +207,14 @@ async def test_an_illegal_transition_in_the_pump_fails_only_its_execution(
 class HangingStart(MemoryExecutor):
     """An executor whose agent never comes up."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.opening = anyio.Event()
+
     def open(self, launch: AgentLaunch) -> AbstractAsyncContextManager[AgentTransport]:
         @asynccontextmanager
         async def cm() -> AsyncIterator[AgentTransport]:
+            self.opening.set()
             await anyio.sleep_forever()
             yield MemoryTransport()  # never reached
 
@@ -222,10 +227,16 @@ async def test_a_launch_cancelled_while_its_agent_starts_leaves_nothing_behind(
     """The caller gives up on a launch whose agent never comes up: the execution is FAILED
     then STOPPED in its trace (its stream closed), it is gone from the Runtime, and the
     Runtime goes on launching."""
-    async with make_runtime(time_scale, hangs=HangingStart()) as rt:
-        with anyio.move_on_after(0.5) as scope:
-            await rt.launch(msgspec.structs.replace(spec(), executor_id="hangs"))
-        assert scope.cancelled_caught
+    hangs = HangingStart()
+    async with make_runtime(time_scale, hangs=hangs) as rt:
+        async with anyio.create_task_group() as tg:
+
+            async def launching() -> None:
+                await rt.launch(msgspec.structs.replace(spec(), executor_id="hangs"))
+
+            tg.start_soon(launching)
+            await hangs.opening.wait()
+            tg.cancel_scope.cancel()
         steps = [(r.chart, r.event, r.target) for r in rt.trace.records]
         assert steps[-3:] == [
             ("execution", "agent_start_failed", "failed"),

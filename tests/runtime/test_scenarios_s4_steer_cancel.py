@@ -457,9 +457,10 @@ async def test_s112_steer_never_overtakes_undispatched_turn(time_scale: float) -
 async def test_s113_no_toctou_between_selection_and_dispatch(time_scale: float) -> None:
     """The steer selected generation 1 and holds the lifecycle lock across its RPC; a
     ``complete(1)`` arriving meanwhile does not apply until the steer releases the lock. The
-    steer frame goes out first, then the predecessor wakes (R1)."""
+    steer frame goes out first, then the predecessor wakes (R1). The bounds are kandev's own
+    (unscaled): the steer's dispatch bound must not expire while the test holds its ack."""
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
+    async with make_runtime(ex) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         entered = anyio.Event()
         release = anyio.Event()
