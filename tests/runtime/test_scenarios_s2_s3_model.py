@@ -315,15 +315,15 @@ async def test_the_original_snapshot_sets_the_catalog_model_option_to_the_applie
     time_scale: float,
 ) -> None:
     """``publishOriginalConfigOptionsWithProfile``: the catalog's own model option (here
-    ``model_picker``, category model) carries the applied model; no second ``model`` option
-    is added beside it."""
-    catalog = (option("effort", "low"), option("model_picker", "fast", category="model"))
+    ``model_picker``, category model) carries the applied model, whatever is listed before it
+    (``thinking``); no second ``model`` option is added beside it."""
+    catalog = (option("thinking", "low"), option("model_picker", "fast", category="model"))
     ex = agent(config_options=catalog, models=models("fast", "smart"))
     async with runtime(ex, time_scale, profile(model="smart")) as rt:
         eid, s = await launched(rt)
         (snapshot,) = original(s)
         assert values(snapshot.original_config_candidate) == {
-            "effort": "low",
+            "thinking": "low",
             "model_picker": "smart",
         }
         await rt.stop(eid, "done")

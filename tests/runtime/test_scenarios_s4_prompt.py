@@ -219,6 +219,71 @@ async def test_s68_activity_epoch_ownership(time_scale: float, autojump_clock: o
         await rt.stop(ref.id, "done")
 
 
+async def test_no_stall_while_the_agent_keeps_streaming(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """waitForPromptDone's watchdog measures the quiet since the agent's last activity: a
+    turn that streams a chunk every minute for seven minutes is never reported stalled; once
+    the agent falls silent, the stall comes after the 5 minute threshold, counted from its
+    last chunk. (The no-stall part is asserted on trio's virtual clock only: asyncio's real
+    one may be late by any amount on a loaded machine.)"""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "long")
+            await wait_until(lambda: live(s, 1))
+            for _ in range(7):
+                await anyio.sleep(60 * time_scale)
+                ex.last.emit(MessageChunk(text=".", prompt_generation=1))
+            await settle()
+            if time_scale == 1.0:
+                assert of_type(s, le.AgentStalled) == []
+            await anyio.sleep(361 * time_scale)
+            await wait_until(lambda: bool(of_type(s, le.AgentStalled)))
+            stalled = of_type(s, le.AgentStalled)[-1]
+            assert stalled.stalled_for >= 300 * time_scale
+            ex.last.complete(1)
+            await p.wait()
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_stall_names_the_tool_still_running_not_one_that_finished(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """The stall report names the tool call in flight (kandev's ``activeToolCall``): a tool
+    whose terminal update arrived is no longer in flight (its id matched by value: the
+    update's id is a string of its own, as decoded from the wire), so the stall of a turn
+    whose only tool finished names none."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "use a tool")
+            await wait_until(lambda: live(s, 1))
+            # each id decoded on its own, as from two wire messages: equal, not the same object
+            first, second = b"call-1".decode(), b"call-1".decode()
+            assert first == second and first is not second
+            ex.last.emit(ToolCall(tool_call_id=first, tool_name="grep", prompt_generation=1))
+            ex.last.emit(
+                ToolUpdate(
+                    tool_call_id=second,
+                    tool_status="completed",
+                    prompt_generation=1,
+                )
+            )
+            await settle()
+            await anyio.sleep(361 * time_scale)
+            await wait_until(lambda: bool(of_type(s, le.AgentStalled)))
+            stalled = of_type(s, le.AgentStalled)[-1]
+            assert (stalled.active_tool_id, stalled.active_tool_title) == ("", "")
+            ex.last.complete(1)
+            await p.wait()
+        await rt.stop(ref.id, "done")
+
+
 async def test_s70_every_dispatch_advances_the_generation(time_scale: float) -> None:
     """s70. A dispatch-only prompt owns generation 1; after its completion a follow-up
     prompt (status validated) owns generation 2."""
