@@ -17,9 +17,11 @@ from acpfsm.runtime import (
     CancelEscalated,
     NotReadyForPrompts,
     PromptTimeout,
+    Runtime,
     SessionInitError,
 )
 from acpfsm.runtime import events as le
+from acpfsm.runtime.session import ExecutionSession
 from acpfsm.runtime.session.flows import CANCEL_ANSWERS, cancel_answer
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
@@ -47,6 +49,21 @@ def _gated(transport: MemoryTransport, gate: anyio.Event) -> list[str]:
     transport.handlers["prompt"] = prompt
     transport.handlers["cancel"] = cancel
     return order
+
+
+async def leave_prompt(rt: Runtime, s: ExecutionSession, text: str) -> None:
+    """A caller prompts, waits until its turn (generation 1) is live, and leaves (its cancel
+    scope is cancelled): the prompt is abandoned."""
+    async with anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+
+        async def leaving() -> None:
+            with scope:
+                await rt.prompt(s.ctx.id, text)
+
+        tg.start_soon(leaving)
+        await wait_until(lambda: live(s, 1))
+        scope.cancel()
 
 
 async def test_a_cancel_before_the_prompt_is_sent_withdraws_it(time_scale: float) -> None:
@@ -157,16 +174,7 @@ async def test_a_failed_cancel_of_an_abandoned_turn_leaves_the_execution_usable(
             raise AgentRequestError(-32603, "cancel failed", method="session/cancel")
 
         agent.handlers["cancel"] = refuse
-        async with anyio.create_task_group() as tg:
-            scope = anyio.CancelScope()
-
-            async def leaving() -> None:
-                with scope:
-                    await rt.prompt(ref.id, "first")
-
-            tg.start_soon(leaving)
-            await wait_until(lambda: live(s, 1))
-            scope.cancel()
+        await leave_prompt(rt, s, "first")
         await wait_until(lambda: sent(agent, "cancel") == [()])
         await settle()
         assert s.ctx.crashed is None
@@ -187,16 +195,7 @@ async def test_a_caller_that_leaves_an_unanswered_turn_does_not_block_the_next(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
-        async with anyio.create_task_group() as tg:
-            scope = anyio.CancelScope()
-
-            async def leaving() -> None:
-                with scope:
-                    await rt.prompt(ref.id, "stuck")
-
-            tg.start_soon(leaving)
-            await wait_until(lambda: live(s, 1))
-            scope.cancel()
+        await leave_prompt(rt, s, "stuck")
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "next")
             await wait_until(lambda: live(s, 2), limit=60)
