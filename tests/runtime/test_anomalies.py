@@ -546,6 +546,36 @@ async def test_recover_stream_leaves_an_execution_whose_init_failed_alone(
         await rt.stop(ref.id, "done")
 
 
+class _AgentctlLike(MemoryTransport):
+    """A carrier with MCP tools of its own that follow the MCP mode (as agentctl's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mcp_modes: list[str] = []
+
+    async def set_mcp_mode(self, mode: str) -> None:
+        self.mcp_modes.append(mode)
+
+
+async def test_only_kandevs_mcp_modes_reach_a_carrier_with_its_own_mcp_tools(
+    time_scale: float,
+) -> None:
+    """``set_mcp_mode`` forwards kandev's modes (task, config, office) to a carrier that
+    serves MCP tools of its own (agentctl's embedded server); a mode only the app's tool sets
+    know is not sent to it."""
+    ex = MemoryExecutor(_AgentctlLike)
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await s.set_mcp_mode("review")  # an app tool set's mode (validated by the facade)
+        await s.set_mcp_mode("task")
+        agent = ex.last
+        assert isinstance(agent, _AgentctlLike)
+        assert agent.mcp_modes == ["task"]
+        assert rt.get_execution(ref.id).metadata["mcp_mode"] == "task"
+        await rt.stop(ref.id, "done")
+
+
 async def test_h11_not_found_is_mapped_on_every_facade_method(time_scale: float) -> None:
     """H11: kandev's facade mapped an unknown execution to ErrNotFound only on some methods
     (not Resume or SetMcpMode), and its shallow copy of the launch request mutated the
