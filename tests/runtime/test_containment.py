@@ -38,7 +38,7 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.statecharts import IllegalTransition
 
-from .memory_runtime import PROFILE, MemoryExecutor, session_of, spec, wait_until
+from .memory_runtime import PROFILE, MemoryExecutor, session_of, settle, spec, wait_until
 
 pytestmark = pytest.mark.both_backends
 
@@ -321,6 +321,60 @@ async def test_a_crash_the_charts_cannot_record_is_still_contained(time_scale: f
             await rt.prompt(ref.id, "again")
         await wait_until(lambda: ("aclose", ()) in transport.calls)  # its tasks ended
         await rt.stop(ref.id, "done")
+
+
+class SlowTeardown(MemoryExecutor):
+    """An executor whose teardown waits until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tearing_down = anyio.Event()
+        self.release = anyio.Event()
+        self.torn_down = False
+
+    def open(self, launch: AgentLaunch) -> AbstractAsyncContextManager[AgentTransport]:
+        inner = super().open(launch)
+
+        @asynccontextmanager
+        async def cm() -> AsyncIterator[AgentTransport]:
+            async with inner as transport:
+                yield transport
+            self.tearing_down.set()
+            with anyio.CancelScope(shield=True):
+                await self.release.wait()
+            self.torn_down = True
+
+        return cm()
+
+
+async def test_a_stop_whose_caller_is_cancelled_still_waits_for_the_teardown(
+    time_scale: float,
+) -> None:
+    """The caller of ``stop`` gives up while the agent is being torn down: the stop still
+    returns to it only once the execution is finished (its teardown done), so nothing of the
+    execution outlives a stop its caller saw end."""
+    slow = SlowTeardown()
+    async with make_runtime(time_scale, slow=slow) as rt:
+        ref = await rt.launch(msgspec.structs.replace(spec(), executor_id="slow"))
+        await rt.wait_ready(ref.id)
+        left: list[bool] = []
+        async with anyio.create_task_group() as tg:
+            scope = anyio.CancelScope()
+
+            async def stopping() -> None:
+                try:
+                    with scope:
+                        await rt.stop(ref.id, "done")
+                finally:
+                    left.append(slow.torn_down)
+
+            tg.start_soon(stopping)
+            await slow.tearing_down.wait()
+            scope.cancel()
+            await settle()
+            assert left == []  # still waiting for the teardown
+            slow.release.set()
+        assert left == [True]
 
 
 async def test_a_failing_executor_teardown_is_contained(time_scale: float) -> None:
