@@ -576,6 +576,64 @@ async def test_only_kandevs_mcp_modes_reach_a_carrier_with_its_own_mcp_tools(
         await rt.stop(ref.id, "done")
 
 
+async def test_a_prompt_past_the_status_check_after_a_failed_init_is_sent_as_written(
+    time_scale: float,
+) -> None:
+    """``validate_status=False`` (kandev's internal prompts skip the check) on an execution
+    whose init failed: the init is over, so no resume context is composed into the prompt;
+    it is sent as written and its turn runs, rather than asking the ended init chart."""
+
+    def make() -> MemoryTransport:
+        t = MemoryTransport(auto_complete=True)
+
+        def refuse(*args: Any) -> None:
+            raise AgentRequestError(-32603, "Internal error", method="session/new")
+
+        t.handlers["session/new"] = refuse
+        return t
+
+    ex = MemoryExecutor(make)
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "FAILED")
+        result = await s.prompt("as written", validate_status=False)
+        assert result.stop_reason == "end_turn"
+        assert [args[0] for args in sent(ex.last, "prompt")] == ["as written"]
+        await rt.stop(ref.id, "done")
+
+
+async def test_content_before_ready_is_not_a_wakeup_fact(time_scale: float) -> None:
+    """Turn content while the execution is still starting (here during ``initialize``; a
+    ``session/load`` replays history the same way) belongs to the startup: only content after
+    the execution became READY is a wakeup fact for the Execution chart (R26), so the trace
+    of the startup holds none."""
+    released = anyio.Event()
+
+    def make() -> MemoryTransport:
+        t = MemoryTransport()
+
+        async def initialize(*args: Any) -> Any:
+            t.emit(MessageChunk(text="replayed"))
+            await released.wait()
+            return t._caps
+
+        t.handlers["initialize"] = initialize
+        return t
+
+    ex = MemoryExecutor(make)
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await settle()
+        assert s.execution.status == "STARTING"
+        released.set()
+        await wait_until(lambda: s.execution.status == "READY")
+        events = [r.event for r in rt.trace.records if r.execution_id == ref.id]
+        assert "wakeup_content_arrived" not in events
+        await rt.stop(ref.id, "done")
+
+
 async def test_h11_not_found_is_mapped_on_every_facade_method(time_scale: float) -> None:
     """H11: kandev's facade mapped an unknown execution to ErrNotFound only on some methods
     (not Resume or SetMcpMode), and its shallow copy of the launch request mutated the
