@@ -634,6 +634,20 @@ async def test_content_before_ready_is_not_a_wakeup_fact(time_scale: float) -> N
         await rt.stop(ref.id, "done")
 
 
+async def test_closing_the_runtime_stops_each_agent_gracefully_first(time_scale: float) -> None:
+    """``async with Runtime()`` closing with an execution still live stops it the way a
+    plain ``stop`` does: the agent is asked to stop gracefully (agentctl's /api/v1/stop)
+    before its transport is closed, not killed outright."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        agent = ex.last
+    methods = [m for m, _ in agent.calls]
+    assert "stop_agent" in methods
+    assert methods.index("stop_agent") < methods.index("aclose")
+
+
 async def test_h11_not_found_is_mapped_on_every_facade_method(time_scale: float) -> None:
     """H11: kandev's facade mapped an unknown execution to ErrNotFound only on some methods
     (not Resume or SetMcpMode), and its shallow copy of the launch request mutated the

@@ -32,6 +32,7 @@ from acpfsm.adapters.events import (
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import Attachment, SessionResult
 from acpfsm.runtime import (
+    AgentProfile,
     AgentReportedError,
     AttachmentError,
     CancelEscalated,
@@ -1132,6 +1133,24 @@ async def test_s103_disconnect_flushes_partial_text_once(tmp_path: Path) -> None
         entries = history(rt, s)
         assert [text for kind, text in entries if kind == "agent_message"] == ["partial response"]
         assert [e.text for e in of_type(s, MessageChunk)] == ["partial response"]
+
+
+async def test_history_is_written_only_with_both_a_store_and_the_profiles_consent(
+    tmp_path: Path,
+) -> None:
+    """The session history is written when the Runtime keeps one (``history_root``) and the
+    profile asks for history context; a profile that asks with no store, or a store with a
+    profile that does not ask, writes nothing and prompts as usual."""
+    plain = AgentProfile(id="mem", command=("unused",))
+    for profile, root in ((HISTORY_PROFILE, None), (plain, history_root(tmp_path))):
+        ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+        async with make_runtime(ex, profiles=(profile,), history_root=root) as rt:
+            ref = await rt.launch(spec())
+            result = await rt.prompt(ref.id, "hello")
+            assert result.stop_reason == "end_turn"
+            if rt.history is not None:
+                assert history(rt, session_of(rt, ref.id)) == []
+            await rt.stop(ref.id, "done")
 
 
 async def test_steer_text_is_written_to_the_history(tmp_path: Path) -> None:
