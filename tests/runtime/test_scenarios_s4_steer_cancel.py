@@ -421,6 +421,26 @@ async def test_s109_steer_reuses_live_generation_without_blocking(time_scale: fl
         ) == 1
 
 
+async def test_a_steer_reaches_the_initial_prompts_turn(time_scale: float) -> None:
+    """The launch's initial prompt opens the execution to its callers as soon as its turn is
+    admitted (``InitializeAndPrompt``: callers queue behind the initial turn, not behind its
+    end): a steer while that turn runs goes into it, generation 1, at once."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec("initial task"))
+        s = session_of(rt, ref.id)
+        await wait_until(live(s))
+        tr = ex.last
+        with anyio.fail_after(2):
+            steered = await rt.steer(ref.id, "also this")
+        assert steered == PromptResult(stop_reason="dispatched", generation=1)
+        assert methods(tr, "steer") == [("steer", ("also this", (), 1))]
+        tr.complete(1)
+        await wait_until(lambda: rt.get_execution(ref.id).status == "READY")
+        assert [c[1][0] for c in methods(tr, "prompt")] == ["initial task"]
+        await rt.stop(ref.id, "done")
+
+
 async def test_s110_idle_steer_is_not_dispatched(time_scale: float) -> None:
     """No turn in flight: SteerNotDispatched (``steer was not dispatched``); nothing reaches
     the agent, no generation begins, no attachment is materialized, on_dispatched is not
