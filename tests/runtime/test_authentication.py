@@ -178,6 +178,33 @@ async def test_a_turn_refused_for_authentication_is_prompt_authentication_requir
         assert not isinstance(other, AuthenticationRequired)
 
 
+async def test_a_lost_stream_that_quotes_an_authentication_refusal_is_a_lost_stream(
+    time_scale: float,
+) -> None:
+    """Only the agent's own end of the turn (its error answer) can say it wants
+    authentication: a stream lost mid-turn whose error quotes a -32000 refusal (say, the
+    agent's last stderr line) is the loss it is, an AgentReportedError, never a
+    PromptAuthenticationRequired."""
+    executor = MemoryExecutor()
+    refusal = '{"code":-32000,"message":"Authentication required"}'
+    async with make_runtime(executor, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        agent = executor.last
+
+        async def lose() -> None:
+            while 1 not in agent.running:
+                await anyio.sleep(0.001)
+            agent.disconnect(f"agent exited: {refusal}", exit_code=1)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lose)
+            with pytest.raises(AgentReportedError) as info:
+                await rt.prompt(ref.id, "hi")
+        assert not isinstance(info.value, AuthenticationRequired)
+        assert refusal in str(info.value)
+
+
 async def test_a_turn_refused_for_authentication_names_the_advertised_methods(
     time_scale: float,
 ) -> None:

@@ -238,6 +238,39 @@ async def test_actions_reach_the_executor_as_the_launch_handler(time_scale: floa
         await rt.stop(ref.id, "done")
 
 
+class McpCarrier(MemoryTransport):
+    """A carrier serving MCP tools of its own, as agentctl's embedded MCP server does: it
+    records the modes it is switched to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mcp_modes: list[str] = []
+
+    async def set_mcp_mode(self, mode: str) -> None:
+        self.mcp_modes.append(mode)
+
+
+@pytest.mark.both_backends
+async def test_only_kandevs_mcp_modes_reach_a_carrier_with_its_own_mcp_server(
+    time_scale: float,
+) -> None:
+    """kandev ``SetMcpMode``: a carrier with its own MCP server (agentctl's) is switched to
+    kandev's modes (task, config, office), never to a mode only the app's tool sets know;
+    the execution's mode follows every switch."""
+    ex = MemoryExecutor(McpCarrier)
+    sets = [ToolSet("task"), ToolSet("config"), ToolSet("review")]
+    async with make_runtime(ex, time_scale=time_scale, tool_sets=sets) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        carrier = ex.last
+        assert isinstance(carrier, McpCarrier)
+        for mode in ("review", "config", "task", "review"):
+            await rt.set_mcp_mode(ref.id, mode)
+            assert rt.get_execution(ref.id).metadata["mcp_mode"] == mode
+        assert carrier.mcp_modes == ["config", "task"]
+        await rt.stop(ref.id, "done")
+
+
 def test_tool_declarations_are_checked() -> None:
     async def fine(x: int) -> int:
         return x

@@ -252,19 +252,22 @@ async def test_s31_explicit_fallback_publishes_the_legacy_event(time_scale: floa
 
 
 @pytest.mark.parametrize("auto_fallback", [False, True])
+@pytest.mark.parametrize("code", [-32603, -32600])
 async def test_s32_fallback_rejected_fails_the_launch(
-    time_scale: float, auto_fallback: bool
+    time_scale: float, auto_fallback: bool, code: int
 ) -> None:
-    """Row 5: a non--32601 failure of the fallback's SetModel fails the launch with
-    ``failed to set fallback model "fallback": …`` whatever AutoFallback says."""
-    ex = agent(lambda t: t.handlers.update(set_model=raiser(REJECTED)), models=models("fallback"))
+    """Row 5: a non--32601 failure of the fallback's SetModel (a code on either side of it)
+    fails the launch with ``failed to set fallback model "fallback": …`` whatever
+    AutoFallback says."""
+    rejected = AgentRequestError(code, "rejected")
+    ex = agent(lambda t: t.handlers.update(set_model=raiser(rejected)), models=models("fallback"))
     prof = profile(model="requested", fallback_model="fallback", auto_fallback=auto_fallback)
     async with runtime(ex, time_scale, prof) as rt:
         eid, s = await launched(rt)
         snap = rt.get_execution(eid)
         assert snap.status == "FAILED"
         assert snap.error_message == (
-            f'failed to initialize ACP: failed to set fallback model "fallback": {REJECTED}'
+            f'failed to initialize ACP: failed to set fallback model "fallback": {rejected}'
         )
         assert set_models(ex.last) == ["fallback"]
         assert policy_state(rt, eid) == "failed"

@@ -310,6 +310,36 @@ async def test_s106_local_cancel_during_reconnect_retry(
         assert rt.get_execution(eid).status == "READY"
 
 
+@pytest.mark.parametrize("dispatch_only", [False, True])
+async def test_s106_a_prompt_withdrawn_while_waiting_for_the_carrier_was_never_dispatched(
+    time_scale: float, autojump_clock: object, dispatch_only: bool
+) -> None:
+    """A cancel while the prompt waits for the carrier withdraws it: it never reached the
+    agent, so ``on_dispatched`` is never called and the caller's result is ``cancelled``,
+    for a dispatch-only prompt too (not ``dispatched``)."""
+    ex = MemoryExecutor(redialling(time_scale))
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+        tr.drop(clean=True)
+        dispatched: list[int] = []
+        async with anyio.create_task_group() as tg:
+            run = start_prompt(
+                tg,
+                rt,
+                eid,
+                "work",
+                dispatch_only=dispatch_only,
+                on_dispatched=lambda: dispatched.append(1),
+            )
+            await wait_until(lambda: s.current is not None and s.current.leaf == "reconnecting")
+            await rt.cancel(eid)
+        assert run.error is None
+        assert run.result is not None and run.result.stop_reason == "cancelled"
+        assert dispatched == []
+        assert s.generations[1].leaf == "withdrawn"
+        assert len(methods(tr, "prompt")) == 1  # the first attempt only, never resent
+
+
 async def test_s106_stdio_carrier_is_not_redialled(time_scale: float, backend: str) -> None:
     """kandev retries only when a StreamManager can redial (``dispatchPrompt``). Over a
     carrier that cannot (stdio pipes) the error is the trigger's at once: no 5 s wait, no
@@ -389,6 +419,26 @@ async def test_s109_steer_reuses_live_generation_without_blocking(time_scale: fl
         assert [r.event for r in s.transitions("prompt_generation", 1)].count(
             "completion_received"
         ) == 1
+
+
+async def test_a_steer_reaches_the_initial_prompts_turn(time_scale: float) -> None:
+    """The launch's initial prompt opens the execution to its callers as soon as its turn is
+    admitted (``InitializeAndPrompt``: callers queue behind the initial turn, not behind its
+    end): a steer while that turn runs goes into it, generation 1, at once."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec("initial task"))
+        s = session_of(rt, ref.id)
+        await wait_until(live(s))
+        tr = ex.last
+        with anyio.fail_after(2):
+            steered = await rt.steer(ref.id, "also this")
+        assert steered == PromptResult(stop_reason="dispatched", generation=1)
+        assert methods(tr, "steer") == [("steer", ("also this", (), 1))]
+        tr.complete(1)
+        await wait_until(lambda: rt.get_execution(ref.id).status == "READY")
+        assert [c[1][0] for c in methods(tr, "prompt")] == ["initial task"]
+        await rt.stop(ref.id, "done")
 
 
 async def test_s110_idle_steer_is_not_dispatched(time_scale: float) -> None:
