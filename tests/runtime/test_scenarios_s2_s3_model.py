@@ -715,6 +715,34 @@ async def test_no_original_snapshot_when_the_agent_has_no_current_model_and_no_o
         await rt.stop(eid, "done")
 
 
+async def test_an_original_snapshot_of_options_alone_when_no_model_is_named(
+    time_scale: float,
+) -> None:
+    """The agent names no current model but lists config options: the original snapshot is
+    published with its options (only a snapshot with neither is skipped)."""
+    ex = agent(models=models("a"), current_model="", config_options=(option("effort", "low"),))
+    async with runtime(ex, time_scale) as rt:
+        eid, s = await launched(rt)
+        await wait_until(lambda: s.execution.status == "READY")
+        (snapshot,) = original(s)
+        assert values(snapshot.original_config_candidate) == {"effort": "low"}
+        await rt.stop(eid, "done")
+
+
+async def test_s55_an_option_the_catalog_lacks_does_not_stop_the_ones_after_it(
+    time_scale: float,
+) -> None:
+    """Persisted runtime options are filtered one by one: one the catalog does not list,
+    one with a blank value and a reserved one, listed first, are dropped and the valid one
+    after them is still sent."""
+    ex = agent(config_options=(option("effort", "low"),))
+    requested = {"unknown": "x", "effort": " ", "MODEL": "m", "effort ": "high"}
+    async with runtime(ex, time_scale) as rt:
+        eid, _ = await launched(rt, metadata={"runtime_config_options": requested})
+        assert set_options(ex.last) == [("effort", "high")]
+        await rt.stop(eid, "done")
+
+
 async def test_s53_runtime_mode_retried_when_the_profile_mode_failed(time_scale: float) -> None:
     """The comparison is against the *applied* profile mode: the profile's ``plan`` failed, so
     the runtime layer sends ``plan`` again; its failure appends ``mode``."""
