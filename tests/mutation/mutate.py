@@ -665,7 +665,7 @@ def _listed(m: Any, equivalent: dict[tuple[str, str, str], str]) -> str | None:
     lines = ["", *(REPO / m.module_path).read_text().splitlines(), ""]
     row = min(m.start_pos[0], len(lines) - 1)
     text = lines[row].strip()
-    both = f"{lines[row - 1].strip()} / {text}"  # for a line said more than once
+    both = f"{lines[row - 1].strip()} / {text}".strip()  # a line said more than once
     if any(
         (str(m.module_path), t, op) in equivalent
         for t in (text, both)
