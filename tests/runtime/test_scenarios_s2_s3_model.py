@@ -970,18 +970,21 @@ async def test_s62_the_applied_model_settles_on_the_response_of_its_catalog_opti
 async def test_s62_the_model_option_is_found_by_its_id_or_category_not_by_its_place(
     time_scale: float,
 ) -> None:
-    """The same with another option listed first (``thinking``): the settlement still waits
-    for the model option's response, not for the first option's."""
-    catalog = (option("thinking", "low"), option("model_picker", "fast", category="model"))
-    ex = agent(config_options=catalog, models=models("smart"))
-    async with runtime(ex, time_scale, profile(model="smart")) as rt:
-        eid, s = await launched(rt)
-        ex.last.emit(response("thinking", option("thinking", "high")))
-        await settle()
-        assert settled(s) == []
-        ex.last.emit(response("model_picker", option("model_picker", "smart", category="model")))
-        await wait_until(lambda: len(settled(s)) >= 1)
-        await rt.stop(eid, "done")
+    """The same with another option listed first (``thinking``, ``effort``: one sorting after
+    ``model``, one before): the settlement still waits for the model option's response, not
+    for the first option's."""
+    for first in ("thinking", "effort"):
+        catalog = (option(first, "low"), option("model_picker", "fast", category="model"))
+        ex = agent(config_options=catalog, models=models("smart"))
+        async with runtime(ex, time_scale, profile(model="smart")) as rt:
+            eid, s = await launched(rt)
+            ex.last.emit(response(first, option(first, "high")))
+            await settle()
+            assert settled(s) == []
+            picked = option("model_picker", "smart", category="model")
+            ex.last.emit(response("model_picker", picked))
+            await wait_until(lambda s=s: len(settled(s)) >= 1)  # type: ignore[misc]
+            await rt.stop(eid, "done")
 
 
 async def test_s62_b_response_then_newer_update_then_settle(time_scale: float) -> None:

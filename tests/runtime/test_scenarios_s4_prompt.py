@@ -285,6 +285,32 @@ async def test_a_stall_names_the_tool_still_running_not_one_that_finished(
         await rt.stop(ref.id, "done")
 
 
+async def test_a_stall_names_a_tool_whose_update_was_not_its_end(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """A tool call's progress update (``in_progress``) does not end it: the stall of its turn
+    still names it as the tool in flight."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "use a tool")
+            await wait_until(lambda: live(s, 1))
+            ex.last.emit(ToolCall(tool_call_id="call-1", tool_name="grep", prompt_generation=1))
+            ex.last.emit(
+                ToolUpdate(tool_call_id="call-1", tool_status="in_progress", prompt_generation=1)
+            )
+            await settle()
+            await anyio.sleep(361 * time_scale)
+            await wait_until(lambda: bool(of_type(s, le.AgentStalled)))
+            stalled = of_type(s, le.AgentStalled)[-1]
+            assert (stalled.active_tool_id, stalled.active_tool_title) == ("call-1", "grep")
+            ex.last.complete(1)
+            await p.wait()
+        await rt.stop(ref.id, "done")
+
+
 async def test_s70_every_dispatch_advances_the_generation(time_scale: float) -> None:
     """s70. A dispatch-only prompt owns generation 1; after its completion a follow-up
     prompt (status validated) owns generation 2."""
