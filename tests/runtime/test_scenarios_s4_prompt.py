@@ -288,8 +288,8 @@ async def test_a_stall_names_the_tool_still_running_not_one_that_finished(
 async def test_a_stall_names_a_tool_whose_update_was_not_its_end(
     time_scale: float, autojump_clock: object
 ) -> None:
-    """A tool call's progress update (``in_progress``) does not end it: the stall of its turn
-    still names it as the tool in flight."""
+    """A tool call's progress update (``in_progress``) does not end it, nor does the end of
+    another tool call: the stall of its turn still names it as the tool in flight."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
@@ -300,6 +300,10 @@ async def test_a_stall_names_a_tool_whose_update_was_not_its_end(
             ex.last.emit(ToolCall(tool_call_id="call-1", tool_name="grep", prompt_generation=1))
             ex.last.emit(
                 ToolUpdate(tool_call_id="call-1", tool_status="in_progress", prompt_generation=1)
+            )
+            # another tool's end does not end it either (ids match exactly)
+            ex.last.emit(
+                ToolUpdate(tool_call_id="call-2", tool_status="completed", prompt_generation=1)
             )
             await settle()
             await anyio.sleep(361 * time_scale)
