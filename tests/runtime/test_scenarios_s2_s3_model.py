@@ -320,7 +320,10 @@ async def test_the_original_snapshot_sets_the_catalog_model_option_to_the_applie
     """``publishOriginalConfigOptionsWithProfile``: the catalog's own model option (here
     ``model_picker``, category model) carries the applied model, whatever is listed before it
     (``thinking``); no second ``model`` option is added beside it."""
-    catalog = (option("thinking", "low"), option("model_picker", "fast", category="model"))
+    catalog = (
+        option("thinking", "low", category="thought_level"),
+        option("model_picker", "fast", category="model"),
+    )
     ex = agent(config_options=catalog, models=models("fast", "smart"))
     async with runtime(ex, time_scale, profile(model="smart")) as rt:
         eid, s = await launched(rt)
