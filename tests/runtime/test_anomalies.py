@@ -516,6 +516,17 @@ async def test_a_completion_stamped_with_a_generation_that_never_was_completes_n
         await rt.stop(ref.id, "done")
 
 
+def _refusing_session_new(**kw: Any) -> MemoryTransport:
+    """A memory agent whose ``session/new`` fails (an internal error): the init fails."""
+    t = MemoryTransport(**kw)
+
+    def refuse(*args: Any) -> None:
+        raise AgentRequestError(-32603, "Internal error", method="session/new")
+
+    t.handlers["session/new"] = refuse
+    return t
+
+
 async def test_recover_stream_leaves_an_execution_whose_init_failed_alone(
     time_scale: float,
 ) -> None:
@@ -523,16 +534,7 @@ async def test_recover_stream_leaves_an_execution_whose_init_failed_alone(
     whose ``session/new`` failed is FAILED with its stream still up, and recovering it does
     nothing (the init's failure stands; no ``recovered`` fact, no new status)."""
 
-    def make() -> MemoryTransport:
-        t = MemoryTransport(reconnectable=True)
-
-        def refuse(*args: Any) -> None:
-            raise AgentRequestError(-32603, "Internal error", method="session/new")
-
-        t.handlers["session/new"] = refuse
-        return t
-
-    ex = MemoryExecutor(make)
+    ex = MemoryExecutor(lambda: _refusing_session_new(reconnectable=True))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -583,16 +585,7 @@ async def test_a_prompt_past_the_status_check_after_a_failed_init_is_sent_as_wri
     whose init failed: the init is over, so no resume context is composed into the prompt;
     it is sent as written and its turn runs, rather than asking the ended init chart."""
 
-    def make() -> MemoryTransport:
-        t = MemoryTransport(auto_complete=True)
-
-        def refuse(*args: Any) -> None:
-            raise AgentRequestError(-32603, "Internal error", method="session/new")
-
-        t.handlers["session/new"] = refuse
-        return t
-
-    ex = MemoryExecutor(make)
+    ex = MemoryExecutor(lambda: _refusing_session_new(auto_complete=True))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
