@@ -21,6 +21,7 @@ import pytest
 
 from acpfsm.adapters.errors import LocalProtocolError, StreamNotConnected
 from acpfsm.adapters.events import (
+    AgentEvent,
     AvailableCommands,
     Complete,
     ErrorEvent,
@@ -250,6 +251,28 @@ async def test_no_stall_while_the_agent_keeps_streaming(
         await rt.stop(ref.id, "done")
 
 
+async def stall_after(time_scale: float, *events: AgentEvent) -> le.AgentStalled:
+    """The stall report of a turn whose agent sent ``events`` and then fell silent past the
+    5 minute threshold (on a 1 minute tick)."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "use a tool")
+            await wait_until(lambda: live(s, 1))
+            for event in events:
+                ex.last.emit(event)
+            await settle()
+            await anyio.sleep(361 * time_scale)
+            await wait_until(lambda: bool(of_type(s, le.AgentStalled)))
+            stalled = of_type(s, le.AgentStalled)[-1]
+            ex.last.complete(1)
+            await p.wait()
+        await rt.stop(ref.id, "done")
+    return stalled
+
+
 async def test_a_stall_names_the_tool_still_running_not_one_that_finished(
     time_scale: float, autojump_clock: object
 ) -> None:
@@ -257,32 +280,15 @@ async def test_a_stall_names_the_tool_still_running_not_one_that_finished(
     whose terminal update arrived is no longer in flight (its id matched by value: the
     update's id is a string of its own, as decoded from the wire), so the stall of a turn
     whose only tool finished names none."""
-    ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "use a tool")
-            await wait_until(lambda: live(s, 1))
-            # each id decoded on its own, as from two wire messages: equal, not the same object
-            first, second = b"call-1".decode(), b"call-1".decode()
-            assert first == second and first is not second
-            ex.last.emit(ToolCall(tool_call_id=first, tool_name="grep", prompt_generation=1))
-            ex.last.emit(
-                ToolUpdate(
-                    tool_call_id=second,
-                    tool_status="completed",
-                    prompt_generation=1,
-                )
-            )
-            await settle()
-            await anyio.sleep(361 * time_scale)
-            await wait_until(lambda: bool(of_type(s, le.AgentStalled)))
-            stalled = of_type(s, le.AgentStalled)[-1]
-            assert (stalled.active_tool_id, stalled.active_tool_title) == ("", "")
-            ex.last.complete(1)
-            await p.wait()
-        await rt.stop(ref.id, "done")
+    # each id decoded on its own, as from two wire messages: equal, not the same object
+    first, second = b"call-1".decode(), b"call-1".decode()
+    assert first == second and first is not second
+    stalled = await stall_after(
+        time_scale,
+        ToolCall(tool_call_id=first, tool_name="grep", prompt_generation=1),
+        ToolUpdate(tool_call_id=second, tool_status="completed", prompt_generation=1),
+    )
+    assert (stalled.active_tool_id, stalled.active_tool_title) == ("", "")
 
 
 async def test_a_stall_names_a_tool_whose_update_was_not_its_end(
@@ -290,29 +296,14 @@ async def test_a_stall_names_a_tool_whose_update_was_not_its_end(
 ) -> None:
     """A tool call's progress update (``in_progress``) does not end it, nor does the end of
     another tool call: the stall of its turn still names it as the tool in flight."""
-    ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "use a tool")
-            await wait_until(lambda: live(s, 1))
-            ex.last.emit(ToolCall(tool_call_id="call-1", tool_name="grep", prompt_generation=1))
-            ex.last.emit(
-                ToolUpdate(tool_call_id="call-1", tool_status="in_progress", prompt_generation=1)
-            )
-            # another tool's end does not end it either (ids match exactly)
-            ex.last.emit(
-                ToolUpdate(tool_call_id="call-2", tool_status="completed", prompt_generation=1)
-            )
-            await settle()
-            await anyio.sleep(361 * time_scale)
-            await wait_until(lambda: bool(of_type(s, le.AgentStalled)))
-            stalled = of_type(s, le.AgentStalled)[-1]
-            assert (stalled.active_tool_id, stalled.active_tool_title) == ("call-1", "grep")
-            ex.last.complete(1)
-            await p.wait()
-        await rt.stop(ref.id, "done")
+    stalled = await stall_after(
+        time_scale,
+        ToolCall(tool_call_id="call-1", tool_name="grep", prompt_generation=1),
+        ToolUpdate(tool_call_id="call-1", tool_status="in_progress", prompt_generation=1),
+        # another tool's end does not end it either (ids match exactly)
+        ToolUpdate(tool_call_id="call-2", tool_status="completed", prompt_generation=1),
+    )
+    assert (stalled.active_tool_id, stalled.active_tool_title) == ("call-1", "grep")
 
 
 async def test_s70_every_dispatch_advances_the_generation(time_scale: float) -> None:
