@@ -207,6 +207,7 @@ class MemoryTransport:
     def give_up(self, reason: str) -> None:
         """The carrier ends for good, as agentctl's does: an ``ErrorEvent`` for every running
         turn, then the final ``StreamDisconnected``."""
+        self.calls.append(("give_up", (reason,)))
         if self._gone:
             return
         self._permissions.withdraw_all()

@@ -82,14 +82,20 @@ class CrashGuard:
 
     async def call(self, where: str, operation: Callable[[], Awaitable[_T]]) -> _T:
         """Run a facade operation on the execution: a typed error of ours propagates as it
-        is; anything else (and a ``ChartError``, a bug) crashes the execution and raises
+        is, unless the execution crashed while the operation ran (then the crash, the reason,
+        rather than what it left behind, e.g. a request failed by the closed carrier);
+        anything else (and a ``ChartError``, a bug) crashes the execution and raises
         :class:`ExecutionCrashed` from it."""
+        before = self.session.ctx.crashed
         try:
             return await operation()
         except AcpfsmError as exc:
-            if not isinstance(exc, ChartError):
-                raise
-            raise await self.crashed(exc, where) from exc
+            if isinstance(exc, ChartError):
+                raise await self.crashed(exc, where) from exc
+            crash = self.session.ctx.crashed
+            if before is None and crash is not None:
+                raise crash  # noqa: B904 - its cause is the failure; exc is its context
+            raise
         except Exception as exc:
             raise await self.crashed(exc, where) from exc
 

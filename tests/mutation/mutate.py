@@ -164,6 +164,7 @@ TARGETS: tuple[Target, ...] = (
             "tests/runtime/test_scenarios_s5_facade.py",
             "tests/runtime/test_anomalies.py",
             "tests/runtime/test_cancellation.py",
+            "tests/runtime/test_flows.py",
             "tests/runtime/test_stream_redial.py",
             "tests/runtime/test_containment.py",
             "tests/runtime/test_seed_behaviours.py",
@@ -648,7 +649,8 @@ def run(target: Target, shard: str, limit: int | None) -> None:
 
 def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str], str]:
     """The reviewed equivalent mutants: (module, source line stripped, operator) → reason; a
-    line said more than once is given with the line before it, ``previous / line``."""
+    line said more than once is given with the line before it, ``previous / line``, or the
+    two before it when that pair is said more than once too (``before / previous / line``)."""
     import tomllib
 
     if not path.exists():
@@ -666,9 +668,10 @@ def _listed(m: Any, equivalent: dict[tuple[str, str, str], str]) -> str | None:
     row = min(m.start_pos[0], len(lines) - 1)
     text = lines[row].strip()
     both = f"{lines[row - 1].strip()} / {text}".strip()  # a line said more than once
+    three = f"{lines[max(row - 2, 0)].strip()} / {both}".strip()  # … and its previous one
     if any(
         (str(m.module_path), t, op) in equivalent
-        for t in (text, both)
+        for t in (text, both, three)
         for op in (m.operator_name, "*")  # "*": an unreachable line, every mutant of it
     ):
         return None

@@ -96,6 +96,38 @@ async def test_a_cancel_before_the_prompt_is_sent_withdraws_it(time_scale: float
         await rt.stop(ref.id, "done")
 
 
+async def test_a_withdrawn_prompt_whose_attachment_then_fails_says_cancelled(
+    time_scale: float,
+) -> None:
+    """The attachment of a prompt withdrawn while it was being materialized fails after the
+    cancel: the withdrawal is the prompt's result (``cancelled``), not the attachment error,
+    and nothing reaches the agent."""
+    gate = anyio.Event()
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+
+        async def failing_materialize(att: Attachment) -> Attachment:
+            await gate.wait()
+            raise StreamNotConnected()
+
+        ex.last.handlers["materialize"] = failing_materialize
+        att = Attachment(name="a.txt", data=b"x", attachment_id="a1")
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "work", attachments=(att,))
+            await wait_until(lambda: s.current is not None and s.current.leaf == "admitted")
+            await rt.cancel(ref.id)
+            gate.set()
+            await p.wait()
+        assert p.error is None and p.prompt_result.stop_reason == "cancelled"
+        assert sent(ex.last, "prompt") == [] and sent(ex.last, "cancel") == []
+        assert s.generations[1].leaf == "withdrawn"
+        assert rt.get_execution(ref.id).status == "READY"
+        await rt.stop(ref.id, "done")
+
+
 async def test_a_cancel_while_the_prompt_is_in_flight_goes_out_after_it(
     time_scale: float,
 ) -> None:

@@ -18,6 +18,7 @@ import msgspec
 import pytest
 
 from acpfsm.adapters import events as ev
+from acpfsm.adapters.errors import TransportClosed
 from acpfsm.adapters.executor import AgentLaunch
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import AgentTransport, Attachment
@@ -201,6 +202,50 @@ async def test_an_illegal_transition_in_the_pump_fails_only_its_execution(
         (crash,) = waiting
         assert isinstance(root_cause(crash), IllegalTransition)
         assert_crashed(rt, ref.id, IllegalTransition)
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_crash_while_a_prompt_is_being_sent_ends_its_turn_disconnected(
+    time_scale: float,
+) -> None:
+    """The execution crashes while a prompt request is still in flight (written, not yet
+    answered): the carrier is gone for good, so the turn ends ``disconnected`` through its
+    chart (the stream error is published) instead of staying live, and its caller gets the
+    crash, not the failed request the closed carrier left behind."""
+    async with make_runtime(time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        session = session_of(rt, ref.id)
+        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
+
+        async def illegal(event: Any) -> None:
+            raise IllegalTransition("start_model_policy", ("settled",), "models_updated")
+
+        async def unanswered(*args: Any) -> None:  # until the crash closes the carrier
+            await wait_until(lambda: ("aclose", ()) in transport.calls)
+            raise TransportClosed("closed")
+
+        session.config.models_updated = illegal  # type: ignore[method-assign]
+        transport.handlers["prompt"] = unanswered
+        waiting: list[BaseException] = []
+
+        async def prompt() -> None:
+            try:
+                await rt.prompt(ref.id, "in flight")
+            except ExecutionCrashed as exc:
+                waiting.append(exc)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(prompt)
+                await wait_until(lambda: 1 in session.generations)
+                await wait_until(lambda: session.generations[1].leaf == "sending")
+                transport.emit(ev.SessionModels(current_model_id="fast"))
+        (crash,) = waiting
+        assert isinstance(root_cause(crash), IllegalTransition)
+        assert session.generations[1].leaf == "disconnected"
+        (lost,) = published(rt, ref.id, le.AgentctlError)
+        assert lost.prompt_generation == 1 and lost.error.startswith("execution crashed")
         await rt.stop(ref.id, "done")
 
 

@@ -31,7 +31,7 @@ from acpfsm.adapters.transport import AgentInfo, InitializeResult, SessionResult
 from acpfsm.runtime import AgentProfile, NotReadyForPrompts, Runtime, Timeouts
 from acpfsm.runtime import events as le
 from acpfsm.runtime.events import RuntimeEvent
-from acpfsm.runtime.history import HistoryStore, truncate_for_context
+from acpfsm.runtime.history import HistoryReadError, HistoryStore, truncate_for_context
 from acpfsm.runtime.session import ExecutionSession
 
 from .memory_runtime import MemoryExecutor, session_of, settle, spec, wait_until
@@ -591,10 +591,11 @@ def _seed_history(root: pathlib.Path, session_id: str) -> HistoryStore:
 
 
 async def test_s19_resume_context_is_injected_only_once(
-    time_scale: float, tmp_path: pathlib.Path
+    time_scale: float, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """No initial prompt but history exists: resume context pending. The first prompt carries
     it (never a ``<kandev-system>`` block); the second is sent unchanged."""
+    caplog.set_level(logging.WARNING, logger="acpfsm.runtime")
     _seed_history(tmp_path, "task-1")
     ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
     prof = profile(history_context_injection=True, native_session_resume=False)
@@ -616,6 +617,36 @@ async def test_s19_resume_context_is_injected_only_once(
         assert second == "second"
         await turn_settled(s, 2)
         await rt.stop(ref.id, "done")
+    assert not [r for r in caplog.records if "resume context" in r.getMessage()]
+
+
+async def test_an_unreadable_history_sends_the_prompt_plain_with_a_warning(
+    time_scale: float,
+    tmp_path: pathlib.Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The history exists but cannot be read when the resume context is composed: the
+    prompt goes out as written (kandev ``GenerateResumeContext`` returns the prompt with the
+    error) and the failure is logged, not raised."""
+    caplog.set_level(logging.WARNING, logger="acpfsm.runtime")
+    _seed_history(tmp_path, "task-1")
+
+    def unreadable(self: HistoryStore, session_id: str, text: str) -> tuple[str, Exception]:
+        return text, HistoryReadError("failed to read history file: disk gone")
+
+    monkeypatch.setattr(HistoryStore, "generate_resume_context", unreadable)
+    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    prof = profile(history_context_injection=True, native_session_resume=False)
+    async with runtime(ex, time_scale, prof, history_root=tmp_path) as rt:
+        ref = await rt.launch(spec(metadata={"session_id": "task-1"}))
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        await rt.prompt(ref.id, "first")
+        assert prompts_sent(ex.last) == ["first"]
+        await rt.stop(ref.id, "done")
+    (warning,) = [r for r in caplog.records if "resume context" in r.getMessage()]
+    assert warning.getMessage().endswith("failed to read history file: disk gone")
 
 
 async def test_s20_resume_context_rendering(time_scale: float, tmp_path: pathlib.Path) -> None:

@@ -763,13 +763,15 @@ async def test_s55_reading_selected_options_filters_invalid_entries(time_scale: 
     no such reader, and the same filter is applied where persisted runtime options are replayed
     (``isRestorableRuntimeConfigOption``): ids ``model``/``mode`` in any case, options whose
     catalog category is model or mode, and blank values are dropped; duplicate ids (after
-    trimming) keep the last value (``effort:max``); an empty result sends nothing."""
+    trimming) keep the last value (``effort:max``); an option dropped does not stop the ones
+    after it (``verbosity``); an empty result sends nothing."""
     catalog = (
         option("effort", "low"),
         option("model_picker", "a", category="model"),
         option("persona", "x", category="Mode"),
         option("fast", "off"),
         option("MODEL", "b"),
+        option("verbosity", "low"),
     )
     ex = agent(config_options=catalog)
     requested = {
@@ -779,10 +781,11 @@ async def test_s55_reading_selected_options_filters_invalid_entries(time_scale: 
         "persona": "y",
         "MODEL": "c",
         "fast": "   ",
+        "verbosity": "high",
     }
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(rt, metadata={"runtime_config_options": requested})
-        assert set_options(ex.last) == [("effort", "max")]
+        assert set_options(ex.last) == [("effort", "max"), ("verbosity", "high")]
         assert of_type(s, le.ConfigFailures) == []
         await rt.stop(eid, "done")
 
@@ -973,15 +976,18 @@ async def test_s62_the_applied_model_settles_on_the_response_of_its_catalog_opti
 async def test_s62_the_model_option_is_found_by_its_id_or_category_not_by_its_place(
     time_scale: float,
 ) -> None:
-    """The same with another option listed first (``thinking``, ``effort``: one sorting after
-    ``model``, one before): the settlement still waits for the model option's response, not
-    for the first option's."""
-    for first in ("thinking", "effort"):
-        catalog = (option(first, "low"), option("model_picker", "fast", category="model"))
+    """The same with another option listed first (``thinking``, ``effort``: one whose id and
+    category sort after ``model``, one before): the settlement still waits for the model
+    option's response, not for the first option's."""
+    for first, category in (("thinking", "thought_level"), ("effort", "")):
+        catalog = (
+            option(first, "low", category=category),
+            option("model_picker", "fast", category="model"),
+        )
         ex = agent(config_options=catalog, models=models("smart"))
         async with runtime(ex, time_scale, profile(model="smart")) as rt:
             eid, s = await launched(rt)
-            ex.last.emit(response(first, option(first, "high")))
+            ex.last.emit(response(first, option(first, "high", category=category)))
             await settle()
             assert settled(s) == []
             picked = option("model_picker", "smart", category="model")

@@ -1356,3 +1356,25 @@ async def test_s104_chunk_during_blocked_persistence_stays_with_the_new_turn(
             ("agent_message", "new chunk"),
         ]
         await rt.stop(ref.id, "done")
+
+
+async def test_a_turn_stamp_decoded_from_the_wire_is_compared_by_value() -> None:
+    """A carrier that decodes each event's generation stamp from the wire (agentctl's) gives
+    a number equal to the turn's but not the same object; past 256 prompts Python no longer
+    shares small ints, and the current turn's text must still be its reply."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        agent = ex.last
+
+        def decoding_agent(text: str, atts: tuple[Attachment, ...], g: int) -> None:
+            stamp = msgspec.json.decode(msgspec.json.encode(g))  # a new int, as decoded
+            agent.emit(MessageChunk(text=f"reply {g}", prompt_generation=stamp))
+            agent.complete(stamp)
+
+        agent.handlers["prompt"] = decoding_agent
+        for g in range(1, 301):
+            result = await rt.prompt(ref.id, "next")
+            assert (result.generation, result.agent_message) == (g, f"reply {g}")
+        await rt.stop(ref.id, "done")

@@ -848,6 +848,36 @@ async def test_s119_content_event_means_started(time_scale: float, autojump_cloc
         assert stalls[0].activity_epoch >= 2  # armed at dispatch, bumped by the chunk
 
 
+async def test_s119_content_of_a_prompt_sent_into_a_running_turn_means_started(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """The same for a prompt sent while the execution is RUNNING (the turn before was
+    handed off: the agent works on in the background): its chunks come through the pump's
+    batch path, no chart hearing of them (the first activity is announced, no wakeup is
+    watched), and still mark it started."""
+    ex = MemoryExecutor()
+    ts = stall_scale(time_scale)
+    async with make_runtime(ex, time_scale=ts) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+        async with anyio.create_task_group() as tg:
+            first = start_prompt(tg, rt, eid, "first")
+            await wait_until(live(s, 1))
+            tr.emit(ev.MessageChunk(text="one", prompt_generation=1))
+            tr.emit(ev.ForegroundIdle(prompt_generation=1, prompt_handoff=True))
+            await wait_until(lambda: first.done)
+            assert first.result is not None and first.result.stop_reason == "foreground_idle"
+            second = start_prompt(tg, rt, eid, "second")
+            await wait_until(live(s, 2))
+            assert rt.get_execution(eid).status == "RUNNING"
+            tr.emit(ev.MessageChunk(text="two", prompt_generation=2))
+            await until_stalled(rt, s)
+            tr.complete(2)
+        assert second.result is not None and second.result.stop_reason == "end_turn"
+        (stall,) = published(s, le.AgentStalled)
+        assert stall.prompt_generation == 2 and stall.never_started is False
+        await rt.stop(eid, "done")
+
+
 async def test_s119_metadata_event_is_not_turn_content(
     time_scale: float, autojump_clock: object
 ) -> None:

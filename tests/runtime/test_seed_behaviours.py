@@ -17,9 +17,14 @@ from .prompt_helpers import live, of_type, published, start
 pytestmark = pytest.mark.both_backends
 
 
-async def test_an_error_completion_reports_its_own_text(time_scale: float) -> None:
+@pytest.mark.parametrize(
+    ("text", "reported"), [("quota exceeded", "quota exceeded"), ("", "agent error completion")]
+)
+async def test_an_error_completion_reports_its_own_text(
+    time_scale: float, text: str, reported: str
+) -> None:
     """An error ``complete`` carrying its text fails the turn with that text (kandev
-    extractErrorMessage), not "agent error completion"."""
+    extractErrorMessage), and only one with no text says "agent error completion"."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
@@ -27,14 +32,12 @@ async def test_an_error_completion_reports_its_own_text(time_scale: float) -> No
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "go")
             await wait_until(lambda: live(s, 1))
-            ex.last.emit(
-                Complete(prompt_generation=1, data={"is_error": True}, error="quota exceeded")
-            )
+            ex.last.emit(Complete(prompt_generation=1, data={"is_error": True}, error=text))
             await p.wait()
         assert isinstance(p.error, AgentReportedError)
-        assert str(p.error) == "agent error: quota exceeded"
+        assert str(p.error) == f"agent error: {reported}"
         (failed,) = of_type(s, le.AgentFailed)
-        assert failed.error == "quota exceeded"
+        assert failed.error == reported
         await rt.stop(ref.id, "done")
 
 
@@ -67,6 +70,38 @@ async def test_agent_running_comes_once_before_the_ready_that_ends_a_turn(
             ex.last.complete(2)
             await p.wait()
         assert len(of_type(s, le.AgentRunning)) == 1  # once per execution
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_wakeup_turns_next_content_is_the_first_activity(time_scale: float) -> None:
+    """Content while READY starts a wakeup turn, published as ``agent.running`` (kandev
+    ``recordActivity``'s wakeup path); it was seen while READY, so it is not the first
+    activity: the wakeup turn's next content is, and announces ``agent.running`` once more
+    (``firstActivityOnce``), and nothing after it does."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        ex.last.emit(MessageChunk(text="woke up"))
+        await wait_until(lambda: s.execution.status == "RUNNING")
+        assert len(of_type(s, le.AgentRunning)) == 1
+        ex.last.emit(MessageChunk(text=" and"))
+        await wait_until(lambda: len(of_type(s, le.AgentRunning)) == 2)
+        ex.last.emit(MessageChunk(text=" more"))
+        ex.last.emit(Complete())
+        await wait_until(lambda: s.execution.status == "READY")
+        kinds = [type(e).__name__ for e in published(s)]
+        assert kinds[kinds.index("AgentRunning") :] == [
+            "AgentRunning",
+            "MessageChunk",
+            "AgentRunning",
+            "MessageChunk",
+            "MessageChunk",
+            "Complete",
+            "AgentReady",
+        ]
+        assert s.ctx.message == [] and of_type(s, le.AgentReady)[-1].stop_reason == "end_turn"
         await rt.stop(ref.id, "done")
 
 

@@ -10,6 +10,7 @@ trace as the chart's own event.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,6 +26,7 @@ from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .prompt_helpers import HISTORY_PROFILE, history, history_root
 
 
 def redialling(time_scale: float = 1.0, **policy: float) -> Callable[[], MemoryTransport]:
@@ -35,6 +37,14 @@ def redialling(time_scale: float = 1.0, **policy: float) -> Callable[[], MemoryT
         budget=policy.pop("budget", 30.0),
     )
     return lambda: MemoryTransport(reconnectable=True, redial_policy=redial)
+
+
+UNREACHABLE = "agent stream dial failed: agentctl unreachable"
+
+
+def gave_up(budget: float, last: str) -> str:
+    """The reason the chart gives the transport when the reconnect budget runs out."""
+    return f"not redialled within {budget:g}s (last dial: {last})"
 
 
 def stream_steps(s: ExecutionSession) -> list[tuple[str, str]]:
@@ -201,7 +211,7 @@ async def test_the_reconnect_budget_gives_up(budget: float, autojump_clock: obje
         async def unreachable() -> None:
             dialled.append(anyio.current_time())
             if len(dialled) < 4:
-                raise DialFailed("agent stream dial failed: agentctl unreachable")
+                raise DialFailed(UNREACHABLE)
             await anyio.sleep_forever()  # a dial that hangs until the give-up stops it
 
         tr.handlers["redial"] = unreachable
@@ -214,6 +224,21 @@ async def test_the_reconnect_budget_gives_up(budget: float, autojump_clock: obje
         assert (timed_out.source, timed_out.target) == ("reconnecting", "giving_up")
         assert len(dialled) == 4
         assert rt.get_execution(eid).status == "FAILED"
+        # the give-up names the last dial that answered (the hanging one never did)
+        assert tr.calls[-1] == ("give_up", (gave_up(budget, UNREACHABLE),))
+        await rt.stop(eid, "done")
+
+
+async def test_a_give_up_with_no_dial_answered_says_so(autojump_clock: object) -> None:
+    """When no dial answered before the budget ran out (each hangs), the give-up says so
+    rather than naming a dial error."""
+    ex = MemoryExecutor(redialling(budget=4.0))
+    async with make_runtime(ex) as rt:
+        eid, s, tr = await ready(rt, ex)
+        tr.handlers["redial"] = anyio.sleep_forever
+        tr.drop("websocket: close 1006 (abnormal closure)")
+        await wait_until(lambda: s.stream.machine.state == "disconnected", limit=60)
+        assert tr.calls[-1] == ("give_up", (gave_up(4.0, "no dial answered"),))
         await rt.stop(eid, "done")
 
 
@@ -254,3 +279,42 @@ async def test_a_stop_while_redialling_stops_the_dials(autojump_clock: object) -
         assert ("close_requested", "closed") in stream_steps(s)
         await anyio.sleep(60)
         assert dials(tr) == made
+
+
+@pytest.mark.both_backends
+async def test_a_drop_after_the_stop_closed_the_stream_is_nobodys_news(
+    time_scale: float, tmp_path: Path
+) -> None:
+    """The graceful stop makes the carrier drop (agentctl's does: stopping the agent ends its
+    WebSocket) after the stop closed the AgentStream chart: the drop is not a loss any more.
+    Nothing is announced, redialled or published for it, and the stopped turn's partial
+    text is not written to the history behind the stop."""
+    ex = MemoryExecutor(redialling(time_scale))
+    async with make_runtime(
+        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path), time_scale=time_scale
+    ) as rt:
+        eid, s, tr = await ready(rt, ex)
+        handled: list[bool] = []
+        lost = s.stream.lost
+
+        async def noting(event: ev.StreamDisconnected) -> bool:
+            handled.append(s.stream.machine.ended)
+            return await lost(event)
+
+        async def stop_agent() -> None:  # the agent stops: its carrier drops at once
+            tr.emit(ev.StreamDisconnected(error="websocket: close 1006 (abnormal closure)"))
+            await wait_until(lambda: bool(handled))
+
+        s.stream.lost = noting  # type: ignore[method-assign]
+        tr.handlers["stop_agent"] = stop_agent
+        async with anyio.create_task_group() as tg:
+            run = start_prompt(tg, rt, eid, "go")
+            await wait_until(dispatched(s))
+            tr.emit(ev.MessageChunk(text="partial", prompt_generation=1))
+            await wait_until(lambda: s.ctx.message == ["partial"])
+            await rt.stop(eid, "done")
+            await run.done.wait()
+        assert handled == [True]  # the drop reached the stream after it was closed
+        assert history(rt, s) == [("user_message", "go")]
+        assert not published(s, le.AgentctlError) and dials(tr) == 0
+        assert stream_steps(s)[-1] == ("close_requested", "closed")

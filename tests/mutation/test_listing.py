@@ -1,0 +1,78 @@
+"""``make mutate``'s list of reviewed equivalent mutants (tests/mutation/equivalent_mutants.toml):
+which survivor an entry names, including a line said more than once in a module."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from tests.mutation.mutate import _listed, load_equivalent
+
+SOURCE = """\
+def first(fired):
+    fired = step("a")
+    if wants(fired, "skip"):
+        return False
+    return True
+
+
+def second(fired):
+    fired = step("b")
+    if wants(fired, "skip"):
+        return False
+    return True
+"""
+
+
+def _mutant(path: Path, row: int, operator: str = "core/ReplaceFalseWithTrue") -> SimpleNamespace:
+    return SimpleNamespace(module_path=path, start_pos=(row, 15), operator_name=operator)
+
+
+def _entry(path: Path, line: str, operator: str = "core/ReplaceFalseWithTrue") -> str:
+    return (
+        f'[[mutant]]\nmodule = "{path}"\nline = \'{line}\'\noperator = "{operator}"\nreason = "r"\n'
+    )
+
+
+def test_a_line_and_its_previous_said_twice_are_told_apart_by_the_line_before(
+    tmp_path: Path,
+) -> None:
+    """``if …: / return False`` is said in both functions: the entry naming the line before
+    the pair too lists the second one's survivor only, and a listing by the pair lists both."""
+    module = tmp_path / "m.py"
+    module.write_text(SOURCE)
+    listing = tmp_path / "equivalent.toml"
+    listing.write_text(
+        _entry(module, 'fired = step("b") / if wants(fired, "skip"): / return False')
+    )
+    equivalent = load_equivalent(listing)
+    assert _listed(_mutant(module, 11), equivalent) is None
+    assert _listed(_mutant(module, 4), equivalent) == "return False"
+    assert _listed(_mutant(module, 11, "core/AddNot"), equivalent) == "return False"
+    listing.write_text(_entry(module, 'if wants(fired, "skip"): / return False'))
+    both = load_equivalent(listing)
+    assert _listed(_mutant(module, 4), both) is None
+    assert _listed(_mutant(module, 11), both) is None
+
+
+def test_an_unreachable_line_is_listed_for_every_operator(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(SOURCE)
+    listing = tmp_path / "equivalent.toml"
+    listing.write_text(_entry(module, 'fired = step("b")', operator="*"))
+    equivalent = load_equivalent(listing)
+    assert (
+        _listed(_mutant(module, 9, "core/ReplaceComparisonOperator_Eq_NotEq"), equivalent) is None
+    )
+    assert _listed(_mutant(module, 2), equivalent) == 'fired = step("a")'
+
+
+def test_every_listed_mutant_names_a_line_of_its_module() -> None:
+    """An entry whose line is no longer in its module (the code moved on) is stale: it lists
+    nothing and hides nothing, so it is caught here rather than left to rot."""
+    repo = Path(__file__).resolve().parents[2]
+    for module, line, _ in load_equivalent():
+        source = [x.strip() for x in (repo / module).read_text().splitlines()]
+        *before, last = line.split(" / ")
+        rows = [i for i, x in enumerate(source) if x == last]
+        assert any(source[i - len(before) : i] == before for i in rows), (module, line)
