@@ -662,20 +662,28 @@ def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str], 
     }
 
 
+def line_keys(source: str, row: int) -> tuple[str, str, str]:
+    """How a listing may name line ``row`` (1-based) of ``source``: the line, stripped; with
+    the line before it (a line said more than once); with the two before it (a pair said
+    more than once)."""
+    lines = ["", *source.splitlines(), ""]
+    row = min(row, len(lines) - 1)
+    text = lines[row].strip()
+    both = f"{lines[row - 1].strip()} / {text}".strip()
+    three = f"{lines[max(row - 2, 0)].strip()} / {both}".strip()
+    return text, both, three
+
+
 def _listed(m: Any, equivalent: dict[tuple[str, str, str], str]) -> str | None:
     """None when the mutation ``m`` is listed as equivalent, else its source line."""
-    lines = ["", *(REPO / m.module_path).read_text().splitlines(), ""]
-    row = min(m.start_pos[0], len(lines) - 1)
-    text = lines[row].strip()
-    both = f"{lines[row - 1].strip()} / {text}".strip()  # a line said more than once
-    three = f"{lines[max(row - 2, 0)].strip()} / {both}".strip()  # … and its previous one
+    keys = line_keys((REPO / m.module_path).read_text(), m.start_pos[0])
     if any(
         (str(m.module_path), t, op) in equivalent
-        for t in (text, both, three)
+        for t in keys
         for op in (m.operator_name, "*")  # "*": an unreachable line, every mutant of it
     ):
         return None
-    return text
+    return keys[0]
 
 
 def report(target: Target) -> tuple[int, int, int, int]:

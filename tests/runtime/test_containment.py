@@ -136,6 +136,30 @@ async def test_a_bug_in_a_transport_call_fails_only_its_execution(time_scale: fl
         assert snap.status == "STOPPED"
 
 
+async def test_a_crash_whose_caller_is_cancelled_meanwhile_is_still_contained_in_full(
+    time_scale: float,
+) -> None:
+    """The bug surfaces in a caller whose own cancel scope was cancelled at the same moment
+    (its deadline, a task group ending): the crash is still recorded in full (FAILED,
+    published, the transport closed) instead of being cut short at its first wait."""
+    async with make_runtime(time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
+        scope = anyio.CancelScope()
+
+        def explode(*args: Any) -> None:
+            scope.cancel()
+            raise KeyError("a bug")
+
+        transport.handlers["prompt"] = explode
+        with pytest.raises(ExecutionCrashed), scope:
+            await rt.prompt(ref.id, "boom")
+        assert_crashed(rt, ref.id, KeyError)
+        await wait_until(lambda: ("aclose", ()) in transport.calls)  # its tasks ended
+        assert (await rt.stop(ref.id, "done")).status == "STOPPED"
+
+
 async def test_model_mode_and_option_calls_reach_the_agent_until_its_execution_crashed(
     time_scale: float,
 ) -> None:

@@ -1253,6 +1253,39 @@ async def test_a_tool_result_is_named_after_one_of_the_latest_1024_tool_calls(
         await rt.stop(ref.id, "done")
 
 
+async def test_only_a_tools_end_is_written_with_its_output(tmp_path: Path) -> None:
+    """A tool's progress updates write nothing; its terminal update writes one tool result,
+    whose output is the raw output when the agent gave one, else the text of its content
+    blocks, else its status (kandev ``handleToolUpdateEvent``)."""
+    ex = MemoryExecutor()
+    async with make_runtime(
+        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
+    ) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        s = session_of(rt, ref.id)
+
+        def results() -> list[tuple[str, str]]:
+            assert rt.history is not None
+            entries = rt.history.read(s.session_id)
+            return [(e.tool_call_id, e.output) for e in entries if isinstance(e, ToolResultEntry)]
+
+        texts = [{"type": "text", "text": "line 1\n"}, {"type": "text", "text": "line 2"}]
+        for tool in ("raw", "texts", "bare"):
+            ex.last.emit(ToolCall(tool_call_id=tool, tool_name="bash"))
+            ex.last.emit(
+                ToolUpdate(tool_call_id=tool, tool_status="in_progress", tool_call_contents=texts)
+            )
+        ex.last.emit(ToolUpdate(tool_call_id="raw", tool_status="completed", raw_output="ok"))
+        ex.last.emit(
+            ToolUpdate(tool_call_id="texts", tool_status="completed", tool_call_contents=texts)
+        )
+        ex.last.emit(ToolUpdate(tool_call_id="bare", tool_status="failed"))
+        await wait_until(lambda: len(results()) == 3, limit=60)
+        assert results() == [("raw", "ok"), ("texts", "line 1\nline 2"), ("bare", "failed")]
+        await rt.stop(ref.id, "done")
+
+
 async def test_a_wakeup_turn_after_a_prompt_keeps_its_text(tmp_path: Path) -> None:
     """Text of no turn (generation 0: a wakeup turn the agent starts while READY) is never a
     replaced turn's late text, even once prompts have run: it is the wakeup's reply, kept and
