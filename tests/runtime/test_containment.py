@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import msgspec
 import pytest
 
@@ -109,6 +110,26 @@ def root_cause(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     return exc
+
+
+async def illegal_models_update(event: Any) -> None:
+    """A bug in the pump's handling of a models update: an illegal transition."""
+    raise IllegalTransition("start_model_policy", ("settled",), "models_updated")
+
+
+def crashing_prompt(tg: anyio.abc.TaskGroup, rt: Runtime, execution_id: str) -> list[BaseException]:
+    """A prompt in the background that is to end with the execution's crash: the crash it
+    raised, once it has."""
+    waiting: list[BaseException] = []
+
+    async def prompt() -> None:
+        try:
+            await rt.prompt(execution_id, "waits")
+        except ExecutionCrashed as exc:
+            waiting.append(exc)
+
+    tg.start_soon(prompt)
+    return waiting
 
 
 # --- one execution's failure stays in it --------------------------------------------------
@@ -207,20 +228,9 @@ async def test_an_illegal_transition_in_the_pump_fails_only_its_execution(
         session = session_of(rt, ref.id)
         transport = rt.executors["memory"].last  # type: ignore[attr-defined]
 
-        async def illegal(event: Any) -> None:
-            raise IllegalTransition("start_model_policy", ("settled",), "models_updated")
-
-        session.config.models_updated = illegal  # type: ignore[method-assign]
-        waiting: list[BaseException] = []
-
-        async def prompt() -> None:
-            try:
-                await rt.prompt(ref.id, "waits")
-            except ExecutionCrashed as exc:
-                waiting.append(exc)
-
+        session.config.models_updated = illegal_models_update  # type: ignore[method-assign]
         async with anyio.create_task_group() as tg:
-            tg.start_soon(prompt)
+            waiting = crashing_prompt(tg, rt, ref.id)
             await wait_until(lambda: 2 in transport.running or 1 in transport.running)
             transport.emit(ev.SessionModels(current_model_id="fast"))
         (crash,) = waiting
@@ -242,26 +252,15 @@ async def test_a_crash_while_a_prompt_is_being_sent_ends_its_turn_disconnected(
         session = session_of(rt, ref.id)
         transport = rt.executors["memory"].last  # type: ignore[attr-defined]
 
-        async def illegal(event: Any) -> None:
-            raise IllegalTransition("start_model_policy", ("settled",), "models_updated")
-
         async def unanswered(*args: Any) -> None:  # until the crash closes the carrier
             await wait_until(lambda: ("aclose", ()) in transport.calls)
             raise TransportClosed("closed")
 
-        session.config.models_updated = illegal  # type: ignore[method-assign]
+        session.config.models_updated = illegal_models_update  # type: ignore[method-assign]
         transport.handlers["prompt"] = unanswered
-        waiting: list[BaseException] = []
-
-        async def prompt() -> None:
-            try:
-                await rt.prompt(ref.id, "in flight")
-            except ExecutionCrashed as exc:
-                waiting.append(exc)
-
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(prompt)
+                waiting = crashing_prompt(tg, rt, ref.id)
                 await wait_until(lambda: 1 in session.generations)
                 await wait_until(lambda: session.generations[1].leaf == "sending")
                 transport.emit(ev.SessionModels(current_model_id="fast"))
@@ -330,25 +329,14 @@ async def test_a_waiter_is_released_even_when_the_crash_cannot_end_its_turn(
         session = session_of(rt, ref.id)
         transport = rt.executors["memory"].last  # type: ignore[attr-defined]
 
-        async def illegal(event: Any) -> None:
-            raise IllegalTransition("start_model_policy", ("settled",), "models_updated")
-
         async def broken(error: str, *, final: bool) -> bool:
             raise RuntimeError("the turn cannot be ended")
 
-        session.config.models_updated = illegal  # type: ignore[method-assign]
+        session.config.models_updated = illegal_models_update  # type: ignore[method-assign]
         session.turns.stream_lost = broken  # type: ignore[method-assign]
-        waiting: list[BaseException] = []
-
-        async def prompt() -> None:
-            try:
-                await rt.prompt(ref.id, "waits")
-            except ExecutionCrashed as exc:
-                waiting.append(exc)
-
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(prompt)
+                waiting = crashing_prompt(tg, rt, ref.id)
                 await wait_until(lambda: 1 in transport.running)
                 transport.emit(ev.SessionModels(current_model_id="fast"))
         (crash,) = waiting

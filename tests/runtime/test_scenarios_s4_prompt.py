@@ -42,10 +42,12 @@ from acpfsm.runtime import (
     ExecutionNotFound,
     PendingDispatchedPromptTimeout,
     PromptDispatchError,
+    Runtime,
     SteerNotDispatched,
 )
 from acpfsm.runtime import events as le
 from acpfsm.runtime.history import HistoryStore, ToolResultEntry
+from acpfsm.runtime.session import ExecutionSession
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
 from .prompt_helpers import (
@@ -1220,6 +1222,12 @@ async def test_a_history_that_cannot_be_written_never_fails_a_turn(tmp_path: Pat
         await rt.stop(ref.id, "done")
 
 
+def tool_results(rt: Runtime, s: ExecutionSession) -> list[ToolResultEntry]:
+    """The tool results written to the execution's history so far."""
+    assert rt.history is not None
+    return [e for e in rt.history.read(s.session_id) if isinstance(e, ToolResultEntry)]
+
+
 async def test_a_tool_result_is_named_after_one_of_the_latest_1024_tool_calls(
     tmp_path: Path,
 ) -> None:
@@ -1234,12 +1242,9 @@ async def test_a_tool_result_is_named_after_one_of_the_latest_1024_tool_calls(
         ref = await rt.launch(spec())
         await rt.wait_ready(ref.id)
         s = session_of(rt, ref.id)
-        assert rt.history is not None
 
         def results() -> list[tuple[str, str]]:
-            assert rt.history is not None
-            entries = rt.history.read(s.session_id)
-            return [(e.tool_call_id, e.name) for e in entries if isinstance(e, ToolResultEntry)]
+            return [(e.tool_call_id, e.name) for e in tool_results(rt, s)]
 
         for i in range(1024):
             ex.last.emit(ToolCall(tool_call_id=f"t{i}", tool_name=f"tool {i}"))
@@ -1266,9 +1271,7 @@ async def test_only_a_tools_end_is_written_with_its_output(tmp_path: Path) -> No
         s = session_of(rt, ref.id)
 
         def results() -> list[tuple[str, str]]:
-            assert rt.history is not None
-            entries = rt.history.read(s.session_id)
-            return [(e.tool_call_id, e.output) for e in entries if isinstance(e, ToolResultEntry)]
+            return [(e.tool_call_id, e.output) for e in tool_results(rt, s)]
 
         texts = [{"type": "text", "text": "line 1\n"}, {"type": "text", "text": "line 2"}]
         for tool in ("raw", "texts", "bare"):
