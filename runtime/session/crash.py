@@ -61,6 +61,11 @@ def _split(exc: BaseException) -> tuple[BaseException | None, BaseException | No
     return None, exc
 
 
+def _copy(crash: ExecutionCrashed) -> ExecutionCrashed:
+    """The crash as one caller raises it: its message and execution, a fresh exception."""
+    return ExecutionCrashed(str(crash), execution_id=crash.execution_id)
+
+
 class CrashGuard:
     """Contains the failures of one execution (see the module docstring)."""
 
@@ -85,19 +90,21 @@ class CrashGuard:
         is, unless the execution crashed while the operation ran (then the crash, the reason,
         rather than what it left behind, e.g. a request failed by the closed carrier);
         anything else (and a ``ChartError``, a bug) crashes the execution and raises
-        :class:`ExecutionCrashed` from it."""
+        :class:`ExecutionCrashed` from it. Each caller gets its own copy of the crash, so
+        that one caller's traceback and context never show in another's, nor a later
+        failure replace the crash's cause."""
         before = self.session.ctx.crashed
         try:
             return await operation()
         except AcpfsmError as exc:
             if isinstance(exc, ChartError):
-                raise await self.crashed(exc, where) from exc
+                raise _copy(await self.crashed(exc, where)) from exc
             crash = self.session.ctx.crashed
             if before is None and crash is not None:
-                raise crash  # noqa: B904 - its cause is the failure; exc is its context
+                raise _copy(crash) from crash.__cause__  # exc stays its context
             raise
         except Exception as exc:
-            raise await self.crashed(exc, where) from exc
+            raise _copy(await self.crashed(exc, where)) from exc
 
     async def crashed(self, failure: BaseException, where: str) -> ExecutionCrashed:
         """Make the execution FAILED, release whoever waits on it, end its tasks."""

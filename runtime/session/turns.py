@@ -282,10 +282,16 @@ class TurnDriver:
         generation.agent_message = self.ctx.take_message()
         await self.ctx.persist_assistant(generation.agent_message)
 
-    def _claim_disconnect(self, effect: Effect, machine: ChartMachine) -> None:
+    async def _claim_disconnect(self, effect: Effect, machine: ChartMachine) -> None:
+        """The turn ended without its end (its stream lost, the execution stopped): its
+        reply is the text it streamed so far. A loss detached and persisted it already
+        (:meth:`stream_lost`); a stop did not, so what is still pending is taken and
+        persisted here, once (R20)."""
         generation = self.of(machine)
         generation.error = str(effect["error"])
-        generation.agent_message, self._partial = self._partial, ""
+        pending = self.ctx.take_message()
+        await self.ctx.persist_assistant(pending)
+        generation.agent_message, self._partial = self._partial + pending, ""
 
     def _release_waiter(self, effect: Effect, machine: ChartMachine) -> None:
         generation = self.of(machine)

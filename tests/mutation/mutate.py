@@ -649,8 +649,7 @@ def run(target: Target, shard: str, limit: int | None) -> None:
 
 def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str], str]:
     """The reviewed equivalent mutants: (module, source line stripped, operator) → reason; a
-    line said more than once is given with the line before it, ``previous / line``, or the
-    two before it when that pair is said more than once too (``before / previous / line``)."""
+    line said more than once is named by the lines around it (:func:`line_keys`)."""
     import tomllib
 
     if not path.exists():
@@ -662,16 +661,16 @@ def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str], 
     }
 
 
-def line_keys(source: str, row: int) -> tuple[str, str, str]:
+def line_keys(source: str, row: int) -> tuple[str, str, str, str]:
     """How a listing may name line ``row`` (1-based) of ``source``: the line, stripped; with
     the line before it (a line said more than once); with the two before it (a pair said
-    more than once)."""
+    more than once); with the line after it, ``line // next`` (a decorator)."""
     lines = ["", *source.splitlines(), ""]
-    row = min(row, len(lines) - 1)
+    row = min(row, len(lines) - 2)
     text = lines[row].strip()
     both = f"{lines[row - 1].strip()} / {text}".strip()
     three = f"{lines[max(row - 2, 0)].strip()} / {both}".strip()
-    return text, both, three
+    return text, both, three, f"{text} // {lines[row + 1].strip()}"
 
 
 def _listed(m: Any, equivalent: dict[tuple[str, str, str], str]) -> str | None:

@@ -3,10 +3,11 @@ which survivor an entry names, including a line said more than once in a module.
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.mutation.mutate import _listed, line_keys, load_equivalent
+from tests.mutation.mutate import EQUIVALENT_FILE, _listed, line_keys, load_equivalent
 
 SOURCE = """\
 def first(fired):
@@ -67,14 +68,34 @@ def test_an_unreachable_line_is_listed_for_every_operator(tmp_path: Path) -> Non
     assert _listed(_mutant(module, 2), equivalent) == 'fired = step("a")'
 
 
-def test_every_listed_mutant_names_a_line_of_its_module() -> None:
+def test_every_listed_mutant_names_one_line_of_its_module() -> None:
     """An entry whose line is no longer in its module (the code moved on) is stale: it lists
-    nothing and hides nothing, so it is caught here rather than left to rot."""
+    nothing and hides nothing, so it is caught here rather than left to rot. An entry that
+    names a line said in several places would hide the mutants of all of them: it must name
+    one, unless it says (``repeated = true``) that its reason holds for every place."""
     repo = Path(__file__).resolve().parents[2]
-    keys: dict[str, set[str]] = {}
-    for module, line, _ in load_equivalent():
-        if module not in keys:
+    entries = tomllib.loads(EQUIVALENT_FILE.read_text())["mutant"]
+    rows: dict[str, dict[str, int]] = {}
+    for entry in entries:
+        module, line = entry["module"], entry["line"].strip()
+        if module not in rows:
             source = (repo / module).read_text()
-            rows = range(1, len(source.splitlines()) + 1)
-            keys[module] = {k for row in rows for k in line_keys(source, row)}
-        assert line in keys[module], (module, line)
+            counts: dict[str, int] = {}
+            for row in range(1, len(source.splitlines()) + 1):
+                for key in set(line_keys(source, row)):
+                    counts[key] = counts.get(key, 0) + 1
+            rows[module] = counts
+        places = rows[module].get(line, 0)
+        assert places >= 1, f"stale: {module}: {line}"
+        assert places == 1 or entry.get("repeated"), f"{places} places: {module}: {line}"
+
+
+def test_a_line_is_named_with_the_line_after_it(tmp_path: Path) -> None:
+    """Decorators said alike: ``line // next`` names the one above a given definition."""
+    module = tmp_path / "m.py"
+    module.write_text("@dataclass\nclass A:\n    x: int\n\n\n@dataclass\nclass B:\n    y: int\n")
+    listing = tmp_path / "equivalent.toml"
+    listing.write_text(_entry(module, "@dataclass // class B:", operator="core/RemoveDecorator"))
+    equivalent = load_equivalent(listing)
+    assert _listed(_mutant(module, 6, "core/RemoveDecorator"), equivalent) is None
+    assert _listed(_mutant(module, 1, "core/RemoveDecorator"), equivalent) == "@dataclass"

@@ -596,6 +596,24 @@ async def test_a_prompt_past_the_status_check_after_a_failed_init_is_sent_as_wri
         await rt.stop(ref.id, "done")
 
 
+async def test_only_the_first_content_after_ready_is_a_wakeup_fact(time_scale: float) -> None:
+    """The content that follows the one that started a wakeup turn is that turn's: the
+    Execution chart hears one wakeup fact per READY, not one per chunk (the trace shows
+    each fact a chart heard, a no-op one too)."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        for i in range(3):
+            ex.last.emit(MessageChunk(text=f"woke up {i}"))
+        await wait_until(lambda: s.ctx.message == ["woke up 0", "woke up 1", "woke up 2"])
+        assert s.execution.status == "RUNNING"
+        events = [r.event for r in rt.trace.records if r.execution_id == ref.id]
+        assert events.count("wakeup_content_arrived") == 1
+        await rt.stop(ref.id, "done")
+
+
 async def test_content_before_ready_is_not_a_wakeup_fact(time_scale: float) -> None:
     """Turn content while the execution is still starting (here during ``initialize``; a
     ``session/load`` replays history the same way) belongs to the startup: only content after

@@ -181,6 +181,37 @@ async def test_a_crash_whose_caller_is_cancelled_meanwhile_is_still_contained_in
         assert (await rt.stop(ref.id, "done")).status == "STOPPED"
 
 
+async def test_each_caller_gets_its_own_copy_of_the_crash(time_scale: float) -> None:
+    """Every caller a crash reaches raises its own ``ExecutionCrashed`` (one shared exception
+    object would collect every caller's traceback and context), and a failure after the
+    crash never replaces the crash's recorded cause."""
+    async with make_runtime(time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        session = session_of(rt, ref.id)
+        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
+
+        def explode(*args: Any) -> None:
+            raise KeyError("a bug")
+
+        transport.handlers["prompt"] = explode
+        with pytest.raises(ExecutionCrashed) as first:
+            await rt.prompt(ref.id, "boom")
+
+        async def another_bug() -> None:
+            raise ValueError("a later bug")
+
+        with pytest.raises(ExecutionCrashed) as second:
+            await session.crash.call("later", another_bug)
+        crash = session.ctx.crashed
+        assert crash is not None and len({id(crash), id(first.value), id(second.value)}) == 3
+        assert str(first.value) == str(second.value) == str(crash)
+        assert isinstance(crash.__cause__, KeyError)  # still the failure that crashed it
+        assert first.value.__cause__ is crash.__cause__
+        assert isinstance(second.value.__cause__, ValueError)
+        await rt.stop(ref.id, "done")
+
+
 async def test_model_mode_and_option_calls_reach_the_agent_until_its_execution_crashed(
     time_scale: float,
 ) -> None:

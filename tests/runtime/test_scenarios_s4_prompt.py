@@ -1394,6 +1394,21 @@ async def test_s104_chunk_during_blocked_persistence_stays_with_the_new_turn(
         await rt.stop(ref.id, "done")
 
 
+async def test_text_stamped_with_no_superseded_turn_is_kept(time_scale: float) -> None:
+    """Only the late text of a turn a successor superseded is left out of the reply: text a
+    confused carrier stamps with a generation no prompt reached yet, or a negative one, is
+    kept (nothing the agent says is dropped on a guess)."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        s = session_of(rt, ref.id)
+        await wait_until(lambda: s.execution.status == "READY")
+        ex.last.emit(MessageChunk(text="ahead", prompt_generation=7))
+        ex.last.emit(MessageChunk(text=" below", prompt_generation=-1))
+        await wait_until(lambda: s.ctx.message == ["ahead", " below"])
+        await rt.stop(ref.id, "done")
+
+
 async def test_a_turn_stamp_decoded_from_the_wire_is_compared_by_value() -> None:
     """A carrier that decodes each event's generation stamp from the wire (agentctl's) gives
     a number equal to the turn's but not the same object; past 256 prompts Python no longer

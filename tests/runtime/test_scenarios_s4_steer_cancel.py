@@ -441,6 +441,33 @@ async def test_a_steer_reaches_the_initial_prompts_turn(time_scale: float) -> No
         await rt.stop(ref.id, "done")
 
 
+async def test_a_stray_handoff_does_not_hold_up_the_events_behind_it(time_scale: float) -> None:
+    """A handoff of no turn (generation 0: ``handlePromptHandoffEvent`` ignores it) arrives
+    while a steer request holds the lifecycle: the pump drops it without waiting for the
+    lifecycle, so the events behind it still flow while the steer waits for its answer."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+        flowed: list[bool] = []
+
+        async def steer_answered_later(text: str, atts: Any, g: int) -> None:
+            tr.emit(ev.ForegroundIdle(prompt_generation=0, prompt_handoff=True))
+            tr.emit(ev.MessageChunk(text="behind it", prompt_generation=g))
+            with anyio.move_on_after(5 * time_scale):
+                await wait_until(lambda: s.ctx.message == ["behind it"])
+            flowed.append(s.ctx.message == ["behind it"])
+
+        tr.handlers["steer"] = steer_answered_later
+        async with anyio.create_task_group() as tg:
+            run = start_prompt(tg, rt, eid, "long task")
+            await wait_until(live(s))
+            await rt.steer(eid, "more")
+            tr.complete(1)
+        assert flowed == [True]
+        assert run.result is not None and run.result.stop_reason == "end_turn"
+        await rt.stop(eid, "done")
+
+
 async def test_s110_idle_steer_is_not_dispatched(time_scale: float) -> None:
     """No turn in flight: SteerNotDispatched (``steer was not dispatched``); nothing reaches
     the agent, no generation begins, no attachment is materialized, on_dispatched is not

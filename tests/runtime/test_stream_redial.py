@@ -288,7 +288,7 @@ async def test_a_drop_after_the_stop_closed_the_stream_is_nobodys_news(
     """The graceful stop makes the carrier drop (agentctl's does: stopping the agent ends its
     WebSocket) after the stop closed the AgentStream chart: the drop is not a loss any more.
     Nothing is announced, redialled or published for it, and the stopped turn's partial
-    text is not written to the history behind the stop."""
+    text, written to the history by the stop, is not written again."""
     ex = MemoryExecutor(redialling(time_scale))
     async with make_runtime(
         ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path), time_scale=time_scale
@@ -315,6 +315,10 @@ async def test_a_drop_after_the_stop_closed_the_stream_is_nobodys_news(
             await rt.stop(eid, "done")
             await run.done.wait()
         assert handled == [True]  # the drop reached the stream after it was closed
-        assert history(rt, s) == [("user_message", "go")]
+        await wait_until(lambda: len(history(rt, s)) == 2)  # written off the event loop
+        await settle()
+        assert history(rt, s) == [("user_message", "go"), ("agent_message", "partial")]
         assert not published(s, le.AgentctlError) and dials(tr) == 0
         assert stream_steps(s)[-1] == ("close_requested", "closed")
+        # nor does the stopped turn hear of it
+        assert [r.event for r in s.transitions("prompt_generation", 1)][-1] == "execution_stopped"
