@@ -88,18 +88,17 @@ class Trace:
         """The transition observer of one execution's charts: it stamps each record with the
         clock of the event loop it was made in (monotonic seconds outside one)."""
         clock = loop_clock()
-
-        def now() -> float:
-            try:
-                return clock()
-            except RuntimeError:  # its loop has ended (trio's clock is gone with it)
-                return time.monotonic()
+        records = self.records
 
         def observe(record: TransitionRecord) -> None:
+            try:
+                now = clock()
+            except RuntimeError:  # its loop has ended (trio's clock is gone with it)
+                now = time.monotonic()
             self._seq += 1
             rec = TraceRecord(
                 seq=self._seq,
-                time=now(),
+                time=now,
                 execution_id=execution_id,
                 chart=record.chart,
                 generation=int(record.tags.get("generation", 0)),
@@ -109,7 +108,7 @@ class Trace:
                 target=record.target,
             )
             if self._keep:
-                self.records.append(rec)
+                records.append(rec)
             if self._file is not None:
                 self._file.write(self._encoder.encode(rec) + b"\n")
             for listener in self.listeners:

@@ -125,20 +125,23 @@ class ChartMachine(Protocol):
 
 
 def _resolve(spec: EffectSpec, data: Mapping[str, Any], machine: ChartMachine) -> Effect:
+    constants = machine.compiled.constants
     args: list[tuple[str, Any]] = []
-    defaults = dict(spec.defaults)
     for name in spec.fields:
         if name in data:
             value = data[name]
-        elif name in machine.compiled.constants:
+        elif name in constants:
             value = machine.constant(name)
-        elif name in defaults:
-            value = defaults[name]
         else:
-            raise ChartDefinitionError(
-                f"{machine.chart_name}: effect {spec.name} needs {name!r}, which neither the "
-                f"event data nor the chart's constants hold"
-            )
+            for key, default in spec.defaults:
+                if key == name:
+                    value = default
+                    break
+            else:
+                raise ChartDefinitionError(
+                    f"{machine.chart_name}: effect {spec.name} needs {name!r}, which neither "
+                    f"the event data nor the chart's constants hold"
+                )
         args.append((name, value))
     return Effect(spec.name, tuple(args))
 
@@ -165,7 +168,10 @@ def _initial(machine: ChartMachine) -> tuple[Effect, ...]:
 def _report(machine: ChartMachine, step: Step, observed: bool) -> None:
     everyone = _observers if observed else ()
     if machine.observers or everyone:
-        record = TransitionRecord(step.chart, step.source, step.event, step.target, machine.tags)
+        # built as the tuple it is (no keyword handling: one is made per fired transition)
+        record = tuple.__new__(
+            TransitionRecord, (step.chart, step.source, step.event, step.target, machine.tags)
+        )
         for observer in machine.observers:
             observer(record)
         for observer in tuple(everyone):
@@ -179,6 +185,9 @@ class Machine:
     __slots__ = ("_leaf", "_observed", "_table", "observers", "tags")
 
     compiled: ClassVar[CompiledChart]
+    _tables: ClassVar[dict[str, dict[str, tuple[Candidate, ...]]]]
+    """``compiled.table``, one attribute lookup closer (read on every fire)."""
+    _final: ClassVar[frozenset[str]]
     _constant_names: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
@@ -227,7 +236,7 @@ class Machine:
 
     @property
     def ended(self) -> bool:
-        return self._leaf in self.compiled.final
+        return self._leaf in self._final
 
     def is_in(self, *state_ids: str) -> bool:
         active = self.compiled.ancestors[self._leaf]
@@ -252,10 +261,13 @@ class Machine:
                     elif bool(fn(self)) is not expected:
                         break
                 else:
-                    step = _step(cand, self, event, data)
+                    step = cand.step
+                    if step is None:
+                        step = _step(cand, self, event, data)
                     self._leaf = cand.state
-                    self._table = self.compiled.table[cand.state]
-                    _report(self, step, self._observed)
+                    self._table = self._tables[cand.state]
+                    if self.observers or (_observers and self._observed):
+                        _report(self, step, self._observed)
                     return step
         raise IllegalTransition(
             self.compiled.name,
@@ -277,7 +289,13 @@ def machine_class(compiled: CompiledChart) -> type[Machine]:
         type(
             f"{compiled.cls.__name__}Machine",
             (Machine,),
-            {"__slots__": names, "compiled": compiled, "_constant_names": names},
+            {
+                "__slots__": names,
+                "compiled": compiled,
+                "_tables": compiled.table,
+                "_final": compiled.final,
+                "_constant_names": names,
+            },
         ),
     )
 

@@ -142,7 +142,7 @@ def coordinate(
     gives the execution's current machine of each chart, by chart name."""
     rules = _DEFAULT if table is None else rules_from(table)
     lookup: Callable[[str], ChartMachine | None] = (
-        machines.get if isinstance(machines, Mapping) else machines
+        machines.get if type(machines) is dict or isinstance(machines, Mapping) else machines
     )
     out: list[Fired] = []
     _apply(lookup, rules, step, data, source, out, 0, limit)

@@ -40,7 +40,9 @@ Effects: ``publish_agent_ready``/``_running``/``_failed``/``_stopped``/``_comple
 ``_boot_ready``, ``publish_stream_error`` (``agentctl.error`` when no turn owned the lost
 stream), ``record_failure`` (the execution's error message and end time),
 ``record_finish`` (its end time), ``record_exit`` (the exit code), ``watch_for_wakeup``
-(the next turn content while READY is a wakeup fact).
+(the next turn content while READY is a wakeup fact), ``unwatch_wakeup`` (a prompt left
+READY: its turn's content is no wakeup, so the runtime stops watching for one and fires no
+``wakeup_content_arrived`` for it).
 """
 
 from __future__ import annotations
@@ -202,6 +204,7 @@ class Execution(Chart):
 
     effects: ClassVar[Effects] = Effects(
         transitions={
+            "prompt_began: ready -> running": ["unwatch_wakeup"],
             "wakeup_content_arrived: ready -> running": ["publish_agent_running"],
             "turn_dispatched: ready -> running": ["publish_agent_running"],
             "wakeup_turn_completed: ready -> ready": [

@@ -951,7 +951,8 @@ class StdioTransport:
     def _release(self, turn: _Turn) -> None:
         if self._active is turn:
             self._active = None
-            self._wake()
+            if self._queue:  # else the next prompt wakes the worker (no step in between)
+                self._wake()
 
     def _active_generation(self) -> int:
         return self._active.generation if self._active is not None else 0

@@ -49,6 +49,7 @@ class StatusDriver:
                 "record_finish": self._record_finish,
                 "record_exit": self._record_exit,
                 "watch_for_wakeup": self._watch,
+                "unwatch_wakeup": self._unwatch,
                 "announce_first_activity": self._announce,
             }
             | dict.fromkeys(flow_effects(Execution.chart_name), _flow),
@@ -91,7 +92,8 @@ class StatusDriver:
 
     @property
     def watching_wakeup(self) -> bool:
-        """READY and no turn content since: the next content is a wakeup fact."""
+        """READY and no turn content since (nor a prompt: ``unwatch_wakeup``): the next
+        content is a wakeup fact."""
         return self._wakeup_watch
 
     async def turn_content(self) -> None:
@@ -109,6 +111,9 @@ class StatusDriver:
 
     def _watch(self, effect: Effect, machine: ChartMachine) -> None:
         self._wakeup_watch = True
+
+    def _unwatch(self, effect: Effect, machine: ChartMachine) -> None:
+        self._wakeup_watch = False
 
     def _ready(self, effect: Effect, machine: ChartMachine) -> None:
         self.ctx.publish(

@@ -484,6 +484,8 @@ class World:
             elif chart == x.exe_name:
                 if name == "watch_for_wakeup":
                     self.watch = True
+                elif name == "unwatch_wakeup":
+                    self.watch = False
                 elif name == "announce_first_activity":
                     if not x.fa.ended:
                         self.fire(x.fa, "activity_seen")

@@ -1292,7 +1292,10 @@ async def test_only_a_tools_end_is_written_with_its_output(tmp_path: Path) -> No
 async def test_a_wakeup_turn_after_a_prompt_keeps_its_text(tmp_path: Path) -> None:
     """Text of no turn (generation 0: a wakeup turn the agent starts while READY) is never a
     replaced turn's late text, even once prompts have run: it is the wakeup's reply, kept and
-    written to the history when the wakeup ends (kandev ``handleCompleteEvent``, R26)."""
+    written to the history when the wakeup ends (kandev ``handleCompleteEvent``, R26). A
+    prompt leaving READY ends the watch for a wakeup (the Execution chart's
+    ``unwatch_wakeup``): its turn's content fires no ``wakeup_content_arrived``; READY again
+    re-arms it."""
     ex = MemoryExecutor()
     async with make_runtime(
         ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
@@ -1306,8 +1309,10 @@ async def test_a_wakeup_turn_after_a_prompt_keeps_its_text(tmp_path: Path) -> No
             ex.last.complete(1)
             await p.wait()
         assert s.execution.status == "READY"
+        assert "wakeup_content_arrived" not in [e for e, _, _ in execution_steps(s)]
         ex.last.emit(MessageChunk(text="woke up"))
         await wait_until(lambda: s.execution.status == "RUNNING")
+        assert ("wakeup_content_arrived", "ready", "running") in execution_steps(s)
         assert s.ctx.message == ["woke up"]
         ex.last.emit(Complete())
         await wait_until(lambda: s.execution.status == "READY")

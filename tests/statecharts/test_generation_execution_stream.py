@@ -827,6 +827,15 @@ def test_execution_happy_life(engine: EngineName) -> None:
     assert ex.ended and ex.compiled.display[ex.state] == "STOPPED"
 
 
+def test_a_prompt_from_ready_ends_the_wakeup_watch(engine: EngineName) -> None:
+    """READY watches for a wakeup turn (``watch_for_wakeup``); a prompt leaving READY ends
+    the watch (``unwatch_wakeup``): the content that follows is its turn's, no wakeup."""
+    ex = walk(Execution.start(engine=engine), [("booted", {})])
+    assert ex.state == "ready"
+    step = ex.fire("prompt_began")
+    assert (step.state, names(step)) == ("running", ["unwatch_wakeup"])
+
+
 @pytest.mark.parametrize(
     ("recipe", "announces"),
     [
