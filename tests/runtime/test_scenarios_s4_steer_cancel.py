@@ -154,6 +154,7 @@ async def test_s106_cancel_release_during_reconnect_retry(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.drop(clean=True)
+        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
 
         def reject(text: str, atts: tuple[Attachment, ...], g: int) -> None:
             raise AgentRequestError(-32603, PROMPT_ABANDONED, method="session/prompt")
@@ -188,6 +189,7 @@ async def test_s106_reconnect_retry_resends_same_generation(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.drop(clean=True)
+        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
         restored_at: list[float] = []
 
         async def redial_then_complete() -> None:
@@ -224,6 +226,7 @@ async def test_s106_reconnect_retry_gives_up_after_5s(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.drop(clean=True)
+        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
         start = anyio.current_time()
         with pytest.raises(PromptDispatchError) as info:
             await rt.prompt(eid, "work")
@@ -266,6 +269,7 @@ async def test_s106_reconnect_retry_stops_when_the_stream_is_given_up(
 
         tr.handlers["redial"] = refused
         tr.drop(clean=True)
+        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
         async with anyio.create_task_group() as tg:
             run = start_prompt(tg, rt, eid, "work")
             await wait_until(lambda: s.current is not None and s.current.leaf == "reconnecting")
@@ -293,6 +297,7 @@ async def test_s106_local_cancel_during_reconnect_retry(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.drop(clean=True)
+        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
         async with anyio.create_task_group() as tg:
             run = start_prompt(tg, rt, eid, "work")
             await wait_until(lambda: s.current is not None and s.current.leaf == "reconnecting")
@@ -321,6 +326,7 @@ async def test_s106_a_prompt_withdrawn_while_waiting_for_the_carrier_was_never_d
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.drop(clean=True)
+        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
         dispatched: list[int] = []
         async with anyio.create_task_group() as tg:
             run = start_prompt(
