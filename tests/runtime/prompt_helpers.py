@@ -12,8 +12,11 @@ import anyio.abc
 from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.runtime import AgentProfile, PromptResult, Runtime
 from acpfsm.runtime.events import RuntimeEvent
-from acpfsm.runtime.history import AssistantEntry, HistoryStore, UserEntry
+from acpfsm.runtime.history import AssistantEntry, HistoryStore, ToolResultEntry, UserEntry
 from acpfsm.runtime.session import ExecutionSession
+from acpfsm.testing.memory import MemoryExecutor
+
+from .memory_runtime import make_runtime
 
 T = TypeVar("T")
 
@@ -105,10 +108,24 @@ def history(rt: Runtime, s: ExecutionSession) -> list[tuple[str, str]]:
     return out
 
 
+def tool_results(rt: Runtime, s: ExecutionSession) -> list[ToolResultEntry]:
+    """The tool results written to the execution's history so far."""
+    assert rt.history is not None
+    return [e for e in rt.history.read(s.session_id) if isinstance(e, ToolResultEntry)]
+
+
 def history_root(tmp_path: Path) -> Path:
     root = tmp_path / "history"
     root.mkdir(exist_ok=True)
     return root
+
+
+def history_runtime(executor: MemoryExecutor, tmp_path: Path, **kw: Any) -> Runtime:
+    """A runtime over ``executor`` whose profile keeps the session history, under
+    ``tmp_path``."""
+    return make_runtime(
+        executor, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path), **kw
+    )
 
 
 __all__ = [
@@ -118,6 +135,7 @@ __all__ = [
     "execution_steps",
     "history",
     "history_root",
+    "history_runtime",
     "live",
     "names",
     "of_type",
@@ -125,4 +143,5 @@ __all__ = [
     "sent",
     "start",
     "steps",
+    "tool_results",
 ]

@@ -42,12 +42,10 @@ from acpfsm.runtime import (
     ExecutionNotFound,
     PendingDispatchedPromptTimeout,
     PromptDispatchError,
-    Runtime,
     SteerNotDispatched,
 )
 from acpfsm.runtime import events as le
-from acpfsm.runtime.history import HistoryStore, ToolResultEntry
-from acpfsm.runtime.session import ExecutionSession
+from acpfsm.runtime.history import HistoryStore
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
 from .prompt_helpers import (
@@ -55,12 +53,14 @@ from .prompt_helpers import (
     execution_steps,
     history,
     history_root,
+    history_runtime,
     live,
     of_type,
     published,
     sent,
     start,
     steps,
+    tool_results,
 )
 
 pytestmark = pytest.mark.both_backends
@@ -542,9 +542,7 @@ async def test_s77_partial_history_persisted_before_reset(tmp_path: Path) -> Non
     persisted as an agent_message when the next prompt resets the buffer, before that
     prompt's user_message; the buffer is then empty (the new turn's text is its own)."""
     ex = MemoryExecutor()
-    async with make_runtime(
-        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
-    ) as rt:
+    async with history_runtime(ex, tmp_path) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
         await wait_until(lambda: s.execution.status == "READY")
@@ -1137,9 +1135,7 @@ async def test_s103_disconnect_flushes_partial_text_once(tmp_path: Path) -> None
     disconnects; a later reset (the next prompt's) and the stop find nothing more, so the
     history holds exactly one agent_message and one message was shown."""
     ex = MemoryExecutor()
-    async with make_runtime(
-        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
-    ) as rt:
+    async with history_runtime(ex, tmp_path) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
         async with anyio.create_task_group() as tg:
@@ -1180,9 +1176,7 @@ async def test_steer_text_is_written_to_the_history(tmp_path: Path) -> None:
     """A steer is the user's message too: it is appended to the session history after the
     prompt it folds into, so a resumed session's context holds it."""
     ex = MemoryExecutor()
-    async with make_runtime(
-        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
-    ) as rt:
+    async with history_runtime(ex, tmp_path) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
         async with anyio.create_task_group() as tg:
@@ -1222,12 +1216,6 @@ async def test_a_history_that_cannot_be_written_never_fails_a_turn(tmp_path: Pat
         await rt.stop(ref.id, "done")
 
 
-def tool_results(rt: Runtime, s: ExecutionSession) -> list[ToolResultEntry]:
-    """The tool results written to the execution's history so far."""
-    assert rt.history is not None
-    return [e for e in rt.history.read(s.session_id) if isinstance(e, ToolResultEntry)]
-
-
 async def test_a_tool_result_is_named_after_one_of_the_latest_1024_tool_calls(
     tmp_path: Path,
 ) -> None:
@@ -1236,9 +1224,7 @@ async def test_a_tool_result_is_named_after_one_of_the_latest_1024_tool_calls(
     bounded): the oldest of those 1024 still names its result, and once one more call came
     it is forgotten (its result is written unnamed)."""
     ex = MemoryExecutor()
-    async with make_runtime(
-        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
-    ) as rt:
+    async with history_runtime(ex, tmp_path) as rt:
         ref = await rt.launch(spec())
         await rt.wait_ready(ref.id)
         s = session_of(rt, ref.id)
@@ -1263,9 +1249,7 @@ async def test_only_a_tools_end_is_written_with_its_output(tmp_path: Path) -> No
     whose output is the raw output when the agent gave one, else the text of its content
     blocks, else its status (kandev ``handleToolUpdateEvent``)."""
     ex = MemoryExecutor()
-    async with make_runtime(
-        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
-    ) as rt:
+    async with history_runtime(ex, tmp_path) as rt:
         ref = await rt.launch(spec())
         await rt.wait_ready(ref.id)
         s = session_of(rt, ref.id)
@@ -1297,9 +1281,7 @@ async def test_a_wakeup_turn_after_a_prompt_keeps_its_text(tmp_path: Path) -> No
     ``unwatch_wakeup``): its turn's content fires no ``wakeup_content_arrived``; READY again
     re-arms it."""
     ex = MemoryExecutor()
-    async with make_runtime(
-        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
-    ) as rt:
+    async with history_runtime(ex, tmp_path) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
         async with anyio.create_task_group() as tg:
@@ -1330,9 +1312,7 @@ async def test_s104_reset_wins_the_disconnect_race(tmp_path: Path) -> None:
     """s104. When the next prompt's reset drains the partial text before the disconnect is
     handled, the text is still persisted exactly once."""
     ex = MemoryExecutor()
-    async with make_runtime(
-        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
-    ) as rt:
+    async with history_runtime(ex, tmp_path) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
         await wait_until(lambda: s.execution.status == "READY")
@@ -1367,9 +1347,7 @@ async def test_s104_chunk_during_blocked_persistence_stays_with_the_new_turn(
     arrives after the detach stays in the new turn's buffer: the history persists only the
     old partial, and the chunk is the new turn's text."""
     ex = MemoryExecutor()
-    async with make_runtime(
-        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path)
-    ) as rt:
+    async with history_runtime(ex, tmp_path) as rt:
         store = _BlockingHistory(history_root(tmp_path))
         rt.history = store
         ref = await rt.launch(spec())

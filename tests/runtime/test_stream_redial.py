@@ -26,7 +26,7 @@ from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
-from .prompt_helpers import HISTORY_PROFILE, history, history_root
+from .prompt_helpers import history, history_runtime
 
 
 def redialling(time_scale: float = 1.0, **policy: float) -> Callable[[], MemoryTransport]:
@@ -290,9 +290,7 @@ async def test_a_drop_after_the_stop_closed_the_stream_is_nobodys_news(
     Nothing is announced, redialled or published for it, and the stopped turn's partial
     text, written to the history by the stop, is not written again."""
     ex = MemoryExecutor(redialling(time_scale))
-    async with make_runtime(
-        ex, profiles=(HISTORY_PROFILE,), history_root=history_root(tmp_path), time_scale=time_scale
-    ) as rt:
+    async with history_runtime(ex, tmp_path, time_scale=time_scale) as rt:
         eid, s, tr = await ready(rt, ex)
         handled: list[bool] = []
         lost = s.stream.lost
