@@ -26,6 +26,7 @@ from acpfsm.adapters.transport import AgentTransport, Attachment
 from acpfsm.runtime import (
     AgentReportedError,
     ExecutionCrashed,
+    ExecutionRef,
     InvalidPrompt,
     InvalidWorkspace,
     LaunchSpec,
@@ -74,12 +75,22 @@ def published(rt: Runtime, execution_id: str, kind: type[Any]) -> list[Any]:
     return [e for e in session_of(rt, execution_id).hub._backlog if isinstance(e, kind)]
 
 
+async def launched(rt: Runtime) -> tuple[ExecutionRef, MemoryTransport]:
+    """A memory execution, READY, and its transport."""
+    ref = await rt.launch(spec())
+    await rt.wait_ready(ref.id)
+    return ref, rt.executors["memory"].last  # type: ignore[attr-defined]
+
+
+def a_bug(*args: Any) -> None:
+    """A transport call that fails with a bug (no error of ours)."""
+    raise KeyError("a bug")
+
+
 @asynccontextmanager
 async def a_running_prompt(rt: Runtime) -> AsyncIterator[list[PromptResult]]:
     """A second execution with a prompt in flight through the block; it completes after."""
-    ref = await rt.launch(spec())
-    await rt.wait_ready(ref.id)
-    transport = rt.executors["memory"].last  # type: ignore[attr-defined]
+    ref, transport = await launched(rt)
     results: list[PromptResult] = []
     async with anyio.create_task_group() as tg:
 
@@ -137,14 +148,9 @@ def crashing_prompt(tg: anyio.abc.TaskGroup, rt: Runtime, execution_id: str) -> 
 
 async def test_a_bug_in_a_transport_call_fails_only_its_execution(time_scale: float) -> None:
     async with make_runtime(time_scale) as rt, a_running_prompt(rt):
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
-        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
+        ref, transport = await launched(rt)
 
-        def explode(*args: Any) -> None:
-            raise KeyError("a bug")
-
-        transport.handlers["prompt"] = explode
+        transport.handlers["prompt"] = a_bug
         with pytest.raises(ExecutionCrashed) as info:
             await rt.prompt(ref.id, "boom")
         assert isinstance(root_cause(info.value), KeyError)
@@ -164,9 +170,7 @@ async def test_a_crash_whose_caller_is_cancelled_meanwhile_is_still_contained_in
     (its deadline, a task group ending): the crash is still recorded in full (FAILED,
     published, the transport closed) instead of being cut short at its first wait."""
     async with make_runtime(time_scale) as rt:
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
-        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
+        ref, transport = await launched(rt)
         scope = anyio.CancelScope()
 
         def explode(*args: Any) -> None:
@@ -186,15 +190,10 @@ async def test_each_caller_gets_its_own_copy_of_the_crash(time_scale: float) -> 
     object would collect every caller's traceback and context), and a failure after the
     crash never replaces the crash's recorded cause."""
     async with make_runtime(time_scale) as rt:
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
+        ref, transport = await launched(rt)
         session = session_of(rt, ref.id)
-        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
 
-        def explode(*args: Any) -> None:
-            raise KeyError("a bug")
-
-        transport.handlers["prompt"] = explode
+        transport.handlers["prompt"] = a_bug
         with pytest.raises(ExecutionCrashed) as first:
             await rt.prompt(ref.id, "boom")
 
@@ -219,9 +218,7 @@ async def test_model_mode_and_option_calls_reach_the_agent_until_its_execution_c
     once it crashed they raise the crash (its transport is being closed: nothing is sent)."""
     settings = ("set_model", "set_mode", "set_config_option")
     async with make_runtime(time_scale) as rt:
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
-        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
+        ref, transport = await launched(rt)
         await rt.set_model(ref.id, "fast")
         await rt.set_mode(ref.id, "plan")
         await rt.set_config_option(ref.id, "effort", "high")
@@ -231,10 +228,7 @@ async def test_model_mode_and_option_calls_reach_the_agent_until_its_execution_c
             ("set_config_option", ("effort", "high")),
         ]
 
-        def explode(*args: Any) -> None:
-            raise KeyError("a bug")
-
-        transport.handlers["prompt"] = explode
+        transport.handlers["prompt"] = a_bug
         with pytest.raises(ExecutionCrashed):
             await rt.prompt(ref.id, "boom")
         before = len(transport.calls)
@@ -254,10 +248,8 @@ async def test_an_illegal_transition_in_the_pump_fails_only_its_execution(
     time_scale: float,
 ) -> None:
     async with make_runtime(time_scale) as rt, a_running_prompt(rt):
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
+        ref, transport = await launched(rt)
         session = session_of(rt, ref.id)
-        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
 
         session.config.models_updated = illegal_models_update  # type: ignore[method-assign]
         async with anyio.create_task_group() as tg:
@@ -278,10 +270,8 @@ async def test_a_crash_while_a_prompt_is_being_sent_ends_its_turn_disconnected(
     chart (the stream error is published) instead of staying live, and its caller gets the
     crash, not the failed request the closed carrier left behind."""
     async with make_runtime(time_scale) as rt:
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
+        ref, transport = await launched(rt)
         session = session_of(rt, ref.id)
-        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
 
         async def unanswered(*args: Any) -> None:  # until the crash closes the carrier
             await wait_until(lambda: ("aclose", ()) in transport.calls)
@@ -355,10 +345,8 @@ async def test_a_waiter_is_released_even_when_the_crash_cannot_end_its_turn(
     bug): the crash still releases whoever waits on the turn, with the crash, instead of
     leaving the caller waiting for ever."""
     async with make_runtime(time_scale) as rt:
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
+        ref, transport = await launched(rt)
         session = session_of(rt, ref.id)
-        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
 
         async def broken(error: str, *, final: bool) -> bool:
             raise RuntimeError("the turn cannot be ended")
@@ -381,10 +369,8 @@ async def test_a_crash_the_charts_cannot_record_is_still_contained(time_scale: f
     ExecutionCrashed from the first failure, the execution keeps the crash's message and
     refuses prompts, its tasks end, and the other execution's prompt completes."""
     async with make_runtime(time_scale) as rt, a_running_prompt(rt):
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
+        ref, transport = await launched(rt)
         session = session_of(rt, ref.id)
-        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
 
         def explode(*args: Any) -> None:
             raise KeyError("a bug")
@@ -575,9 +561,7 @@ async def test_a_prompt_that_cannot_be_sent_is_refused_and_changes_nothing(
     time_scale: float,
 ) -> None:
     async with make_runtime(time_scale) as rt:
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
-        transport = rt.executors["memory"].last  # type: ignore[attr-defined]
+        ref, transport = await launched(rt)
         before = (len(rt.trace.for_execution(ref.id)), len(transport.calls))
         for text in BAD_TEXTS:
             with pytest.raises(InvalidPrompt) as info:
