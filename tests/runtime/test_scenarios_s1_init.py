@@ -28,7 +28,7 @@ from acpfsm.adapters.errors import (
 from acpfsm.adapters.events import Complete, ToolCall, ToolUpdate
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import AgentInfo, InitializeResult, SessionResult
-from acpfsm.runtime import AgentProfile, NotReadyForPrompts, Runtime, Timeouts
+from acpfsm.runtime import AgentProfile, ExecutionRef, NotReadyForPrompts, Runtime, Timeouts
 from acpfsm.runtime import events as le
 from acpfsm.runtime.events import RuntimeEvent
 from acpfsm.runtime.history import HistoryReadError, HistoryStore, truncate_for_context
@@ -583,6 +583,21 @@ async def test_s17_no_prompt_and_no_history_means_boot_ready(
         await rt.stop(ref.id, "done")
 
 
+def resuming_runtime(ex: MemoryExecutor, time_scale: float, root: pathlib.Path) -> Runtime:
+    """A runtime whose profile resumes a session through its history under ``root`` (the
+    resume context; no native session/load)."""
+    prof = profile(history_context_injection=True, native_session_resume=False)
+    return runtime(ex, time_scale, prof, history_root=root)
+
+
+async def resumed_ready(rt: Runtime) -> tuple[ExecutionRef, ExecutionSession]:
+    """An execution resuming kandev session ``task-1``, once READY."""
+    ref = await rt.launch(spec(metadata={"session_id": "task-1"}))
+    s = session_of(rt, ref.id)
+    await wait_until(lambda: s.execution.status == "READY")
+    return ref, s
+
+
 def _seed_history(root: pathlib.Path, session_id: str) -> HistoryStore:
     store = HistoryStore(root)
     store.append_user(session_id, "earlier question")
@@ -598,11 +613,8 @@ async def test_s19_resume_context_is_injected_only_once(
     caplog.set_level(logging.WARNING, logger="acpfsm.runtime")
     _seed_history(tmp_path, "task-1")
     ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
-    prof = profile(history_context_injection=True, native_session_resume=False)
-    async with runtime(ex, time_scale, prof, history_root=tmp_path) as rt:
-        ref = await rt.launch(spec(metadata={"session_id": "task-1"}))
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+    async with resuming_runtime(ex, time_scale, tmp_path) as rt:
+        ref, s = await resumed_ready(rt)
         assert s.init.machine is not None and s.init.machine.state == "resume_context_pending"
         (boot,) = of_type(s, le.AgentBootReady)
         assert boot.resume_context_pending is True
@@ -637,11 +649,8 @@ async def test_an_unreadable_history_sends_the_prompt_plain_with_a_warning(
 
     monkeypatch.setattr(HistoryStore, "generate_resume_context", unreadable)
     ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
-    prof = profile(history_context_injection=True, native_session_resume=False)
-    async with runtime(ex, time_scale, prof, history_root=tmp_path) as rt:
-        ref = await rt.launch(spec(metadata={"session_id": "task-1"}))
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+    async with resuming_runtime(ex, time_scale, tmp_path) as rt:
+        ref, _ = await resumed_ready(rt)
         await rt.prompt(ref.id, "first")
         assert prompts_sent(ex.last) == ["first"]
         await rt.stop(ref.id, "done")
@@ -661,8 +670,7 @@ async def test_s20_resume_context_rendering(time_scale: float, tmp_path: pathlib
     with store.path_for("task-1").open("a") as f:
         f.write('{"type":"plan","timestamp":"2025-01-02T03:04:05Z","content":"SECRET PLAN"}\n')
     ex = MemoryExecutor()
-    prof = profile(history_context_injection=True, native_session_resume=False)
-    async with runtime(ex, time_scale, prof, history_root=tmp_path) as rt:
+    async with resuming_runtime(ex, time_scale, tmp_path) as rt:
         ref = await rt.launch(spec("now add tests", metadata={"session_id": "task-1"}))
         await wait_until(lambda: "prompt" in methods(ex.last))
         (sent,) = prompts_sent(ex.last)
@@ -683,8 +691,7 @@ async def test_s22_resume_context_truncation(time_scale: float, tmp_path: pathli
     store.append_user("task-1", "u" * 5000)
     store.append_tool_result("task-1", "bash", "tc", "r" * 5000)
     ex = MemoryExecutor()
-    prof = profile(history_context_injection=True, native_session_resume=False)
-    async with runtime(ex, time_scale, prof, history_root=tmp_path) as rt:
+    async with resuming_runtime(ex, time_scale, tmp_path) as rt:
         ref = await rt.launch(spec("go on", metadata={"session_id": "task-1"}))
         await wait_until(lambda: "prompt" in methods(ex.last))
         (sent,) = prompts_sent(ex.last)
@@ -710,11 +717,8 @@ async def test_s23_history_presence_and_file_paths(
     never has one, it defaults the task session id to the execution id.)"""
     tmp_path.joinpath("task-1.jsonl").write_bytes(b"")
     ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
-    prof = profile(history_context_injection=True, native_session_resume=False)
-    async with runtime(ex, time_scale, prof, history_root=tmp_path) as rt:
-        ref = await rt.launch(spec(metadata={"session_id": "task-1"}))
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+    async with resuming_runtime(ex, time_scale, tmp_path) as rt:
+        ref, s = await resumed_ready(rt)
         assert s.init.machine is not None and s.init.machine.state == "ready"
         await rt.prompt(ref.id, "hello")
         await turn_settled(s, 1)
@@ -743,11 +747,8 @@ async def test_s23_tool_activity_is_recorded_for_the_next_resume(
     """What the runtime records during a turn (prompt, tool call and result, reply) is what the
     next resume renders."""
     ex = MemoryExecutor()
-    prof = profile(history_context_injection=True, native_session_resume=False)
-    async with runtime(ex, time_scale, prof, history_root=tmp_path) as rt:
-        ref = await rt.launch(spec(metadata={"session_id": "task-1"}))
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+    async with resuming_runtime(ex, time_scale, tmp_path) as rt:
+        ref, s = await resumed_ready(rt)
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.prompt, ref.id, "edit it")
             await wait_until(
