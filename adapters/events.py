@@ -6,6 +6,11 @@ Events are frozen, tagged msgspec Structs (``type`` is the tag, snake_case like 
 lifecycle-relevant ones (``complete``, ``error``, ``foreground_idle`` …) into charts and
 passes high-rate content (``message_chunk``, ``reasoning``) straight to subscribers.
 
+Events, and the structs inside them, are not tracked by the garbage collector (``gc=False``):
+they are acyclic data, and a hub keeps thousands of them for late subscribers, which would
+otherwise lengthen every young-generation collection. A reference cycle through an event (a
+list inside it made to hold the event) would therefore never be collected: do not build one.
+
 ``prompt_generation`` is the generation the event belongs to; 0 is the wildcard/legacy value
 (kandev lifecycle/manager_events.go ``claimPromptCompletion`` accepts it without a claim).
 """
@@ -54,7 +59,7 @@ __all__ = [
 ]
 
 
-class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
     session_id: str = ""
     prompt_generation: int = 0
 
@@ -89,7 +94,7 @@ class ToolUpdate(_Event, tag="tool_update", frozen=True):
     tool_call_contents: list[dict[str, Any]] = []
 
 
-class PlanEntry(msgspec.Struct, frozen=True, kw_only=True):
+class PlanEntry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     description: str
     status: str = "pending"
     priority: str = "medium"
@@ -132,7 +137,7 @@ class ErrorEvent(_Event, tag="error", frozen=True):
     control_turn_id: int = 0
 
 
-class PermissionOption(msgspec.Struct, frozen=True, kw_only=True):
+class PermissionOption(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     option_id: str
     name: str
     kind: str
@@ -175,7 +180,7 @@ class AvailableCommands(_Event, tag="available_commands", frozen=True):
     available_commands: list[dict[str, Any]] = []
 
 
-class ModeInfo(msgspec.Struct, frozen=True, kw_only=True):
+class ModeInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     id: str
     name: str = ""
     description: str = ""
@@ -186,13 +191,13 @@ class SessionMode(_Event, tag="session_mode", frozen=True):
     available_modes: list[ModeInfo] = []
 
 
-class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
+class ModelInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     model_id: str
     name: str = ""
     description: str = ""
 
 
-class ConfigOption(msgspec.Struct, frozen=True, kw_only=True):
+class ConfigOption(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     id: str
     name: str = ""
     type: str = "select"

@@ -3,8 +3,9 @@
 A subscriber of one execution receives, in order, the agent's events (defined in
 :mod:`acpfsm.adapters.events` and re-exported here: ``MessageChunk``, ``ToolCall``,
 ``Complete`` …) interleaved with the lifecycle events defined here (kandev's ``agent.*`` bus
-events: ``AgentReady``, ``PromptCompleted`` …). All are frozen tagged msgspec Structs; match
-them by type::
+events: ``AgentReady``, ``PromptCompleted`` …). All are frozen tagged msgspec Structs, not
+tracked by the garbage collector (acyclic data: never put an event inside itself); match them
+by type::
 
     from acpfsm.runtime.events import AgentReady, MessageChunk
 
@@ -116,7 +117,7 @@ __all__ = [  # the agent's events (re-exported) and the lifecycle's
 ]
 
 
-class _Lifecycle(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+class _Lifecycle(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
     execution_id: str
 
 
@@ -259,7 +260,7 @@ class McpCallEnded(_Lifecycle, frozen=True, tag="mcp.call_ended"):
     error: str = ""
 
 
-class PermissionToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class PermissionToolCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The tool call a permission request is about: its id, title, ``kind`` (ACP's
     ``execute``, ``edit``, ``read`` …; agentctl's action type) and ``raw_input`` (what it
     would run or write, as the agent sent it)."""

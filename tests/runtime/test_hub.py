@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import gc
+import typing
+
 import anyio
 import anyio.lowlevel
+import msgspec
 import pytest
 
-from acpfsm.adapters.events import MessageChunk
+from acpfsm.adapters.events import MessageChunk, Plan, PlanEntry, decode_event
 from acpfsm.runtime import SubscriberOverflow
-from acpfsm.runtime.events import AgentReady, EventsTruncated
+from acpfsm.runtime.events import AgentReady, EventsTruncated, RuntimeEvent
 from acpfsm.runtime.hub import EventHub, event_size
 
 pytestmark = pytest.mark.both_backends
@@ -133,3 +137,29 @@ async def test_take_hands_out_what_was_received_without_waiting() -> None:
     taken = [sub.take(), sub.take()]
     assert [e.text for e in taken if isinstance(e, MessageChunk)] == ["1", "2"]
     assert (sub.take(), sub.buffered, sub.buffered_bytes) == (None, 0, 0)
+
+
+def _struct_types(tp: object, seen: set[type[msgspec.Struct]]) -> set[type[msgspec.Struct]]:
+    """Every msgspec Struct type reachable from ``tp`` (a union, a field annotation)."""
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        if tp not in seen:
+            seen.add(tp)
+            for field in msgspec.structs.fields(tp):
+                _struct_types(field.type, seen)
+        return seen
+    for arg in typing.get_args(tp):
+        _struct_types(arg, seen)
+    return seen
+
+
+def test_retained_events_cost_the_garbage_collector_nothing() -> None:
+    """A hub keeps thousands of events; were they tracked, every young collection would walk
+    them. Every event type, and every struct inside one, is untracked (acyclic data)."""
+    types = _struct_types(RuntimeEvent, set())
+    assert {MessageChunk, Plan, PlanEntry, AgentReady} <= types
+    assert [t.__name__ for t in types if t.__struct_config__.gc] == []
+    plan = decode_event(b'{"type":"plan","plan_entries":[{"description":"a","priority":"high"}]}')
+    hub = EventHub("x")
+    hub.publish(plan)
+    assert isinstance(plan, Plan) and plan.plan_entries
+    assert not gc.is_tracked(plan) and not gc.is_tracked(plan.plan_entries[0])
