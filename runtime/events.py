@@ -291,8 +291,9 @@ class PermissionResolved(_Lifecycle, frozen=True, tag="permission.resolved"):
     (``respond_permission``), ``policy`` (``reject`` or ``allow_once``), ``timeout`` (an
     ``ask`` left unanswered past its bound: refused), ``turn_ended`` (its turn ended first:
     cancelled), ``withdrawn`` (a cancel, a new prompt, the carrier's end or the execution's
-    stop withdrew it), ``limit`` (too many requests waiting: refused) or ``duplicate`` (an id
-    that is still waiting: refused). ``reason`` says it in words."""
+    stop withdrew it) or ``limit`` (too many requests waiting: refused). ``reason`` says it in
+    words. (A request reusing the id of one still waiting is refused without either event: it
+    is published as a ``ProtocolErrorEvent``.)"""
 
     request_id: str
     outcome: str

@@ -80,6 +80,15 @@ class PermissionBroker:
     async def decide(self, request: ev.PermissionRequest) -> str | None:
         """The execution's answer to ``request``: an option id, or ``None`` (``cancelled``)."""
         ask = self.policy == "ask"
+        rid = request.request_id
+        if ask and rid in self._pending:
+            # refused, and told as the agent's protocol error: announced as a request, it
+            # would show the app a second request, then a resolution, under the id of the one
+            # the app still has to answer
+            error = f"permission request {rid!r} reuses the id of one still waiting: refused"
+            log.warning("%s: %s", self.ctx.id, error)
+            self.ctx.publish(ev.ProtocolErrorEvent(session_id=request.session_id, error=error))
+            return reject_option(request.permission_options)
         bound = self.ctx.timeouts.permission_wait
         self.ctx.publish(
             le.PermissionRequested(
@@ -104,9 +113,6 @@ class PermissionBroker:
             return self._settle(request, choice, "policy", "the execution's policy: allow_once")
         if not ask:
             return self._refuse(request, "policy", "the execution's policy: reject")
-        rid = request.request_id
-        if rid in self._pending:
-            return self._refuse(request, "duplicate", "a request with this id is still waiting")
         if len(self._pending) >= MAX_PENDING:
             return self._refuse(request, "limit", f"{MAX_PENDING} requests already wait")
         if request.prompt_generation and self._turn_over(request.prompt_generation):

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from acpfsm.adapters.events import PermissionOption, PermissionRequest
+from acpfsm.adapters.events import PermissionOption, PermissionRequest, ProtocolErrorEvent
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import (
     AgentProfile,
@@ -308,7 +308,9 @@ async def test_a_cancel_and_a_stop_withdraw_waiting_requests(time_scale: float) 
 
 async def test_a_flood_of_requests_is_bounded(time_scale: float) -> None:
     """A flood: at most MAX_PENDING requests wait, the others are refused at once (each
-    visibly); a duplicate id is refused; every request gets exactly one answer."""
+    visibly); a duplicate of a waiting id is refused and published as the agent's protocol
+    error, not as a second request under the id the app still has to answer; every request
+    gets exactly one answer."""
     ex, rt = runtime(time_scale)
     flood = MAX_PENDING + 200
     async with rt, anyio.create_task_group() as tg:
@@ -323,9 +325,18 @@ async def test_a_flood_of_requests_is_bounded(time_scale: float) -> None:
         assert len(refused) == flood - MAX_PENDING
         assert {r.option_id for r in refused} == {"no"}
         waiting = broker.pending[0]
+        announced = len(events_of(rt, ref.id, le.PermissionRequested))
         tg.start_soon(ex.last.request_permission, ask(waiting))  # the same id again
         await answered(ex.last, flood - MAX_PENDING + 1)
         assert ex.last.permission_answers[-1] == (waiting, "no")
+        # refused to the agent alone: the app still has one request under that id, unresolved
+        assert len(events_of(rt, ref.id, le.PermissionRequested)) == announced
+        assert waiting not in resolved(rt, ref.id) and waiting in broker.pending
+        (told,) = events_of(rt, ref.id, ProtocolErrorEvent)
+        assert (
+            told.error
+            == f"permission request {waiting!r} reuses the id of one still waiting: refused"
+        )
         for rid in list(broker.pending):
             await rt.respond_permission(ref.id, rid, "once")
         await answered(ex.last, flood + 1)
