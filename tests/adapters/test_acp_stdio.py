@@ -61,6 +61,8 @@ from acpfsm.adapters.transport import (
     reject_permission_policy,
 )
 
+from .pipes import PipeReader, PipeWriter, hand_peer
+
 pytestmark = pytest.mark.both_backends
 
 AGENT = Path(__file__).parent / "fake_agents" / "fake_acp_agent.py"
@@ -773,28 +775,6 @@ async def test_aclose_is_clean_and_final(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ without a process
 
 
-class PipeWriter(anyio.abc.ByteSendStream):
-    def __init__(self, stream: MemoryObjectSendStream[bytes]) -> None:
-        self.stream = stream
-
-    async def send(self, item: bytes) -> None:
-        await self.stream.send(item)
-
-    async def aclose(self) -> None:
-        self.stream.close()
-
-
-class PipeReader(anyio.abc.ByteReceiveStream):
-    def __init__(self, stream: MemoryObjectReceiveStream[bytes]) -> None:
-        self.stream = stream
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        return await self.stream.receive()
-
-    async def aclose(self) -> None:
-        self.stream.close()
-
-
 async def scripted_agent(
     requests: MemoryObjectReceiveStream[bytes],
     answers: MemoryObjectSendStream[bytes],
@@ -843,3 +823,76 @@ async def test_transport_over_plain_byte_streams(tmp_path: Path) -> None:
                 last = events[-1]
                 assert isinstance(last, StreamDisconnected)
                 assert (last.error, last.exit_code, last.stderr_tail) == ("", None, "")
+
+
+# ------------------------------------------------------------------------------ steer handoff undone
+
+
+async def test_steer_whose_send_fails_after_the_turn_ended_leaves_no_stale_gate(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    """The steer's session/prompt cannot be written (stdin full) and, while it waits, the
+    running turn ends (its end withheld for the successor); then the steer's caller gives up.
+    The ended turn must not get the gate back (nothing would ever release it again): its end is
+    delivered and the next prompt runs."""
+    with anyio.fail_after(30):
+        async with (
+            hand_peer() as peer,
+            connect_stdio_transport(peer.reader, peer.writer, workspace=tmp_path) as t,
+        ):
+            await t.initialize()
+            await t.new_session(str(tmp_path))
+            await t.prompt("first", [], 1)
+            first = await peer.next_prompt()
+            peer.writer.hold()
+            with anyio.CancelScope() as steer_scope:
+                async with anyio.create_task_group() as steering:
+                    steering.start_soon(t.steer, "more", [], 1)
+                    await peer.writer.blocked.wait()
+                    await peer.end_turn(first)  # the turn ends meanwhile
+                    await anyio.wait_all_tasks_blocked()
+                    steer_scope.cancel()  # the steer's caller gives up
+            peer.writer.release()
+            with pytest.raises(SteerUnsupported):  # the ended turn is not in flight
+                await t.steer("late", [], 1)
+            await t.prompt("next", [], 2)
+            with anyio.fail_after(5):  # the gate is free: the next prompt is sent
+                second = await peer.next_prompt()
+            seen = await until(t, completes(1))  # the first turn's end, withheld, delivered
+            assert isinstance(seen[-1], Complete) and seen[-1].stop_reason == "end_turn"
+            await peer.end_turn(second)
+            seen = await until(t, completes(2))
+            assert isinstance(seen[-1], Complete)
+
+
+async def test_steer_whose_send_fails_while_the_turn_runs_hands_the_gate_back(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    """The same failed send, but the running turn is still open when the steer gives up: it
+    owes its end again (one Complete, its own) and keeps the gate until then."""
+    with anyio.fail_after(30):
+        async with (
+            hand_peer() as peer,
+            connect_stdio_transport(peer.reader, peer.writer, workspace=tmp_path) as t,
+        ):
+            await t.initialize()
+            await t.new_session(str(tmp_path))
+            await t.prompt("first", [], 1)
+            first = await peer.next_prompt()
+            peer.writer.hold()
+            with anyio.CancelScope() as steer_scope:
+                async with anyio.create_task_group() as steering:
+                    steering.start_soon(t.steer, "more", [], 1)
+                    await peer.writer.blocked.wait()
+                    steer_scope.cancel()
+            peer.writer.release()
+            await t.prompt("next", [], 2)  # queued behind the running turn
+            await anyio.wait_all_tasks_blocked()
+            with pytest.raises(anyio.WouldBlock):
+                peer.prompt_ids.receive_nowait()  # the gate is still the first turn's
+            await peer.end_turn(first)
+            seen = await until(t, completes(1))
+            assert [e.prompt_generation for e in seen if isinstance(e, Complete)] == [1]
+            await peer.end_turn(await peer.next_prompt())
+            seen = await until(t, completes(2))
+            assert isinstance(seen[-1], Complete)
