@@ -17,7 +17,10 @@ answer becomes ``Complete(stop_reason, prompt_generation=g)``, its JSON-RPC erro
 while the first is still open. The gate passes to the successor, the predecessor is *handed
 off* and its early end is suppressed, so the pair yields exactly one ``Complete``, stamped with
 the generation the steer carries (the runtime sends the active one). Without queueing, or with
-no turn in flight, ``steer`` raises :class:`SteerUnsupported` and nothing is sent.
+no turn in flight, ``steer`` raises :class:`SteerUnsupported` and nothing is sent. A steer
+whose ``session/prompt`` is not written (its caller cancelled, its bound reached) undoes the
+handoff: a predecessor still running owes its end again and keeps the gate; one that ended
+during the failed send frees the gate and delivers the end it had withheld.
 
 **Cancel** (``Cancel``): the ``session/cancel`` notification, pending permission prompts
 answered ``cancelled``, open tool calls marked cancelled; then a bounded wait
@@ -1089,6 +1092,7 @@ class StdioTransport:
         the successor's gate is released and the end it had withheld is delivered."""
         if predecessor.fate is _Fate.HANDED_OFF:
             predecessor.fate = _Fate.OWED
+            successor.finished = predecessor.finished  # a cancel waiting on it waits for this end
             if self._active is successor:
                 self._active = predecessor
             return

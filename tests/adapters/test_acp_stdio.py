@@ -57,6 +57,7 @@ from acpfsm.adapters.events import (
 from acpfsm.adapters.transport import (
     AgentTransport,
     Attachment,
+    CancelResult,
     allow_once_permission_policy,
     reject_permission_policy,
 )
@@ -893,6 +894,51 @@ async def test_steer_whose_send_fails_while_the_turn_runs_hands_the_gate_back(
             await peer.end_turn(first)
             seen = await until(t, completes(1))
             assert [e.prompt_generation for e in seen if isinstance(e, Complete)] == [1]
+            await peer.end_turn(await peer.next_prompt())
+            seen = await until(t, completes(2))
+            assert isinstance(seen[-1], Complete)
+
+
+@pytest.mark.parametrize("ended_first", [False, True], ids=["turn-still-running", "turn-ended"])
+async def test_cancel_queued_behind_a_failed_steer_hears_the_turn_end(
+    tmp_path: Path, autojump_clock: object, ended_first: bool
+) -> None:
+    """A cancel made while a steer's session/prompt is stuck in the write (it takes the steer's
+    turn to wait on) is acknowledged by the end of the turn the failed steer leaves behind,
+    whether that turn ended during the failed send or after it."""
+    with anyio.fail_after(30):
+        async with (
+            hand_peer() as peer,
+            connect_stdio_transport(peer.reader, peer.writer, workspace=tmp_path) as t,
+            anyio.create_task_group() as tg,
+        ):
+            await t.initialize()
+            await t.new_session(str(tmp_path))
+            await t.prompt("first", [], 1)
+            first = await peer.next_prompt()
+            peer.writer.hold()
+            results: list[CancelResult] = []
+
+            async def cancel() -> None:
+                results.append(await t.cancel())
+
+            with anyio.CancelScope() as steer_scope:
+                async with anyio.create_task_group() as steering:
+                    steering.start_soon(t.steer, "more", [], 1)
+                    await peer.writer.blocked.wait()
+                    tg.start_soon(cancel)  # its session/cancel waits behind the steer's write
+                    if ended_first:
+                        await peer.end_turn(first)
+                    await anyio.wait_all_tasks_blocked()
+                    steer_scope.cancel()
+            peer.writer.release()
+            if not ended_first:
+                await peer.end_turn(first)
+            seen = await until(t, completes(1))
+            assert isinstance(seen[-1], Complete)
+            await anyio.wait_all_tasks_blocked()
+            assert results == [CancelResult(acknowledged=True)]
+            await t.prompt("next", [], 2)
             await peer.end_turn(await peer.next_prompt())
             seen = await until(t, completes(2))
             assert isinstance(seen[-1], Complete)
