@@ -13,7 +13,15 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__ = ["QUEUEING_AGENT", "HandPeer", "HoldingWriter", "PipeReader", "PipeWriter", "hand_peer"]
+__all__ = [
+    "QUEUEING_AGENT",
+    "HandPeer",
+    "HoldingWriter",
+    "Messages",
+    "PipeReader",
+    "PipeWriter",
+    "hand_peer",
+]
 
 QUEUEING_AGENT: dict[str, Any] = {
     "initialize": {
@@ -44,6 +52,25 @@ class PipeReader(anyio.abc.ByteReceiveStream):
 
     async def aclose(self) -> None:
         self.stream.close()
+
+
+class Messages:
+    """The JSON-RPC messages written on a pipe, one a line."""
+
+    def __init__(self, stream: MemoryObjectReceiveStream[bytes]) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    async def next(self) -> dict[str, Any] | None:
+        """The next message, ``None`` once the writer closed."""
+        while b"\n" not in self.buffer:
+            try:
+                self.buffer += await self.stream.receive()
+            except anyio.EndOfStream:
+                return None
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        message: dict[str, Any] = json.loads(line)
+        return message
 
 
 class HoldingWriter(PipeWriter):
@@ -78,15 +105,8 @@ async def hand_agent(
 ) -> None:
     """Answer each request with ``results[method]`` (method not found if absent), except
     session/prompt: its id goes to ``prompts`` and the test answers it (:func:`end_turn`)."""
-    buffer = b""
-    while True:
-        while b"\n" not in buffer:
-            try:
-                buffer += await requests.receive()
-            except anyio.EndOfStream:
-                return
-        line, buffer = buffer.split(b"\n", 1)
-        request = json.loads(line)
+    messages = Messages(requests)
+    while (request := await messages.next()) is not None:
         if "id" not in request or "method" not in request:
             continue  # a notification (session/cancel, $/cancel_request) or a response
         if request["method"] == "session/prompt":

@@ -6,12 +6,13 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -62,7 +63,7 @@ from acpfsm.adapters.transport import (
     reject_permission_policy,
 )
 
-from .pipes import PipeReader, PipeWriter, hand_peer
+from .pipes import HandPeer, Messages, PipeReader, PipeWriter, hand_peer
 
 pytestmark = pytest.mark.both_backends
 
@@ -784,15 +785,8 @@ async def scripted_agent(
 ) -> None:
     """Answer each JSON-RPC request line with ``results[method]`` until the client closes;
     ``seen`` keeps the params of each method's last request."""
-    buffer = b""
-    while True:
-        while b"\n" not in buffer:
-            try:
-                buffer += await requests.receive()
-            except anyio.EndOfStream:
-                return
-        line, buffer = buffer.split(b"\n", 1)
-        request = json.loads(line)
+    messages = Messages(requests)
+    while (request := await messages.next()) is not None:
         if seen is not None:
             seen[request["method"]] = request.get("params")
         answer = {"jsonrpc": "2.0", "id": request["id"], "result": results[request["method"]]}
@@ -829,6 +823,47 @@ async def test_transport_over_plain_byte_streams(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ steer handoff undone
 
 
+@contextlib.asynccontextmanager
+async def turn_in_flight(workspace: Path) -> AsyncIterator[tuple[StdioTransport, HandPeer, int]]:
+    """A transport to a prompt-queueing :func:`hand_peer` with turn 1 sent (and its request
+    id), inside a 30 s bound."""
+    with anyio.fail_after(30):
+        async with (
+            hand_peer() as peer,
+            connect_stdio_transport(peer.reader, peer.writer, workspace=workspace) as t,
+        ):
+            await t.initialize()
+            await t.new_session(str(workspace))
+            await t.prompt("first", [], 1)
+            yield t, peer, await peer.next_prompt()
+
+
+async def steer_given_up(
+    t: StdioTransport, peer: HandPeer, meanwhile: Callable[[], Awaitable[object]]
+) -> None:
+    """A steer whose session/prompt is stuck in the write (stdin full): ``meanwhile`` runs,
+    then the steer's caller gives up and stdin drains again."""
+    peer.writer.hold()
+    with anyio.CancelScope() as steer_scope:
+        async with anyio.create_task_group() as steering:
+            steering.start_soon(t.steer, "more", [], 1)
+            await peer.writer.blocked.wait()
+            await meanwhile()
+            await anyio.wait_all_tasks_blocked()
+            steer_scope.cancel()
+    peer.writer.release()
+
+
+async def next_turn_completes(t: StdioTransport, peer: HandPeer) -> list[AgentEvent]:
+    """Prompt turn 2: the gate is free, so it reaches the agent; the events up to its end."""
+    await t.prompt("next", [], 2)
+    with anyio.fail_after(5):
+        await peer.end_turn(await peer.next_prompt())
+    seen = await until(t, completes(2))
+    assert isinstance(seen[-1], Complete)
+    return seen
+
+
 async def test_steer_whose_send_fails_after_the_turn_ended_leaves_no_stale_gate(
     tmp_path: Path, autojump_clock: object
 ) -> None:
@@ -836,34 +871,13 @@ async def test_steer_whose_send_fails_after_the_turn_ended_leaves_no_stale_gate(
     running turn ends (its end withheld for the successor); then the steer's caller gives up.
     The ended turn must not get the gate back (nothing would ever release it again): its end is
     delivered and the next prompt runs."""
-    with anyio.fail_after(30):
-        async with (
-            hand_peer() as peer,
-            connect_stdio_transport(peer.reader, peer.writer, workspace=tmp_path) as t,
-        ):
-            await t.initialize()
-            await t.new_session(str(tmp_path))
-            await t.prompt("first", [], 1)
-            first = await peer.next_prompt()
-            peer.writer.hold()
-            with anyio.CancelScope() as steer_scope:
-                async with anyio.create_task_group() as steering:
-                    steering.start_soon(t.steer, "more", [], 1)
-                    await peer.writer.blocked.wait()
-                    await peer.end_turn(first)  # the turn ends meanwhile
-                    await anyio.wait_all_tasks_blocked()
-                    steer_scope.cancel()  # the steer's caller gives up
-            peer.writer.release()
-            with pytest.raises(SteerUnsupported):  # the ended turn is not in flight
-                await t.steer("late", [], 1)
-            await t.prompt("next", [], 2)
-            with anyio.fail_after(5):  # the gate is free: the next prompt is sent
-                second = await peer.next_prompt()
-            seen = await until(t, completes(1))  # the first turn's end, withheld, delivered
-            assert isinstance(seen[-1], Complete) and seen[-1].stop_reason == "end_turn"
-            await peer.end_turn(second)
-            seen = await until(t, completes(2))
-            assert isinstance(seen[-1], Complete)
+    async with turn_in_flight(tmp_path) as (t, peer, first):
+        await steer_given_up(t, peer, lambda: peer.end_turn(first))
+        with pytest.raises(SteerUnsupported):  # the ended turn is not in flight
+            await t.steer("late", [], 1)
+        seen = await next_turn_completes(t, peer)
+        ends = [(e.prompt_generation, e.stop_reason) for e in seen if isinstance(e, Complete)]
+        assert ends == [(1, "end_turn"), (2, "end_turn")]  # turn 1's withheld end, delivered
 
 
 async def test_steer_whose_send_fails_while_the_turn_runs_hands_the_gate_back(
@@ -871,32 +885,18 @@ async def test_steer_whose_send_fails_while_the_turn_runs_hands_the_gate_back(
 ) -> None:
     """The same failed send, but the running turn is still open when the steer gives up: it
     owes its end again (one Complete, its own) and keeps the gate until then."""
-    with anyio.fail_after(30):
-        async with (
-            hand_peer() as peer,
-            connect_stdio_transport(peer.reader, peer.writer, workspace=tmp_path) as t,
-        ):
-            await t.initialize()
-            await t.new_session(str(tmp_path))
-            await t.prompt("first", [], 1)
-            first = await peer.next_prompt()
-            peer.writer.hold()
-            with anyio.CancelScope() as steer_scope:
-                async with anyio.create_task_group() as steering:
-                    steering.start_soon(t.steer, "more", [], 1)
-                    await peer.writer.blocked.wait()
-                    steer_scope.cancel()
-            peer.writer.release()
-            await t.prompt("next", [], 2)  # queued behind the running turn
-            await anyio.wait_all_tasks_blocked()
-            with pytest.raises(anyio.WouldBlock):
-                peer.prompt_ids.receive_nowait()  # the gate is still the first turn's
-            await peer.end_turn(first)
-            seen = await until(t, completes(1))
-            assert [e.prompt_generation for e in seen if isinstance(e, Complete)] == [1]
-            await peer.end_turn(await peer.next_prompt())
-            seen = await until(t, completes(2))
-            assert isinstance(seen[-1], Complete)
+    async with turn_in_flight(tmp_path) as (t, peer, first):
+        await steer_given_up(t, peer, anyio.lowlevel.checkpoint)
+        await t.prompt("next", [], 2)  # queued behind the running turn
+        await anyio.wait_all_tasks_blocked()
+        with pytest.raises(anyio.WouldBlock):
+            peer.prompt_ids.receive_nowait()  # the gate is still the first turn's
+        await peer.end_turn(first)
+        seen = await until(t, completes(1))
+        assert [e.prompt_generation for e in seen if isinstance(e, Complete)] == [1]
+        await peer.end_turn(await peer.next_prompt())
+        seen = await until(t, completes(2))
+        assert isinstance(seen[-1], Complete)
 
 
 @pytest.mark.parametrize("ended_first", [False, True], ids=["turn-still-running", "turn-ended"])
@@ -906,39 +906,22 @@ async def test_cancel_queued_behind_a_failed_steer_hears_the_turn_end(
     """A cancel made while a steer's session/prompt is stuck in the write (it takes the steer's
     turn to wait on) is acknowledged by the end of the turn the failed steer leaves behind,
     whether that turn ended during the failed send or after it."""
-    with anyio.fail_after(30):
-        async with (
-            hand_peer() as peer,
-            connect_stdio_transport(peer.reader, peer.writer, workspace=tmp_path) as t,
-            anyio.create_task_group() as tg,
-        ):
-            await t.initialize()
-            await t.new_session(str(tmp_path))
-            await t.prompt("first", [], 1)
-            first = await peer.next_prompt()
-            peer.writer.hold()
-            results: list[CancelResult] = []
+    results: list[CancelResult] = []
+    async with turn_in_flight(tmp_path) as (t, peer, first), anyio.create_task_group() as tg:
 
-            async def cancel() -> None:
-                results.append(await t.cancel())
+        async def cancel() -> None:
+            results.append(await t.cancel())
 
-            with anyio.CancelScope() as steer_scope:
-                async with anyio.create_task_group() as steering:
-                    steering.start_soon(t.steer, "more", [], 1)
-                    await peer.writer.blocked.wait()
-                    tg.start_soon(cancel)  # its session/cancel waits behind the steer's write
-                    if ended_first:
-                        await peer.end_turn(first)
-                    await anyio.wait_all_tasks_blocked()
-                    steer_scope.cancel()
-            peer.writer.release()
-            if not ended_first:
+        async def meanwhile() -> None:
+            tg.start_soon(cancel)  # its session/cancel waits behind the steer's write
+            if ended_first:
                 await peer.end_turn(first)
-            seen = await until(t, completes(1))
-            assert isinstance(seen[-1], Complete)
-            await anyio.wait_all_tasks_blocked()
-            assert results == [CancelResult(acknowledged=True)]
-            await t.prompt("next", [], 2)
-            await peer.end_turn(await peer.next_prompt())
-            seen = await until(t, completes(2))
-            assert isinstance(seen[-1], Complete)
+
+        await steer_given_up(t, peer, meanwhile)
+        if not ended_first:
+            await peer.end_turn(first)
+        seen = await until(t, completes(1))
+        assert isinstance(seen[-1], Complete)
+        await anyio.wait_all_tasks_blocked()
+        assert results == [CancelResult(acknowledged=True)]
+        await next_turn_completes(t, peer)
