@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -56,7 +57,7 @@ class HandExecutor:
 
 
 async def test_steer_timing_out_after_the_turn_ended_leaves_the_next_prompt_free(
-    tmp_path: object, time_scale: float, autojump_clock: object
+    tmp_path: Path, time_scale: float, autojump_clock: object
 ) -> None:
     ex = HandExecutor()
     rt = Runtime(
