@@ -17,7 +17,10 @@ answer becomes ``Complete(stop_reason, prompt_generation=g)``, its JSON-RPC erro
 while the first is still open. The gate passes to the successor, the predecessor is *handed
 off* and its early end is suppressed, so the pair yields exactly one ``Complete``, stamped with
 the generation the steer carries (the runtime sends the active one). Without queueing, or with
-no turn in flight, ``steer`` raises :class:`SteerUnsupported` and nothing is sent.
+no turn in flight, ``steer`` raises :class:`SteerUnsupported` and nothing is sent. A steer
+whose ``session/prompt`` is not written (its caller cancelled, its bound reached) undoes the
+handoff: a predecessor still running owes its end again and keeps the gate; one that ended
+during the failed send frees the gate and delivers the end it had withheld.
 
 **Cancel** (``Cancel``): the ``session/cancel`` notification, pending permission prompts
 answered ``cancelled``, open tool calls marked cancelled; then a bounded wait
@@ -229,7 +232,7 @@ class _Fate(enum.Enum):
 class _Turn:
     """One ``session/prompt`` owed a terminal event (Complete/ErrorEvent)."""
 
-    __slots__ = ("attachments", "fate", "finished", "generation", "pending", "text")
+    __slots__ = ("attachments", "fate", "finished", "generation", "pending", "text", "withheld")
 
     def __init__(self, text: str, attachments: Sequence[Attachment], generation: int) -> None:
         self.text = text
@@ -238,6 +241,7 @@ class _Turn:
         self.fate = _Fate.OWED
         self.pending: Any = None  # jsonrpc.PendingRequest once sent
         self.finished = anyio.Event()
+        self.withheld: AgentEvent | None = None  # the end suppressed while handed off
 
 
 _TEXTUAL_MIME = re.compile(r"^(text/|application/(json|xml|x-yaml|yaml|javascript|toml)\b)")
@@ -1038,10 +1042,14 @@ class StdioTransport:
             log.debug(
                 "suppressing completion from handed-off prompt (generation %d)", turn.generation
             )
+            turn.withheld = outcome  # owed again if the steer is not delivered after all
             return
         if fate is _Fate.ABANDONED:
             log.debug("prompt abandoned after cancel (generation %d)", turn.generation)
             return
+        self._deliver(outcome)
+
+    def _deliver(self, outcome: AgentEvent | None) -> None:
         if outcome is None:
             return
         if isinstance(outcome, Complete):
@@ -1072,12 +1080,26 @@ class StdioTransport:
         except BaseException:
             if successor.fate is _Fate.OWED:  # not delivered: the successor owes nothing
                 successor.fate = _Fate.SETTLED
-                predecessor.fate = _Fate.OWED
-                if self._active is successor:
-                    self._active = predecessor
+                self._take_back(predecessor, successor)
             raise
         assert self._task_group is not None
         self._task_group.start_soon(self._run_turn, successor)
+
+    def _take_back(self, predecessor: _Turn, successor: _Turn) -> None:
+        """Undo the handoff of a steer that was not delivered. A predecessor still running
+        owes its end again and takes the gate back; one that ended during the failed send is
+        not restored (nothing would ever release it: every later prompt would wait behind it):
+        the successor's gate is released and the end it had withheld is delivered."""
+        if predecessor.fate is _Fate.HANDED_OFF:
+            predecessor.fate = _Fate.OWED
+            successor.finished = predecessor.finished  # a cancel waiting on it waits for this end
+            if self._active is successor:
+                self._active = predecessor
+            return
+        self._release(successor)
+        successor.finished.set()  # the turn has ended: a cancel waiting on it stops waiting
+        withheld, predecessor.withheld = predecessor.withheld, None
+        self._deliver(withheld)
 
     def _in_flight_or_raise(self) -> _Turn:
         turn = self._active

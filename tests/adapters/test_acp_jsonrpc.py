@@ -15,7 +15,6 @@ import anyio.abc
 import anyio.lowlevel
 import msgspec
 import pytest
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from acpfsm.adapters.acp.jsonrpc import JsonRpcConnection, JsonRpcErrorReply
 from acpfsm.adapters.errors import (
@@ -25,29 +24,9 @@ from acpfsm.adapters.errors import (
     TransportClosed,
 )
 
+from .pipes import PipeReader, PipeWriter
+
 pytestmark = pytest.mark.both_backends
-
-
-class PipeWriter(anyio.abc.ByteSendStream):
-    def __init__(self, stream: MemoryObjectSendStream[bytes]) -> None:
-        self._stream = stream
-
-    async def send(self, item: bytes) -> None:
-        await self._stream.send(item)
-
-    async def aclose(self) -> None:
-        self._stream.close()
-
-
-class PipeReader(anyio.abc.ByteReceiveStream):
-    def __init__(self, stream: MemoryObjectReceiveStream[bytes]) -> None:
-        self._stream = stream
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        return await self._stream.receive()
-
-    async def aclose(self) -> None:
-        self._stream.close()
 
 
 def pipe() -> tuple[PipeWriter, PipeReader]:

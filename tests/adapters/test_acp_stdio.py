@@ -6,12 +6,13 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -57,9 +58,12 @@ from acpfsm.adapters.events import (
 from acpfsm.adapters.transport import (
     AgentTransport,
     Attachment,
+    CancelResult,
     allow_once_permission_policy,
     reject_permission_policy,
 )
+
+from .pipes import HandPeer, Messages, PipeReader, PipeWriter, hand_peer
 
 pytestmark = pytest.mark.both_backends
 
@@ -773,28 +777,6 @@ async def test_aclose_is_clean_and_final(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ without a process
 
 
-class PipeWriter(anyio.abc.ByteSendStream):
-    def __init__(self, stream: MemoryObjectSendStream[bytes]) -> None:
-        self.stream = stream
-
-    async def send(self, item: bytes) -> None:
-        await self.stream.send(item)
-
-    async def aclose(self) -> None:
-        self.stream.close()
-
-
-class PipeReader(anyio.abc.ByteReceiveStream):
-    def __init__(self, stream: MemoryObjectReceiveStream[bytes]) -> None:
-        self.stream = stream
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        return await self.stream.receive()
-
-    async def aclose(self) -> None:
-        self.stream.close()
-
-
 async def scripted_agent(
     requests: MemoryObjectReceiveStream[bytes],
     answers: MemoryObjectSendStream[bytes],
@@ -803,15 +785,8 @@ async def scripted_agent(
 ) -> None:
     """Answer each JSON-RPC request line with ``results[method]`` until the client closes;
     ``seen`` keeps the params of each method's last request."""
-    buffer = b""
-    while True:
-        while b"\n" not in buffer:
-            try:
-                buffer += await requests.receive()
-            except anyio.EndOfStream:
-                return
-        line, buffer = buffer.split(b"\n", 1)
-        request = json.loads(line)
+    messages = Messages(requests)
+    while (request := await messages.next()) is not None:
         if seen is not None:
             seen[request["method"]] = request.get("params")
         answer = {"jsonrpc": "2.0", "id": request["id"], "result": results[request["method"]]}
@@ -843,3 +818,110 @@ async def test_transport_over_plain_byte_streams(tmp_path: Path) -> None:
                 last = events[-1]
                 assert isinstance(last, StreamDisconnected)
                 assert (last.error, last.exit_code, last.stderr_tail) == ("", None, "")
+
+
+# ------------------------------------------------------------------------------ steer handoff undone
+
+
+@contextlib.asynccontextmanager
+async def turn_in_flight(workspace: Path) -> AsyncIterator[tuple[StdioTransport, HandPeer, int]]:
+    """A transport to a prompt-queueing :func:`hand_peer` with turn 1 sent (and its request
+    id), inside a 30 s bound."""
+    with anyio.fail_after(30):
+        async with (
+            hand_peer() as peer,
+            connect_stdio_transport(peer.reader, peer.writer, workspace=workspace) as t,
+        ):
+            await t.initialize()
+            await t.new_session(str(workspace))
+            await t.prompt("first", [], 1)
+            yield t, peer, await peer.next_prompt()
+
+
+async def steer_given_up(
+    t: StdioTransport, peer: HandPeer, meanwhile: Callable[[], Awaitable[object]]
+) -> None:
+    """A steer whose session/prompt is stuck in the write (stdin full): ``meanwhile`` runs,
+    then the steer's caller gives up and stdin drains again."""
+    peer.writer.hold()
+    with anyio.CancelScope() as steer_scope:
+        async with anyio.create_task_group() as steering:
+            steering.start_soon(t.steer, "more", [], 1)
+            await peer.writer.blocked.wait()
+            await meanwhile()
+            await anyio.wait_all_tasks_blocked()
+            steer_scope.cancel()
+    peer.writer.release()
+
+
+async def next_turn_completes(t: StdioTransport, peer: HandPeer) -> list[AgentEvent]:
+    """Prompt turn 2: the gate is free, so it reaches the agent; the events up to its end."""
+    await t.prompt("next", [], 2)
+    with anyio.fail_after(5):
+        await peer.end_turn(await peer.next_prompt())
+    seen = await until(t, completes(2))
+    assert isinstance(seen[-1], Complete)
+    return seen
+
+
+async def test_steer_whose_send_fails_after_the_turn_ended_leaves_no_stale_gate(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    """The steer's session/prompt cannot be written (stdin full) and, while it waits, the
+    running turn ends (its end withheld for the successor); then the steer's caller gives up.
+    The ended turn must not get the gate back (nothing would ever release it again): its end is
+    delivered and the next prompt runs."""
+    async with turn_in_flight(tmp_path) as (t, peer, first):
+        await steer_given_up(t, peer, lambda: peer.end_turn(first))
+        with pytest.raises(SteerUnsupported):  # the ended turn is not in flight
+            await t.steer("late", [], 1)
+        seen = await next_turn_completes(t, peer)
+        ends = [(e.prompt_generation, e.stop_reason) for e in seen if isinstance(e, Complete)]
+        assert ends == [(1, "end_turn"), (2, "end_turn")]  # turn 1's withheld end, delivered
+
+
+async def test_steer_whose_send_fails_while_the_turn_runs_hands_the_gate_back(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    """The same failed send, but the running turn is still open when the steer gives up: it
+    owes its end again (one Complete, its own) and keeps the gate until then."""
+    async with turn_in_flight(tmp_path) as (t, peer, first):
+        await steer_given_up(t, peer, anyio.lowlevel.checkpoint)
+        await t.prompt("next", [], 2)  # queued behind the running turn
+        await anyio.wait_all_tasks_blocked()
+        with pytest.raises(anyio.WouldBlock):
+            peer.prompt_ids.receive_nowait()  # the gate is still the first turn's
+        await peer.end_turn(first)
+        seen = await until(t, completes(1))
+        assert [e.prompt_generation for e in seen if isinstance(e, Complete)] == [1]
+        await peer.end_turn(await peer.next_prompt())
+        seen = await until(t, completes(2))
+        assert isinstance(seen[-1], Complete)
+
+
+@pytest.mark.parametrize("ended_first", [False, True], ids=["turn-still-running", "turn-ended"])
+async def test_cancel_queued_behind_a_failed_steer_hears_the_turn_end(
+    tmp_path: Path, autojump_clock: object, ended_first: bool
+) -> None:
+    """A cancel made while a steer's session/prompt is stuck in the write (it takes the steer's
+    turn to wait on) is acknowledged by the end of the turn the failed steer leaves behind,
+    whether that turn ended during the failed send or after it."""
+    results: list[CancelResult] = []
+    async with turn_in_flight(tmp_path) as (t, peer, first), anyio.create_task_group() as tg:
+
+        async def cancel() -> None:
+            results.append(await t.cancel())
+
+        async def meanwhile() -> None:
+            tg.start_soon(cancel)  # its session/cancel waits behind the steer's write
+            if ended_first:
+                await peer.end_turn(first)
+
+        await steer_given_up(t, peer, meanwhile)
+        if not ended_first:
+            await peer.end_turn(first)
+        seen = await until(t, completes(1))
+        assert isinstance(seen[-1], Complete)
+        await anyio.wait_all_tasks_blocked()
+        assert results == [CancelResult(acknowledged=True)]
+        await next_turn_completes(t, peer)
