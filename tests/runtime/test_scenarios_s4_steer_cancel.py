@@ -47,11 +47,20 @@ from acpfsm.runtime import (
     SteerAttachmentMaterializationError,
     SteerDispatchTimeout,
     SteerNotDispatched,
+    Timeouts,
 )
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    PROFILE,
+    MemoryExecutor,
+    make_runtime,
+    session_of,
+    settle,
+    spec,
+    wait_until,
+)
 
 pytestmark = pytest.mark.both_backends
 
@@ -450,16 +459,19 @@ async def test_a_steer_reaches_the_initial_prompts_turn(time_scale: float) -> No
 async def test_a_stray_handoff_does_not_hold_up_the_events_behind_it(time_scale: float) -> None:
     """A handoff of no turn (generation 0: ``handlePromptHandoffEvent`` ignores it) arrives
     while a steer request holds the lifecycle: the pump drops it without waiting for the
-    lifecycle, so the events behind it still flow while the steer waits for its answer."""
+    lifecycle, so the events behind it still flow while the steer waits for its answer.
+    The steer's own bound is not scaled down: under asyncio a scaled one (10 ms of real time)
+    ran out on a loaded machine before the pump had its turn."""
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
+    timeouts = msgspec.structs.replace(Timeouts().scaled(time_scale), steer_dispatch=5.0)
+    async with Runtime(profiles=(PROFILE,), executors={"memory": ex}, timeouts=timeouts) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         flowed: list[bool] = []
 
         async def steer_answered_later(text: str, atts: Any, g: int) -> None:
             tr.emit(ev.ForegroundIdle(prompt_generation=0, prompt_handoff=True))
             tr.emit(ev.MessageChunk(text="behind it", prompt_generation=g))
-            with anyio.move_on_after(5 * time_scale):
+            with anyio.move_on_after(2.0):
                 await wait_until(lambda: s.ctx.message == ["behind it"])
             flowed.append(s.ctx.message == ["behind it"])
 
