@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import AgentProfile, LaunchSpec, Runtime, Timeouts, WorkspaceRef
 from acpfsm.runtime.session import ExecutionSession
 from acpfsm.testing.memory import MemoryExecutor
@@ -23,6 +24,30 @@ def spec(prompt: str = "", **kw: Any) -> LaunchSpec:
         prompt=prompt,
         **kw,
     )
+
+
+def memory_agent(
+    setup: Callable[[MemoryTransport], None] | None = None, **kw: Any
+) -> MemoryExecutor:
+    """A memory executor whose every transport is ``MemoryTransport(**kw)``, then handed to
+    ``setup`` (to install handlers or change its state) before the execution uses it."""
+
+    def make() -> MemoryTransport:
+        t = MemoryTransport(**kw)
+        if setup is not None:
+            setup(t)
+        return t
+
+    return MemoryExecutor(make)
+
+
+def raiser(exc: BaseException) -> Callable[..., Any]:
+    """A transport handler that raises ``exc`` whatever it is called with."""
+
+    def handler(*_: Any) -> Any:
+        raise exc
+
+    return handler
 
 
 def make_runtime(

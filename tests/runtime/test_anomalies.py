@@ -38,7 +38,16 @@ from acpfsm.runtime import (
 )
 from acpfsm.runtime import events as le
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    make_runtime,
+    memory_agent,
+    raiser,
+    session_of,
+    settle,
+    spec,
+    wait_until,
+)
 from .prompt_helpers import live, names, of_type, sent, start, steps
 
 pytestmark = pytest.mark.both_backends
@@ -85,7 +94,7 @@ async def test_h2_ambiguous_prompt_dispatch_is_never_resent(time_scale: float) -
     PromptDispatchError and the execution is READY for its decision. Only a failure *before*
     the write ("agent stream not connected") is retried after a reconnect, with the same
     generation (kandev lifecycle/session.go retryPromptAfterReconnect)."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    ex = memory_agent(reconnectable=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -231,7 +240,7 @@ async def test_h5_escalation_cannot_swallow_a_successor_completion(
     behind it begins generation 2 during the window and receives its own completion; the
     cancel still reports CancelEscalated. (Whether the escalation ends before or after the
     successor supersedes the stuck generation is a race both sides of which are declared.)"""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -264,7 +273,7 @@ async def test_h6_a_dead_generation_is_never_steerable(
     ``steered`` is declared only under ``dispatched``: a handed-off, escalated or
     disconnected generation refuses it, so every such steer is SteerNotDispatched (after a
     disconnect the FAILED status refuses it first) and no steer request is ever sent."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -414,16 +423,8 @@ async def test_h10_initial_prompt_failure_is_reported(time_scale: float) -> None
     ``prompt.initial_failed`` with the session id, the generation and the error, and (H7)
     the execution is READY rather than RUNNING with nobody waiting."""
 
-    def make() -> MemoryTransport:
-        t = MemoryTransport()
-
-        def refuse(text: str, attachments: Any, generation: int) -> None:
-            raise AgentRequestError(-32603, "Internal error", method="session/prompt")
-
-        t.handlers["prompt"] = refuse
-        return t
-
-    ex = MemoryExecutor(make)
+    refusal = AgentRequestError(-32603, "Internal error", method="session/prompt")
+    ex = memory_agent(lambda t: t.handlers.update(prompt=raiser(refusal)))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec("do the thing"))
         s = session_of(rt, ref.id)
@@ -516,15 +517,10 @@ async def test_a_completion_stamped_with_a_generation_that_never_was_completes_n
         await rt.stop(ref.id, "done")
 
 
-def _refusing_session_new(**kw: Any) -> MemoryTransport:
+def _refusing_session_new(**kw: Any) -> MemoryExecutor:
     """A memory agent whose ``session/new`` fails (an internal error): the init fails."""
-    t = MemoryTransport(**kw)
-
-    def refuse(*args: Any) -> None:
-        raise AgentRequestError(-32603, "Internal error", method="session/new")
-
-    t.handlers["session/new"] = refuse
-    return t
+    refusal = AgentRequestError(-32603, "Internal error", method="session/new")
+    return memory_agent(lambda t: t.handlers.update({"session/new": raiser(refusal)}), **kw)
 
 
 async def test_recover_stream_leaves_an_execution_whose_init_failed_alone(
@@ -534,7 +530,7 @@ async def test_recover_stream_leaves_an_execution_whose_init_failed_alone(
     whose ``session/new`` failed is FAILED with its stream still up, and recovering it does
     nothing (the init's failure stands; no ``recovered`` fact, no new status)."""
 
-    ex = MemoryExecutor(lambda: _refusing_session_new(reconnectable=True))
+    ex = _refusing_session_new(reconnectable=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -585,7 +581,7 @@ async def test_a_prompt_past_the_status_check_after_a_failed_init_is_sent_as_wri
     whose init failed: the init is over, so no resume context is composed into the prompt;
     it is sent as written and its turn runs, rather than asking the ended init chart."""
 
-    ex = MemoryExecutor(lambda: _refusing_session_new(auto_complete=True))
+    ex = _refusing_session_new(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -621,18 +617,15 @@ async def test_content_before_ready_is_not_a_wakeup_fact(time_scale: float) -> N
     of the startup holds none."""
     released = anyio.Event()
 
-    def make() -> MemoryTransport:
-        t = MemoryTransport()
-
+    def setup(t: MemoryTransport) -> None:
         async def initialize(*args: Any) -> Any:
             t.emit(MessageChunk(text="replayed"))
             await released.wait()
             return t._caps
 
         t.handlers["initialize"] = initialize
-        return t
 
-    ex = MemoryExecutor(make)
+    ex = memory_agent(setup)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)

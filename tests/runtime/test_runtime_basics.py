@@ -7,7 +7,6 @@ import msgspec
 import pytest
 
 from acpfsm.adapters.events import Complete, MessageChunk
-from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import (
     AgentReportedError,
     CancelEscalated,
@@ -19,7 +18,15 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.runtime.types import Timeouts
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    make_runtime,
+    memory_agent,
+    session_of,
+    settle,
+    spec,
+    wait_until,
+)
 
 pytestmark = pytest.mark.both_backends
 
@@ -43,7 +50,7 @@ async def test_launch_initializes_and_is_ready(time_scale: float) -> None:
 
 
 async def test_prompt_waits_for_completion_and_collects_text(time_scale: float) -> None:
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         result = await rt.resume(ref.id, "hi")
@@ -57,7 +64,7 @@ async def test_prompt_waits_for_completion_and_collects_text(time_scale: float) 
 
 
 async def test_initial_prompt_and_events_in_order(time_scale: float) -> None:
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec("do the thing"))
         seen: list[str] = []
@@ -128,7 +135,7 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
     cancel escalates (the waiter and the canceller learn it), but the execution is not READY
     while the agent still owes the turn (a second cancel escalates again and changes
     nothing); its late end makes it READY."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -248,7 +255,7 @@ async def test_agent_stream_follows_a_carrier_that_redials_or_gives_up(time_scal
     from acpfsm.adapters.transport import RedialPolicy
 
     policy = RedialPolicy(initial_delay=0.1 * time_scale, max_delay=1.0 * time_scale)
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True, redial_policy=policy))
+    ex = memory_agent(reconnectable=True, redial_policy=policy)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import pathlib
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -34,7 +33,15 @@ from acpfsm.runtime.events import RuntimeEvent
 from acpfsm.runtime.history import HistoryReadError, HistoryStore, truncate_for_context
 from acpfsm.runtime.session import ExecutionSession
 
-from .memory_runtime import MemoryExecutor, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    memory_agent,
+    raiser,
+    session_of,
+    settle,
+    spec,
+    wait_until,
+)
 
 pytestmark = pytest.mark.both_backends
 
@@ -103,22 +110,6 @@ async def turn_settled(s: ExecutionSession, generation: int) -> None:
     )
 
 
-def with_transport(setup: Callable[[MemoryTransport], None], **kw: Any) -> MemoryExecutor:
-    def make() -> MemoryTransport:
-        t = MemoryTransport(**kw)
-        setup(t)
-        return t
-
-    return MemoryExecutor(make)
-
-
-def raiser(exc: BaseException) -> Callable[..., Any]:
-    def handler(*_: Any) -> Any:
-        raise exc
-
-    return handler
-
-
 # --- stream connect, handshake, load/new ------------------------------------------------------
 
 
@@ -140,7 +131,7 @@ async def test_s1_stream_connects_before_initialize(
         t.handlers["initialize"] = initialize
         t.handlers["session/new"] = lambda _cwd: SessionResult(session_id="test-session-123")
 
-    ex = with_transport(setup)
+    ex = memory_agent(setup)
     async with runtime(ex, time_scale, profile(native_session_resume=False)) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -171,7 +162,7 @@ async def test_s2_unreachable_agent_fails_init_after_the_stream_wait(
 ) -> None:
     """A carrier that never connects fails the init with the stream-wait error after the
     10 s bound, without hanging and without sending anything."""
-    ex = with_transport(lambda t: setattr(t, "connected", False))
+    ex = memory_agent(lambda t: setattr(t, "connected", False))
     async with runtime(ex, time_scale) as rt:
         start = anyio.current_time()
         ref = await rt.launch(spec("never delivered"))
@@ -198,7 +189,7 @@ async def test_s2_unreachable_agent_fails_init_after_the_stream_wait(
 async def test_s2_refused_dial_fails_at_initialize(time_scale: float) -> None:
     """The other outcome s2 allows: the dial attempt ends (refused) at once, so the wait ends and
     the handshake fails with ``initialize failed: … agent stream not connected``."""
-    ex = with_transport(lambda t: t.handlers.update(initialize=raiser(StreamNotConnected())))
+    ex = memory_agent(lambda t: t.handlers.update(initialize=raiser(StreamNotConnected())))
     async with runtime(ex, time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -249,7 +240,7 @@ async def test_s5_fresh_session_without_resume(time_scale: float) -> None:
         )
         t.handlers["session/new"] = lambda _cwd: SessionResult(session_id="test-session-123")
 
-    ex = with_transport(setup)
+    ex = memory_agent(setup)
     async with runtime(ex, time_scale, profile(native_session_resume=False)) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -353,7 +344,7 @@ async def test_s8_recognized_load_errors_fall_back_to_session_new(
 ) -> None:
     """seed D1-D3: a fallback-authorizing session/load error → session/new; its id replaces the
     ACP session id and no error surfaces. (Classification table: test_classify.py.)"""
-    ex = with_transport(lambda t: t.handlers.update({"session/load": raiser(error)}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/load": raiser(error)}))
     async with runtime(ex, time_scale) as rt:
         ref = await rt.launch(spec(prior_acp_session=PRIOR))
         s = session_of(rt, ref.id)
@@ -376,7 +367,7 @@ async def test_s8_other_load_errors_fail_and_preserve_the_session_id(
 ) -> None:
     """seed D1: any other non-transport error is inconclusive: ``session/load failed: …``, no
     session/new, and the stored ACP session id is untouched."""
-    ex = with_transport(lambda t: t.handlers.update({"session/load": raiser(error)}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/load": raiser(error)}))
     async with runtime(ex, time_scale) as rt:
         ref = await rt.launch(spec(prior_acp_session=PRIOR))
         s = session_of(rt, ref.id)
@@ -402,7 +393,7 @@ async def test_s10_expired_load_deadline_stops_the_fallback(
         await anyio.sleep_forever()
         raise AssertionError  # pragma: no cover
 
-    ex = with_transport(lambda t: t.handlers.update({"session/load": never_answers}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/load": never_answers}))
     async with runtime(ex, time_scale) as rt:
         ref = await rt.launch(spec(prior_acp_session=PRIOR))
         s = session_of(rt, ref.id)
@@ -427,7 +418,7 @@ async def test_s10_cancelled_launch_stops_the_fallback(time_scale: float) -> Non
         await anyio.sleep_forever()
         raise AssertionError  # pragma: no cover
 
-    ex = with_transport(lambda t: t.handlers.update({"session/load": blocks}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/load": blocks}))
     async with runtime(ex, time_scale) as rt:
         ref = await rt.launch(spec(prior_acp_session=PRIOR))
         s = session_of(rt, ref.id)
@@ -470,7 +461,7 @@ async def test_s11_transport_dead_load_errors_never_fall_back(
     ``test_classify_rows``): a transport-dead load error is logged as such and never followed
     by session/new; the -32601/-32002 rows are not transport-dead and fall back."""
     caplog.set_level(logging.WARNING, logger="acpfsm.runtime")
-    ex = with_transport(lambda t: t.handlers.update({"session/load": raiser(error)}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/load": raiser(error)}))
     async with runtime(ex, time_scale) as rt:
         ref = await rt.launch(spec(prior_acp_session=PRIOR))
         s = session_of(rt, ref.id)
@@ -491,7 +482,7 @@ async def test_s13_session_new_failure_after_a_fallback(time_scale: float) -> No
         t.handlers["session/load"] = raiser(AcpfsmError("load session failed: Method not found"))
         t.handlers["session/new"] = raiser(new_error)
 
-    ex = with_transport(setup)
+    ex = memory_agent(setup)
     async with runtime(ex, time_scale) as rt:
         ref = await rt.launch(spec(prior_acp_session=PRIOR))
         s = session_of(rt, ref.id)
@@ -612,7 +603,7 @@ async def test_s19_resume_context_is_injected_only_once(
     it (never a ``<kandev-system>`` block); the second is sent unchanged."""
     caplog.set_level(logging.WARNING, logger="acpfsm.runtime")
     _seed_history(tmp_path, "task-1")
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with resuming_runtime(ex, time_scale, tmp_path) as rt:
         ref, s = await resumed_ready(rt)
         assert s.init.machine is not None and s.init.machine.state == "resume_context_pending"
@@ -648,7 +639,7 @@ async def test_an_unreadable_history_sends_the_prompt_plain_with_a_warning(
         return text, HistoryReadError("failed to read history file: disk gone")
 
     monkeypatch.setattr(HistoryStore, "generate_resume_context", unreadable)
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with resuming_runtime(ex, time_scale, tmp_path) as rt:
         ref, _ = await resumed_ready(rt)
         await rt.prompt(ref.id, "first")
@@ -716,7 +707,7 @@ async def test_s23_history_presence_and_file_paths(
     (Empty session id: test_history.py::test_s23_history_presence_and_file_paths; the runtime
     never has one, it defaults the task session id to the execution id.)"""
     tmp_path.joinpath("task-1.jsonl").write_bytes(b"")
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with resuming_runtime(ex, time_scale, tmp_path) as rt:
         ref, s = await resumed_ready(rt)
         assert s.init.machine is not None and s.init.machine.state == "ready"
@@ -781,7 +772,7 @@ async def test_s25_acp_init_failure_fails_the_execution(time_scale: float) -> No
     ``agent.failed`` (phase session_init) says the same; nothing is announced; prompts are
     refused."""
     cause = AgentRequestError(-32603, "Internal error", {"details": "handshake exploded"})
-    ex = with_transport(lambda t: t.handlers.update(initialize=raiser(cause)))
+    ex = memory_agent(lambda t: t.handlers.update(initialize=raiser(cause)))
     async with runtime(ex, time_scale) as rt:
         ref = await rt.launch(spec("never sent"))
         s = session_of(rt, ref.id)
@@ -815,7 +806,7 @@ async def test_s26_startup_is_one_shot_and_stale_startup_signals_are_rejected(
         await release.wait()
         return SessionResult(session_id="s-1")
 
-    ex = with_transport(lambda t: t.handlers.update({"session/new": slow_new}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/new": slow_new}))
     async with runtime(ex, time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -837,7 +828,7 @@ async def test_s26_startup_is_one_shot_and_stale_startup_signals_are_rejected(
         assert rt.get_execution(ref.id).status == "READY"
         await rt.stop(ref.id, "done")
 
-    failing = with_transport(lambda t: t.handlers.update(initialize=raiser(AcpfsmError("no"))))
+    failing = memory_agent(lambda t: t.handlers.update(initialize=raiser(AcpfsmError("no"))))
     async with runtime(failing, time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)

@@ -47,7 +47,15 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.runtime.history import HistoryStore
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    make_runtime,
+    memory_agent,
+    session_of,
+    settle,
+    spec,
+    wait_until,
+)
 from .prompt_helpers import (
     HISTORY_PROFILE,
     execution_steps,
@@ -330,7 +338,7 @@ async def test_a_long_session_keeps_the_newest_turns_and_goes_on(time_scale: flo
     """The execution keeps the records of its last 64 turns only (a long session's memory
     stays bounded): the oldest are dropped, never the turn just admitted, and prompts keep
     working past the bound, their generations still counting up."""
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -570,12 +578,7 @@ async def test_s79_attachment_materialization(time_scale: float) -> None:
     def materialize(att: Attachment) -> Attachment:
         return msgspec.structs.replace(att, name=f"stored-{att.attachment_id}", data=b"")
 
-    def make() -> MemoryTransport:
-        t = MemoryTransport()
-        t.handlers["materialize"] = materialize
-        return t
-
-    ex = MemoryExecutor(make)
+    ex = memory_agent(lambda t: t.handlers.update(materialize=materialize))
     image = Attachment(name="a.png", mime_type="image/png", data=b"\x89PNG", attachment_id="att-1")
     doc = Attachment(name="doc.txt", path="/w/doc.txt", attachment_id="att-2", delivery_mode="path")
     async with make_runtime(ex, time_scale=time_scale) as rt:
@@ -626,12 +629,8 @@ async def test_s80_materialization_errors(time_scale: float) -> None:
         assert failed.outcome == "undelivered" and "att-1" in failed.error
         await rt.stop(ref.id, "done")
 
-    def no_session() -> MemoryTransport:
-        t = MemoryTransport()
-        t.handlers["session/new"] = lambda cwd: SessionResult(session_id="")
-        return t
-
-    ex = MemoryExecutor(no_session)
+    no_session = {"session/new": lambda cwd: SessionResult(session_id="")}
+    ex = memory_agent(lambda t: t.handlers.update(no_session))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         with pytest.raises(AttachmentError) as info:
@@ -655,17 +654,11 @@ async def test_s82_stale_startup_error_is_rejected(time_scale: float) -> None:
     is taken by the waiting prompt as ``end_turn``."""
     gate = anyio.Event()
 
-    def make() -> MemoryTransport:
-        t = MemoryTransport()
+    async def new_session(cwd: str) -> SessionResult:
+        await gate.wait()
+        return SessionResult(session_id="mem-session-1")
 
-        async def new_session(cwd: str) -> SessionResult:
-            await gate.wait()
-            return SessionResult(session_id="mem-session-1")
-
-        t.handlers["session/new"] = new_session
-        return t
-
-    ex = MemoryExecutor(make)
+    ex = memory_agent(lambda t: t.handlers.update({"session/new": new_session}))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -843,7 +836,7 @@ async def test_s89_delayed_complete_after_a_replacement(
     stays RUNNING, the second waiter is not released, its buffer is untouched and no
     ``agent.ready`` is published. (Giving up cancels turn 1 at the agent; this agent ignores
     the cancel, so generation 2 waits its bounded 10 s for turn 1 to end, then begins.)"""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)
@@ -1162,7 +1155,7 @@ async def test_history_is_written_only_with_both_a_store_and_the_profiles_consen
     profile that does not ask, writes nothing and prompts as usual."""
     plain = AgentProfile(id="mem", command=("unused",))
     for profile, root in ((HISTORY_PROFILE, None), (plain, history_root(tmp_path))):
-        ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+        ex = memory_agent(auto_complete=True)
         async with make_runtime(ex, profiles=(profile,), history_root=root) as rt:
             ref = await rt.launch(spec())
             result = await rt.prompt(ref.id, "hello")

@@ -51,7 +51,15 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    make_runtime,
+    memory_agent,
+    session_of,
+    settle,
+    spec,
+    wait_until,
+)
 
 pytestmark = pytest.mark.both_backends
 
@@ -582,7 +590,7 @@ async def test_s115_steer_wire_encoding(time_scale: float) -> None:
     (materialized) attachments and generation 42; ordinary prompts use ``prompt`` and never
     carry a steer. (agentctl's JSON ``steer`` key is the agentctl adapter's encoding of the
     same call; the stdio carrier has no such key.)"""
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         for i in range(41):
@@ -1011,7 +1019,7 @@ async def test_s124_hung_agent_escalates(
     the agent still runs the turn; here the status stays RUNNING while the agent owes the turn
     (the snapshot never says READY over a live turn), and when the turn finally ends the
     execution is READY and ``agent.ready`` is published, after the waiter was released."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         readies: list[tuple[le.AgentReady, bool]] = []  # (event, waiter released yet?)
@@ -1054,7 +1062,7 @@ async def test_s125_escalation_clears_the_dispatch_only_gate(
     """A dispatch-only prompt holds the barrier; the cancel escalates at once: CancelEscalated,
     the gate is released, and a follow-up dispatch-only prompt reaches the agent within
     500 ms (R19: the gate is cleared before anything is released)."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         first = await rt.prompt(eid, "background", dispatch_only=True)
@@ -1110,7 +1118,7 @@ async def test_s128_cleanup_survives_caller_cancellation(
     the prompt), goes out anyway, then waits for the turn (≤ 10 s) and escalates; the prompt
     cannot return during the post-wait; its late ack afterwards is ignored. The deadline is
     moved to "now" once the escalation is seen, so it lands inside the post-wait."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         rt.timeouts = msgspec.structs.replace(rt.timeouts, cancel_escalation=2.0)
         eid, s, tr = await launch_ready(rt, ex)
@@ -1172,7 +1180,7 @@ async def test_s130_async_ready_payload_is_immutable(
     generation 1; a new prompt begins generation 2 before a subscriber reads it: the
     delivered event still says generation 1. (Our events are frozen Structs, so a payload
     cannot change after publication; the status, READY, is implied by the event type.)"""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         async with rt.subscribe_events(eid) as events:
@@ -1229,7 +1237,7 @@ async def test_s133_not_acknowledged_escalates_at_once(
 ) -> None:
     """``agent.cancel`` answers ``not_acknowledged``: with a prompt in flight the cancel
     escalates without waiting the 10 s cancel wait."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.handlers["cancel"] = lambda: CancelResult(acknowledged=False)
@@ -1348,12 +1356,7 @@ async def test_s136_stream_recovery_revives_failed(time_scale: float) -> None:
         await gate.wait()
         return InitializeResult(protocol_version=1, load_session=True, prompt_queueing=True)
 
-    def make() -> MemoryTransport:
-        tr = MemoryTransport(reconnectable=True)
-        tr.handlers["initialize"] = slow_initialize
-        return tr
-
-    ex3 = MemoryExecutor(make)
+    ex3 = memory_agent(lambda t: t.handlers.update(initialize=slow_initialize), reconnectable=True)
     async with make_runtime(ex3, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         s = session_of(rt, ref.id)

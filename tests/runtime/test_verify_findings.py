@@ -26,7 +26,15 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    make_runtime,
+    memory_agent,
+    session_of,
+    settle,
+    spec,
+    wait_until,
+)
 from .prompt_helpers import of_type, sent, start
 
 pytestmark = pytest.mark.both_backends
@@ -168,7 +176,7 @@ async def test_a_cancel_during_a_resend_waits_for_its_answer(time_scale: float) 
     """A cancel that finds the prompt being sent again (the first send found the socket
     down) waits for that send's answer, then cancels the turn at the agent (before, the
     first send's stale signal made it return at once, sending nothing)."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    ex = memory_agent(reconnectable=True)
     async with ready(ex, time_scale) as (rt, ref, s):
         agent = ex.last
         release = anyio.Event()
@@ -203,7 +211,7 @@ async def test_a_send_that_fails_after_its_cancel_escalated_tells_the_escalation
     turn and escalates; the send then fails with the stream down. The escalation already
     released the waiter: the caller is told the cancel escalation, not a dispatch error
     (retryPromptAfterReconnect gives up a turn the cancel already ended)."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    ex = memory_agent(reconnectable=True)
     async with ready(ex, time_scale) as (rt, ref, s):
         agent = ex.last
         release = anyio.Event()
