@@ -9,7 +9,14 @@ import anyio
 import anyio.lowlevel
 
 from acpfsm.adapters.memory import MemoryTransport
-from acpfsm.runtime import AgentProfile, LaunchSpec, Runtime, Timeouts, WorkspaceRef
+from acpfsm.runtime import (
+    AgentProfile,
+    ExecutionRef,
+    LaunchSpec,
+    Runtime,
+    Timeouts,
+    WorkspaceRef,
+)
 from acpfsm.runtime.session import ExecutionSession
 from acpfsm.testing.memory import MemoryExecutor
 
@@ -67,6 +74,18 @@ def make_runtime(
 
 def session_of(rt: Runtime, execution_id: str) -> ExecutionSession:
     return rt._session(execution_id)
+
+
+async def launch_session(
+    rt: Runtime, prompt: str = "", *, ready: bool = False, **kw: Any
+) -> tuple[ExecutionRef, ExecutionSession]:
+    """Launch ``spec(prompt, **kw)`` and return its ref and session; with ``ready``, once the
+    execution is READY."""
+    ref = await rt.launch(spec(prompt, **kw))
+    s = session_of(rt, ref.id)
+    if ready:
+        await wait_until(lambda: s.execution.status == "READY")
+    return ref, s
 
 
 async def settle() -> None:

@@ -40,10 +40,10 @@ from acpfsm.runtime import events as le
 
 from .memory_runtime import (
     MemoryExecutor,
+    launch_session,
     make_runtime,
     memory_agent,
     raiser,
-    session_of,
     settle,
     spec,
     wait_until,
@@ -63,8 +63,7 @@ async def test_h1_ambiguous_steer_is_not_dispatched_and_never_resent(time_scale:
     keeps its waiter. Whether to re-admit the message is the caller's decision."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
 
         def dropped_after_write(text: str, attachments: Any, generation: int) -> None:
@@ -96,9 +95,7 @@ async def test_h2_ambiguous_prompt_dispatch_is_never_resent(time_scale: float) -
     generation (kandev lifecycle/session.go retryPromptAfterReconnect)."""
     ex = memory_agent(reconnectable=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         agent = ex.last
         failures = [StreamNotConnected(AMBIGUOUS, while_waiting=True)]
 
@@ -142,9 +139,7 @@ async def test_a_prompt_request_in_flight_when_the_agent_is_gone_for_good_ends_d
     nothing."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         agent = ex.last
         gone = anyio.Event()
 
@@ -174,8 +169,7 @@ async def test_h3_no_completion_is_dropped(time_scale: float) -> None:
     to back) are both handled: the stale one explicitly ignored, the real one delivered."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         await rt.prompt(ref.id, "background", dispatch_only=True)
         agent.complete(1)  # nobody waits for it
@@ -204,8 +198,7 @@ async def test_h4_barrier_is_released_only_by_its_own_generation(time_scale: flo
     leave the successor waiting (and send nothing); ``complete(2)`` lets it through."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         agent.auto_complete = True
         await rt.prompt(ref.id, "first")
@@ -242,8 +235,7 @@ async def test_h5_escalation_cannot_swallow_a_successor_completion(
     successor supersedes the stuck generation is a race both sides of which are declared.)"""
     ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
             p1 = start(tg, rt.prompt, ref.id, "stuck")
@@ -275,8 +267,7 @@ async def test_h6_a_dead_generation_is_never_steerable(
     disconnect the FAILED status refuses it first) and no steer request is ever sent."""
     ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "one")
@@ -319,9 +310,7 @@ async def test_h7_failed_trigger_does_not_leave_running(time_scale: float) -> No
     (outcome ``undelivered``) then ``agent.ready``, and the next prompt runs at once."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         agent = ex.last
 
         def refuse(text: str, attachments: Any, generation: int) -> None:
@@ -362,8 +351,7 @@ async def test_h8_steer_attachments_are_materialized(time_scale: float) -> None:
     ex = MemoryExecutor()
     att = Attachment(name="a.png", data=b"\x89PNG", attachment_id="att-1")
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "long task")
@@ -400,8 +388,7 @@ async def test_h9_clean_stream_close_releases_the_waiter(time_scale: float) -> N
     and its waiter is released with "agent stream disconnected: connection closed"."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
@@ -426,8 +413,7 @@ async def test_h10_initial_prompt_failure_is_reported(time_scale: float) -> None
     refusal = AgentRequestError(-32603, "Internal error", method="session/prompt")
     ex = memory_agent(lambda t: t.handlers.update(prompt=raiser(refusal)))
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec("do the thing"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "do the thing")
         await wait_until(lambda: bool(of_type(s, le.InitialPromptFailed)))
         (failure,) = of_type(s, le.InitialPromptFailed)
         assert failure.session_id == ref.session_id
@@ -443,8 +429,7 @@ async def test_h10_an_initial_prompt_whose_turn_fails_is_reported(time_scale: fl
     the launch waits for the turn (it is not a dispatch-only prompt) and reports its error."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec("do the thing"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "do the thing")
         await wait_until(lambda: live(s, 1))
         assert of_type(s, le.InitialPromptFailed) == []
         ex.last.fail(1, "the model is overloaded")
@@ -463,8 +448,7 @@ async def test_wait_ready_on_an_execution_that_failed_after_its_init_raises(
     the status rather than returning."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         assert (await rt.wait_ready(ref.id)).status == "READY"
         ex.last.emit(ErrorEvent(error="wakeup failed"))
         await wait_until(lambda: s.execution.status == "FAILED")
@@ -480,8 +464,7 @@ async def test_a_lost_stream_names_the_last_500_characters_of_the_agents_stderr(
     (where the reason usually is), at most 500 characters, never the whole of it."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         tail = "noise " * 200 + "FATAL: out of credits"
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
@@ -503,8 +486,7 @@ async def test_a_completion_stamped_with_a_generation_that_never_was_completes_n
     is the unstamped path, kandev ``handleCompleteEvent``)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
@@ -532,8 +514,7 @@ async def test_recover_stream_leaves_an_execution_whose_init_failed_alone(
 
     ex = _refusing_session_new(reconnectable=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(lambda: s.execution.status == "FAILED")
         assert ex.last.is_connected()
         count = rt.trace.count
@@ -563,8 +544,7 @@ async def test_only_kandevs_mcp_modes_reach_a_carrier_with_its_own_mcp_tools(
     know is not sent to it."""
     ex = MemoryExecutor(_AgentctlLike)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await s.set_mcp_mode("review")  # an app tool set's mode (validated by the facade)
         await s.set_mcp_mode("task")
         agent = ex.last
@@ -583,8 +563,7 @@ async def test_a_prompt_past_the_status_check_after_a_failed_init_is_sent_as_wri
 
     ex = _refusing_session_new(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(lambda: s.execution.status == "FAILED")
         result = await s.prompt("as written", validate_status=False)
         assert result.stop_reason == "end_turn"
@@ -598,9 +577,7 @@ async def test_only_the_first_content_after_ready_is_a_wakeup_fact(time_scale: f
     each fact a chart heard, a no-op one too)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         for i in range(3):
             ex.last.emit(MessageChunk(text=f"woke up {i}"))
         await wait_until(lambda: s.ctx.message == ["woke up 0", "woke up 1", "woke up 2"])
@@ -627,8 +604,7 @@ async def test_content_before_ready_is_not_a_wakeup_fact(time_scale: float) -> N
 
     ex = memory_agent(setup)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await settle()
         assert s.execution.status == "STARTING"
         released.set()
@@ -701,8 +677,7 @@ async def test_h12_prompt_result_carries_the_streamed_text(time_scale: float) ->
     carries it (assistant chunks only: no user echo, no reasoning); a handoff result too."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
@@ -734,12 +709,11 @@ async def test_h9_event_stream_ending_silently_releases_the_waiter(time_scale: f
     like any other: the waiting prompt is released with an error instead of hanging."""
     from acpfsm.runtime import AgentReportedError
 
-    from .memory_runtime import MemoryExecutor, make_runtime, session_of, spec, wait_until
+    from .memory_runtime import MemoryExecutor, make_runtime, wait_until
 
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         errors: list[BaseException] = []
 
         async def waiting() -> None:

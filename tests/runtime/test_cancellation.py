@@ -26,6 +26,7 @@ from acpfsm.runtime.session.flows import CANCEL_ANSWERS, cancel_answer
 
 from .memory_runtime import (
     MemoryExecutor,
+    launch_session,
     make_runtime,
     memory_agent,
     raiser,
@@ -86,9 +87,7 @@ async def test_a_cancel_before_the_prompt_is_sent_withdraws_it(
     gate = anyio.Event()
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
 
         async def slow_materialize(att: Attachment) -> Attachment:
             await gate.wait()
@@ -120,9 +119,7 @@ async def test_a_cancel_while_the_prompt_is_in_flight_goes_out_after_it(
     gate = anyio.Event()
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, _ = await launch_session(rt, ready=True)
         order = _gated(ex.last, gate)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "work")
@@ -148,8 +145,7 @@ async def test_a_caller_that_leaves_cancels_its_turn_and_the_next_prompt_is_clea
     its own reply."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
             scope = anyio.CancelScope()
@@ -181,8 +177,7 @@ async def test_a_failed_cancel_of_an_abandoned_turn_leaves_the_execution_usable(
     not crashed, and the next prompt runs."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
 
         def refuse(*args: object) -> None:
@@ -208,8 +203,7 @@ async def test_a_caller_that_leaves_an_unanswered_turn_does_not_block_the_next(
     to end at most its bound (10 s), then goes ahead; it is never blocked for good."""
     ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await leave_prompt(rt, s, "stuck")
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "next")
@@ -231,9 +225,7 @@ async def test_each_cancel_answer_reaches_the_chart_as_the_model_verifier_explor
     (a lost stream taken for an acknowledged cancel never escalates)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         agent = ex.last
 
         def cancel() -> CancelResult:
@@ -271,9 +263,7 @@ async def test_a_prompt_timeout_is_typed_and_cancels_the_turn(
     generation) within the bound, and the turn is cancelled at the agent."""
     ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, _ = await launch_session(rt, ready=True)
         with pytest.raises(PromptTimeout) as info:  # the agent never answers: only the bound
             await rt.prompt(ref.id, "hang", timeout=3 * time_scale)
         assert info.value.generation == 1
@@ -288,8 +278,7 @@ async def test_the_snapshot_is_never_ready_over_a_live_turn(
     the execution stays RUNNING until the agent ends the turn (kandev said READY at once)."""
     ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             start(tg, rt.prompt, ref.id, "long")
             await wait_until(lambda: live(s, 1))

@@ -20,9 +20,9 @@ from acpfsm.runtime.types import Timeouts
 
 from .memory_runtime import (
     MemoryExecutor,
+    launch_session,
     make_runtime,
     memory_agent,
-    session_of,
     settle,
     spec,
     wait_until,
@@ -34,9 +34,7 @@ pytestmark = pytest.mark.both_backends
 async def test_launch_initializes_and_is_ready(time_scale: float) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, _ = await launch_session(rt, ready=True)
         snap = rt.get_execution(ref.id)
         assert snap.status == "READY"
         assert snap.acp_session_id == "mem-session-1"
@@ -81,8 +79,7 @@ async def test_initial_prompt_and_events_in_order(time_scale: float) -> None:
 async def test_steer_folds_into_the_live_generation(time_scale: float) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         with pytest.raises(SteerNotDispatched):
             await rt.steer(ref.id, "too early")
         results = []
@@ -110,8 +107,7 @@ async def test_steer_folds_into_the_live_generation(time_scale: float) -> None:
 async def test_cancel_with_cooperative_agent(time_scale: float) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         results = []
 
         async def run_prompt() -> None:
@@ -137,8 +133,7 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
     nothing); its late end makes it READY."""
     ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         errors: list[BaseException] = []
 
         async def run_prompt() -> None:
@@ -176,8 +171,7 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
 async def test_agent_error_fails_the_turn(time_scale: float) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         errors: list[BaseException] = []
 
         async def run_prompt() -> None:
@@ -204,8 +198,7 @@ async def test_dispatch_only_barrier_times_out_and_keeps_the_gate(
 ) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         first = await rt.prompt(ref.id, "background", dispatch_only=True)
         assert first.stop_reason == "dispatched"
         with pytest.raises(PendingDispatchedPromptTimeout):
@@ -257,9 +250,7 @@ async def test_agent_stream_follows_a_carrier_that_redials_or_gives_up(time_scal
     policy = RedialPolicy(initial_delay=0.1 * time_scale, max_delay=1.0 * time_scale)
     ex = memory_agent(reconnectable=True, redial_policy=policy)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         tr = ex.last
         tr.drop("websocket: close 1006 (abnormal closure)")
         await wait_until(lambda: s.stream.redialling)

@@ -35,6 +35,7 @@ from acpfsm.runtime.session import ExecutionSession
 
 from .memory_runtime import (
     MemoryExecutor,
+    launch_session,
     memory_agent,
     raiser,
     session_of,
@@ -133,8 +134,7 @@ async def test_s1_stream_connects_before_initialize(
 
     ex = memory_agent(setup)
     async with runtime(ex, time_scale, profile(native_session_resume=False)) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         holder.append(s)
         await wait_until(
             lambda: s.init.machine is not None and s.init.machine.state == "connecting_stream"
@@ -165,8 +165,7 @@ async def test_s2_unreachable_agent_fails_init_after_the_stream_wait(
     ex = memory_agent(lambda t: setattr(t, "connected", False))
     async with runtime(ex, time_scale) as rt:
         start = anyio.current_time()
-        ref = await rt.launch(spec("never delivered"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "never delivered")
         await wait_until(lambda: s.execution.status == "FAILED")
         elapsed = anyio.current_time() - start
 
@@ -191,8 +190,7 @@ async def test_s2_refused_dial_fails_at_initialize(time_scale: float) -> None:
     the handshake fails with ``initialize failed: … agent stream not connected``."""
     ex = memory_agent(lambda t: t.handlers.update(initialize=raiser(StreamNotConnected())))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await init_finished(s)
         snap = rt.get_execution(ref.id)
         assert snap.status == "FAILED"
@@ -242,8 +240,7 @@ async def test_s5_fresh_session_without_resume(time_scale: float) -> None:
 
     ex = memory_agent(setup)
     async with runtime(ex, time_scale, profile(native_session_resume=False)) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await init_finished(s)
         caps = ex.last.capabilities
         assert caps is not None
@@ -262,8 +259,7 @@ async def test_s6_native_resume_loads_the_existing_session_and_says_resumed(
     kandev lifecycle/session.go ``createOrLoadSession``)."""
     ex = MemoryExecutor()
     async with runtime(ex, time_scale, profile(native_session_resume=True)) as rt:
-        ref = await rt.launch(spec(prior_acp_session="existing-session"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session="existing-session")
         await init_finished(s)
         assert methods(ex.last) == ["initialize", "session/load"]
         assert rt.get_execution(ref.id).acp_session_id == "existing-session"
@@ -284,8 +280,7 @@ async def test_s7_other_rows_of_the_load_or_new_table(
     """Only session/new is sent; an existing id is ignored without NativeSessionResume."""
     ex = MemoryExecutor()
     async with runtime(ex, time_scale, profile(native_session_resume=native)) as rt:
-        ref = await rt.launch(spec(prior_acp_session=prior))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=prior)
         await init_finished(s)
         assert methods(ex.last) == ["initialize", "session/new"]
         assert rt.get_execution(ref.id).acp_session_id == "mem-session-1"
@@ -346,9 +341,7 @@ async def test_s8_recognized_load_errors_fall_back_to_session_new(
     ACP session id and no error surfaces. (Classification table: test_classify.py.)"""
     ex = memory_agent(lambda t: t.handlers.update({"session/load": raiser(error)}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR, ready=True)
         assert methods(ex.last) == ["initialize", "session/load", "session/new"]
         snap = rt.get_execution(ref.id)
         assert snap.acp_session_id == "mem-session-1"
@@ -369,8 +362,7 @@ async def test_s8_other_load_errors_fail_and_preserve_the_session_id(
     session/new, and the stored ACP session id is untouched."""
     ex = memory_agent(lambda t: t.handlers.update({"session/load": raiser(error)}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR)
         await init_finished(s)
         assert methods(ex.last) == ["initialize", "session/load"]
         snap = rt.get_execution(ref.id)
@@ -395,8 +387,7 @@ async def test_s10_expired_load_deadline_stops_the_fallback(
 
     ex = memory_agent(lambda t: t.handlers.update({"session/load": never_answers}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR)
         start = anyio.current_time()
         await init_finished(s, limit=200)
         assert anyio.current_time() - start >= Timeouts().request * time_scale
@@ -420,8 +411,7 @@ async def test_s10_cancelled_launch_stops_the_fallback(time_scale: float) -> Non
 
     ex = memory_agent(lambda t: t.handlers.update({"session/load": blocks}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR)
         await loading.wait()
         snap = await rt.stop(ref.id, "user cancelled the launch")
         assert s.init.machine is not None and s.init.machine.state == "abandoned"
@@ -463,8 +453,7 @@ async def test_s11_transport_dead_load_errors_never_fall_back(
     caplog.set_level(logging.WARNING, logger="acpfsm.runtime")
     ex = memory_agent(lambda t: t.handlers.update({"session/load": raiser(error)}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR)
         await init_finished(s)
         logged_dead = any("(transport_dead)" in r.getMessage() for r in caplog.records)
         assert logged_dead is not falls_back
@@ -484,8 +473,7 @@ async def test_s13_session_new_failure_after_a_fallback(time_scale: float) -> No
 
     ex = memory_agent(setup)
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR)
         await init_finished(s)
         assert methods(ex.last) == ["initialize", "session/load", "session/new"]
         snap = rt.get_execution(ref.id)
@@ -501,9 +489,7 @@ async def test_s14_initialized_after_a_provider_default_decision(time_scale: flo
     step through ``start_model_settled``), so a later failure is routed as ``prompt_send``."""
     ex = MemoryExecutor()  # advertises fast, smart
     async with runtime(ex, time_scale, profile(model="claude-gone")) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         assert "start_model_settled" in init_events(s)
         assert rt.get_execution(ref.id).charts["session_init"] == "ready"
         (warning,) = of_type(s, le.ModelSelectionWarning)
@@ -533,8 +519,7 @@ async def test_s16_task_description_triggers_an_async_prompt(time_scale: float) 
     while the prompt was still running."""
     ex = MemoryExecutor()  # turns stay open until completed
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec("Build a feature"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "Build a feature")
         await wait_until(lambda: "prompt" in methods(ex.last))
         assert methods(ex.last) == ["initialize", "session/new", "prompt"]
         assert prompts_sent(ex.last) == ["Build a feature"]
@@ -562,9 +547,7 @@ async def test_s17_no_prompt_and_no_history_means_boot_ready(
     ex = MemoryExecutor()
     prof = profile(history_context_injection=True)
     async with runtime(ex, time_scale, prof, history_root=tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         await settle()
         (boot,) = of_type(s, le.AgentBootReady)
         assert boot.resume_context_pending is False
@@ -583,9 +566,7 @@ def resuming_runtime(ex: MemoryExecutor, time_scale: float, root: pathlib.Path) 
 
 async def resumed_ready(rt: Runtime) -> tuple[ExecutionRef, ExecutionSession]:
     """An execution resuming kandev session ``task-1``, once READY."""
-    ref = await rt.launch(spec(metadata={"session_id": "task-1"}))
-    s = session_of(rt, ref.id)
-    await wait_until(lambda: s.execution.status == "READY")
+    ref, s = await launch_session(rt, metadata={"session_id": "task-1"}, ready=True)
     return ref, s
 
 
@@ -774,8 +755,7 @@ async def test_s25_acp_init_failure_fails_the_execution(time_scale: float) -> No
     cause = AgentRequestError(-32603, "Internal error", {"details": "handshake exploded"})
     ex = memory_agent(lambda t: t.handlers.update(initialize=raiser(cause)))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec("never sent"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "never sent")
         await init_finished(s)
         snap = rt.get_execution(ref.id)
         assert snap.status == "FAILED"
@@ -808,8 +788,7 @@ async def test_s26_startup_is_one_shot_and_stale_startup_signals_are_rejected(
 
     ex = memory_agent(lambda t: t.handlers.update({"session/new": slow_new}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(lambda: "session/new" in methods(ex.last))
         ex.last.emit(Complete(prompt_generation=1))  # a startup-era signal
         await settle()
@@ -830,8 +809,7 @@ async def test_s26_startup_is_one_shot_and_stale_startup_signals_are_rejected(
 
     failing = memory_agent(lambda t: t.handlers.update(initialize=raiser(AcpfsmError("no"))))
     async with runtime(failing, time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await init_finished(s)
         await settle()
         assert methods(failing.last) == ["initialize"]

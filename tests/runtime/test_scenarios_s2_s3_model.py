@@ -33,11 +33,10 @@ from acpfsm.runtime.session.context import ModelState as _ModelState
 
 from .memory_runtime import (
     MemoryExecutor,
+    launch_session,
     memory_agent,
     raiser,
-    session_of,
     settle,
-    spec,
     wait_until,
 )
 
@@ -129,8 +128,7 @@ async def processed(rt: Runtime, event: SessionModels) -> None:
 
 
 async def launched(rt: Runtime, **kw: Any) -> tuple[str, ExecutionSession]:
-    ref = await rt.launch(spec(**kw))
-    s = session_of(rt, ref.id)
+    ref, s = await launch_session(rt, **kw)
     await wait_until(
         lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"), limit=60
     )
@@ -443,8 +441,7 @@ async def test_s43_catalog_wait_ends_when_the_models_arrive(time_scale: float) -
     ex = memory_agent(setup, models=(), current_model="")
     async with runtime(ex, time_scale, profile(model="wanted"), catalog_wait=2.0) as rt:
         holder.append(rt)
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(
             lambda: s.init.machine is not None and s.init.machine.state == "waiting_for_catalog"
         )
@@ -471,8 +468,7 @@ async def test_s43_config_options_alone_end_the_catalog_wait(
     runtime only settles after the wait, so an init cannot reach that state)."""
     ex = memory_agent(models=(), current_model="")
     async with runtime(ex, time_scale, profile(model="wanted"), catalog_wait=2.0) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(
             lambda: s.init.machine is not None and s.init.machine.state == "waiting_for_catalog"
         )

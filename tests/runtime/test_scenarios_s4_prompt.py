@@ -49,6 +49,7 @@ from acpfsm.runtime.history import HistoryStore
 
 from .memory_runtime import (
     MemoryExecutor,
+    launch_session,
     make_runtime,
     memory_agent,
     session_of,
@@ -132,9 +133,7 @@ async def test_s65_steerable_predicate_walkthrough(time_scale: float) -> None:
     ex = MemoryExecutor()
     gates = {1: anyio.Event(), 2: anyio.Event()}
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         agent = ex.last
         _held_prompts(agent, gates)
         assert s.current is None
@@ -183,8 +182,7 @@ async def test_s67_session_generation_lookup(time_scale: float) -> None:
     prompt (kandev's BeginPrompt("missing"))."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
@@ -209,8 +207,7 @@ async def test_s68_activity_epoch_ownership(time_scale: float, autojump_clock: o
     bumps the epoch. Metadata events do not bump it."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
@@ -241,8 +238,7 @@ async def test_no_stall_while_the_agent_keeps_streaming(
     one may be late by any amount on a loaded machine.)"""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "long")
             await wait_until(lambda: live(s, 1))
@@ -266,8 +262,7 @@ async def stall_after(time_scale: float, *events: AgentEvent) -> le.AgentStalled
     5 minute threshold (on a 1 minute tick)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "use a tool")
             await wait_until(lambda: live(s, 1))
@@ -321,8 +316,7 @@ async def test_s70_every_dispatch_advances_the_generation(time_scale: float) -> 
     prompt (status validated) owns generation 2."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         first = await rt.prompt(ref.id, "initial", dispatch_only=True)
         assert first.generation == 1 and s.current is s.generations[1]
         ex.last.complete(1)
@@ -340,8 +334,7 @@ async def test_a_long_session_keeps_the_newest_turns_and_goes_on(time_scale: flo
     working past the bound, their generations still counting up."""
     ex = memory_agent(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         for g in range(1, 67):
             with anyio.fail_after(30):  # a turn whose record was dropped is never released
                 result = await rt.prompt(ref.id, f"turn {g}")
@@ -360,8 +353,7 @@ async def test_s71_dispatch_only_does_not_wait(time_scale: float) -> None:
     stop reason "dispatched"; its generation then holds the dispatch-only barrier."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         with anyio.fail_after(2):
             result = await rt.prompt(ref.id, "background", dispatch_only=True)
         assert result.stop_reason == "dispatched" and result.generation == 1
@@ -377,8 +369,7 @@ async def test_s73_barrier_times_out_after_10s(time_scale: float, autojump_clock
     request is sent."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await rt.prompt(ref.id, "background", dispatch_only=True)
         calls = list(ex.last.calls)
         began = anyio.current_time()
@@ -404,8 +395,7 @@ async def test_s73_shorter_caller_deadline_wins(time_scale: float, autojump_cloc
     deadline error (TimeoutError, kandev's ctx error); nothing else changes."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await rt.prompt(ref.id, "background", dispatch_only=True)
         with pytest.raises(TimeoutError):
             with anyio.fail_after(3 * time_scale):
@@ -428,8 +418,7 @@ async def test_s73_completion_at_the_boundary_wins(
     scale = time_scale if backend == "trio" else 0.05  # asyncio: a 0.5 s bound, load-proof
     bound = 10 * scale
     async with make_runtime(ex, time_scale=scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await rt.prompt(ref.id, "background", dispatch_only=True)
         agent = ex.last
 
@@ -459,8 +448,7 @@ async def test_s74_stale_signal_is_not_a_completion(
     old generation's chart (or matches no chart) and never touches the new waiter."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         agent.auto_complete = True
         await rt.prompt(ref.id, "first")
@@ -488,8 +476,7 @@ async def test_s76_dispatch_callback_before_completion(time_scale: float) -> Non
     waiting prompt is still blocked; the call returns after the completion."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         seen: list[tuple[str, bool]] = []
 
         async with anyio.create_task_group() as tg:
@@ -521,8 +508,7 @@ async def test_a_turn_ended_before_its_request_failed_is_still_dispatched(
     turn's result (a dispatch-only prompt: ``dispatched``)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
 
         async def ended_then_dropped(text: str, atts: tuple[Attachment, ...], g: int) -> None:
@@ -551,9 +537,7 @@ async def test_s77_partial_history_persisted_before_reset(tmp_path: Path) -> Non
     prompt's user_message; the buffer is then empty (the new turn's text is its own)."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="partial prior response"))
         await wait_until(lambda: s.ctx.message == ["partial prior response"])
         await rt.prompt(ref.id, "next prompt", dispatch_only=True)
@@ -582,8 +566,7 @@ async def test_s79_attachment_materialization(time_scale: float) -> None:
     image = Attachment(name="a.png", mime_type="image/png", data=b"\x89PNG", attachment_id="att-1")
     doc = Attachment(name="doc.txt", path="/w/doc.txt", attachment_id="att-2", delivery_mode="path")
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         result = await rt.prompt(ref.id, "look", attachments=(image, doc), dispatch_only=True)
         assert result.stop_reason == "dispatched"
         methods = [m for m, _ in ex.last.calls]
@@ -612,9 +595,7 @@ async def test_s80_materialization_errors(time_scale: float) -> None:
     att = Attachment(name="a.png", data=b"x", attachment_id="att-1")
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.handlers["materialize"] = no_storage
         with pytest.raises(AttachmentError) as info:
             await rt.prompt(ref.id, "look", attachments=(att,))
@@ -660,8 +641,7 @@ async def test_s82_stale_startup_error_is_rejected(time_scale: float) -> None:
 
     ex = memory_agent(lambda t: t.handlers.update({"session/new": new_session}))
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(lambda: sent(ex.last, "session/new") != [])
         ex.last.emit(ErrorEvent(error="stale startup failure"))
         await settle()
@@ -687,8 +667,7 @@ async def test_s83_disconnect_carries_the_owning_generation(time_scale: float) -
     the waiter's error, ``agentctl.error`` and the trace record."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
@@ -715,8 +694,7 @@ async def test_s85_error_completion_result(time_scale: float) -> None:
     completion is only AgentReportedError, ``agent error: <msg>``."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "one")
             await wait_until(lambda: live(s, 1))
@@ -735,8 +713,7 @@ async def test_s85_error_completion_result(time_scale: float) -> None:
         assert not of_type(s, le.AgentReady)[1:]  # only the boot's, none for this turn
         await rt.stop(ref.id, "done")
 
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "two")
             await wait_until(lambda: live(s, 1))
@@ -754,8 +731,7 @@ async def test_s86_plain_complete(time_scale: float) -> None:
     ``end_turn`` (no error); an empty stop reason also reads ``end_turn``."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         for g, event in ((1, Complete()), (2, Complete(stop_reason=""))):
             async with anyio.create_task_group() as tg:
                 p = start(tg, rt.prompt, ref.id, "hi")
@@ -777,9 +753,7 @@ async def test_s86_plain_complete_ends_a_wakeup_turn(time_scale: float) -> None:
     the execution."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="woke up"))
         await wait_until(lambda: s.execution.status == "RUNNING")
         count = len(published(s))
@@ -809,8 +783,7 @@ async def test_s88_duplicate_error_completion(time_scale: float) -> None:
     first provider error: the execution keeps error A and nothing more is published."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
@@ -838,8 +811,7 @@ async def test_s89_delayed_complete_after_a_replacement(
     the cancel, so generation 2 waits its bounded 10 s for turn 1 to end, then begins.)"""
     ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             caller = anyio.CancelScope()
 
@@ -877,8 +849,7 @@ async def test_s91_complete_names_the_turn_it_ended(time_scale: float) -> None:
     ``prompt.completed`` and ``agent.ready``."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
@@ -899,8 +870,7 @@ async def test_s92_completions_never_block_the_event_pump(time_scale: float) -> 
     self-transitions, and the events behind them flow."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await rt.prompt(ref.id, "background", dispatch_only=True)
         for _ in range(200):
             ex.last.complete(1)
@@ -950,9 +920,7 @@ async def test_s95_process_exit_marks_completion(time_scale: float) -> None:
     execution that is gone is ExecutionNotFound."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="wakeup"))  # a wakeup turn: RUNNING
         await wait_until(lambda: s.execution.status == "RUNNING")
         ex.last.disconnect("process exited", exit_code=0)
@@ -964,9 +932,7 @@ async def test_s95_process_exit_marks_completion(time_scale: float) -> None:
         with pytest.raises(ExecutionNotFound):
             rt.get_execution(ref.id)
 
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.disconnect("process exited", exit_code=1)
         await wait_until(lambda: s.execution.status == "FAILED")
         snap = rt.get_execution(ref.id)
@@ -975,8 +941,7 @@ async def test_s95_process_exit_marks_completion(time_scale: float) -> None:
         assert [e.phase for e in of_type(s, le.AgentFailed)] == ["process"]
         await rt.stop(ref.id, "done")
 
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
@@ -1016,8 +981,7 @@ async def test_s97_handoff_releases_the_first_waiter_only(time_scale: float) -> 
     does. The text streamed across the boundary is exactly "parent answer"."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
             p1 = start(tg, rt.prompt, ref.id, "parent")
@@ -1050,8 +1014,7 @@ async def test_s98_unmarked_foreground_idle(time_scale: float) -> None:
     (keeping its generation, 42 here) and releases no waiter."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
@@ -1105,8 +1068,7 @@ async def test_s101_disconnect_for_the_owned_generation(time_scale: float) -> No
     waiter is released with that error."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
@@ -1129,8 +1091,7 @@ async def test_s103_disconnect_flushes_partial_text_once(tmp_path: Path) -> None
     history holds exactly one agent_message and one message was shown."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "hi")
             await wait_until(lambda: live(s, 1))
@@ -1170,8 +1131,7 @@ async def test_steer_text_is_written_to_the_history(tmp_path: Path) -> None:
     prompt it folds into, so a resumed session's context holds it."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "long task")
             await wait_until(lambda: live(s, 1))
@@ -1191,8 +1151,7 @@ async def test_a_history_that_cannot_be_written_never_fails_a_turn(tmp_path: Pat
     blocker.write_text("not a directory")
     ex = MemoryExecutor()
     async with make_runtime(ex, profiles=(HISTORY_PROFILE,), history_root=blocker / "h") as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "first")
             await wait_until(lambda: live(s, 1))
@@ -1275,8 +1234,7 @@ async def test_a_wakeup_turn_after_a_prompt_keeps_its_text(tmp_path: Path) -> No
     re-arms it."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "first")
             await wait_until(lambda: live(s, 1))
@@ -1306,9 +1264,7 @@ async def test_s104_reset_wins_the_disconnect_race(tmp_path: Path) -> None:
     handled, the text is still persisted exactly once."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="partial"))
         await wait_until(lambda: s.ctx.message == ["partial"])
         await rt.prompt(ref.id, "next", dispatch_only=True)
@@ -1343,9 +1299,7 @@ async def test_s104_chunk_during_blocked_persistence_stays_with_the_new_turn(
     async with history_runtime(ex, tmp_path) as rt:
         store = _BlockingHistory(history_root(tmp_path))
         rt.history = store
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="old partial"))
         await wait_until(lambda: s.ctx.message == ["old partial"])
         async with anyio.create_task_group() as tg:
@@ -1376,9 +1330,7 @@ async def test_text_stamped_with_no_superseded_turn_is_kept(time_scale: float) -
     kept (nothing the agent says is dropped on a guess)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="ahead", prompt_generation=7))
         ex.last.emit(MessageChunk(text=" below", prompt_generation=-1))
         await wait_until(lambda: s.ctx.message == ["ahead", " below"])

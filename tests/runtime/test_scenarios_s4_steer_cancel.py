@@ -53,11 +53,10 @@ from acpfsm.runtime.session import ExecutionSession
 
 from .memory_runtime import (
     MemoryExecutor,
+    launch_session,
     make_runtime,
     memory_agent,
-    session_of,
     settle,
-    spec,
     wait_until,
 )
 
@@ -101,9 +100,7 @@ def start_prompt(
 async def launch_ready(
     rt: Runtime, ex: MemoryExecutor, **kw: Any
 ) -> tuple[str, ExecutionSession, MemoryTransport]:
-    ref = await rt.launch(spec(**kw))
-    s = session_of(rt, ref.id)
-    await wait_until(lambda: s.execution.status == "READY")
+    ref, s = await launch_session(rt, **kw, ready=True)
     return ref.id, s, ex.last
 
 
@@ -441,8 +438,7 @@ async def test_a_steer_reaches_the_initial_prompts_turn(time_scale: float) -> No
     end): a steer while that turn runs goes into it, generation 1, at once."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec("initial task"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "initial task")
         await wait_until(live(s))
         tr = ex.last
         with anyio.fail_after(2):
@@ -1358,8 +1354,7 @@ async def test_s136_stream_recovery_revives_failed(time_scale: float) -> None:
 
     ex3 = memory_agent(lambda t: t.handlers.update(initialize=slow_initialize), reconnectable=True)
     async with make_runtime(ex3, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(lambda: bool(methods(ex3.last, "initialize")))
         status = rt.get_execution(ref.id).status
         await rt.recover_stream(ref.id)

@@ -25,7 +25,13 @@ from acpfsm.runtime import AcpfsmError, AgentReportedError, PromptResult, Runtim
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    launch_session,
+    make_runtime,
+    settle,
+    wait_until,
+)
 from .prompt_helpers import history, history_runtime
 
 
@@ -84,9 +90,7 @@ def start_prompt(tg: anyio.abc.TaskGroup, rt: Runtime, execution_id: str, text: 
 
 
 async def ready(rt: Runtime, ex: MemoryExecutor) -> tuple[str, ExecutionSession, MemoryTransport]:
-    ref = await rt.launch(spec())
-    s = session_of(rt, ref.id)
-    await wait_until(lambda: s.execution.status == "READY")
+    ref, s = await launch_session(rt, ready=True)
     return ref.id, s, ex.last
 
 

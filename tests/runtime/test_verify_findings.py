@@ -28,11 +28,10 @@ from acpfsm.runtime.session import ExecutionSession
 
 from .memory_runtime import (
     MemoryExecutor,
+    launch_session,
     make_runtime,
     memory_agent,
-    session_of,
     settle,
-    spec,
     wait_until,
 )
 from .prompt_helpers import of_type, sent, start
@@ -48,9 +47,7 @@ async def ready(
 ) -> AsyncIterator[tuple[Runtime, ExecutionRef, ExecutionSession]]:
     """A runtime with one execution, READY."""
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         yield rt, ref, s
 
 
