@@ -48,7 +48,7 @@ from .memory_runtime import (
     spec,
     wait_until,
 )
-from .prompt_helpers import live, names, of_type, sent, start, steps
+from .prompt_helpers import live, names, of_type, prompting, sent, start, steps
 
 pytestmark = pytest.mark.both_backends
 
@@ -70,8 +70,7 @@ async def test_h1_ambiguous_steer_is_not_dispatched_and_never_resent(time_scale:
             raise StreamNotConnected(AMBIGUOUS, while_waiting=True)
 
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "long task")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "long task")
             agent.handlers["steer"] = dropped_after_write
             with pytest.raises(SteerNotDispatched, match="steer was not dispatched"):
                 await rt.steer(ref.id, "also this")
@@ -177,8 +176,7 @@ async def test_h3_no_completion_is_dropped(time_scale: float) -> None:
         assert [e.prompt_generation for e in of_type(s, le.PromptCompleted)] == [1]
 
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "next")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "next", generation=2)
             agent.complete(1)  # stale: already claimed and now superseded
             agent.complete(2)  # queued right behind it
             await p.wait()
@@ -238,8 +236,7 @@ async def test_h5_escalation_cannot_swallow_a_successor_completion(
         ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
-            p1 = start(tg, rt.prompt, ref.id, "stuck")
-            await wait_until(lambda: live(s, 1))
+            p1 = await prompting(tg, rt, ref.id, "stuck")
             p2 = start(tg, rt.prompt, ref.id, "successor")
             cancel = start(tg, rt.cancel, ref.id)
             await p1.wait()  # released by the escalation after the 10 s cancel wait
@@ -270,8 +267,7 @@ async def test_h6_a_dead_generation_is_never_steerable(
         ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "one")
             agent.emit(ForegroundIdle(prompt_generation=1, prompt_handoff=True))
             await p.wait()
         assert s.generations[1].leaf == "handed_off"
@@ -279,8 +275,7 @@ async def test_h6_a_dead_generation_is_never_steerable(
             await rt.steer(ref.id, "into a handed-off turn")
 
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "two")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "two", generation=2)
             with pytest.raises(CancelEscalated):
                 await rt.cancel(ref.id)
             await p.wait()
@@ -289,8 +284,7 @@ async def test_h6_a_dead_generation_is_never_steerable(
             await rt.steer(ref.id, "into an escalated turn")
 
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "three")
-            await wait_until(lambda: live(s, 3))
+            p = await prompting(tg, rt, ref.id, "three", generation=3)
             agent.disconnect("peer disconnected")
             await p.wait()
         assert s.generations[3].leaf == "disconnected"
@@ -351,11 +345,10 @@ async def test_h8_steer_attachments_are_materialized(time_scale: float) -> None:
     ex = MemoryExecutor()
     att = Attachment(name="a.png", data=b"\x89PNG", attachment_id="att-1")
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref, s = await launch_session(rt)
+        ref, _ = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "long task")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "long task")
             agent.handlers["materialize"] = lambda a: msgspec.structs.replace(
                 a, name="stored.png", data=b""
             )
@@ -390,8 +383,7 @@ async def test_h9_clean_stream_close_releases_the_waiter(time_scale: float) -> N
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.disconnect(error="")  # clean close
             await p.wait(limit=5)
         assert isinstance(p.error, AgentReportedError)
@@ -464,11 +456,10 @@ async def test_a_lost_stream_names_the_last_500_characters_of_the_agents_stderr(
     (where the reason usually is), at most 500 characters, never the whole of it."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref, s = await launch_session(rt)
+        ref, _ = await launch_session(rt)
         tail = "noise " * 200 + "FATAL: out of credits"
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(StreamDisconnected(error="agent exited", exit_code=1, stderr_tail=tail))
             await p.wait()
         assert isinstance(p.error, AgentReportedError)
@@ -488,8 +479,7 @@ async def test_a_completion_stamped_with_a_generation_that_never_was_completes_n
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(Complete(prompt_generation=-1))
             await settle()
             assert live(s, 1) and not p.done.is_set()
@@ -677,11 +667,10 @@ async def test_h12_prompt_result_carries_the_streamed_text(time_scale: float) ->
     carries it (assistant chunks only: no user echo, no reasoning); a handoff result too."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref, s = await launch_session(rt)
+        ref, _ = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             agent.emit(MessageChunk(text="hi", role="user", prompt_generation=1))
             agent.emit(Reasoning(reasoning_text="thinking", prompt_generation=1))
             agent.emit(MessageChunk(text="Hello", prompt_generation=1))
@@ -691,8 +680,7 @@ async def test_h12_prompt_result_carries_the_streamed_text(time_scale: float) ->
         assert p.prompt_result.agent_message == "Hello world"
 
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "again")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "again", generation=2)
             agent.emit(MessageChunk(text="handing off", prompt_generation=2))
             agent.emit(ForegroundIdle(prompt_generation=2, prompt_handoff=True))
             await p.wait()

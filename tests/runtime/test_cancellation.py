@@ -35,7 +35,7 @@ from .memory_runtime import (
     spec,
     wait_until,
 )
-from .prompt_helpers import live, of_type, sent, start
+from .prompt_helpers import live, of_type, prompting, sent, start
 
 pytestmark = pytest.mark.both_backends
 
@@ -246,8 +246,7 @@ async def test_each_cancel_answer_reaches_the_chart_as_the_model_verifier_explor
 
         s.ctx.fire = recording  # type: ignore[method-assign]
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "work")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "work")
             c = start(tg, rt.cancel, ref.id)
             await c.wait()
             await p.wait()

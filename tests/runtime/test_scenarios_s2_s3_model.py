@@ -31,14 +31,7 @@ from acpfsm.runtime.events import RuntimeEvent
 from acpfsm.runtime.session import ExecutionSession
 from acpfsm.runtime.session.context import ModelState as _ModelState
 
-from .memory_runtime import (
-    MemoryExecutor,
-    launch_session,
-    memory_agent,
-    raiser,
-    settle,
-    wait_until,
-)
+from .memory_runtime import MemoryExecutor, launch_session, memory_agent, raiser, settle, wait_until
 
 pytestmark = pytest.mark.both_backends
 

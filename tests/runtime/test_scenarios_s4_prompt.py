@@ -65,6 +65,7 @@ from .prompt_helpers import (
     history_runtime,
     live,
     of_type,
+    prompting,
     published,
     sent,
     start,
@@ -184,8 +185,7 @@ async def test_s67_session_generation_lookup(time_scale: float) -> None:
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             snap = rt.get_execution(ref.id)
             assert snap.prompt_generation == 1
             assert snap.session_id == ref.session_id
@@ -209,8 +209,7 @@ async def test_s68_activity_epoch_ownership(time_scale: float, autojump_clock: o
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             armed = s.ctx.activity.epoch
             await anyio.sleep(361 * time_scale)  # past the 5 min threshold, on a 1 min tick
             await wait_until(lambda: bool(of_type(s, le.AgentStalled)))  # (asyncio: real time)
@@ -240,8 +239,7 @@ async def test_no_stall_while_the_agent_keeps_streaming(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "long")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "long")
             for _ in range(7):
                 await anyio.sleep(60 * time_scale)
                 ex.last.emit(MessageChunk(text=".", prompt_generation=1))
@@ -264,8 +262,7 @@ async def stall_after(time_scale: float, *events: AgentEvent) -> le.AgentStalled
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "use a tool")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "use a tool")
             for event in events:
                 ex.last.emit(event)
             await settle()
@@ -428,8 +425,7 @@ async def test_s73_completion_at_the_boundary_wins(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(complete_late)
-            p = start(tg, rt.prompt, ref.id, "next")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "next", generation=2)
             agent.complete(2)
             await p.wait()
         assert p.error is None
@@ -649,8 +645,7 @@ async def test_s82_stale_startup_error_is_rejected(time_scale: float) -> None:
         gate.set()
         await wait_until(lambda: s.execution.status == "READY")
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(Complete(stop_reason="end_turn"))  # generation 0: the wildcard
             await p.wait()
         assert p.error is None
@@ -669,8 +664,7 @@ async def test_s83_disconnect_carries_the_owning_generation(time_scale: float) -
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.disconnect("boom")
             await p.wait()
         assert isinstance(p.error, AgentReportedError)
@@ -696,8 +690,7 @@ async def test_s85_error_completion_result(time_scale: float) -> None:
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "one")
             ex.last.fail(1, "prompt abandoned after cancel")
             await p.wait()
         assert isinstance(p.error, CancelEscalatedAgentError)
@@ -715,8 +708,7 @@ async def test_s85_error_completion_result(time_scale: float) -> None:
 
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "two")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "two")
             ex.last.fail(1, "plain failure")
             await p.wait()
         assert isinstance(p.error, AgentReportedError)
@@ -785,8 +777,7 @@ async def test_s88_duplicate_error_completion(time_scale: float) -> None:
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.fail(1, "provider error A")
             await p.wait()
         assert str(p.error) == "agent error: provider error A"
@@ -824,8 +815,7 @@ async def test_s89_delayed_complete_after_a_replacement(
             caller.cancel()  # the caller gives up: turn 1 is cancelled at the agent
         await wait_until(lambda: s.generations[1].leaf in ("abandoned", "escalating"))
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "two")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "two", generation=2)
             ex.last.emit(MessageChunk(text="replacement output", prompt_generation=2))
             await settle()
             ready_before = len(of_type(s, le.AgentReady))
@@ -851,8 +841,7 @@ async def test_s91_complete_names_the_turn_it_ended(time_scale: float) -> None:
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(Complete())
             await p.wait()
         (complete,) = of_type(s, Complete)
@@ -943,8 +932,7 @@ async def test_s95_process_exit_marks_completion(time_scale: float) -> None:
 
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.fail(1, "first failure")
             await p.wait()
         ex.last.disconnect("process exited", exit_code=1)
@@ -984,8 +972,7 @@ async def test_s97_handoff_releases_the_first_waiter_only(time_scale: float) -> 
         ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
-            p1 = start(tg, rt.prompt, ref.id, "parent")
-            await wait_until(lambda: live(s, 1))
+            p1 = await prompting(tg, rt, ref.id, "parent")
             p2 = start(tg, rt.prompt, ref.id, "queued")
             await settle()
             assert len(sent(agent, "prompt")) == 1  # prompt 2 waits for prompt 1
@@ -1016,8 +1003,7 @@ async def test_s98_unmarked_foreground_idle(time_scale: float) -> None:
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(ForegroundIdle(prompt_generation=42))
             ex.last.emit(ForegroundIdle(prompt_generation=1))
             await wait_until(lambda: len(of_type(s, ForegroundIdle)) == 2)
@@ -1042,12 +1028,10 @@ async def test_s100_disconnect_is_not_claimed_by_another_generation(time_scale: 
         s = session_of(rt, ref.id)
         agent = ex.transports[0]
         async with anyio.create_task_group() as tg:
-            p1 = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p1 = await prompting(tg, rt, ref.id, "one")
             agent.emit(ForegroundIdle(prompt_generation=1, prompt_handoff=True))
             await p1.wait()
-            p2 = start(tg, rt.prompt, ref.id, "two")
-            await wait_until(lambda: live(s, 2))
+            p2 = await prompting(tg, rt, ref.id, "two", generation=2)
             ex.transports[1].disconnect("other stream gone")
             await wait_until(lambda: rt.get_execution(other.id).status == "FAILED")
             await settle()
@@ -1070,8 +1054,7 @@ async def test_s101_disconnect_for_the_owned_generation(time_scale: float) -> No
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.disconnect("peer disconnected")
             await p.wait()
         assert str(p.error) == "agent error: agent stream disconnected: peer disconnected"
@@ -1093,8 +1076,7 @@ async def test_s103_disconnect_flushes_partial_text_once(tmp_path: Path) -> None
     async with history_runtime(ex, tmp_path) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(MessageChunk(text="partial response", prompt_generation=1))
             ex.last.disconnect("peer disconnected")
             await p.wait()
@@ -1133,8 +1115,7 @@ async def test_steer_text_is_written_to_the_history(tmp_path: Path) -> None:
     async with history_runtime(ex, tmp_path) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "long task")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "long task")
             await rt.steer(ref.id, "also this")
             ex.last.emit(MessageChunk(text="both done", prompt_generation=1))
             ex.last.complete(1)
@@ -1151,10 +1132,9 @@ async def test_a_history_that_cannot_be_written_never_fails_a_turn(tmp_path: Pat
     blocker.write_text("not a directory")
     ex = MemoryExecutor()
     async with make_runtime(ex, profiles=(HISTORY_PROFILE,), history_root=blocker / "h") as rt:
-        ref, s = await launch_session(rt)
+        ref, _ = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "first")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "first")
             steered = await rt.steer(ref.id, "and more")
             assert steered.stop_reason == "dispatched"
             ex.last.emit(MessageChunk(text="done", prompt_generation=1))
@@ -1236,8 +1216,7 @@ async def test_a_wakeup_turn_after_a_prompt_keeps_its_text(tmp_path: Path) -> No
     async with history_runtime(ex, tmp_path) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "first")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "first")
             ex.last.emit(MessageChunk(text="answer", prompt_generation=1))
             ex.last.complete(1)
             await p.wait()

@@ -11,13 +11,8 @@ from acpfsm.adapters.transport import CancelResult
 from acpfsm.runtime import AgentReportedError, CancelEscalated
 from acpfsm.runtime import events as le
 
-from .memory_runtime import (
-    MemoryExecutor,
-    launch_session,
-    make_runtime,
-    wait_until,
-)
-from .prompt_helpers import live, of_type, published, start
+from .memory_runtime import MemoryExecutor, launch_session, make_runtime, wait_until
+from .prompt_helpers import of_type, prompting, published
 
 pytestmark = pytest.mark.both_backends
 
@@ -34,8 +29,7 @@ async def test_an_error_completion_reports_its_own_text(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "go")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "go")
             ex.last.emit(Complete(prompt_generation=1, data={"is_error": True}, error=text))
             await p.wait()
         assert isinstance(p.error, AgentReportedError)
@@ -55,8 +49,7 @@ async def test_agent_running_comes_once_before_the_ready_that_ends_a_turn(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt, ready=True)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "one")
             ex.last.complete(1)  # no activity at all before the end of the turn
             await p.wait()
         kinds = [type(e).__name__ for e in published(s)]
@@ -66,8 +59,7 @@ async def test_agent_running_comes_once_before_the_ready_that_ends_a_turn(
         running = of_type(s, le.AgentRunning)[0]
         assert published(s).index(running) < published(s).index(ready_of_turn)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "two")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "two", generation=2)
             ex.last.emit(MessageChunk(text="hi", prompt_generation=2))
             ex.last.complete(2)
             await p.wait()
@@ -115,8 +107,7 @@ async def test_agent_running_is_announced_at_the_first_activity_not_at_the_turn_
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt, ready=True)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "one")
             assert of_type(s, le.AgentRunning) == []
             ex.last.emit(MessageChunk(text="working", prompt_generation=1))
             await wait_until(lambda: len(of_type(s, le.AgentRunning)) == 1)
@@ -137,8 +128,7 @@ async def test_a_cancel_with_no_turn_in_flight_unacknowledged_escalates_to_ready
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "one")
             ex.last.fail(1, "provider error")
             await p.wait()
         assert rt.get_execution(ref.id).status == "FAILED"

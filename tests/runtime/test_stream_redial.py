@@ -25,13 +25,7 @@ from acpfsm.runtime import AcpfsmError, AgentReportedError, PromptResult, Runtim
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 
-from .memory_runtime import (
-    MemoryExecutor,
-    launch_session,
-    make_runtime,
-    settle,
-    wait_until,
-)
+from .memory_runtime import MemoryExecutor, launch_session, make_runtime, settle, wait_until
 from .prompt_helpers import history, history_runtime
 
 
