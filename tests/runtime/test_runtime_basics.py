@@ -27,6 +27,7 @@ from .memory_runtime import (
     spec,
     wait_until,
 )
+from .prompt_helpers import prompting
 
 pytestmark = pytest.mark.both_backends
 
@@ -134,25 +135,14 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
     ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
-        errors: list[BaseException] = []
-
-        async def run_prompt() -> None:
-            try:
-                await rt.prompt(ref.id, "long task")
-            except AgentReportedError as exc:
-                errors.append(exc)
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(run_prompt)
-            await wait_until(
-                lambda: s.current is not None and s.current.machine.is_in("dispatched")
-            )
+            p = await prompting(tg, rt, ref.id, "long task")
             start = anyio.current_time()
             with pytest.raises(CancelEscalated):
                 await rt.cancel(ref.id)
             assert anyio.current_time() - start >= 10 * time_scale
-        assert isinstance(errors[0], CancelEscalated)
-        assert "cancel escalated" in str(errors[0])
+        assert isinstance(p.error, CancelEscalated)
+        assert "cancel escalated" in str(p.error)
         assert s.current is not None
         assert s.current.leaf == "escalated"  # the agent still owes that turn
         assert rt.get_execution(ref.id).status == "RUNNING"
@@ -171,22 +161,12 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
 async def test_agent_error_fails_the_turn(time_scale: float) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref, s = await launch_session(rt)
-        errors: list[BaseException] = []
-
-        async def run_prompt() -> None:
-            try:
-                await rt.prompt(ref.id, "x")
-            except AgentReportedError as exc:
-                errors.append(exc)
-
+        ref, _ = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(run_prompt)
-            await wait_until(
-                lambda: s.current is not None and s.current.machine.is_in("dispatched")
-            )
+            p = await prompting(tg, rt, ref.id, "x")
             ex.last.fail(1, '{"code":-32603,"message":"Internal error"}')
-        assert str(errors[0]).startswith("agent error: ")
+        assert isinstance(p.error, AgentReportedError)
+        assert str(p.error).startswith("agent error: ")
         assert rt.get_execution(ref.id).status == "FAILED"
         with pytest.raises(NotReadyForPrompts):
             await rt.prompt(ref.id, "again")
