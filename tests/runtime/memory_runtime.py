@@ -88,6 +88,14 @@ async def launch_session(
     return ref, s
 
 
+async def launch_ready(
+    rt: Runtime, ex: MemoryExecutor, **kw: Any
+) -> tuple[str, ExecutionSession, MemoryTransport]:
+    """Launch ``spec(**kw)`` over ``ex``; once READY, its id, session and transport."""
+    ref, s = await launch_session(rt, ready=True, **kw)
+    return ref.id, s, ex.last
+
+
 async def settle() -> None:
     """Let every ready task run (a few scheduler passes)."""
     for _ in range(20):

@@ -53,6 +53,7 @@ from acpfsm.runtime.session import ExecutionSession
 
 from .memory_runtime import (
     MemoryExecutor,
+    launch_ready,
     launch_session,
     make_runtime,
     memory_agent,
@@ -95,13 +96,6 @@ def start_prompt(
 
     tg.start_soon(go)
     return run
-
-
-async def launch_ready(
-    rt: Runtime, ex: MemoryExecutor, **kw: Any
-) -> tuple[str, ExecutionSession, MemoryTransport]:
-    ref, s = await launch_session(rt, **kw, ready=True)
-    return ref.id, s, ex.last
 
 
 def live(s: ExecutionSession, g: int = 1) -> Callable[[], bool]:
