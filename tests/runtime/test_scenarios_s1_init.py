@@ -566,8 +566,7 @@ def resuming_runtime(ex: MemoryExecutor, time_scale: float, root: pathlib.Path) 
 
 async def resumed_ready(rt: Runtime) -> tuple[ExecutionRef, ExecutionSession]:
     """An execution resuming kandev session ``task-1``, once READY."""
-    ref, s = await launch_session(rt, metadata={"session_id": "task-1"}, ready=True)
-    return ref, s
+    return await launch_session(rt, metadata={"session_id": "task-1"}, ready=True)
 
 
 def _seed_history(root: pathlib.Path, session_id: str) -> HistoryStore:
