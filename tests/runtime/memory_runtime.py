@@ -8,7 +8,15 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from acpfsm.runtime import AgentProfile, LaunchSpec, Runtime, Timeouts, WorkspaceRef
+from acpfsm.adapters.memory import MemoryTransport
+from acpfsm.runtime import (
+    AgentProfile,
+    ExecutionRef,
+    LaunchSpec,
+    Runtime,
+    Timeouts,
+    WorkspaceRef,
+)
 from acpfsm.runtime.session import ExecutionSession
 from acpfsm.testing.memory import MemoryExecutor
 
@@ -23,6 +31,30 @@ def spec(prompt: str = "", **kw: Any) -> LaunchSpec:
         prompt=prompt,
         **kw,
     )
+
+
+def memory_agent(
+    setup: Callable[[MemoryTransport], None] | None = None, **kw: Any
+) -> MemoryExecutor:
+    """A memory executor whose every transport is ``MemoryTransport(**kw)``, then handed to
+    ``setup`` (to install handlers or change its state) before the execution uses it."""
+
+    def make() -> MemoryTransport:
+        t = MemoryTransport(**kw)
+        if setup is not None:
+            setup(t)
+        return t
+
+    return MemoryExecutor(make)
+
+
+def raiser(exc: BaseException) -> Callable[..., Any]:
+    """A transport handler that raises ``exc`` whatever it is called with."""
+
+    def handler(*_: Any) -> Any:
+        raise exc
+
+    return handler
 
 
 def make_runtime(
@@ -42,6 +74,26 @@ def make_runtime(
 
 def session_of(rt: Runtime, execution_id: str) -> ExecutionSession:
     return rt._session(execution_id)
+
+
+async def launch_session(
+    rt: Runtime, prompt: str = "", *, ready: bool = False, **kw: Any
+) -> tuple[ExecutionRef, ExecutionSession]:
+    """Launch ``spec(prompt, **kw)`` and return its ref and session; with ``ready``, once the
+    execution is READY."""
+    ref = await rt.launch(spec(prompt, **kw))
+    s = session_of(rt, ref.id)
+    if ready:
+        await wait_until(lambda: s.execution.status == "READY")
+    return ref, s
+
+
+async def launch_ready(
+    rt: Runtime, ex: MemoryExecutor, **kw: Any
+) -> tuple[str, ExecutionSession, MemoryTransport]:
+    """Launch ``spec(**kw)`` over ``ex``; once READY, its id, session and transport."""
+    ref, s = await launch_session(rt, ready=True, **kw)
+    return ref.id, s, ex.last
 
 
 async def settle() -> None:

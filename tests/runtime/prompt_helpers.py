@@ -16,7 +16,7 @@ from acpfsm.runtime.history import AssistantEntry, HistoryStore, ToolResultEntry
 from acpfsm.runtime.session import ExecutionSession
 from acpfsm.testing.memory import MemoryExecutor
 
-from .memory_runtime import make_runtime
+from .memory_runtime import make_runtime, session_of, wait_until
 
 T = TypeVar("T")
 
@@ -57,6 +57,23 @@ def start(
             pending.done.set()
 
     tg.start_soon(run)
+    return pending
+
+
+async def prompting(
+    tg: anyio.abc.TaskGroup,
+    rt: Runtime,
+    execution_id: str,
+    text: str,
+    *,
+    generation: int = 1,
+    **kw: Any,
+) -> Pending:
+    """``rt.prompt(execution_id, text, **kw)`` in the background, once its turn (generation
+    ``generation``) is live at the agent."""
+    pending = start(tg, rt.prompt, execution_id, text, **kw)
+    s = session_of(rt, execution_id)
+    await wait_until(lambda: live(s, generation))
     return pending
 
 
@@ -139,6 +156,7 @@ __all__ = [
     "live",
     "names",
     "of_type",
+    "prompting",
     "published",
     "sent",
     "start",

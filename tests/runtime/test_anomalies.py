@@ -38,8 +38,17 @@ from acpfsm.runtime import (
 )
 from acpfsm.runtime import events as le
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
-from .prompt_helpers import live, names, of_type, sent, start, steps
+from .memory_runtime import (
+    MemoryExecutor,
+    launch_session,
+    make_runtime,
+    memory_agent,
+    raiser,
+    settle,
+    spec,
+    wait_until,
+)
+from .prompt_helpers import live, names, of_type, prompting, sent, start, steps
 
 pytestmark = pytest.mark.both_backends
 
@@ -54,16 +63,14 @@ async def test_h1_ambiguous_steer_is_not_dispatched_and_never_resent(time_scale:
     keeps its waiter. Whether to re-admit the message is the caller's decision."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
 
         def dropped_after_write(text: str, attachments: Any, generation: int) -> None:
             raise StreamNotConnected(AMBIGUOUS, while_waiting=True)
 
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "long task")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "long task")
             agent.handlers["steer"] = dropped_after_write
             with pytest.raises(SteerNotDispatched, match="steer was not dispatched"):
                 await rt.steer(ref.id, "also this")
@@ -85,11 +92,9 @@ async def test_h2_ambiguous_prompt_dispatch_is_never_resent(time_scale: float) -
     PromptDispatchError and the execution is READY for its decision. Only a failure *before*
     the write ("agent stream not connected") is retried after a reconnect, with the same
     generation (kandev lifecycle/session.go retryPromptAfterReconnect)."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    ex = memory_agent(reconnectable=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         agent = ex.last
         failures = [StreamNotConnected(AMBIGUOUS, while_waiting=True)]
 
@@ -133,9 +138,7 @@ async def test_a_prompt_request_in_flight_when_the_agent_is_gone_for_good_ends_d
     nothing."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         agent = ex.last
         gone = anyio.Event()
 
@@ -165,8 +168,7 @@ async def test_h3_no_completion_is_dropped(time_scale: float) -> None:
     to back) are both handled: the stale one explicitly ignored, the real one delivered."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         await rt.prompt(ref.id, "background", dispatch_only=True)
         agent.complete(1)  # nobody waits for it
@@ -174,8 +176,7 @@ async def test_h3_no_completion_is_dropped(time_scale: float) -> None:
         assert [e.prompt_generation for e in of_type(s, le.PromptCompleted)] == [1]
 
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "next")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "next", generation=2)
             agent.complete(1)  # stale: already claimed and now superseded
             agent.complete(2)  # queued right behind it
             await p.wait()
@@ -195,8 +196,7 @@ async def test_h4_barrier_is_released_only_by_its_own_generation(time_scale: flo
     leave the successor waiting (and send nothing); ``complete(2)`` lets it through."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         agent.auto_complete = True
         await rt.prompt(ref.id, "first")
@@ -231,14 +231,12 @@ async def test_h5_escalation_cannot_swallow_a_successor_completion(
     behind it begins generation 2 during the window and receives its own completion; the
     cancel still reports CancelEscalated. (Whether the escalation ends before or after the
     successor supersedes the stuck generation is a race both sides of which are declared.)"""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
-            p1 = start(tg, rt.prompt, ref.id, "stuck")
-            await wait_until(lambda: live(s, 1))
+            p1 = await prompting(tg, rt, ref.id, "stuck")
             p2 = start(tg, rt.prompt, ref.id, "successor")
             cancel = start(tg, rt.cancel, ref.id)
             await p1.wait()  # released by the escalation after the 10 s cancel wait
@@ -264,14 +262,12 @@ async def test_h6_a_dead_generation_is_never_steerable(
     ``steered`` is declared only under ``dispatched``: a handed-off, escalated or
     disconnected generation refuses it, so every such steer is SteerNotDispatched (after a
     disconnect the FAILED status refuses it first) and no steer request is ever sent."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "one")
             agent.emit(ForegroundIdle(prompt_generation=1, prompt_handoff=True))
             await p.wait()
         assert s.generations[1].leaf == "handed_off"
@@ -279,8 +275,7 @@ async def test_h6_a_dead_generation_is_never_steerable(
             await rt.steer(ref.id, "into a handed-off turn")
 
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "two")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "two", generation=2)
             with pytest.raises(CancelEscalated):
                 await rt.cancel(ref.id)
             await p.wait()
@@ -289,8 +284,7 @@ async def test_h6_a_dead_generation_is_never_steerable(
             await rt.steer(ref.id, "into an escalated turn")
 
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "three")
-            await wait_until(lambda: live(s, 3))
+            p = await prompting(tg, rt, ref.id, "three", generation=3)
             agent.disconnect("peer disconnected")
             await p.wait()
         assert s.generations[3].leaf == "disconnected"
@@ -310,9 +304,7 @@ async def test_h7_failed_trigger_does_not_leave_running(time_scale: float) -> No
     (outcome ``undelivered``) then ``agent.ready``, and the next prompt runs at once."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         agent = ex.last
 
         def refuse(text: str, attachments: Any, generation: int) -> None:
@@ -353,12 +345,10 @@ async def test_h8_steer_attachments_are_materialized(time_scale: float) -> None:
     ex = MemoryExecutor()
     att = Attachment(name="a.png", data=b"\x89PNG", attachment_id="att-1")
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, _ = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "long task")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "long task")
             agent.handlers["materialize"] = lambda a: msgspec.structs.replace(
                 a, name="stored.png", data=b""
             )
@@ -391,11 +381,9 @@ async def test_h9_clean_stream_close_releases_the_waiter(time_scale: float) -> N
     and its waiter is released with "agent stream disconnected: connection closed"."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.disconnect(error="")  # clean close
             await p.wait(limit=5)
         assert isinstance(p.error, AgentReportedError)
@@ -414,19 +402,10 @@ async def test_h10_initial_prompt_failure_is_reported(time_scale: float) -> None
     ``prompt.initial_failed`` with the session id, the generation and the error, and (H7)
     the execution is READY rather than RUNNING with nobody waiting."""
 
-    def make() -> MemoryTransport:
-        t = MemoryTransport()
-
-        def refuse(text: str, attachments: Any, generation: int) -> None:
-            raise AgentRequestError(-32603, "Internal error", method="session/prompt")
-
-        t.handlers["prompt"] = refuse
-        return t
-
-    ex = MemoryExecutor(make)
+    refusal = AgentRequestError(-32603, "Internal error", method="session/prompt")
+    ex = memory_agent(lambda t: t.handlers.update(prompt=raiser(refusal)))
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec("do the thing"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "do the thing")
         await wait_until(lambda: bool(of_type(s, le.InitialPromptFailed)))
         (failure,) = of_type(s, le.InitialPromptFailed)
         assert failure.session_id == ref.session_id
@@ -442,8 +421,7 @@ async def test_h10_an_initial_prompt_whose_turn_fails_is_reported(time_scale: fl
     the launch waits for the turn (it is not a dispatch-only prompt) and reports its error."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec("do the thing"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "do the thing")
         await wait_until(lambda: live(s, 1))
         assert of_type(s, le.InitialPromptFailed) == []
         ex.last.fail(1, "the model is overloaded")
@@ -462,8 +440,7 @@ async def test_wait_ready_on_an_execution_that_failed_after_its_init_raises(
     the status rather than returning."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         assert (await rt.wait_ready(ref.id)).status == "READY"
         ex.last.emit(ErrorEvent(error="wakeup failed"))
         await wait_until(lambda: s.execution.status == "FAILED")
@@ -479,12 +456,10 @@ async def test_a_lost_stream_names_the_last_500_characters_of_the_agents_stderr(
     (where the reason usually is), at most 500 characters, never the whole of it."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, _ = await launch_session(rt)
         tail = "noise " * 200 + "FATAL: out of credits"
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(StreamDisconnected(error="agent exited", exit_code=1, stderr_tail=tail))
             await p.wait()
         assert isinstance(p.error, AgentReportedError)
@@ -502,11 +477,9 @@ async def test_a_completion_stamped_with_a_generation_that_never_was_completes_n
     is the unstamped path, kandev ``handleCompleteEvent``)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(Complete(prompt_generation=-1))
             await settle()
             assert live(s, 1) and not p.done.is_set()
@@ -516,15 +489,10 @@ async def test_a_completion_stamped_with_a_generation_that_never_was_completes_n
         await rt.stop(ref.id, "done")
 
 
-def _refusing_session_new(**kw: Any) -> MemoryTransport:
+def _refusing_session_new(**kw: Any) -> MemoryExecutor:
     """A memory agent whose ``session/new`` fails (an internal error): the init fails."""
-    t = MemoryTransport(**kw)
-
-    def refuse(*args: Any) -> None:
-        raise AgentRequestError(-32603, "Internal error", method="session/new")
-
-    t.handlers["session/new"] = refuse
-    return t
+    refusal = AgentRequestError(-32603, "Internal error", method="session/new")
+    return memory_agent(lambda t: t.handlers.update({"session/new": raiser(refusal)}), **kw)
 
 
 async def test_recover_stream_leaves_an_execution_whose_init_failed_alone(
@@ -534,10 +502,9 @@ async def test_recover_stream_leaves_an_execution_whose_init_failed_alone(
     whose ``session/new`` failed is FAILED with its stream still up, and recovering it does
     nothing (the init's failure stands; no ``recovered`` fact, no new status)."""
 
-    ex = MemoryExecutor(lambda: _refusing_session_new(reconnectable=True))
+    ex = _refusing_session_new(reconnectable=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(lambda: s.execution.status == "FAILED")
         assert ex.last.is_connected()
         count = rt.trace.count
@@ -567,8 +534,7 @@ async def test_only_kandevs_mcp_modes_reach_a_carrier_with_its_own_mcp_tools(
     know is not sent to it."""
     ex = MemoryExecutor(_AgentctlLike)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await s.set_mcp_mode("review")  # an app tool set's mode (validated by the facade)
         await s.set_mcp_mode("task")
         agent = ex.last
@@ -585,10 +551,9 @@ async def test_a_prompt_past_the_status_check_after_a_failed_init_is_sent_as_wri
     whose init failed: the init is over, so no resume context is composed into the prompt;
     it is sent as written and its turn runs, rather than asking the ended init chart."""
 
-    ex = MemoryExecutor(lambda: _refusing_session_new(auto_complete=True))
+    ex = _refusing_session_new(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(lambda: s.execution.status == "FAILED")
         result = await s.prompt("as written", validate_status=False)
         assert result.stop_reason == "end_turn"
@@ -602,9 +567,7 @@ async def test_only_the_first_content_after_ready_is_a_wakeup_fact(time_scale: f
     each fact a chart heard, a no-op one too)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         for i in range(3):
             ex.last.emit(MessageChunk(text=f"woke up {i}"))
         await wait_until(lambda: s.ctx.message == ["woke up 0", "woke up 1", "woke up 2"])
@@ -621,21 +584,17 @@ async def test_content_before_ready_is_not_a_wakeup_fact(time_scale: float) -> N
     of the startup holds none."""
     released = anyio.Event()
 
-    def make() -> MemoryTransport:
-        t = MemoryTransport()
-
+    def setup(t: MemoryTransport) -> None:
         async def initialize(*args: Any) -> Any:
             t.emit(MessageChunk(text="replayed"))
             await released.wait()
             return t._caps
 
         t.handlers["initialize"] = initialize
-        return t
 
-    ex = MemoryExecutor(make)
+    ex = memory_agent(setup)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await settle()
         assert s.execution.status == "STARTING"
         released.set()
@@ -708,12 +667,10 @@ async def test_h12_prompt_result_carries_the_streamed_text(time_scale: float) ->
     carries it (assistant chunks only: no user echo, no reasoning); a handoff result too."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, _ = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             agent.emit(MessageChunk(text="hi", role="user", prompt_generation=1))
             agent.emit(Reasoning(reasoning_text="thinking", prompt_generation=1))
             agent.emit(MessageChunk(text="Hello", prompt_generation=1))
@@ -723,8 +680,7 @@ async def test_h12_prompt_result_carries_the_streamed_text(time_scale: float) ->
         assert p.prompt_result.agent_message == "Hello world"
 
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "again")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "again", generation=2)
             agent.emit(MessageChunk(text="handing off", prompt_generation=2))
             agent.emit(ForegroundIdle(prompt_generation=2, prompt_handoff=True))
             await p.wait()
@@ -741,26 +697,15 @@ async def test_h9_event_stream_ending_silently_releases_the_waiter(time_scale: f
     like any other: the waiting prompt is released with an error instead of hanging."""
     from acpfsm.runtime import AgentReportedError
 
-    from .memory_runtime import MemoryExecutor, make_runtime, session_of, spec, wait_until
+    from .memory_runtime import MemoryExecutor, make_runtime
 
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        errors: list[BaseException] = []
-
-        async def waiting() -> None:
-            try:
-                await rt.prompt(ref.id, "x")
-            except AgentReportedError as exc:
-                errors.append(exc)
-
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(waiting)
-            await wait_until(
-                lambda: s.current is not None and s.current.machine.is_in("dispatched")
-            )
+            p = await prompting(tg, rt, ref.id, "x")
             ex.last._events.close()  # the stream ends with no disconnect event
-        assert "agent event stream ended" in str(errors[0])
+        assert isinstance(p.error, AgentReportedError)
+        assert "agent event stream ended" in str(p.error)
         assert s.stream.machine.state == "disconnected"
         await rt.stop(ref.id, "done")

@@ -24,8 +24,18 @@ from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 from acpfsm.runtime.session.flows import CANCEL_ANSWERS, cancel_answer
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
-from .prompt_helpers import live, of_type, sent, start
+from .memory_runtime import (
+    MemoryExecutor,
+    launch_session,
+    make_runtime,
+    memory_agent,
+    raiser,
+    session_of,
+    settle,
+    spec,
+    wait_until,
+)
+from .prompt_helpers import live, of_type, prompting, sent, start
 
 pytestmark = pytest.mark.both_backends
 
@@ -77,9 +87,7 @@ async def test_a_cancel_before_the_prompt_is_sent_withdraws_it(
     gate = anyio.Event()
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
 
         async def slow_materialize(att: Attachment) -> Attachment:
             await gate.wait()
@@ -111,9 +119,7 @@ async def test_a_cancel_while_the_prompt_is_in_flight_goes_out_after_it(
     gate = anyio.Event()
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, _ = await launch_session(rt, ready=True)
         order = _gated(ex.last, gate)
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "work")
@@ -139,8 +145,7 @@ async def test_a_caller_that_leaves_cancels_its_turn_and_the_next_prompt_is_clea
     its own reply."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
             scope = anyio.CancelScope()
@@ -172,8 +177,7 @@ async def test_a_failed_cancel_of_an_abandoned_turn_leaves_the_execution_usable(
     not crashed, and the next prompt runs."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
 
         def refuse(*args: object) -> None:
@@ -197,10 +201,9 @@ async def test_a_caller_that_leaves_an_unanswered_turn_does_not_block_the_next(
 ) -> None:
     """The agent ignores the cancel of an abandoned turn: the next prompt waits for that turn
     to end at most its bound (10 s), then goes ahead; it is never blocked for good."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await leave_prompt(rt, s, "stuck")
         async with anyio.create_task_group() as tg:
             p = start(tg, rt.prompt, ref.id, "next")
@@ -222,9 +225,7 @@ async def test_each_cancel_answer_reaches_the_chart_as_the_model_verifier_explor
     (a lost stream taken for an acknowledged cancel never escalates)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         agent = ex.last
 
         def cancel() -> CancelResult:
@@ -245,8 +246,7 @@ async def test_each_cancel_answer_reaches_the_chart_as_the_model_verifier_explor
 
         s.ctx.fire = recording  # type: ignore[method-assign]
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "work")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "work")
             c = start(tg, rt.cancel, ref.id)
             await c.wait()
             await p.wait()
@@ -260,11 +260,9 @@ async def test_a_prompt_timeout_is_typed_and_cancels_the_turn(
 ) -> None:
     """``prompt(..., timeout=)`` against a hung agent: PromptTimeout (a PromptError naming the
     generation) within the bound, and the turn is cancelled at the agent."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, _ = await launch_session(rt, ready=True)
         with pytest.raises(PromptTimeout) as info:  # the agent never answers: only the bound
             await rt.prompt(ref.id, "hang", timeout=3 * time_scale)
         assert info.value.generation == 1
@@ -277,10 +275,9 @@ async def test_the_snapshot_is_never_ready_over_a_live_turn(
 ) -> None:
     """The agent acknowledges the cancel and keeps running the turn: the cancel escalates, but
     the execution stays RUNNING until the agent ends the turn (kandev said READY at once)."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             start(tg, rt.prompt, ref.id, "long")
             await wait_until(lambda: live(s, 1))
@@ -295,7 +292,7 @@ async def test_the_snapshot_is_never_ready_over_a_live_turn(
 async def test_wait_ready_returns_the_snapshot_once_ready(time_scale: float) -> None:
     """``wait_ready`` waits through the init and the initial turn and returns the READY
     snapshot."""
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec(prompt="hello"))
         snapshot = await rt.wait_ready(ref.id)
@@ -308,16 +305,8 @@ async def test_wait_ready_raises_the_init_failure_with_its_cause(time_scale: flo
     """An init that fails: ``wait_ready`` raises SessionInitError whose ``__cause__`` is the
     agent's refusal."""
 
-    def refusing() -> MemoryTransport:
-        t = MemoryTransport()
-
-        def refuse(cwd: str) -> SessionResult:
-            raise AgentRequestError(-32603, "Internal error: no sessions today")
-
-        t.handlers["session/new"] = refuse
-        return t
-
-    ex = MemoryExecutor(refusing)
+    refusal = AgentRequestError(-32603, "Internal error: no sessions today")
+    ex = memory_agent(lambda t: t.handlers.update({"session/new": raiser(refusal)}))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         with pytest.raises(SessionInitError) as info:
@@ -334,17 +323,11 @@ async def test_cancelling_wait_ready_is_bounded(time_scale: float) -> None:
     and stops cleanly."""
     gate = anyio.Event()
 
-    def make() -> MemoryTransport:
-        t = MemoryTransport()
+    async def slow(cwd: str) -> SessionResult:
+        await gate.wait()
+        return SessionResult(session_id="s")
 
-        async def slow(cwd: str) -> SessionResult:
-            await gate.wait()
-            return SessionResult(session_id="s")
-
-        t.handlers["session/new"] = slow
-        return t
-
-    ex = MemoryExecutor(make)
+    ex = memory_agent(lambda t: t.handlers.update({"session/new": slow}))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         with anyio.move_on_after(0.05) as scope:

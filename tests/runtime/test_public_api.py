@@ -16,11 +16,10 @@ from mypy import api as mypy_api
 import acpfsm.runtime
 from acpfsm.adapters import errors as adapter_errors
 from acpfsm.adapters import events as agent_events
-from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import events
 from acpfsm.runtime.events import MessageChunk, PromptCompleted
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, spec
+from .memory_runtime import make_runtime, memory_agent, session_of, spec
 
 AGENTCTL_STACK = ("httpx", "httpx_ws", "httpcore")
 
@@ -69,7 +68,7 @@ def test_subscription_and_the_transport_errors_are_exported() -> None:
 
 @pytest.mark.both_backends
 async def test_a_live_only_subscription_starts_with_the_next_event(time_scale: float) -> None:
-    executor = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    executor = memory_agent(auto_complete=True)
     async with make_runtime(executor, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         await rt.wait_ready(ref.id)

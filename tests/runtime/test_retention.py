@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from acpfsm.adapters.events import MessageChunk, Reasoning, ToolCall, ToolUpdate
-from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import Retention, SubscriberOverflow, Trace
 from acpfsm.runtime.events import AgentReady, EventsTruncated
 from acpfsm.runtime.hub import EVENT_OVERHEAD, EventHub, event_size
@@ -24,7 +23,7 @@ from acpfsm.testing import assert_trace_conforms
 from acpfsm.testing.memory import MemoryExecutor
 from acpfsm.testing.plugin import TraceCollector
 
-from .memory_runtime import make_runtime, session_of, spec, wait_until
+from .memory_runtime import make_runtime, memory_agent, session_of, spec, wait_until
 
 KIB = 1024
 
@@ -83,7 +82,7 @@ async def test_the_runtime_keeps_a_bounded_ring_and_the_plugin_still_sees_every_
     collector = TraceCollector()  # what --acpfsm-check-traces installs around each test
     collector.start()
     try:
-        executor = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+        executor = memory_agent(auto_complete=True)
         path = tmp_path / "trace.jsonl"
         rt = make_runtime(executor, trace_path=path, retention=Retention(trace_records=5))
         async with rt:
@@ -144,7 +143,7 @@ async def test_an_event_larger_than_the_backlog_is_not_retained() -> None:
 
 async def test_a_runtime_execution_retains_its_latest_events_within_the_bound() -> None:
     reply = tuple("y" * (8 * KIB) for _ in range(16))  # 128 KiB a turn
-    executor = MemoryExecutor(lambda: MemoryTransport(auto_complete=True, reply=reply))
+    executor = memory_agent(auto_complete=True, reply=reply)
     async with make_runtime(executor, retention=Retention(backlog_bytes=64 * KIB)) as rt:
         ref = await rt.launch(spec())
         for i in range(4):
@@ -195,7 +194,7 @@ async def test_a_subscriber_that_keeps_up_receives_an_event_larger_than_its_buff
 
 async def test_only_the_current_generation_keeps_its_reply_text() -> None:
     reply = ("z" * (32 * KIB),)
-    executor = MemoryExecutor(lambda: MemoryTransport(auto_complete=True, reply=reply))
+    executor = memory_agent(auto_complete=True, reply=reply)
     async with make_runtime(executor) as rt:
         ref = await rt.launch(spec())
         for i in range(10):

@@ -7,7 +7,6 @@ import msgspec
 import pytest
 
 from acpfsm.adapters.events import Complete, MessageChunk
-from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import (
     AgentReportedError,
     CancelEscalated,
@@ -19,7 +18,16 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.runtime.types import Timeouts
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    launch_session,
+    make_runtime,
+    memory_agent,
+    settle,
+    spec,
+    wait_until,
+)
+from .prompt_helpers import prompting
 
 pytestmark = pytest.mark.both_backends
 
@@ -27,9 +35,7 @@ pytestmark = pytest.mark.both_backends
 async def test_launch_initializes_and_is_ready(time_scale: float) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, _ = await launch_session(rt, ready=True)
         snap = rt.get_execution(ref.id)
         assert snap.status == "READY"
         assert snap.acp_session_id == "mem-session-1"
@@ -43,7 +49,7 @@ async def test_launch_initializes_and_is_ready(time_scale: float) -> None:
 
 
 async def test_prompt_waits_for_completion_and_collects_text(time_scale: float) -> None:
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         result = await rt.resume(ref.id, "hi")
@@ -57,7 +63,7 @@ async def test_prompt_waits_for_completion_and_collects_text(time_scale: float) 
 
 
 async def test_initial_prompt_and_events_in_order(time_scale: float) -> None:
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec("do the thing"))
         seen: list[str] = []
@@ -74,8 +80,7 @@ async def test_initial_prompt_and_events_in_order(time_scale: float) -> None:
 async def test_steer_folds_into_the_live_generation(time_scale: float) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         with pytest.raises(SteerNotDispatched):
             await rt.steer(ref.id, "too early")
         results = []
@@ -103,8 +108,7 @@ async def test_steer_folds_into_the_live_generation(time_scale: float) -> None:
 async def test_cancel_with_cooperative_agent(time_scale: float) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         results = []
 
         async def run_prompt() -> None:
@@ -128,29 +132,17 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
     cancel escalates (the waiter and the canceller learn it), but the execution is not READY
     while the agent still owes the turn (a second cancel escalates again and changes
     nothing); its late end makes it READY."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        errors: list[BaseException] = []
-
-        async def run_prompt() -> None:
-            try:
-                await rt.prompt(ref.id, "long task")
-            except AgentReportedError as exc:
-                errors.append(exc)
-
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(run_prompt)
-            await wait_until(
-                lambda: s.current is not None and s.current.machine.is_in("dispatched")
-            )
+            p = await prompting(tg, rt, ref.id, "long task")
             start = anyio.current_time()
             with pytest.raises(CancelEscalated):
                 await rt.cancel(ref.id)
             assert anyio.current_time() - start >= 10 * time_scale
-        assert isinstance(errors[0], CancelEscalated)
-        assert "cancel escalated" in str(errors[0])
+        assert isinstance(p.error, CancelEscalated)
+        assert "cancel escalated" in str(p.error)
         assert s.current is not None
         assert s.current.leaf == "escalated"  # the agent still owes that turn
         assert rt.get_execution(ref.id).status == "RUNNING"
@@ -169,23 +161,12 @@ async def test_cancel_escalates_when_the_agent_ignores_it(
 async def test_agent_error_fails_the_turn(time_scale: float) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        errors: list[BaseException] = []
-
-        async def run_prompt() -> None:
-            try:
-                await rt.prompt(ref.id, "x")
-            except AgentReportedError as exc:
-                errors.append(exc)
-
+        ref, _ = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(run_prompt)
-            await wait_until(
-                lambda: s.current is not None and s.current.machine.is_in("dispatched")
-            )
+            p = await prompting(tg, rt, ref.id, "x")
             ex.last.fail(1, '{"code":-32603,"message":"Internal error"}')
-        assert str(errors[0]).startswith("agent error: ")
+        assert isinstance(p.error, AgentReportedError)
+        assert str(p.error).startswith("agent error: ")
         assert rt.get_execution(ref.id).status == "FAILED"
         with pytest.raises(NotReadyForPrompts):
             await rt.prompt(ref.id, "again")
@@ -197,8 +178,7 @@ async def test_dispatch_only_barrier_times_out_and_keeps_the_gate(
 ) -> None:
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         first = await rt.prompt(ref.id, "background", dispatch_only=True)
         assert first.stop_reason == "dispatched"
         with pytest.raises(PendingDispatchedPromptTimeout):
@@ -248,11 +228,9 @@ async def test_agent_stream_follows_a_carrier_that_redials_or_gives_up(time_scal
     from acpfsm.adapters.transport import RedialPolicy
 
     policy = RedialPolicy(initial_delay=0.1 * time_scale, max_delay=1.0 * time_scale)
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True, redial_policy=policy))
+    ex = memory_agent(reconnectable=True, redial_policy=policy)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         tr = ex.last
         tr.drop("websocket: close 1006 (abnormal closure)")
         await wait_until(lambda: s.stream.redialling)

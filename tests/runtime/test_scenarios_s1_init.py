@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import pathlib
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -34,7 +33,16 @@ from acpfsm.runtime.events import RuntimeEvent
 from acpfsm.runtime.history import HistoryReadError, HistoryStore, truncate_for_context
 from acpfsm.runtime.session import ExecutionSession
 
-from .memory_runtime import MemoryExecutor, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    launch_session,
+    memory_agent,
+    raiser,
+    session_of,
+    settle,
+    spec,
+    wait_until,
+)
 
 pytestmark = pytest.mark.both_backends
 
@@ -103,22 +111,6 @@ async def turn_settled(s: ExecutionSession, generation: int) -> None:
     )
 
 
-def with_transport(setup: Callable[[MemoryTransport], None], **kw: Any) -> MemoryExecutor:
-    def make() -> MemoryTransport:
-        t = MemoryTransport(**kw)
-        setup(t)
-        return t
-
-    return MemoryExecutor(make)
-
-
-def raiser(exc: BaseException) -> Callable[..., Any]:
-    def handler(*_: Any) -> Any:
-        raise exc
-
-    return handler
-
-
 # --- stream connect, handshake, load/new ------------------------------------------------------
 
 
@@ -140,10 +132,9 @@ async def test_s1_stream_connects_before_initialize(
         t.handlers["initialize"] = initialize
         t.handlers["session/new"] = lambda _cwd: SessionResult(session_id="test-session-123")
 
-    ex = with_transport(setup)
+    ex = memory_agent(setup)
     async with runtime(ex, time_scale, profile(native_session_resume=False)) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         holder.append(s)
         await wait_until(
             lambda: s.init.machine is not None and s.init.machine.state == "connecting_stream"
@@ -171,11 +162,10 @@ async def test_s2_unreachable_agent_fails_init_after_the_stream_wait(
 ) -> None:
     """A carrier that never connects fails the init with the stream-wait error after the
     10 s bound, without hanging and without sending anything."""
-    ex = with_transport(lambda t: setattr(t, "connected", False))
+    ex = memory_agent(lambda t: setattr(t, "connected", False))
     async with runtime(ex, time_scale) as rt:
         start = anyio.current_time()
-        ref = await rt.launch(spec("never delivered"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "never delivered")
         await wait_until(lambda: s.execution.status == "FAILED")
         elapsed = anyio.current_time() - start
 
@@ -198,10 +188,9 @@ async def test_s2_unreachable_agent_fails_init_after_the_stream_wait(
 async def test_s2_refused_dial_fails_at_initialize(time_scale: float) -> None:
     """The other outcome s2 allows: the dial attempt ends (refused) at once, so the wait ends and
     the handshake fails with ``initialize failed: … agent stream not connected``."""
-    ex = with_transport(lambda t: t.handlers.update(initialize=raiser(StreamNotConnected())))
+    ex = memory_agent(lambda t: t.handlers.update(initialize=raiser(StreamNotConnected())))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await init_finished(s)
         snap = rt.get_execution(ref.id)
         assert snap.status == "FAILED"
@@ -249,10 +238,9 @@ async def test_s5_fresh_session_without_resume(time_scale: float) -> None:
         )
         t.handlers["session/new"] = lambda _cwd: SessionResult(session_id="test-session-123")
 
-    ex = with_transport(setup)
+    ex = memory_agent(setup)
     async with runtime(ex, time_scale, profile(native_session_resume=False)) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await init_finished(s)
         caps = ex.last.capabilities
         assert caps is not None
@@ -271,8 +259,7 @@ async def test_s6_native_resume_loads_the_existing_session_and_says_resumed(
     kandev lifecycle/session.go ``createOrLoadSession``)."""
     ex = MemoryExecutor()
     async with runtime(ex, time_scale, profile(native_session_resume=True)) as rt:
-        ref = await rt.launch(spec(prior_acp_session="existing-session"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session="existing-session")
         await init_finished(s)
         assert methods(ex.last) == ["initialize", "session/load"]
         assert rt.get_execution(ref.id).acp_session_id == "existing-session"
@@ -293,8 +280,7 @@ async def test_s7_other_rows_of_the_load_or_new_table(
     """Only session/new is sent; an existing id is ignored without NativeSessionResume."""
     ex = MemoryExecutor()
     async with runtime(ex, time_scale, profile(native_session_resume=native)) as rt:
-        ref = await rt.launch(spec(prior_acp_session=prior))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=prior)
         await init_finished(s)
         assert methods(ex.last) == ["initialize", "session/new"]
         assert rt.get_execution(ref.id).acp_session_id == "mem-session-1"
@@ -353,11 +339,9 @@ async def test_s8_recognized_load_errors_fall_back_to_session_new(
 ) -> None:
     """seed D1-D3: a fallback-authorizing session/load error → session/new; its id replaces the
     ACP session id and no error surfaces. (Classification table: test_classify.py.)"""
-    ex = with_transport(lambda t: t.handlers.update({"session/load": raiser(error)}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/load": raiser(error)}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR, ready=True)
         assert methods(ex.last) == ["initialize", "session/load", "session/new"]
         snap = rt.get_execution(ref.id)
         assert snap.acp_session_id == "mem-session-1"
@@ -376,10 +360,9 @@ async def test_s8_other_load_errors_fail_and_preserve_the_session_id(
 ) -> None:
     """seed D1: any other non-transport error is inconclusive: ``session/load failed: …``, no
     session/new, and the stored ACP session id is untouched."""
-    ex = with_transport(lambda t: t.handlers.update({"session/load": raiser(error)}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/load": raiser(error)}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR)
         await init_finished(s)
         assert methods(ex.last) == ["initialize", "session/load"]
         snap = rt.get_execution(ref.id)
@@ -402,10 +385,9 @@ async def test_s10_expired_load_deadline_stops_the_fallback(
         await anyio.sleep_forever()
         raise AssertionError  # pragma: no cover
 
-    ex = with_transport(lambda t: t.handlers.update({"session/load": never_answers}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/load": never_answers}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR)
         start = anyio.current_time()
         await init_finished(s, limit=200)
         assert anyio.current_time() - start >= Timeouts().request * time_scale
@@ -427,10 +409,9 @@ async def test_s10_cancelled_launch_stops_the_fallback(time_scale: float) -> Non
         await anyio.sleep_forever()
         raise AssertionError  # pragma: no cover
 
-    ex = with_transport(lambda t: t.handlers.update({"session/load": blocks}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/load": blocks}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR)
         await loading.wait()
         snap = await rt.stop(ref.id, "user cancelled the launch")
         assert s.init.machine is not None and s.init.machine.state == "abandoned"
@@ -470,10 +451,9 @@ async def test_s11_transport_dead_load_errors_never_fall_back(
     ``test_classify_rows``): a transport-dead load error is logged as such and never followed
     by session/new; the -32601/-32002 rows are not transport-dead and fall back."""
     caplog.set_level(logging.WARNING, logger="acpfsm.runtime")
-    ex = with_transport(lambda t: t.handlers.update({"session/load": raiser(error)}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/load": raiser(error)}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR)
         await init_finished(s)
         logged_dead = any("(transport_dead)" in r.getMessage() for r in caplog.records)
         assert logged_dead is not falls_back
@@ -491,10 +471,9 @@ async def test_s13_session_new_failure_after_a_fallback(time_scale: float) -> No
         t.handlers["session/load"] = raiser(AcpfsmError("load session failed: Method not found"))
         t.handlers["session/new"] = raiser(new_error)
 
-    ex = with_transport(setup)
+    ex = memory_agent(setup)
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec(prior_acp_session=PRIOR))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, prior_acp_session=PRIOR)
         await init_finished(s)
         assert methods(ex.last) == ["initialize", "session/load", "session/new"]
         snap = rt.get_execution(ref.id)
@@ -510,9 +489,7 @@ async def test_s14_initialized_after_a_provider_default_decision(time_scale: flo
     step through ``start_model_settled``), so a later failure is routed as ``prompt_send``."""
     ex = MemoryExecutor()  # advertises fast, smart
     async with runtime(ex, time_scale, profile(model="claude-gone")) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         assert "start_model_settled" in init_events(s)
         assert rt.get_execution(ref.id).charts["session_init"] == "ready"
         (warning,) = of_type(s, le.ModelSelectionWarning)
@@ -542,8 +519,7 @@ async def test_s16_task_description_triggers_an_async_prompt(time_scale: float) 
     while the prompt was still running."""
     ex = MemoryExecutor()  # turns stay open until completed
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec("Build a feature"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "Build a feature")
         await wait_until(lambda: "prompt" in methods(ex.last))
         assert methods(ex.last) == ["initialize", "session/new", "prompt"]
         assert prompts_sent(ex.last) == ["Build a feature"]
@@ -571,9 +547,7 @@ async def test_s17_no_prompt_and_no_history_means_boot_ready(
     ex = MemoryExecutor()
     prof = profile(history_context_injection=True)
     async with runtime(ex, time_scale, prof, history_root=tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         await settle()
         (boot,) = of_type(s, le.AgentBootReady)
         assert boot.resume_context_pending is False
@@ -592,10 +566,7 @@ def resuming_runtime(ex: MemoryExecutor, time_scale: float, root: pathlib.Path) 
 
 async def resumed_ready(rt: Runtime) -> tuple[ExecutionRef, ExecutionSession]:
     """An execution resuming kandev session ``task-1``, once READY."""
-    ref = await rt.launch(spec(metadata={"session_id": "task-1"}))
-    s = session_of(rt, ref.id)
-    await wait_until(lambda: s.execution.status == "READY")
-    return ref, s
+    return await launch_session(rt, metadata={"session_id": "task-1"}, ready=True)
 
 
 def _seed_history(root: pathlib.Path, session_id: str) -> HistoryStore:
@@ -612,7 +583,7 @@ async def test_s19_resume_context_is_injected_only_once(
     it (never a ``<kandev-system>`` block); the second is sent unchanged."""
     caplog.set_level(logging.WARNING, logger="acpfsm.runtime")
     _seed_history(tmp_path, "task-1")
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with resuming_runtime(ex, time_scale, tmp_path) as rt:
         ref, s = await resumed_ready(rt)
         assert s.init.machine is not None and s.init.machine.state == "resume_context_pending"
@@ -648,7 +619,7 @@ async def test_an_unreadable_history_sends_the_prompt_plain_with_a_warning(
         return text, HistoryReadError("failed to read history file: disk gone")
 
     monkeypatch.setattr(HistoryStore, "generate_resume_context", unreadable)
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with resuming_runtime(ex, time_scale, tmp_path) as rt:
         ref, _ = await resumed_ready(rt)
         await rt.prompt(ref.id, "first")
@@ -716,7 +687,7 @@ async def test_s23_history_presence_and_file_paths(
     (Empty session id: test_history.py::test_s23_history_presence_and_file_paths; the runtime
     never has one, it defaults the task session id to the execution id.)"""
     tmp_path.joinpath("task-1.jsonl").write_bytes(b"")
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with resuming_runtime(ex, time_scale, tmp_path) as rt:
         ref, s = await resumed_ready(rt)
         assert s.init.machine is not None and s.init.machine.state == "ready"
@@ -781,10 +752,9 @@ async def test_s25_acp_init_failure_fails_the_execution(time_scale: float) -> No
     ``agent.failed`` (phase session_init) says the same; nothing is announced; prompts are
     refused."""
     cause = AgentRequestError(-32603, "Internal error", {"details": "handshake exploded"})
-    ex = with_transport(lambda t: t.handlers.update(initialize=raiser(cause)))
+    ex = memory_agent(lambda t: t.handlers.update(initialize=raiser(cause)))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec("never sent"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "never sent")
         await init_finished(s)
         snap = rt.get_execution(ref.id)
         assert snap.status == "FAILED"
@@ -815,10 +785,9 @@ async def test_s26_startup_is_one_shot_and_stale_startup_signals_are_rejected(
         await release.wait()
         return SessionResult(session_id="s-1")
 
-    ex = with_transport(lambda t: t.handlers.update({"session/new": slow_new}))
+    ex = memory_agent(lambda t: t.handlers.update({"session/new": slow_new}))
     async with runtime(ex, time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(lambda: "session/new" in methods(ex.last))
         ex.last.emit(Complete(prompt_generation=1))  # a startup-era signal
         await settle()
@@ -837,10 +806,9 @@ async def test_s26_startup_is_one_shot_and_stale_startup_signals_are_rejected(
         assert rt.get_execution(ref.id).status == "READY"
         await rt.stop(ref.id, "done")
 
-    failing = with_transport(lambda t: t.handlers.update(initialize=raiser(AcpfsmError("no"))))
+    failing = memory_agent(lambda t: t.handlers.update(initialize=raiser(AcpfsmError("no"))))
     async with runtime(failing, time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await init_finished(s)
         await settle()
         assert methods(failing.last) == ["initialize"]

@@ -14,7 +14,7 @@ chart's final state in the trace.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -31,7 +31,7 @@ from acpfsm.runtime.events import RuntimeEvent
 from acpfsm.runtime.session import ExecutionSession
 from acpfsm.runtime.session.context import ModelState as _ModelState
 
-from .memory_runtime import MemoryExecutor, session_of, settle, spec, wait_until
+from .memory_runtime import MemoryExecutor, launch_session, memory_agent, raiser, settle, wait_until
 
 pytestmark = pytest.mark.both_backends
 
@@ -61,23 +61,6 @@ def models(*ids: str) -> list[ModelInfo]:
 
 def option(config_id: str, value: str = "", category: str = "") -> ConfigOption:
     return ConfigOption(id=config_id, current_value=value, category=category)
-
-
-def agent(setup: Callable[[MemoryTransport], None] | None = None, **kw: Any) -> MemoryExecutor:
-    def make() -> MemoryTransport:
-        t = MemoryTransport(**kw)
-        if setup is not None:
-            setup(t)
-        return t
-
-    return MemoryExecutor(make)
-
-
-def raiser(exc: BaseException) -> Callable[..., Any]:
-    def handler(*_: Any) -> Any:
-        raise exc
-
-    return handler
 
 
 def events(s: ExecutionSession) -> list[RuntimeEvent]:
@@ -138,8 +121,7 @@ async def processed(rt: Runtime, event: SessionModels) -> None:
 
 
 async def launched(rt: Runtime, **kw: Any) -> tuple[str, ExecutionSession]:
-    ref = await rt.launch(spec(**kw))
-    s = session_of(rt, ref.id)
+    ref, s = await launch_session(rt, **kw)
     await wait_until(
         lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"), limit=60
     )
@@ -171,7 +153,7 @@ async def test_s28_requested_model_not_advertised(time_scale: float, current: st
     """Row 6: no SetModel, provider_default/requested_not_advertised, a warning whose effective
     model is the cached current model (empty when none) and whose decision id is the hex
     sha256 of ``execution|acp session|requested|reason|effective``."""
-    ex = agent(models=models("executor-default"), current_model=current)
+    ex = memory_agent(models=models("executor-default"), current_model=current)
     async with runtime(ex, time_scale, profile(model="host-only-model")) as rt:
         eid, s = await launched(rt)
         assert s.execution.status == "READY"
@@ -192,7 +174,7 @@ async def test_s28_requested_model_not_advertised(time_scale: float, current: st
 async def test_s29_empty_catalog(time_scale: float) -> None:
     """Row 2: a model state with no models (config options only, so no catalog wait): no
     calls, provider_default/catalog_empty, a warning, even with a fallback configured."""
-    ex = agent(models=(), current_model="", config_options=[option("effort", "low")])
+    ex = memory_agent(models=(), current_model="", config_options=[option("effort", "low")])
     prof = profile(model="wanted", fallback_model="fallback")
     async with runtime(ex, time_scale, prof) as rt:
         eid, s = await launched(rt)
@@ -214,7 +196,7 @@ async def test_s31_fallback_selection_unsupported(time_scale: float) -> None:
     def setup(t: MemoryTransport) -> None:
         t.handlers["set_model"] = raiser(METHOD_NOT_FOUND)
 
-    ex = agent(setup, models=models("fallback"), current_model="fallback")
+    ex = memory_agent(setup, models=models("fallback"), current_model="fallback")
     prof = profile(model="requested", fallback_model="fallback")
     async with runtime(ex, time_scale, prof) as rt:
         eid, s = await launched(rt)
@@ -231,7 +213,7 @@ async def test_s31_fallback_selection_unsupported(time_scale: float) -> None:
 async def test_s31_explicit_fallback_publishes_the_legacy_event(time_scale: float) -> None:
     """Row 3 (the successful neighbour of s31): the warning names the fallback and the legacy
     ``session_model_fallback`` event follows it."""
-    ex = agent(models=models("fallback"), current_model="fallback")
+    ex = memory_agent(models=models("fallback"), current_model="fallback")
     prof = profile(model="requested", fallback_model="fallback")
     async with runtime(ex, time_scale, prof) as rt:
         eid, s = await launched(rt)
@@ -260,7 +242,9 @@ async def test_s32_fallback_rejected_fails_the_launch(
     fails the launch with ``failed to set fallback model "fallback": …`` whatever
     AutoFallback says."""
     rejected = AgentRequestError(code, "rejected")
-    ex = agent(lambda t: t.handlers.update(set_model=raiser(rejected)), models=models("fallback"))
+    ex = memory_agent(
+        lambda t: t.handlers.update(set_model=raiser(rejected)), models=models("fallback")
+    )
     prof = profile(model="requested", fallback_model="fallback", auto_fallback=auto_fallback)
     async with runtime(ex, time_scale, prof) as rt:
         eid, s = await launched(rt)
@@ -280,7 +264,7 @@ async def test_s32_fallback_rejected_fails_the_launch(
 async def test_s34_requested_model_applied(time_scale: float) -> None:
     """Row 8: calls ``[requested]``, outcome applied, effective model requested (the original
     snapshot reports it), no warning."""
-    ex = agent(models=models("requested"), current_model="other")
+    ex = memory_agent(models=models("requested"), current_model="other")
     async with runtime(ex, time_scale, profile(model="requested")) as rt:
         eid, s = await launched(rt)
         assert s.execution.status == "READY"
@@ -296,7 +280,7 @@ async def test_s34_the_applied_model_is_the_cached_current_model(time_scale: flo
     """Row 8 again: once applied, the requested model is the session's current model in the
     cache, so the settled snapshot names it even when the agent's answer to the model option
     does not repeat it."""
-    ex = agent(models=models("requested"), current_model="other")
+    ex = memory_agent(models=models("requested"), current_model="other")
     async with runtime(ex, time_scale, profile(model="requested")) as rt:
         eid, s = await launched(rt)
         ex.last.emit(
@@ -324,7 +308,7 @@ async def test_the_original_snapshot_sets_the_catalog_model_option_to_the_applie
         option("thinking", "low", category="thought_level"),
         option("model_picker", "fast", category="model"),
     )
-    ex = agent(config_options=catalog, models=models("fast", "smart"))
+    ex = memory_agent(config_options=catalog, models=models("fast", "smart"))
     async with runtime(ex, time_scale, profile(model="smart")) as rt:
         eid, s = await launched(rt)
         (snapshot,) = original(s)
@@ -338,7 +322,7 @@ async def test_the_original_snapshot_sets_the_catalog_model_option_to_the_applie
 async def test_s35_requested_selection_unsupported(time_scale: float) -> None:
     """Row 9: SetModel(requested) answers -32601: provider_default/selection_unsupported,
     a warning, no error."""
-    ex = agent(
+    ex = memory_agent(
         lambda t: t.handlers.update(set_model=raiser(METHOD_NOT_FOUND)),
         models=models("requested"),
         current_model="requested",
@@ -356,7 +340,7 @@ async def test_s35_requested_selection_unsupported(time_scale: float) -> None:
 async def test_s37_auto_fallback(time_scale: float) -> None:
     """Row 10: SetModel(requested) is rejected and AutoFallback is on:
     provider_default/selection_failed_auto_fallback, a warning, no error."""
-    ex = agent(
+    ex = memory_agent(
         lambda t: t.handlers.update(set_model=raiser(REJECTED)),
         models=models("requested"),
         current_model="provider-default",
@@ -388,7 +372,7 @@ async def test_s38_unadvertised_profile_or_runtime_model_does_not_fail_launch(
     """Only ``gpt-5`` is advertised; the effective model ``claude-gone`` (from the profile, or
     the persisted runtime override) is not: init succeeds, SetModel is never sent, and the
     warning names ``claude-gone``."""
-    ex = agent(models=models("gpt-5"), current_model="gpt-5")
+    ex = memory_agent(models=models("gpt-5"), current_model="gpt-5")
     async with runtime(ex, time_scale, prof) as rt:
         eid, s = await launched(rt, metadata=metadata)
         assert s.execution.status == "READY"
@@ -402,7 +386,7 @@ async def test_s38_unadvertised_profile_or_runtime_model_does_not_fail_launch(
 async def test_s40_auto_fallback_failure_is_not_retried(time_scale: float) -> None:
     """SetModel fails once under AutoFallback; the profile layer does not try again, and the
     original snapshot reports the provider's current model."""
-    ex = agent(
+    ex = memory_agent(
         lambda t: t.handlers.update(set_model=raiser(REJECTED)),
         models=models("gpt-5"),
         current_model="provider-default",
@@ -420,7 +404,7 @@ async def test_s40_auto_fallback_failure_is_not_retried(time_scale: float) -> No
 async def test_s41_runtime_override_wins(time_scale: float) -> None:
     """Profile model A, runtime model B, both advertised: the policy runs once with B and
     SetModel(B) is the only model call (the runtime layer does not repeat it)."""
-    ex = agent(models=models("A", "B"), current_model="A")
+    ex = memory_agent(models=models("A", "B"), current_model="A")
     async with runtime(ex, time_scale, profile(model="A")) as rt:
         eid, s = await launched(rt, metadata={"runtime_model": "B"})
         assert set_models(ex.last) == ["B"]
@@ -447,11 +431,10 @@ async def test_s43_catalog_wait_ends_when_the_models_arrive(time_scale: float) -
 
         t.handlers["session/new"] = new_session
 
-    ex = agent(setup, models=(), current_model="")
+    ex = memory_agent(setup, models=(), current_model="")
     async with runtime(ex, time_scale, profile(model="wanted"), catalog_wait=2.0) as rt:
         holder.append(rt)
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(
             lambda: s.init.machine is not None and s.init.machine.state == "waiting_for_catalog"
         )
@@ -476,10 +459,9 @@ async def test_s43_config_options_alone_end_the_catalog_wait(
     (well before its 2 s bound) and the policy sees no models (catalog_empty). A state with only
     ``ConfigOptionsSettled`` counts too (checked on the session's catalog predicate: the
     runtime only settles after the wait, so an init cannot reach that state)."""
-    ex = agent(models=(), current_model="")
+    ex = memory_agent(models=(), current_model="")
     async with runtime(ex, time_scale, profile(model="wanted"), catalog_wait=2.0) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(
             lambda: s.init.machine is not None and s.init.machine.state == "waiting_for_catalog"
         )
@@ -503,7 +485,7 @@ async def test_s43_config_options_alone_end_the_catalog_wait(
 async def test_s44_catalog_wait_is_bounded(time_scale: float, autojump_clock: object) -> None:
     """No catalog ever arrives: the wait gives up after ~2 s and the launch continues with an
     empty catalog (catalog_empty)."""
-    ex = agent(models=(), current_model="")
+    ex = memory_agent(models=(), current_model="")
     async with runtime(ex, time_scale, profile(model="wanted")) as rt:
         eid, s = await launched(rt)
         assert s.execution.status == "READY"
@@ -522,7 +504,7 @@ async def test_s46_synchronous_catalog_is_used_without_waiting(time_scale: float
     response. Python has no context reset; a fresh context is a relaunch, and the closest is a
     relaunch resumed with session/load whose response carries ``[mock-fast, mock-smart]``:
     SetModel(``mock-smart``) is sent right away, with no catalog wait."""
-    ex = agent(models=models("mock-fast", "mock-smart"), current_model="mock-fast")
+    ex = memory_agent(models=models("mock-fast", "mock-smart"), current_model="mock-fast")
     async with runtime(ex, time_scale, profile(model="mock-smart")) as rt:
         eid, s = await launched(rt, prior_acp_session="acp-prior")
         assert [m for m, _ in ex.last.calls] == [
@@ -542,7 +524,7 @@ async def test_s47_strict_model_failure_fails_closed(time_scale: float) -> None:
     nothing announces readiness. Python has no reset; the same strict row (11: advertised model,
     SetModel rejected, no AutoFallback) at launch: FAILED, the agent saw nothing after
     set_model, and neither ``acp_session_created`` nor ``agent.boot_ready`` is published."""
-    ex = agent(
+    ex = memory_agent(
         lambda t: t.handlers.update(set_model=raiser(REJECTED)),
         models=models("requested", "fallback"),
     )
@@ -588,7 +570,7 @@ async def test_s49_profile_option_sanitizing(time_scale: float) -> None:
         "mid": "3",
         "Model": "case-sensitive",
     }
-    ex = agent(setup)
+    ex = memory_agent(setup)
     async with runtime(ex, time_scale, profile(config_options=options)) as rt:
         eid, s = await launched(rt)
         assert s.execution.status == "READY"
@@ -614,7 +596,7 @@ CATALOG = (option("reasoning", "low"), option("fast", "off"), option("context", 
 async def test_s50_runtime_options_filtered_by_catalog(time_scale: float) -> None:
     """Catalog {reasoning, fast, context}, persisted runtime options {reasoning, fast, effort,
     thinking}: only fast and reasoning are sent (in key order), and nothing is reported."""
-    ex = agent(config_options=CATALOG)
+    ex = memory_agent(config_options=CATALOG)
     runtime_options = {"reasoning": "high", "fast": "on", "effort": "max", "thinking": "on"}
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(rt, metadata={"runtime_config_options": runtime_options})
@@ -627,7 +609,7 @@ async def test_s50_runtime_options_filtered_by_catalog(time_scale: float) -> Non
 async def test_s50_unknown_catalog_sends_no_runtime_options(time_scale: float) -> None:
     """The catalog-known fail-safe (``applyRuntimeSessionLayers``): with no config options and
     nothing settled, the persisted runtime options are withheld, and that is not a failure."""
-    ex = agent()  # models but no config options
+    ex = memory_agent()  # models but no config options
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(rt, metadata={"runtime_config_options": {"fast": "on"}})
         assert set_options(ex.last) == []
@@ -639,7 +621,7 @@ async def test_s50_unknown_catalog_sends_no_runtime_options(time_scale: float) -
 async def test_s50_unknown_catalog_still_applies_the_runtime_mode(time_scale: float) -> None:
     """Only the runtime *config options* are catalog-gated (``applyRuntimeSessionLayers``); the
     persisted session mode is applied whether or not the catalog is known."""
-    ex = agent()  # models but no config options: the catalog is unknown
+    ex = memory_agent()  # models but no config options: the catalog is unknown
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(
             rt, metadata={"session_mode": "plan", "runtime_config_options": {"fast": "on"}}
@@ -662,7 +644,7 @@ async def test_s52_real_rejections_are_reported(time_scale: float) -> None:
 
         t.handlers["set_config_option"] = set_option
 
-    ex = agent(setup, config_options=CATALOG[:2])
+    ex = memory_agent(setup, config_options=CATALOG[:2])
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(
             rt, metadata={"runtime_config_options": {"reasoning": "high", "effort": "max"}}
@@ -680,7 +662,7 @@ async def test_s53_runtime_mode_and_model_skipped_when_equal(time_scale: float) 
     launch path the policy consumes the runtime model, so the runtime layer's own ``model``
     failure cannot occur there.) The values are compared, not the objects: the persisted ones
     arrive decoded, strings of their own."""
-    ex = agent(config_options=CATALOG, models=models("smart"))
+    ex = memory_agent(config_options=CATALOG, models=models("smart"))
     persisted = msgspec.json.decode(b'{"session_mode": "plan", "runtime_model": "smart"}')
     async with runtime(ex, time_scale, profile(mode="plan", model="smart")) as rt:
         eid, s = await launched(rt, metadata=persisted)
@@ -695,7 +677,7 @@ async def test_s53_a_runtime_mode_other_than_the_profile_mode_is_sent_after_it(
 ) -> None:
     """The persisted runtime mode differs from the applied profile mode: both are sent, the
     profile's first, the runtime's last (it is the one that holds)."""
-    ex = agent(config_options=CATALOG, models=models("smart"))
+    ex = memory_agent(config_options=CATALOG, models=models("smart"))
     async with runtime(ex, time_scale, profile(mode="plan")) as rt:
         eid, s = await launched(rt, metadata={"session_mode": "ask"})
         assert [a[0] for a in calls(ex.last, "set_mode")] == ["plan", "ask"]
@@ -709,7 +691,7 @@ async def test_no_original_snapshot_when_the_agent_has_no_current_model_and_no_o
     """``publishOriginalConfigOptionsWithProfile`` has nothing to publish when the agent
     names no current model and no config options (and nothing was applied): no original
     snapshot at all, rather than an empty one."""
-    ex = agent(models=models("a", "b"), current_model="")
+    ex = memory_agent(models=models("a", "b"), current_model="")
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(rt)
         await wait_until(lambda: s.execution.status == "READY")
@@ -723,7 +705,9 @@ async def test_an_original_snapshot_of_options_alone_when_no_model_is_named(
 ) -> None:
     """The agent names no current model but lists config options: the original snapshot is
     published with its options (only a snapshot with neither is skipped)."""
-    ex = agent(models=models("a"), current_model="", config_options=(option("effort", "low"),))
+    ex = memory_agent(
+        models=models("a"), current_model="", config_options=(option("effort", "low"),)
+    )
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(rt)
         await wait_until(lambda: s.execution.status == "READY")
@@ -738,7 +722,7 @@ async def test_s55_an_option_the_catalog_lacks_does_not_stop_the_ones_after_it(
     """Persisted runtime options are filtered one by one: one the catalog does not list,
     one with a blank value and a reserved one, listed first, are dropped and the valid one
     after them is still sent."""
-    ex = agent(config_options=(option("effort", "low"),))
+    ex = memory_agent(config_options=(option("effort", "low"),))
     requested = {"unknown": "x", "effort": " ", "MODEL": "m", "effort ": "high"}
     async with runtime(ex, time_scale) as rt:
         eid, _ = await launched(rt, metadata={"runtime_config_options": requested})
@@ -749,7 +733,9 @@ async def test_s55_an_option_the_catalog_lacks_does_not_stop_the_ones_after_it(
 async def test_s53_runtime_mode_retried_when_the_profile_mode_failed(time_scale: float) -> None:
     """The comparison is against the *applied* profile mode: the profile's ``plan`` failed, so
     the runtime layer sends ``plan`` again; its failure appends ``mode``."""
-    ex = agent(lambda t: t.handlers.update(set_mode=raiser(REJECTED)), config_options=CATALOG)
+    ex = memory_agent(
+        lambda t: t.handlers.update(set_mode=raiser(REJECTED)), config_options=CATALOG
+    )
     async with runtime(ex, time_scale, profile(mode="plan")) as rt:
         eid, s = await launched(rt, metadata={"session_mode": "plan"})
         assert [a[0] for a in calls(ex.last, "set_mode")] == ["plan", "plan"]
@@ -773,7 +759,7 @@ async def test_s55_reading_selected_options_filters_invalid_entries(time_scale: 
         option("MODEL", "b"),
         option("verbosity", "low"),
     )
-    ex = agent(config_options=catalog)
+    ex = memory_agent(config_options=catalog)
     requested = {
         "effort": "high",
         " effort ": "max",
@@ -789,7 +775,7 @@ async def test_s55_reading_selected_options_filters_invalid_entries(time_scale: 
         assert of_type(s, le.ConfigFailures) == []
         await rt.stop(eid, "done")
 
-    ex2 = agent(config_options=catalog)
+    ex2 = memory_agent(config_options=catalog)
     only_invalid = {"model_picker": "b", "fast": " "}
     async with runtime(ex2, time_scale) as rt:
         eid, s = await launched(rt, metadata={"runtime_config_options": only_invalid})
@@ -812,7 +798,7 @@ async def test_s56_failure_event(time_scale: float) -> None:
 
         t.handlers["set_config_option"] = set_option
 
-    ex = agent(setup, config_options=[option("reasoning_effort", "low")])
+    ex = memory_agent(setup, config_options=[option("reasoning_effort", "low")])
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(
             rt,
@@ -832,7 +818,7 @@ async def test_s58_original_snapshot_overlays_profile_values(time_scale: float) 
     """Cached state: ``provider-default``, reasoning_effort=medium, fast_mode=off (the stream
     still reports these). The profile applied model ``gpt-5.6-sol`` and reasoning_effort=max:
     the original snapshot says gpt-5.6-sol / max / off, before the runtime layer runs."""
-    ex = agent(
+    ex = memory_agent(
         models=models("provider-default", "gpt-5.6-sol"),
         current_model="provider-default",
         config_options=[option("reasoning_effort", "medium"), option("fast_mode", "off")],
@@ -861,7 +847,9 @@ async def test_an_applied_profile_option_the_agent_lists_is_overlaid_in_place(
     lists takes the applied value in its own place in the original snapshot; it is not added
     a second time (only an option the agent does not list is appended). The ids are compared
     by value: the profile's key is trimmed, a string of its own."""
-    ex = agent(config_options=[option("reasoning_effort", "medium"), option("fast_mode", "off")])
+    ex = memory_agent(
+        config_options=[option("reasoning_effort", "medium"), option("fast_mode", "off")]
+    )
     prof = profile(config_options={" reasoning_effort ": "max", "verbosity": "low"})
     async with runtime(ex, time_scale, prof) as rt:
         eid, s = await launched(rt)
@@ -878,7 +866,7 @@ async def test_an_applied_profile_option_the_agent_lists_is_overlaid_in_place(
 async def test_s59_settlement_waits_for_the_delayed_model_state(time_scale: float) -> None:
     """The profile set ``effort`` before any model state existed, so settlement is deferred;
     the later provider response for ``effort`` (model sonnet, effort=high) settles it once."""
-    ex = agent(lambda t: t.handlers.update(set_config_option=lambda *_: None), models=())
+    ex = memory_agent(lambda t: t.handlers.update(set_config_option=lambda *_: None), models=())
     async with runtime(ex, time_scale, profile(config_options={"effort": "high"})) as rt:
         eid, s = await launched(rt)
         assert settlement_path(s) == ["deferred"]
@@ -914,7 +902,7 @@ async def test_s61_baseline_keeps_provider_defaults(time_scale: float) -> None:
             response(cid, option("effort", "low"), option("fast_mode", "on"))
         )
 
-    ex = agent(setup, config_options=PROVIDER_DEFAULTS)
+    ex = memory_agent(setup, config_options=PROVIDER_DEFAULTS)
     async with runtime(ex, time_scale, profile(config_options={"effort": "low"})) as rt:
         eid, s = await launched(rt)
         await wait_until(lambda: len(settled(s)) >= 1)
@@ -938,7 +926,7 @@ async def test_s62_a_old_update_then_settle_then_response(time_scale: float) -> 
 
         t.handlers["set_config_option"] = set_option
 
-    ex = agent(setup, config_options=PROVIDER_DEFAULTS)
+    ex = memory_agent(setup, config_options=PROVIDER_DEFAULTS)
     async with runtime(ex, time_scale, profile(config_options={"effort": "low"})) as rt:
         holder.append(rt)
         eid, s = await launched(rt)
@@ -959,7 +947,7 @@ async def test_s62_the_applied_model_settles_on_the_response_of_its_catalog_opti
     ``model_picker`` (category model): the settlement waits for the response for that option,
     not for one named ``model``."""
     catalog = (option("model_picker", "fast", category="model"), option("effort", "low"))
-    ex = agent(config_options=catalog, models=models("smart"))
+    ex = memory_agent(config_options=catalog, models=models("smart"))
     async with runtime(ex, time_scale, profile(model="smart")) as rt:
         eid, s = await launched(rt)
         assert set_models(ex.last) == ["smart"]
@@ -984,7 +972,7 @@ async def test_s62_the_model_option_is_found_by_its_id_or_category_not_by_its_pl
             option(first, "low", category=category),
             option("model_picker", "fast", category="model"),
         )
-        ex = agent(config_options=catalog, models=models("smart"))
+        ex = memory_agent(config_options=catalog, models=models("smart"))
         async with runtime(ex, time_scale, profile(model="smart")) as rt:
             eid, s = await launched(rt)
             ex.last.emit(response(first, option(first, "high", category=category)))
@@ -1011,7 +999,7 @@ async def test_s62_b_response_then_newer_update_then_settle(time_scale: float) -
 
         t.handlers["set_config_option"] = set_option
 
-    ex = agent(setup, config_options=PROVIDER_DEFAULTS)
+    ex = memory_agent(setup, config_options=PROVIDER_DEFAULTS)
     async with runtime(ex, time_scale, profile(config_options={"effort": "low"})) as rt:
         holder.append(rt)
         eid, s = await launched(rt)
@@ -1026,7 +1014,7 @@ async def test_s62_b_response_then_newer_update_then_settle(time_scale: float) -
 async def test_s62_c_unrelated_updates_do_not_settle(time_scale: float) -> None:
     """(c) A pending settlement is not settled by a provider update (even one for the same
     option) nor by another option's response; the matching response settles it once."""
-    ex = agent(
+    ex = memory_agent(
         lambda t: t.handlers.update(set_config_option=lambda *_: None),
         config_options=PROVIDER_DEFAULTS,
     )
@@ -1061,7 +1049,7 @@ async def test_s62_d_queued_initial_state_stays_the_baseline(time_scale: float) 
 
         t.handlers["set_config_option"] = set_option
 
-    ex = agent(setup, models=())
+    ex = memory_agent(setup, models=())
     async with runtime(ex, time_scale, profile(config_options={"effort": "low"})) as rt:
         holder.append(rt)
         eid, s = await launched(rt)
@@ -1078,7 +1066,7 @@ async def test_s62_d_queued_initial_state_stays_the_baseline(time_scale: float) 
 async def test_s62_e_empty_config_id_settles_on_the_first_update(time_scale: float) -> None:
     """(e) Nothing applied (config id ``""``) and no model state yet: the first provider update
     settles, once."""
-    ex = agent(models=())
+    ex = memory_agent(models=())
     async with runtime(ex, time_scale) as rt:
         eid, s = await launched(rt)
         assert settlement_path(s) == ["deferred"]
@@ -1107,7 +1095,7 @@ async def test_s62_f_a_matching_response_is_consumed_once(time_scale: float) -> 
 
         t.handlers["set_config_option"] = set_option
 
-    ex = agent(setup, config_options=PROVIDER_DEFAULTS)
+    ex = memory_agent(setup, config_options=PROVIDER_DEFAULTS)
     async with runtime(ex, time_scale, profile(config_options={"effort": "low"})) as rt:
         holder.append(rt)
         eid, s = await launched(rt)

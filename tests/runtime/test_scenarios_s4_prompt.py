@@ -47,7 +47,16 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.runtime.history import HistoryStore
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    launch_session,
+    make_runtime,
+    memory_agent,
+    session_of,
+    settle,
+    spec,
+    wait_until,
+)
 from .prompt_helpers import (
     HISTORY_PROFILE,
     execution_steps,
@@ -56,6 +65,7 @@ from .prompt_helpers import (
     history_runtime,
     live,
     of_type,
+    prompting,
     published,
     sent,
     start,
@@ -124,9 +134,7 @@ async def test_s65_steerable_predicate_walkthrough(time_scale: float) -> None:
     ex = MemoryExecutor()
     gates = {1: anyio.Event(), 2: anyio.Event()}
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         agent = ex.last
         _held_prompts(agent, gates)
         assert s.current is None
@@ -175,11 +183,9 @@ async def test_s67_session_generation_lookup(time_scale: float) -> None:
     prompt (kandev's BeginPrompt("missing"))."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             snap = rt.get_execution(ref.id)
             assert snap.prompt_generation == 1
             assert snap.session_id == ref.session_id
@@ -201,11 +207,9 @@ async def test_s68_activity_epoch_ownership(time_scale: float, autojump_clock: o
     bumps the epoch. Metadata events do not bump it."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             armed = s.ctx.activity.epoch
             await anyio.sleep(361 * time_scale)  # past the 5 min threshold, on a 1 min tick
             await wait_until(lambda: bool(of_type(s, le.AgentStalled)))  # (asyncio: real time)
@@ -233,11 +237,9 @@ async def test_no_stall_while_the_agent_keeps_streaming(
     one may be late by any amount on a loaded machine.)"""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "long")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "long")
             for _ in range(7):
                 await anyio.sleep(60 * time_scale)
                 ex.last.emit(MessageChunk(text=".", prompt_generation=1))
@@ -258,11 +260,9 @@ async def stall_after(time_scale: float, *events: AgentEvent) -> le.AgentStalled
     5 minute threshold (on a 1 minute tick)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "use a tool")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "use a tool")
             for event in events:
                 ex.last.emit(event)
             await settle()
@@ -313,8 +313,7 @@ async def test_s70_every_dispatch_advances_the_generation(time_scale: float) -> 
     prompt (status validated) owns generation 2."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         first = await rt.prompt(ref.id, "initial", dispatch_only=True)
         assert first.generation == 1 and s.current is s.generations[1]
         ex.last.complete(1)
@@ -330,10 +329,9 @@ async def test_a_long_session_keeps_the_newest_turns_and_goes_on(time_scale: flo
     """The execution keeps the records of its last 64 turns only (a long session's memory
     stays bounded): the oldest are dropped, never the turn just admitted, and prompts keep
     working past the bound, their generations still counting up."""
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         for g in range(1, 67):
             with anyio.fail_after(30):  # a turn whose record was dropped is never released
                 result = await rt.prompt(ref.id, f"turn {g}")
@@ -352,8 +350,7 @@ async def test_s71_dispatch_only_does_not_wait(time_scale: float) -> None:
     stop reason "dispatched"; its generation then holds the dispatch-only barrier."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         with anyio.fail_after(2):
             result = await rt.prompt(ref.id, "background", dispatch_only=True)
         assert result.stop_reason == "dispatched" and result.generation == 1
@@ -369,8 +366,7 @@ async def test_s73_barrier_times_out_after_10s(time_scale: float, autojump_clock
     request is sent."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await rt.prompt(ref.id, "background", dispatch_only=True)
         calls = list(ex.last.calls)
         began = anyio.current_time()
@@ -396,8 +392,7 @@ async def test_s73_shorter_caller_deadline_wins(time_scale: float, autojump_cloc
     deadline error (TimeoutError, kandev's ctx error); nothing else changes."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await rt.prompt(ref.id, "background", dispatch_only=True)
         with pytest.raises(TimeoutError):
             with anyio.fail_after(3 * time_scale):
@@ -420,8 +415,7 @@ async def test_s73_completion_at_the_boundary_wins(
     scale = time_scale if backend == "trio" else 0.05  # asyncio: a 0.5 s bound, load-proof
     bound = 10 * scale
     async with make_runtime(ex, time_scale=scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await rt.prompt(ref.id, "background", dispatch_only=True)
         agent = ex.last
 
@@ -431,8 +425,7 @@ async def test_s73_completion_at_the_boundary_wins(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(complete_late)
-            p = start(tg, rt.prompt, ref.id, "next")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "next", generation=2)
             agent.complete(2)
             await p.wait()
         assert p.error is None
@@ -451,8 +444,7 @@ async def test_s74_stale_signal_is_not_a_completion(
     old generation's chart (or matches no chart) and never touches the new waiter."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         agent.auto_complete = True
         await rt.prompt(ref.id, "first")
@@ -480,8 +472,7 @@ async def test_s76_dispatch_callback_before_completion(time_scale: float) -> Non
     waiting prompt is still blocked; the call returns after the completion."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         seen: list[tuple[str, bool]] = []
 
         async with anyio.create_task_group() as tg:
@@ -513,8 +504,7 @@ async def test_a_turn_ended_before_its_request_failed_is_still_dispatched(
     turn's result (a dispatch-only prompt: ``dispatched``)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
 
         async def ended_then_dropped(text: str, atts: tuple[Attachment, ...], g: int) -> None:
@@ -543,9 +533,7 @@ async def test_s77_partial_history_persisted_before_reset(tmp_path: Path) -> Non
     prompt's user_message; the buffer is then empty (the new turn's text is its own)."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="partial prior response"))
         await wait_until(lambda: s.ctx.message == ["partial prior response"])
         await rt.prompt(ref.id, "next prompt", dispatch_only=True)
@@ -570,17 +558,11 @@ async def test_s79_attachment_materialization(time_scale: float) -> None:
     def materialize(att: Attachment) -> Attachment:
         return msgspec.structs.replace(att, name=f"stored-{att.attachment_id}", data=b"")
 
-    def make() -> MemoryTransport:
-        t = MemoryTransport()
-        t.handlers["materialize"] = materialize
-        return t
-
-    ex = MemoryExecutor(make)
+    ex = memory_agent(lambda t: t.handlers.update(materialize=materialize))
     image = Attachment(name="a.png", mime_type="image/png", data=b"\x89PNG", attachment_id="att-1")
     doc = Attachment(name="doc.txt", path="/w/doc.txt", attachment_id="att-2", delivery_mode="path")
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         result = await rt.prompt(ref.id, "look", attachments=(image, doc), dispatch_only=True)
         assert result.stop_reason == "dispatched"
         methods = [m for m, _ in ex.last.calls]
@@ -609,9 +591,7 @@ async def test_s80_materialization_errors(time_scale: float) -> None:
     att = Attachment(name="a.png", data=b"x", attachment_id="att-1")
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.handlers["materialize"] = no_storage
         with pytest.raises(AttachmentError) as info:
             await rt.prompt(ref.id, "look", attachments=(att,))
@@ -626,12 +606,8 @@ async def test_s80_materialization_errors(time_scale: float) -> None:
         assert failed.outcome == "undelivered" and "att-1" in failed.error
         await rt.stop(ref.id, "done")
 
-    def no_session() -> MemoryTransport:
-        t = MemoryTransport()
-        t.handlers["session/new"] = lambda cwd: SessionResult(session_id="")
-        return t
-
-    ex = MemoryExecutor(no_session)
+    no_session = {"session/new": lambda cwd: SessionResult(session_id="")}
+    ex = memory_agent(lambda t: t.handlers.update(no_session))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         with pytest.raises(AttachmentError) as info:
@@ -655,20 +631,13 @@ async def test_s82_stale_startup_error_is_rejected(time_scale: float) -> None:
     is taken by the waiting prompt as ``end_turn``."""
     gate = anyio.Event()
 
-    def make() -> MemoryTransport:
-        t = MemoryTransport()
+    async def new_session(cwd: str) -> SessionResult:
+        await gate.wait()
+        return SessionResult(session_id="mem-session-1")
 
-        async def new_session(cwd: str) -> SessionResult:
-            await gate.wait()
-            return SessionResult(session_id="mem-session-1")
-
-        t.handlers["session/new"] = new_session
-        return t
-
-    ex = MemoryExecutor(make)
+    ex = memory_agent(lambda t: t.handlers.update({"session/new": new_session}))
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(lambda: sent(ex.last, "session/new") != [])
         ex.last.emit(ErrorEvent(error="stale startup failure"))
         await settle()
@@ -676,8 +645,7 @@ async def test_s82_stale_startup_error_is_rejected(time_scale: float) -> None:
         gate.set()
         await wait_until(lambda: s.execution.status == "READY")
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(Complete(stop_reason="end_turn"))  # generation 0: the wildcard
             await p.wait()
         assert p.error is None
@@ -694,11 +662,9 @@ async def test_s83_disconnect_carries_the_owning_generation(time_scale: float) -
     the waiter's error, ``agentctl.error`` and the trace record."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.disconnect("boom")
             await p.wait()
         assert isinstance(p.error, AgentReportedError)
@@ -722,11 +688,9 @@ async def test_s85_error_completion_result(time_scale: float) -> None:
     completion is only AgentReportedError, ``agent error: <msg>``."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "one")
             ex.last.fail(1, "prompt abandoned after cancel")
             await p.wait()
         assert isinstance(p.error, CancelEscalatedAgentError)
@@ -742,11 +706,9 @@ async def test_s85_error_completion_result(time_scale: float) -> None:
         assert not of_type(s, le.AgentReady)[1:]  # only the boot's, none for this turn
         await rt.stop(ref.id, "done")
 
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "two")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "two")
             ex.last.fail(1, "plain failure")
             await p.wait()
         assert isinstance(p.error, AgentReportedError)
@@ -761,8 +723,7 @@ async def test_s86_plain_complete(time_scale: float) -> None:
     ``end_turn`` (no error); an empty stop reason also reads ``end_turn``."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         for g, event in ((1, Complete()), (2, Complete(stop_reason=""))):
             async with anyio.create_task_group() as tg:
                 p = start(tg, rt.prompt, ref.id, "hi")
@@ -784,9 +745,7 @@ async def test_s86_plain_complete_ends_a_wakeup_turn(time_scale: float) -> None:
     the execution."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="woke up"))
         await wait_until(lambda: s.execution.status == "RUNNING")
         count = len(published(s))
@@ -816,11 +775,9 @@ async def test_s88_duplicate_error_completion(time_scale: float) -> None:
     first provider error: the execution keeps error A and nothing more is published."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.fail(1, "provider error A")
             await p.wait()
         assert str(p.error) == "agent error: provider error A"
@@ -843,10 +800,9 @@ async def test_s89_delayed_complete_after_a_replacement(
     stays RUNNING, the second waiter is not released, its buffer is untouched and no
     ``agent.ready`` is published. (Giving up cancels turn 1 at the agent; this agent ignores
     the cancel, so generation 2 waits its bounded 10 s for turn 1 to end, then begins.)"""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
             caller = anyio.CancelScope()
 
@@ -859,8 +815,7 @@ async def test_s89_delayed_complete_after_a_replacement(
             caller.cancel()  # the caller gives up: turn 1 is cancelled at the agent
         await wait_until(lambda: s.generations[1].leaf in ("abandoned", "escalating"))
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "two")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "two", generation=2)
             ex.last.emit(MessageChunk(text="replacement output", prompt_generation=2))
             await settle()
             ready_before = len(of_type(s, le.AgentReady))
@@ -884,11 +839,9 @@ async def test_s91_complete_names_the_turn_it_ended(time_scale: float) -> None:
     ``prompt.completed`` and ``agent.ready``."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(Complete())
             await p.wait()
         (complete,) = of_type(s, Complete)
@@ -906,8 +859,7 @@ async def test_s92_completions_never_block_the_event_pump(time_scale: float) -> 
     self-transitions, and the events behind them flow."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await rt.prompt(ref.id, "background", dispatch_only=True)
         for _ in range(200):
             ex.last.complete(1)
@@ -957,9 +909,7 @@ async def test_s95_process_exit_marks_completion(time_scale: float) -> None:
     execution that is gone is ExecutionNotFound."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="wakeup"))  # a wakeup turn: RUNNING
         await wait_until(lambda: s.execution.status == "RUNNING")
         ex.last.disconnect("process exited", exit_code=0)
@@ -971,9 +921,7 @@ async def test_s95_process_exit_marks_completion(time_scale: float) -> None:
         with pytest.raises(ExecutionNotFound):
             rt.get_execution(ref.id)
 
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.disconnect("process exited", exit_code=1)
         await wait_until(lambda: s.execution.status == "FAILED")
         snap = rt.get_execution(ref.id)
@@ -982,11 +930,9 @@ async def test_s95_process_exit_marks_completion(time_scale: float) -> None:
         assert [e.phase for e in of_type(s, le.AgentFailed)] == ["process"]
         await rt.stop(ref.id, "done")
 
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.fail(1, "first failure")
             await p.wait()
         ex.last.disconnect("process exited", exit_code=1)
@@ -1023,12 +969,10 @@ async def test_s97_handoff_releases_the_first_waiter_only(time_scale: float) -> 
     does. The text streamed across the boundary is exactly "parent answer"."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
-            p1 = start(tg, rt.prompt, ref.id, "parent")
-            await wait_until(lambda: live(s, 1))
+            p1 = await prompting(tg, rt, ref.id, "parent")
             p2 = start(tg, rt.prompt, ref.id, "queued")
             await settle()
             assert len(sent(agent, "prompt")) == 1  # prompt 2 waits for prompt 1
@@ -1057,11 +1001,9 @@ async def test_s98_unmarked_foreground_idle(time_scale: float) -> None:
     (keeping its generation, 42 here) and releases no waiter."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(ForegroundIdle(prompt_generation=42))
             ex.last.emit(ForegroundIdle(prompt_generation=1))
             await wait_until(lambda: len(of_type(s, ForegroundIdle)) == 2)
@@ -1086,12 +1028,10 @@ async def test_s100_disconnect_is_not_claimed_by_another_generation(time_scale: 
         s = session_of(rt, ref.id)
         agent = ex.transports[0]
         async with anyio.create_task_group() as tg:
-            p1 = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p1 = await prompting(tg, rt, ref.id, "one")
             agent.emit(ForegroundIdle(prompt_generation=1, prompt_handoff=True))
             await p1.wait()
-            p2 = start(tg, rt.prompt, ref.id, "two")
-            await wait_until(lambda: live(s, 2))
+            p2 = await prompting(tg, rt, ref.id, "two", generation=2)
             ex.transports[1].disconnect("other stream gone")
             await wait_until(lambda: rt.get_execution(other.id).status == "FAILED")
             await settle()
@@ -1112,11 +1052,9 @@ async def test_s101_disconnect_for_the_owned_generation(time_scale: float) -> No
     waiter is released with that error."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.disconnect("peer disconnected")
             await p.wait()
         assert str(p.error) == "agent error: agent stream disconnected: peer disconnected"
@@ -1136,11 +1074,9 @@ async def test_s103_disconnect_flushes_partial_text_once(tmp_path: Path) -> None
     history holds exactly one agent_message and one message was shown."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "hi")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "hi")
             ex.last.emit(MessageChunk(text="partial response", prompt_generation=1))
             ex.last.disconnect("peer disconnected")
             await p.wait()
@@ -1162,7 +1098,7 @@ async def test_history_is_written_only_with_both_a_store_and_the_profiles_consen
     profile that does not ask, writes nothing and prompts as usual."""
     plain = AgentProfile(id="mem", command=("unused",))
     for profile, root in ((HISTORY_PROFILE, None), (plain, history_root(tmp_path))):
-        ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+        ex = memory_agent(auto_complete=True)
         async with make_runtime(ex, profiles=(profile,), history_root=root) as rt:
             ref = await rt.launch(spec())
             result = await rt.prompt(ref.id, "hello")
@@ -1177,11 +1113,9 @@ async def test_steer_text_is_written_to_the_history(tmp_path: Path) -> None:
     prompt it folds into, so a resumed session's context holds it."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "long task")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "long task")
             await rt.steer(ref.id, "also this")
             ex.last.emit(MessageChunk(text="both done", prompt_generation=1))
             ex.last.complete(1)
@@ -1198,11 +1132,9 @@ async def test_a_history_that_cannot_be_written_never_fails_a_turn(tmp_path: Pat
     blocker.write_text("not a directory")
     ex = MemoryExecutor()
     async with make_runtime(ex, profiles=(HISTORY_PROFILE,), history_root=blocker / "h") as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, _ = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "first")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "first")
             steered = await rt.steer(ref.id, "and more")
             assert steered.stop_reason == "dispatched"
             ex.last.emit(MessageChunk(text="done", prompt_generation=1))
@@ -1282,11 +1214,9 @@ async def test_a_wakeup_turn_after_a_prompt_keeps_its_text(tmp_path: Path) -> No
     re-arms it."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "first")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "first")
             ex.last.emit(MessageChunk(text="answer", prompt_generation=1))
             ex.last.complete(1)
             await p.wait()
@@ -1313,9 +1243,7 @@ async def test_s104_reset_wins_the_disconnect_race(tmp_path: Path) -> None:
     handled, the text is still persisted exactly once."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="partial"))
         await wait_until(lambda: s.ctx.message == ["partial"])
         await rt.prompt(ref.id, "next", dispatch_only=True)
@@ -1350,9 +1278,7 @@ async def test_s104_chunk_during_blocked_persistence_stays_with_the_new_turn(
     async with history_runtime(ex, tmp_path) as rt:
         store = _BlockingHistory(history_root(tmp_path))
         rt.history = store
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="old partial"))
         await wait_until(lambda: s.ctx.message == ["old partial"])
         async with anyio.create_task_group() as tg:
@@ -1383,9 +1309,7 @@ async def test_text_stamped_with_no_superseded_turn_is_kept(time_scale: float) -
     kept (nothing the agent says is dropped on a guess)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="ahead", prompt_generation=7))
         ex.last.emit(MessageChunk(text=" below", prompt_generation=-1))
         await wait_until(lambda: s.ctx.message == ["ahead", " below"])

@@ -55,10 +55,11 @@ from acpfsm.runtime.session import ExecutionSession
 from .memory_runtime import (
     PROFILE,
     MemoryExecutor,
+    launch_ready,
+    launch_session,
     make_runtime,
-    session_of,
+    memory_agent,
     settle,
-    spec,
     wait_until,
 )
 
@@ -97,15 +98,6 @@ def start_prompt(
 
     tg.start_soon(go)
     return run
-
-
-async def launch_ready(
-    rt: Runtime, ex: MemoryExecutor, **kw: Any
-) -> tuple[str, ExecutionSession, MemoryTransport]:
-    ref = await rt.launch(spec(**kw))
-    s = session_of(rt, ref.id)
-    await wait_until(lambda: s.execution.status == "READY")
-    return ref.id, s, ex.last
 
 
 def live(s: ExecutionSession, g: int = 1) -> Callable[[], bool]:
@@ -442,8 +434,7 @@ async def test_a_steer_reaches_the_initial_prompts_turn(time_scale: float) -> No
     end): a steer while that turn runs goes into it, generation 1, at once."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec("initial task"))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, "initial task")
         await wait_until(live(s))
         tr = ex.last
         with anyio.fail_after(2):
@@ -594,7 +585,7 @@ async def test_s115_steer_wire_encoding(time_scale: float) -> None:
     (materialized) attachments and generation 42; ordinary prompts use ``prompt`` and never
     carry a steer. (agentctl's JSON ``steer`` key is the agentctl adapter's encoding of the
     same call; the stdio carrier has no such key.)"""
-    ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+    ex = memory_agent(auto_complete=True)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         for i in range(41):
@@ -1023,7 +1014,7 @@ async def test_s124_hung_agent_escalates(
     the agent still runs the turn; here the status stays RUNNING while the agent owes the turn
     (the snapshot never says READY over a live turn), and when the turn finally ends the
     execution is READY and ``agent.ready`` is published, after the waiter was released."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         readies: list[tuple[le.AgentReady, bool]] = []  # (event, waiter released yet?)
@@ -1066,7 +1057,7 @@ async def test_s125_escalation_clears_the_dispatch_only_gate(
     """A dispatch-only prompt holds the barrier; the cancel escalates at once: CancelEscalated,
     the gate is released, and a follow-up dispatch-only prompt reaches the agent within
     500 ms (R19: the gate is cleared before anything is released)."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         first = await rt.prompt(eid, "background", dispatch_only=True)
@@ -1122,7 +1113,7 @@ async def test_s128_cleanup_survives_caller_cancellation(
     the prompt), goes out anyway, then waits for the turn (≤ 10 s) and escalates; the prompt
     cannot return during the post-wait; its late ack afterwards is ignored. The deadline is
     moved to "now" once the escalation is seen, so it lands inside the post-wait."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         rt.timeouts = msgspec.structs.replace(rt.timeouts, cancel_escalation=2.0)
         eid, s, tr = await launch_ready(rt, ex)
@@ -1184,7 +1175,7 @@ async def test_s130_async_ready_payload_is_immutable(
     generation 1; a new prompt begins generation 2 before a subscriber reads it: the
     delivered event still says generation 1. (Our events are frozen Structs, so a payload
     cannot change after publication; the status, READY, is implied by the event type.)"""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         async with rt.subscribe_events(eid) as events:
@@ -1241,7 +1232,7 @@ async def test_s133_not_acknowledged_escalates_at_once(
 ) -> None:
     """``agent.cancel`` answers ``not_acknowledged``: with a prompt in flight the cancel
     escalates without waiting the 10 s cancel wait."""
-    ex = MemoryExecutor(lambda: MemoryTransport(cancel_completes=False))
+    ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.handlers["cancel"] = lambda: CancelResult(acknowledged=False)
@@ -1360,15 +1351,9 @@ async def test_s136_stream_recovery_revives_failed(time_scale: float) -> None:
         await gate.wait()
         return InitializeResult(protocol_version=1, load_session=True, prompt_queueing=True)
 
-    def make() -> MemoryTransport:
-        tr = MemoryTransport(reconnectable=True)
-        tr.handlers["initialize"] = slow_initialize
-        return tr
-
-    ex3 = MemoryExecutor(make)
+    ex3 = memory_agent(lambda t: t.handlers.update(initialize=slow_initialize), reconnectable=True)
     async with make_runtime(ex3, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         await wait_until(lambda: bool(methods(ex3.last, "initialize")))
         status = rt.get_execution(ref.id).status
         await rt.recover_stream(ref.id)

@@ -11,8 +11,8 @@ from acpfsm.adapters.transport import CancelResult
 from acpfsm.runtime import AgentReportedError, CancelEscalated
 from acpfsm.runtime import events as le
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, spec, wait_until
-from .prompt_helpers import live, of_type, published, start
+from .memory_runtime import MemoryExecutor, launch_session, make_runtime, wait_until
+from .prompt_helpers import of_type, prompting, published
 
 pytestmark = pytest.mark.both_backends
 
@@ -27,11 +27,9 @@ async def test_an_error_completion_reports_its_own_text(
     extractErrorMessage), and only one with no text says "agent error completion"."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "go")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "go")
             ex.last.emit(Complete(prompt_generation=1, data={"is_error": True}, error=text))
             await p.wait()
         assert isinstance(p.error, AgentReportedError)
@@ -49,12 +47,9 @@ async def test_agent_running_comes_once_before_the_ready_that_ends_a_turn(
     it not yet published publishes it before its ``agent.ready``; later turns publish none."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "one")
             ex.last.complete(1)  # no activity at all before the end of the turn
             await p.wait()
         kinds = [type(e).__name__ for e in published(s)]
@@ -64,8 +59,7 @@ async def test_agent_running_comes_once_before_the_ready_that_ends_a_turn(
         running = of_type(s, le.AgentRunning)[0]
         assert published(s).index(running) < published(s).index(ready_of_turn)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "two")
-            await wait_until(lambda: live(s, 2))
+            p = await prompting(tg, rt, ref.id, "two", generation=2)
             ex.last.emit(MessageChunk(text="hi", prompt_generation=2))
             ex.last.complete(2)
             await p.wait()
@@ -80,9 +74,7 @@ async def test_a_wakeup_turns_next_content_is_the_first_activity(time_scale: flo
     (``firstActivityOnce``), and nothing after it does."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         ex.last.emit(MessageChunk(text="woke up"))
         await wait_until(lambda: s.execution.status == "RUNNING")
         assert len(of_type(s, le.AgentRunning)) == 1
@@ -113,12 +105,9 @@ async def test_agent_running_is_announced_at_the_first_activity_not_at_the_turn_
     runs, not only when the turn's success is claimed."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "one")
             assert of_type(s, le.AgentRunning) == []
             ex.last.emit(MessageChunk(text="working", prompt_generation=1))
             await wait_until(lambda: len(of_type(s, le.AgentRunning)) == 1)
@@ -137,11 +126,9 @@ async def test_a_cancel_with_no_turn_in_flight_unacknowledged_escalates_to_ready
     with a closed ``promptFinished``)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt)
         async with anyio.create_task_group() as tg:
-            p = start(tg, rt.prompt, ref.id, "one")
-            await wait_until(lambda: live(s, 1))
+            p = await prompting(tg, rt, ref.id, "one")
             ex.last.fail(1, "provider error")
             await p.wait()
         assert rt.get_execution(ref.id).status == "FAILED"
@@ -162,8 +149,7 @@ async def test_acp_session_created_carries_the_resume_attempt(time_scale: float)
     """seed D12: ``agent.acp_session_created`` carries the launch's resume attempt id."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec(metadata={"resume_attempt_id": "attempt-7"}))
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, metadata={"resume_attempt_id": "attempt-7"})
         await wait_until(lambda: bool(of_type(s, le.AcpSessionCreated)))
         (created,) = of_type(s, le.AcpSessionCreated)
         assert created.resume_attempt_id == "attempt-7"

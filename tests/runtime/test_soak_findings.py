@@ -14,10 +14,9 @@ import anyio.lowlevel
 import pytest
 
 from acpfsm.adapters.events import AgentEvent, MessageChunk, Reasoning, ToolCall
-from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import EventQueue
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, spec, wait_until
+from .memory_runtime import make_runtime, memory_agent, session_of, spec, wait_until
 
 pytestmark = pytest.mark.both_backends
 
@@ -65,7 +64,7 @@ async def test_late_text_of_a_superseded_turn_is_not_the_next_reply(time_scale: 
     once) mixing the current turn's chunks with the superseded one's, the user's, thoughts
     and other events: a subscriber gets the burst whole and in order, every chunk counts as
     activity, and the reply keeps only the current turn's agent text."""
-    ex = MemoryExecutor(lambda: MemoryTransport())
+    ex = memory_agent()
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref = await rt.launch(spec())
         await rt.wait_ready(ref.id)

@@ -21,12 +21,12 @@ from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import DialFailed, DialRefused, TransportClosed
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import RedialPolicy
-from acpfsm.runtime import AcpfsmError, AgentReportedError, PromptResult, Runtime
+from acpfsm.runtime import AgentReportedError, Runtime
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
-from .prompt_helpers import history, history_runtime
+from .memory_runtime import MemoryExecutor, launch_ready, make_runtime, settle, wait_until
+from .prompt_helpers import Pending, history, history_runtime, start
 
 
 def redialling(time_scale: float = 1.0, **policy: float) -> Callable[[], MemoryTransport]:
@@ -60,46 +60,16 @@ def dials(tr: MemoryTransport) -> int:
     return sum(1 for method, _ in tr.calls if method == "redial")
 
 
-class Prompt:
-    """A prompt running in the background."""
-
-    def __init__(self) -> None:
-        self.result: PromptResult | None = None
-        self.error: AcpfsmError | None = None
-        self.done = anyio.Event()
-
-
-def start_prompt(tg: anyio.abc.TaskGroup, rt: Runtime, execution_id: str, text: str) -> Prompt:
-    run = Prompt()
-
-    async def go() -> None:
-        try:
-            run.result = await rt.prompt(execution_id, text)
-        except AcpfsmError as exc:
-            run.error = exc
-        run.done.set()
-
-    tg.start_soon(go)
-    return run
-
-
-async def ready(rt: Runtime, ex: MemoryExecutor) -> tuple[str, ExecutionSession, MemoryTransport]:
-    ref = await rt.launch(spec())
-    s = session_of(rt, ref.id)
-    await wait_until(lambda: s.execution.status == "READY")
-    return ref.id, s, ex.last
-
-
 def dispatched(s: ExecutionSession) -> Callable[[], bool]:
     return lambda: s.current is not None and s.current.machine.is_in("dispatched")
 
 
 async def drop_mid_turn(
     tg: anyio.abc.TaskGroup, rt: Runtime, s: ExecutionSession, tr: MemoryTransport, **drop: Any
-) -> Prompt:
+) -> Pending:
     """A prompt is dispatched, then the carrier drops (``drop`` are ``MemoryTransport.drop``'s
     arguments)."""
-    run = start_prompt(tg, rt, s.id, "long")
+    run = start(tg, rt.prompt, s.id, "long")
     await wait_until(dispatched(s))
     tr.drop(**drop)
     return run
@@ -113,7 +83,7 @@ async def test_an_announced_drop_is_redialled_and_published(time_scale: float) -
     and the execution can be recovered."""
     ex = MemoryExecutor(redialling(time_scale))
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        eid, s, tr = await ready(rt, ex)
+        eid, s, tr = await launch_ready(rt, ex)
         async with anyio.create_task_group() as tg:
             run = await drop_mid_turn(tg, rt, s, tr, error="websocket: close 1006")
             await run.done.wait()
@@ -144,7 +114,7 @@ async def test_a_clean_close_is_redialled_silently(time_scale: float) -> None:
     redial, and the turn in flight ends normally over the redialled carrier."""
     ex = MemoryExecutor(redialling(time_scale))
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        eid, s, tr = await ready(rt, ex)
+        eid, s, tr = await launch_ready(rt, ex)
         async with anyio.create_task_group() as tg:
             run = await drop_mid_turn(tg, rt, s, tr, error="websocket: close 1000", clean=True)
             await wait_until(lambda: s.stream.redialling)
@@ -169,7 +139,7 @@ async def test_a_refused_dial_gives_up_at_once(autojump_clock: object) -> None:
     redialled any more and requests fail as on a dead carrier."""
     ex = MemoryExecutor(redialling())
     async with make_runtime(ex) as rt:
-        eid, s, tr = await ready(rt, ex)
+        eid, s, tr = await launch_ready(rt, ex)
 
         def refused() -> None:
             raise DialRefused("agent stream upgrade refused with status 401")
@@ -205,7 +175,7 @@ async def test_the_reconnect_budget_gives_up(budget: float, autojump_clock: obje
     ``reconnect_timed_out``; the chart gives up after exactly the configured budget."""
     ex = MemoryExecutor(redialling(budget=budget, max_delay=2.0))
     async with make_runtime(ex) as rt:
-        eid, s, tr = await ready(rt, ex)
+        eid, s, tr = await launch_ready(rt, ex)
         dialled: list[float] = []
 
         async def unreachable() -> None:
@@ -234,7 +204,7 @@ async def test_a_give_up_with_no_dial_answered_says_so(autojump_clock: object) -
     rather than naming a dial error."""
     ex = MemoryExecutor(redialling(budget=4.0))
     async with make_runtime(ex) as rt:
-        eid, s, tr = await ready(rt, ex)
+        eid, s, tr = await launch_ready(rt, ex)
         tr.handlers["redial"] = anyio.sleep_forever
         tr.drop("websocket: close 1006 (abnormal closure)")
         await wait_until(lambda: s.stream.machine.state == "disconnected", limit=60)
@@ -248,7 +218,7 @@ async def test_the_backoff_grows_with_the_failures(autojump_clock: object) -> No
     0.1 s, then doubling up to the 1 s cap."""
     ex = MemoryExecutor(redialling(budget=6.0))
     async with make_runtime(ex) as rt:
-        eid, s, tr = await ready(rt, ex)
+        eid, s, tr = await launch_ready(rt, ex)
         dialled: list[float] = []
 
         def unreachable() -> None:
@@ -271,7 +241,7 @@ async def test_a_stop_while_redialling_stops_the_dials(autojump_clock: object) -
     budget's timer stop with it."""
     ex = MemoryExecutor(redialling())
     async with make_runtime(ex) as rt:
-        eid, s, tr = await ready(rt, ex)
+        eid, s, tr = await launch_ready(rt, ex)
         tr.drop("websocket: close 1006 (abnormal closure)")
         await wait_until(lambda: dials(tr) >= 3)
         await rt.stop(eid, "done")
@@ -291,7 +261,7 @@ async def test_a_drop_after_the_stop_closed_the_stream_is_nobodys_news(
     text, written to the history by the stop, is not written again."""
     ex = MemoryExecutor(redialling(time_scale))
     async with history_runtime(ex, tmp_path, time_scale=time_scale) as rt:
-        eid, s, tr = await ready(rt, ex)
+        eid, s, tr = await launch_ready(rt, ex)
         handled: list[bool] = []
         lost = s.stream.lost
 
@@ -306,7 +276,7 @@ async def test_a_drop_after_the_stop_closed_the_stream_is_nobodys_news(
         s.stream.lost = noting  # type: ignore[method-assign]
         tr.handlers["stop_agent"] = stop_agent
         async with anyio.create_task_group() as tg:
-            run = start_prompt(tg, rt, eid, "go")
+            run = start(tg, rt.prompt, eid, "go")
             await wait_until(dispatched(s))
             tr.emit(ev.MessageChunk(text="partial", prompt_generation=1))
             await wait_until(lambda: s.ctx.message == ["partial"])

@@ -26,7 +26,14 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, settle, spec, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    launch_session,
+    make_runtime,
+    memory_agent,
+    settle,
+    wait_until,
+)
 from .prompt_helpers import of_type, sent, start
 
 pytestmark = pytest.mark.both_backends
@@ -40,9 +47,7 @@ async def ready(
 ) -> AsyncIterator[tuple[Runtime, ExecutionRef, ExecutionSession]]:
     """A runtime with one execution, READY."""
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        s = session_of(rt, ref.id)
-        await wait_until(lambda: s.execution.status == "READY")
+        ref, s = await launch_session(rt, ready=True)
         yield rt, ref, s
 
 
@@ -168,7 +173,7 @@ async def test_a_cancel_during_a_resend_waits_for_its_answer(time_scale: float) 
     """A cancel that finds the prompt being sent again (the first send found the socket
     down) waits for that send's answer, then cancels the turn at the agent (before, the
     first send's stale signal made it return at once, sending nothing)."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    ex = memory_agent(reconnectable=True)
     async with ready(ex, time_scale) as (rt, ref, s):
         agent = ex.last
         release = anyio.Event()
@@ -203,7 +208,7 @@ async def test_a_send_that_fails_after_its_cancel_escalated_tells_the_escalation
     turn and escalates; the send then fails with the stream down. The escalation already
     released the waiter: the caller is told the cancel escalation, not a dispatch error
     (retryPromptAfterReconnect gives up a turn the cancel already ended)."""
-    ex = MemoryExecutor(lambda: MemoryTransport(reconnectable=True))
+    ex = memory_agent(reconnectable=True)
     async with ready(ex, time_scale) as (rt, ref, s):
         agent = ex.last
         release = anyio.Event()

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import anyio
 
-from acpfsm.adapters.memory import MemoryTransport
-
-from .memory_runtime import MemoryExecutor, make_runtime, session_of, spec, wait_until
+from .memory_runtime import make_runtime, memory_agent, session_of, spec, wait_until
 
 
 def record_two_executions(path: Path) -> Path:
@@ -16,7 +14,7 @@ def record_two_executions(path: Path) -> Path:
     prompt and a follow-up, one that only boots."""
 
     async def produce() -> None:
-        ex = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
+        ex = memory_agent(auto_complete=True)
         async with make_runtime(ex, trace_path=path) as rt:
             ref = await rt.launch(spec("first"))
             await rt.resume(ref.id, "second")
