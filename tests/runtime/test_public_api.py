@@ -207,3 +207,52 @@ def test_import_leaves_importlib_metadata_unloaded() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert (proc.returncode, proc.stdout.strip()) == (0, "False"), proc.stderr
+
+
+#: What a stdio-only program never needs: the agentctl stack and adapter, the MCP SDK and
+#: acpfsm's tool server, the developer tools, the pytest plugin, the reference agent.
+NOT_ON_IMPORT = (
+    *AGENTCTL_STACK,
+    "mcp",
+    "acpfsm.adapters.agentctl",
+    "acpfsm.adapters.reference_agent",
+    "acpfsm.runtime.mcp.server",
+    "acpfsm.runtime.tools",
+    "acpfsm.runtime.testing",
+    "acpfsm.testing",
+)
+
+#: Standard-library modules acpfsm uses on rare paths only (error classification, attachment
+#: types, atomic writes, tool calls): imported where used, not by ``import acpfsm.runtime``.
+RARE_STDLIB = ("json", "mimetypes", "secrets")
+
+SURFACE_PROBE = """
+import sys
+import anyio, msgspec, statemachine  # the dependencies: whatever they load is theirs
+
+deps = set(sys.modules)
+import acpfsm.runtime
+import acpfsm.statecharts._base as base
+
+new = set(sys.modules) - deps
+print(sorted(m for m in new if m.split(".")[0] in {top!r} or m.startswith({acpfsm!r})))
+print(sorted(m for m in new if m in {rare!r}))
+print(sorted(chart.chart_name for chart in base._compiled))
+"""
+
+
+def test_import_loads_nothing_a_stdio_only_program_does_not_use() -> None:
+    """A fresh ``import acpfsm.runtime`` loads no agentctl, MCP server, tool or test module,
+    none of the standard-library modules acpfsm needs on rare paths only, and compiles no
+    chart (each compiles on its first ``start``): what the import costs is the floor of the
+    dependencies plus the modules a stdio program runs."""
+    code = SURFACE_PROBE.format(
+        top={m for m in NOT_ON_IMPORT if not m.startswith("acpfsm")},
+        acpfsm=tuple(m for m in NOT_ON_IMPORT if m.startswith("acpfsm")),
+        rare=set(RARE_STDLIB),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[]", "[]", "[]"], proc.stdout
