@@ -256,3 +256,46 @@ def test_import_loads_nothing_a_stdio_only_program_does_not_use() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["[]", "[]", "[]"], proc.stdout
+
+
+DECODER_PROBE = """
+import msgspec.json
+
+built = []
+real_decoder = msgspec.json.Decoder
+
+
+def recording(type=None, **kw):
+    built.append(str(type))
+    return real_decoder(type, **kw)
+
+
+msgspec.json.Decoder = recording
+import acpfsm.runtime
+from acpfsm.adapters import events
+from acpfsm.runtime import history
+
+def union_of(names):
+    return sum(all(name in text for name in names) for text in built)
+
+entries = ("UserEntry", "AssistantEntry", "ToolCallEntry", "ToolResultEntry")
+print(union_of(("MessageChunk", "Complete")), union_of(entries))
+chunk = events.MessageChunk(text="hi")
+assert events.decode_event(events.encode_event(chunk)) == chunk
+assert events.decode_event(events.encode_event(chunk)) == chunk
+print(union_of(("MessageChunk", "Complete")), union_of(entries))
+"""
+
+
+def test_import_builds_no_decoder_for_events_or_history_it_does_not_read() -> None:
+    """The decoders of the whole event union and of history entries are built on their first
+    use (``decode_event``, reading a history file), not by ``import acpfsm.runtime``."""
+    proc = subprocess.run(
+        [sys.executable, "-c", DECODER_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["0 0", "1 0"], proc.stdout
