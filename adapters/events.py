@@ -17,6 +17,7 @@ list inside it made to hold the event) would therefore never be collected: do no
 
 from __future__ import annotations
 
+import functools
 from typing import Any, TypeGuard, cast, get_args
 
 import msgspec
@@ -317,13 +318,19 @@ _TERMINAL_TOOL_STATUSES = frozenset(
     {"complete", "completed", "success", "error", "failed", "cancelled"}
 )
 
-_decoder = msgspec.json.Decoder(AgentEvent)
 _encoder = msgspec.json.Encoder()
+
+
+@functools.cache
+def _decoder() -> msgspec.json.Decoder[AgentEvent]:
+    """Built on first use: the decoder of the whole union (every event type's fields) is
+    not built by ``import acpfsm.runtime``, which never decodes an event."""
+    return msgspec.json.Decoder(AgentEvent)
 
 
 def decode_event(raw: bytes | str) -> AgentEvent:
     """Decode one event (raises ``msgspec.DecodeError``; callers map it)."""
-    return _decoder.decode(raw)
+    return _decoder().decode(raw)
 
 
 def encode_event(event: AgentEvent) -> bytes:

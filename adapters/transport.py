@@ -11,7 +11,6 @@ them into chart events through :func:`acpfsm.adapters.classify.classify_error`.
 
 from __future__ import annotations
 
-import mimetypes
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -134,6 +133,8 @@ async def attachment_content(attachment: Attachment) -> tuple[bytes, str]:
             ) from None
     mime = attachment.mime_type
     if mime == "application/octet-stream":
+        import mimetypes  # rare path (and reads the system's MIME tables): imported here
+
         guessed, _ = mimetypes.guess_type(attachment.path or attachment.name)
         mime = guessed or mime
     return data, mime

@@ -69,6 +69,7 @@ renders it truncated to 2000 characters like any user text).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pathlib
@@ -201,8 +202,13 @@ class ToolResultEntry(_Entry, tag="tool_result", frozen=True):
 Entry = UserEntry | AssistantEntry | ToolCallEntry | ToolResultEntry
 """Every entry type the store writes and renders."""
 
-_decoder: Final = msgspec.json.Decoder(Entry)
 _encoder: Final = msgspec.json.Encoder()
+
+
+@functools.cache
+def _decoder() -> msgspec.json.Decoder[Entry]:
+    """Built on the first read of a history file, not by ``import acpfsm.runtime``."""
+    return msgspec.json.Decoder(Entry)
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,11 +434,12 @@ class HistoryStore:
                     f"failed to read history file: {exc}", session_id=session_id
                 ) from exc
         entries: list[Entry] = []
+        decoder = _decoder()
         for number, raw in enumerate(data.split(b"\n"), start=1):
             if not raw.strip():
                 continue
             try:
-                entries.append(_decoder.decode(raw))
+                entries.append(decoder.decode(raw))
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 log.warning(
                     "skipping undecodable history line %d of session %r: %s",

@@ -61,10 +61,11 @@ ALL_CHARTS: tuple[type[Chart], ...] = (
     AgentStream,
 )
 
-# compile every chart now: a declaration the engine cannot run fails the import, loudly
-for _chart in ALL_CHARTS:
-    _chart.compiled()
-del _chart
+# The charts compile on first use (Chart.start / Chart.compiled), not here: compiling all
+# seven at import was a fifth of acpfsm's own import time, paid by every program that imports
+# the runtime. python-statemachine still validates each declaration when its class is
+# defined; the test suite compiles every chart at its start, so a declaration the engine
+# cannot run still fails loudly before any test.
 
 # a mutant named for a chart that does not exist would mutate nothing: loud, not inert
 _mutant = _mutant_from_env()

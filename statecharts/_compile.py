@@ -6,7 +6,7 @@ The charts are *declared* with python-statemachine (states, compound states, tra
 ``cond=``/``unless=`` guards naming methods, final states): that is the declaration language,
 validated by python-statemachine when the class is defined, and the source of the diagrams.
 They are *executed* by acpfsm's compiled engine (:mod:`._machine`), which runs on the tables
-built here, once per chart class, at import.
+built here, once per chart class, on its first use (``Chart.start`` or ``Chart.compiled``).
 
 A chart has no parallel regions, so its configuration is its innermost active state (the
 *leaf*) and that state's ancestors. For every leaf and every event the compiler lists the
@@ -26,7 +26,7 @@ Each candidate carries everything the transition does, computed here once:
 * the effects it declares (:class:`Effects`): the transition's own, then each entered state's
   entry effects, outermost first.
 
-What python-statemachine does beyond that is refused at import with
+What python-statemachine does beyond that is refused at compile time with
 :class:`~acpfsm.statecharts.errors.ChartDefinitionError`, so nothing can run silently on one
 engine only: parallel and history states, a final state inside a compound state (it queues
 ``done.state.*``), eventless or internal transitions, transitions with several targets,

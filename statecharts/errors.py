@@ -74,7 +74,8 @@ class IllegalTransition(ChartError):
 
 class ChartDefinitionError(ChartError):
     """A chart declaration uses something the compiled engine does not support, or an effect
-    declaration names a transition or state the chart does not have. Raised at import."""
+    declaration names a transition or state the chart does not have. Raised when the chart is
+    compiled, on its first ``start`` or ``compiled()``."""
 
 
 class CoordinationError(ChartError):

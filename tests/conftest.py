@@ -20,7 +20,15 @@ from typing import Any
 import anyio
 import pytest
 
+from acpfsm.statecharts import ALL_CHARTS
 from tests.peers.sdk_corpus import SdkCorpus, SdkCorpusUnavailable, ensure_sdk_corpus
+
+# The charts compile on first use; compile them all here, before any test: a declaration the
+# compiled engine cannot run fails the whole run loudly, and the compiler's statements run
+# outside every test (per-mutant test selection then picks all tests for them).
+for _chart in ALL_CHARTS:
+    _chart.compiled()
+del _chart
 
 
 def pytest_configure(config: pytest.Config) -> None:

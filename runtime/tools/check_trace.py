@@ -162,7 +162,7 @@ class CheckResult:
 # --------------------------------------------------------------------------- compilation
 
 ChartCompileError = ChartDefinitionError
-"""A chart uses a feature the compiled engine does not model (raised at import)."""
+"""A chart uses a feature the compiled engine does not model (raised when it compiles)."""
 
 
 def compile_chart(chart: type[Chart]) -> CompiledChart:

@@ -206,3 +206,95 @@ def test_import_leaves_importlib_metadata_unloaded() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert (proc.returncode, proc.stdout.strip()) == (0, "False"), proc.stderr
+
+
+#: What a stdio-only program never needs: the agentctl stack and adapter, the MCP SDK and
+#: acpfsm's tool server, the developer tools, the pytest plugin, the reference agent.
+NOT_ON_IMPORT = (
+    *AGENTCTL_STACK,
+    "mcp",
+    "acpfsm.adapters.agentctl",
+    "acpfsm.adapters.reference_agent",
+    "acpfsm.runtime.mcp.server",
+    "acpfsm.runtime.tools",
+    "acpfsm.runtime.testing",
+    "acpfsm.testing",
+)
+
+#: Standard-library modules acpfsm uses on rare paths only (error classification, attachment
+#: types, atomic writes, tool calls): imported where used, not by ``import acpfsm.runtime``.
+RARE_STDLIB = ("json", "mimetypes", "secrets")
+
+SURFACE_PROBE = """
+import sys
+import anyio, msgspec, statemachine  # the dependencies: whatever they load is theirs
+
+deps = set(sys.modules)
+import acpfsm.runtime
+import acpfsm.statecharts._base as base
+
+new = set(sys.modules) - deps
+print(sorted(m for m in new if m.split(".")[0] in {top!r} or m.startswith({acpfsm!r})))
+print(sorted(m for m in new if m in {rare!r}))
+print(sorted(chart.chart_name for chart in base._compiled))
+"""
+
+
+def test_import_loads_nothing_a_stdio_only_program_does_not_use() -> None:
+    """A fresh ``import acpfsm.runtime`` loads no agentctl, MCP server, tool or test module,
+    none of the standard-library modules acpfsm needs on rare paths only, and compiles no
+    chart (each compiles on its first ``start``): what the import costs is the floor of the
+    dependencies plus the modules a stdio program runs."""
+    code = SURFACE_PROBE.format(
+        top={m for m in NOT_ON_IMPORT if not m.startswith("acpfsm")},
+        acpfsm=tuple(m for m in NOT_ON_IMPORT if m.startswith("acpfsm")),
+        rare=set(RARE_STDLIB),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[]", "[]", "[]"], proc.stdout
+
+
+DECODER_PROBE = """
+import msgspec.json
+
+built = []
+real_decoder = msgspec.json.Decoder
+
+
+def recording(type=None, **kw):
+    built.append(str(type))
+    return real_decoder(type, **kw)
+
+
+msgspec.json.Decoder = recording
+import acpfsm.runtime
+from acpfsm.adapters import events
+from acpfsm.runtime import history
+
+def union_of(names):
+    return sum(all(name in text for name in names) for text in built)
+
+entries = ("UserEntry", "AssistantEntry", "ToolCallEntry", "ToolResultEntry")
+print(union_of(("MessageChunk", "Complete")), union_of(entries))
+chunk = events.MessageChunk(text="hi")
+assert events.decode_event(events.encode_event(chunk)) == chunk
+assert events.decode_event(events.encode_event(chunk)) == chunk
+print(union_of(("MessageChunk", "Complete")), union_of(entries))
+"""
+
+
+def test_import_builds_no_decoder_for_events_or_history_it_does_not_read() -> None:
+    """The decoders of the whole event union and of history entries are built on their first
+    use (``decode_event``, reading a history file), not by ``import acpfsm.runtime``."""
+    proc = subprocess.run(
+        [sys.executable, "-c", DECODER_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["0 0", "1 0"], proc.stdout

@@ -14,6 +14,7 @@ import pytest
 from statemachine import HistoryState, State
 
 from acpfsm.statecharts import (
+    ALL_CHARTS,
     Chart,
     ChartDefinitionError,
     ChartError,
@@ -23,6 +24,7 @@ from acpfsm.statecharts import (
     PromptGeneration,
     Step,
     TransitionRecord,
+    _base,
     add_transition_observer,
     remove_transition_observer,
 )
@@ -265,17 +267,24 @@ def test_the_compiler_refuses_what_it_does_not_support(
         chart.start(engine="reference")
 
 
-def test_importing_the_charts_compiles_them() -> None:
-    """``import acpfsm.statecharts`` compiles every chart, so a declaration the engine
-    cannot run fails the import, before anything fires it."""
+def test_importing_the_charts_compiles_none_and_first_use_compiles_one() -> None:
+    """``import acpfsm.statecharts`` compiles no chart (a program pays for the charts it
+    runs, at their first ``start``); the first ``start`` compiles that chart only."""
     probe = (
         "import acpfsm.statecharts as c, acpfsm.statecharts._base as b; "
-        "print(sorted(k.chart_name for k in b._compiled) == sorted(k.chart_name for k in c.ALL_CHARTS))"
+        "before = sorted(k.chart_name for k in b._compiled); c.Execution.start(); "
+        "print(before, sorted(k.chart_name for k in b._compiled))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
-    assert out.stdout.strip() == "True"
+    assert out.stdout.strip() == "[] ['execution']"
+
+
+def test_the_test_run_compiled_every_chart_before_any_test() -> None:
+    """The suite's conftest compiles every chart, so a declaration the compiled engine cannot
+    run fails the whole run loudly instead of the first test that starts it."""
+    assert {c.chart_name for c in ALL_CHARTS} <= {k.chart_name for k in _base._compiled}
 
 
 # --------------------------------------------------------------------------- semantics
