@@ -2,8 +2,8 @@
 
 :func:`anyio.current_time` finds the running backend on every call; the runtime reads the
 clock for every trace record and every agent event, so it looks the clock up once
-(:func:`loop_clock`) and calls it directly. The values are the same: trio's clock (virtual
-under ``autojump_clock``) or the asyncio loop's ``time()``.
+(:func:`loop_clock`) and calls it directly. The values are the same: the trio run's clock
+(virtual under ``autojump_clock``) or the asyncio loop's ``time()``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def loop_clock() -> Callable[[], float]:
     if library == "trio":
         import trio
 
-        return trio.current_time
+        # the run's clock itself: trio.current_time finds the run and asks it on every call
+        return trio.lowlevel.current_clock().current_time
     if library == "asyncio":
         import asyncio
 

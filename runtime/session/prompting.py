@@ -74,8 +74,9 @@ class PromptDriver:
         self.init = init
         self.canceller = canceller
         self._spawn = spawn
-        self.prompt_lock = anyio.Lock()
-        """kandev's ``promptMu``: one ordinary prompt at a time, through its completion."""
+        self.prompt_lock = anyio.Lock(fast_acquire=True)  # no yield when it is free
+        """kandev's ``promptMu``: one ordinary prompt at a time, through its completion (its
+        acquisition still raises in a cancelled caller)."""
 
     # --- prompt ------------------------------------------------------------------------------
 
@@ -118,7 +119,7 @@ class PromptDriver:
         on_admitted: Callable[[int], object] | None,
     ) -> PromptResult:
         ctx = self.ctx
-        if not initial:
+        if not initial and not self.init.admission.is_set():  # open: no scheduler pass
             await self.init.admission.wait()
         async with self.prompt_lock:
             await self._pass_barrier()

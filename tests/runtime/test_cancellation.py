@@ -196,6 +196,27 @@ async def test_a_failed_cancel_of_an_abandoned_turn_leaves_the_execution_usable(
         await rt.stop(ref.id, "done")
 
 
+async def test_a_caller_cancelled_before_it_prompts_admits_no_turn(time_scale: float) -> None:
+    """A caller whose scope is already cancelled when it prompts a READY execution (the
+    admission gate open, the prompt lock free: the path takes neither with a scheduler pass)
+    is still refused at once: no generation admitted, nothing sent, and the next prompt is
+    generation 1."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        s = session_of(rt, ref.id)
+        agent = ex.last
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await s.prompts.prompt("never")
+        assert scope.cancelled_caught
+        assert s.current is None and sent(agent, "prompt") == []
+        agent.auto_complete = True
+        assert (await rt.prompt(ref.id, "next")).generation == 1
+        await rt.stop(ref.id, "done")
+
+
 async def test_a_caller_that_leaves_an_unanswered_turn_does_not_block_the_next(
     time_scale: float, autojump_clock: object
 ) -> None:
