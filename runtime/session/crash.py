@@ -100,7 +100,8 @@ class CrashGuard:
             if isinstance(exc, ChartError):
                 raise _copy(await self.crashed(exc, where)) from exc
             crash = self.session.ctx.crashed
-            if before is None and crash is not None:
+            if crash is not None and (before is None or exc is crash):
+                # the crash happened meanwhile, or the operation raised the record of it
                 raise _copy(crash) from crash.__cause__  # exc stays its context
             raise
         except Exception as exc:

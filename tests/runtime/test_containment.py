@@ -215,7 +215,8 @@ async def test_model_mode_and_option_calls_reach_the_agent_until_its_execution_c
     time_scale: float,
 ) -> None:
     """``set_model``, ``set_mode`` and ``set_config_option`` go to the execution's agent;
-    once it crashed they raise the crash (its transport is being closed: nothing is sent)."""
+    once it crashed they raise the crash (its transport is being closed: nothing is sent),
+    each call its own copy of it."""
     settings = ("set_model", "set_mode", "set_config_option")
     async with make_runtime(time_scale) as rt:
         ref, transport = await launched(rt)
@@ -232,15 +233,21 @@ async def test_model_mode_and_option_calls_reach_the_agent_until_its_execution_c
         with pytest.raises(ExecutionCrashed):
             await rt.prompt(ref.id, "boom")
         before = len(transport.calls)
+        raised: list[ExecutionCrashed] = []
         for call in (
             lambda: rt.set_model(ref.id, "m"),
             lambda: rt.set_mode(ref.id, "m"),
             lambda: rt.set_config_option(ref.id, "k", "v"),
+            lambda: rt.set_model(ref.id, "m"),
         ):
             with pytest.raises(ExecutionCrashed) as info:
                 await call()
             assert isinstance(root_cause(info.value), KeyError)
+            raised.append(info.value)
         assert [c for c in transport.calls[before:] if c[0] in settings] == []
+        # each its own object, never the execution's record of the crash
+        crash = session_of(rt, ref.id).ctx.crashed
+        assert len({id(e) for e in [crash, *raised]}) == len(raised) + 1
         await rt.stop(ref.id, "done")
 
 
