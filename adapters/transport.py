@@ -218,7 +218,9 @@ class PermissionPrompts:
 
     def __init__(self, policy: PermissionPolicy) -> None:
         self.policy = policy
-        self._scopes: dict[str, anyio.CancelScope] = {}
+        # each question's scope and its request id: keyed by the scope, so that an agent
+        # reusing the id of a question still open can neither hide nor end the first's
+        self._scopes: dict[anyio.CancelScope, str] = {}
         self._none_left: anyio.Event | None = None
 
     async def ask(self, request: PermissionRequest) -> tuple[str | None, bool]:
@@ -226,23 +228,24 @@ class PermissionPrompts:
         choice is then ``None``)."""
         choice: str | None = None
         with anyio.CancelScope() as scope:
-            self._scopes[request.request_id] = scope
+            self._scopes[scope] = request.request_id
             try:
                 choice = await self.policy(request)
             finally:
-                self._scopes.pop(request.request_id, None)
+                del self._scopes[scope]
                 if not self._scopes and self._none_left is not None:
                     self._none_left.set()
                     self._none_left = None
         return (None, True) if scope.cancelled_caught else (choice, False)
 
     def withdraw(self, request_id: str) -> None:
-        scope = self._scopes.get(request_id)
-        if scope is not None:
-            scope.cancel()
+        """Withdraw the open questions with this request id."""
+        for scope, rid in list(self._scopes.items()):
+            if rid == request_id:
+                scope.cancel()
 
     def withdraw_all(self) -> None:
-        for scope in list(self._scopes.values()):
+        for scope in list(self._scopes):
             scope.cancel()
 
     async def withdraw_all_and_wait(self) -> None:

@@ -5,6 +5,7 @@ options, floods, late and second answers)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from acpfsm.adapters.events import PermissionOption, PermissionRequest, ProtocolErrorEvent
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import (
+    AcpfsmError,
     AgentProfile,
     ExecutionNotFound,
     LaunchSpecError,
@@ -27,7 +29,16 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session.permissions import MAX_PENDING, REMEMBERED
 
-from .memory_runtime import PROFILE, MemoryExecutor, make_runtime, session_of, spec, wait_until
+from .memory_runtime import (
+    PROFILE,
+    MemoryExecutor,
+    launch_session,
+    make_runtime,
+    memory_agent,
+    session_of,
+    spec,
+    wait_until,
+)
 
 pytestmark = pytest.mark.both_backends
 
@@ -304,6 +315,36 @@ async def test_a_cancel_and_a_stop_withdraw_waiting_requests(time_scale: float) 
             "the execution stopped",
         )
         await answered(ex.last, 2)
+
+
+async def test_a_duplicate_id_neither_hides_nor_ends_the_first_request(
+    time_scale: float,
+) -> None:
+    """An agent reusing the id of a request still waiting gets the duplicate refused; the
+    first stays reachable: a cancel (an agent that waits for that answer before it ends
+    its turn) withdraws it, as it would without the duplicate."""
+    ex = memory_agent(cancel_completes=False)
+    rt = make_runtime(ex, time_scale=time_scale)
+    async with rt, anyio.create_task_group() as tg:
+        ref, s = await launch_session(rt, permission_policy="ask", ready=True)
+
+        async def prompt() -> None:
+            with contextlib.suppress(AcpfsmError):
+                await rt.prompt(ref.id, "go")
+
+        tg.start_soon(prompt)
+        await wait_until(lambda: 1 in ex.last.running)
+        tg.start_soon(ex.last.request_permission, ask("r1", generation=1))
+        await wait_until(lambda: s.permissions.pending == ["r1"])
+        tg.start_soon(ex.last.request_permission, ask("r1", generation=1))  # the same id
+        await answered(ex.last, 1)
+        assert ex.last.permission_answers == [("r1", "no")]
+        tg.start_soon(rt.cancel, ref.id)
+        await answered(ex.last, 2)
+        assert ex.last.permission_answers[1] == ("r1", None)
+        assert resolved(rt, ref.id)["r1"].decided_by == "withdrawn"
+        assert s.permissions.pending == []
+        tg.cancel_scope.cancel()
 
 
 async def test_a_flood_of_requests_is_bounded(time_scale: float) -> None:
