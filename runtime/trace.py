@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -91,10 +90,7 @@ class Trace:
         records = self.records
 
         def observe(record: TransitionRecord) -> None:
-            try:
-                now = clock()
-            except RuntimeError:  # its loop has ended (trio's clock is gone with it)
-                now = time.monotonic()
+            now = clock()  # the loop's clock answers after the loop has ended too
             self._seq += 1
             rec = TraceRecord(
                 seq=self._seq,

@@ -61,9 +61,13 @@ def _split(exc: BaseException) -> tuple[BaseException | None, BaseException | No
     return None, exc
 
 
-def _copy(crash: ExecutionCrashed) -> ExecutionCrashed:
-    """The crash as one caller raises it: its message and execution, a fresh exception."""
-    return ExecutionCrashed(str(crash), execution_id=crash.execution_id)
+def copy_of(crash: ExecutionCrashed) -> ExecutionCrashed:
+    """The crash as one caller raises it: its message, execution and cause, in a fresh
+    exception. The execution's record of the crash (``ctx.crashed``) is never raised itself:
+    each raise would add that caller's frames to it, and link it into the caller's chain."""
+    copy = ExecutionCrashed(str(crash), execution_id=crash.execution_id)
+    copy.__cause__ = crash.__cause__
+    return copy
 
 
 class CrashGuard:
@@ -98,14 +102,13 @@ class CrashGuard:
             return await operation()
         except AcpfsmError as exc:
             if isinstance(exc, ChartError):
-                raise _copy(await self.crashed(exc, where)) from exc
+                raise copy_of(await self.crashed(exc, where)) from exc
             crash = self.session.ctx.crashed
-            if crash is not None and (before is None or exc is crash):
-                # the crash happened meanwhile, or the operation raised the record of it
-                raise _copy(crash) from crash.__cause__  # exc stays its context
+            if before is None and crash is not None:
+                raise copy_of(crash) from crash.__cause__  # exc stays its context
             raise
         except Exception as exc:
-            raise _copy(await self.crashed(exc, where)) from exc
+            raise copy_of(await self.crashed(exc, where)) from exc
 
     async def crashed(self, failure: BaseException, where: str) -> ExecutionCrashed:
         """Make the execution FAILED, release whoever waits on it, end its tasks."""

@@ -42,6 +42,7 @@ from ..errors import (
 from ..types import PromptResult, stop_reason_of
 from .cancelling import Canceller
 from .context import ExecutionContext
+from .crash import copy_of
 from .flows import FLOW, accepts_prompts, after_unreachable, trigger_fact, wants
 from .init import InitDriver
 from .status import StatusDriver
@@ -355,7 +356,7 @@ class PromptDriver:
         g, ctx = generation.number, self.ctx
         result = generation.result
         if ctx.crashed is not None and result not in ("completed", "handed_off", "withdrawn"):
-            raise ctx.crashed
+            raise copy_of(ctx.crashed)
         if result == "completed":
             return PromptResult(
                 stop_reason=stop_reason_of(generation.stop_reason or "end_turn"),

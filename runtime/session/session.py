@@ -35,7 +35,7 @@ from ..types import Execution as ExecutionSnapshot
 from .cancelling import Canceller
 from .config import ConfigDriver
 from .context import ExecutionContext
-from .crash import CrashGuard
+from .crash import CrashGuard, copy_of
 from .flows import recovery
 from .init import InitDriver
 from .permissions import PermissionBroker
@@ -257,7 +257,7 @@ class ExecutionSession(SessionViews):
         await self.init.admission.wait()
         while True:
             if self.ctx.crashed is not None:
-                raise self.ctx.crashed
+                raise copy_of(self.ctx.crashed)
             if self.init.failure is not None:
                 raise self.init.failure
             if self.status.status == "READY":
@@ -283,7 +283,7 @@ class ExecutionSession(SessionViews):
     def _transport(self) -> AgentTransport:
         """The transport, unless the execution crashed (its transport is being closed)."""
         if self.ctx.crashed is not None:
-            raise self.ctx.crashed
+            raise copy_of(self.ctx.crashed)
         return self.ctx.transport_or_raise()
 
     async def set_mcp_mode(self, mode: str) -> None:

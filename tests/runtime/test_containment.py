@@ -8,6 +8,7 @@ crashed execution is FAILED with a typed error (``ExecutionCrashed``, ``agent.fa
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -208,6 +209,35 @@ async def test_each_caller_gets_its_own_copy_of_the_crash(time_scale: float) -> 
         assert isinstance(crash.__cause__, KeyError)  # still the failure that crashed it
         assert first.value.__cause__ is crash.__cause__
         assert isinstance(second.value.__cause__, ValueError)
+        await rt.stop(ref.id, "done")
+
+
+async def test_the_record_of_a_crash_is_never_raised_itself(time_scale: float) -> None:
+    """Every call after a crash (a setting, ``wait_ready``) raises a copy: the execution's
+    record of the crash gathers no caller's frames however often it is reached (a service
+    retrying a crashed execution would grow it without bound), and no caller's chain links
+    to it, so one caller's exception never changes after the fact through another's."""
+    async with make_runtime(time_scale) as rt:
+        ref, transport = await launched(rt)
+        transport.handlers["prompt"] = a_bug
+        with pytest.raises(ExecutionCrashed):
+            await rt.prompt(ref.id, "boom")
+        crash = session_of(rt, ref.id).ctx.crashed
+        assert crash is not None
+        frames = len(traceback.extract_tb(crash.__traceback__))
+        raised: list[ExecutionCrashed] = []
+        for call in (
+            lambda: rt.set_model(ref.id, "m"),
+            lambda: rt.set_mode(ref.id, "m"),
+            lambda: rt.wait_ready(ref.id),
+            lambda: rt.set_model(ref.id, "m"),
+        ):
+            with pytest.raises(ExecutionCrashed) as info:
+                await call()
+            raised.append(info.value)
+        assert len(traceback.extract_tb(crash.__traceback__)) == frames
+        assert all(e is not crash and e.__context__ is not crash for e in raised)
+        assert all(isinstance(e.__cause__, KeyError) and str(e) == str(crash) for e in raised)
         await rt.stop(ref.id, "done")
 
 
