@@ -383,10 +383,7 @@ class PromptDriver:
             )
         if result == "withdrawn":
             return PromptResult(stop_reason="cancelled", generation=g)
-        if result == "undelivered":
-            raise PromptDispatchError(generation.error, execution_id=ctx.id, generation=g)
-        if result == "dispatch_cancel_escalated":
-            raise CancelEscalated(generation.error, execution_id=ctx.id, generation=g)
+        # undelivered and dispatch_cancel_escalated never get here: raised where they happen
         raise PromptError(  # pragma: no cover - every release names its result
             f"prompt generation {g} ended without a result ({result!r})", execution_id=ctx.id
         )
