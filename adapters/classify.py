@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -254,8 +255,6 @@ def _reject_constant(name: str) -> Any:
 
 def _json_tails(message: str) -> Iterator[Any]:
     """Each value decoded from a ``{`` to the end of the message (trailing whitespace ok)."""
-    import json  # error paths only: kept out of the import of acpfsm.runtime
-
     offset = message.find("{")
     while offset >= 0:
         try:
@@ -326,8 +325,6 @@ def is_missing_provider_rollout(err: ErrorInput, loading_session_id: str) -> boo
         return False
     first = _first_request_error(err)
     if first is not None:
-        import json  # error paths only: kept out of the import of acpfsm.runtime
-
         try:
             encoded = json.loads(json.dumps(first.as_dict()))
         except (TypeError, ValueError):

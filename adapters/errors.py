@@ -33,6 +33,7 @@ several executions knows which one failed.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
@@ -183,8 +184,6 @@ class AgentRequestError(AcpfsmError):
         return out
 
     def json_projection(self) -> str:
-        import json  # rare path: kept out of the import of acpfsm.runtime
-
         return json.dumps(self.as_dict(), separators=(",", ":"), ensure_ascii=False)
 
 

@@ -52,6 +52,7 @@ import ctypes
 import errno
 import os
 import platform
+import secrets
 import stat
 import sys
 import threading
@@ -665,8 +666,6 @@ def _replace(
 ) -> None:
     """Atomically replace ``name`` in ``directory`` with ``data`` (temp file, fsync,
     renameat); the temporary file is removed on any failure."""
-    import secrets  # write path only: kept out of the import of acpfsm.runtime
-
     temporary = f".acpfsm-{secrets.token_hex(8)}.tmp"
     try:
         fd = os.open(

@@ -15,6 +15,7 @@ Nothing here imports the MCP SDK: :mod:`.server` is imported when a tool server 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -66,8 +67,6 @@ def clip(text: str, limit: int = EVENT_TEXT_LIMIT) -> str:
 
 
 def _json(value: Any) -> str:
-    import json  # tool calls only: kept out of the import of acpfsm.runtime
-
     try:
         return json.dumps(value, ensure_ascii=False, default=repr)
     except (TypeError, ValueError):  # a cycle

@@ -221,9 +221,9 @@ NOT_ON_IMPORT = (
     "acpfsm.testing",
 )
 
-#: Standard-library modules acpfsm uses on rare paths only (error classification, attachment
-#: types, atomic writes, tool calls): imported where used, not by ``import acpfsm.runtime``.
-RARE_STDLIB = ("json", "mimetypes", "secrets")
+#: Standard-library modules acpfsm uses on rare paths only (attachment types): imported where
+#: used, not by ``import acpfsm.runtime``.
+RARE_STDLIB = ("mimetypes",)
 
 SURFACE_PROBE = """
 import sys
