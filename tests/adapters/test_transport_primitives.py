@@ -113,6 +113,52 @@ async def test_an_answered_question_is_not_withdrawn_and_one_can_be_withdrawn_al
     assert answers == {"a": (None, True), "b": (None, True)}
 
 
+async def test_a_reused_id_neither_hides_nor_ends_the_first_question() -> None:
+    """An agent asking twice under one id: the second answered at once leaves the first
+    open, and a withdrawal by that id (an equal string, decoded apart: not the same object)
+    still reaches it; ``withdraw_all_and_wait`` waits for it too."""
+
+    async def policy(request: PermissionRequest) -> str | None:
+        if request.tool_call_id == "second":
+            return "no"
+        await anyio.sleep_forever()
+        return None  # pragma: no cover
+
+    prompts = PermissionPrompts(policy)
+    n = 7
+    rid = f"req-{n}"
+    answers: list[tuple[str | None, bool]] = []
+
+    async def ask_first() -> None:
+        answers.append(await prompts.ask(PermissionRequest(request_id=rid)))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask_first)
+            await anyio.wait_all_tasks_blocked()
+            second = PermissionRequest(request_id=f"req-{n}", tool_call_id="second")
+            assert await prompts.ask(second) == ("no", False)
+            await anyio.wait_all_tasks_blocked()
+            assert answers == []  # the first is still open
+            same_id = f"req-{n}"
+            assert same_id == rid and same_id is not rid
+            prompts.withdraw(same_id)
+        assert answers == [(None, True)]
+        tg_answers: list[tuple[str | None, bool]] = []
+
+        async def ask(tool: str) -> None:
+            tg_answers.append(
+                await prompts.ask(PermissionRequest(request_id=rid, tool_call_id=tool))
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, "a")
+            tg.start_soon(ask, "b")
+            await anyio.wait_all_tasks_blocked()
+            await prompts.withdraw_all_and_wait()  # both, though they share an id
+            assert tg_answers == [(None, True), (None, True)]
+
+
 async def test_a_wakeup_wakes_only_who_waits_then() -> None:
     """A wake with nobody waiting is not kept for a later wait (unlike a :class:`Flag`)."""
     wakeup = Wakeup()
