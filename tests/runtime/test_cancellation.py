@@ -203,9 +203,7 @@ async def test_a_caller_cancelled_before_it_prompts_admits_no_turn(time_scale: f
     generation 1."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, ready=True)
         agent = ex.last
         with anyio.CancelScope() as scope:
             scope.cancel()

@@ -5,7 +5,6 @@ options, floods, late and second answers)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any
 
@@ -15,7 +14,6 @@ import pytest
 from acpfsm.adapters.events import PermissionOption, PermissionRequest, ProtocolErrorEvent
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import (
-    AcpfsmError,
     AgentProfile,
     ExecutionNotFound,
     LaunchSpecError,
@@ -39,6 +37,7 @@ from .memory_runtime import (
     spec,
     wait_until,
 )
+from .prompt_helpers import prompting
 
 pytestmark = pytest.mark.both_backends
 
@@ -327,13 +326,7 @@ async def test_a_duplicate_id_neither_hides_nor_ends_the_first_request(
     rt = make_runtime(ex, time_scale=time_scale)
     async with rt, anyio.create_task_group() as tg:
         ref, s = await launch_session(rt, permission_policy="ask", ready=True)
-
-        async def prompt() -> None:
-            with contextlib.suppress(AcpfsmError):
-                await rt.prompt(ref.id, "go")
-
-        tg.start_soon(prompt)
-        await wait_until(lambda: 1 in ex.last.running)
+        await prompting(tg, rt, ref.id, "go")
         tg.start_soon(ex.last.request_permission, ask("r1", generation=1))
         await wait_until(lambda: s.permissions.pending == ["r1"])
         tg.start_soon(ex.last.request_permission, ask("r1", generation=1))  # the same id

@@ -1157,9 +1157,7 @@ async def test_a_tool_result_is_named_after_one_of_the_latest_1024_tool_calls(
     it is forgotten (its result is written unnamed)."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, ready=True)
 
         def results() -> list[tuple[str, str]]:
             return [(e.tool_call_id, e.name) for e in tool_results(rt, s)]
@@ -1182,9 +1180,7 @@ async def test_only_a_tools_end_is_written_with_its_output(tmp_path: Path) -> No
     blocks, else its status (kandev ``handleToolUpdateEvent``)."""
     ex = MemoryExecutor()
     async with history_runtime(ex, tmp_path) as rt:
-        ref = await rt.launch(spec())
-        await rt.wait_ready(ref.id)
-        s = session_of(rt, ref.id)
+        ref, s = await launch_session(rt, ready=True)
 
         def results() -> list[tuple[str, str]]:
             return [(e.tool_call_id, e.output) for e in tool_results(rt, s)]
