@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
 import anyio.lowlevel
+import msgspec
 
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import (
@@ -62,14 +63,13 @@ def make_runtime(
     *,
     profiles: tuple[AgentProfile, ...] = (PROFILE,),
     time_scale: float = 1.0,
+    timeouts: Mapping[str, float] | None = None,
     **kw: Any,
 ) -> Runtime:
-    return Runtime(
-        profiles=profiles,
-        executors={"memory": executor},
-        timeouts=Timeouts().scaled(time_scale),
-        **kw,
-    )
+    """A runtime over ``executor`` with every timeout scaled by ``time_scale``, then the
+    ``timeouts`` given (by field name) as they are."""
+    bounds = msgspec.structs.replace(Timeouts().scaled(time_scale), **(timeouts or {}))
+    return Runtime(profiles=profiles, executors={"memory": executor}, timeouts=bounds, **kw)
 
 
 def session_of(rt: Runtime, execution_id: str) -> ExecutionSession:

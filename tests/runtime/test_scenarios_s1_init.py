@@ -15,7 +15,6 @@ import pathlib
 from typing import Any, TypeVar
 
 import anyio
-import msgspec
 import pytest
 
 from acpfsm.adapters.errors import (
@@ -36,6 +35,7 @@ from acpfsm.runtime.session import ExecutionSession
 from .memory_runtime import (
     MemoryExecutor,
     launch_session,
+    make_runtime,
     memory_agent,
     raiser,
     session_of,
@@ -64,11 +64,11 @@ def runtime(
     history_root: pathlib.Path | None = None,
     **timeouts: float,
 ) -> Runtime:
-    bounds = msgspec.structs.replace(Timeouts().scaled(time_scale), **timeouts)
-    return Runtime(
+    return make_runtime(
+        ex,
         profiles=(prof or profile(),),
-        executors={"memory": ex},
-        timeouts=bounds,
+        time_scale=time_scale,
+        timeouts=timeouts,
         history_root=history_root,
     )
 

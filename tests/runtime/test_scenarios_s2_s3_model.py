@@ -25,13 +25,21 @@ from acpfsm.adapters.errors import AgentRequestError
 from acpfsm.adapters.events import ConfigOption, ModelInfo, SessionModels
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import SessionResult
-from acpfsm.runtime import AgentProfile, Runtime, Timeouts
+from acpfsm.runtime import AgentProfile, Runtime
 from acpfsm.runtime import events as le
 from acpfsm.runtime.events import RuntimeEvent
 from acpfsm.runtime.session import ExecutionSession
 from acpfsm.runtime.session.context import ModelState as _ModelState
 
-from .memory_runtime import MemoryExecutor, launch_session, memory_agent, raiser, settle, wait_until
+from .memory_runtime import (
+    MemoryExecutor,
+    launch_session,
+    make_runtime,
+    memory_agent,
+    raiser,
+    settle,
+    wait_until,
+)
 
 pytestmark = pytest.mark.both_backends
 
@@ -51,8 +59,7 @@ def profile(**kw: Any) -> AgentProfile:
 def runtime(
     ex: MemoryExecutor, time_scale: float, prof: AgentProfile | None = None, **timeouts: float
 ) -> Runtime:
-    bounds = msgspec.structs.replace(Timeouts().scaled(time_scale), **timeouts)
-    return Runtime(profiles=(prof or profile(),), executors={"memory": ex}, timeouts=bounds)
+    return make_runtime(ex, profiles=(prof or profile(),), time_scale=time_scale, timeouts=timeouts)
 
 
 def models(*ids: str) -> list[ModelInfo]:

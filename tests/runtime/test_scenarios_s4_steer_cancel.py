@@ -47,13 +47,11 @@ from acpfsm.runtime import (
     SteerAttachmentMaterializationError,
     SteerDispatchTimeout,
     SteerNotDispatched,
-    Timeouts,
 )
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
 
 from .memory_runtime import (
-    PROFILE,
     MemoryExecutor,
     launch_ready,
     launch_session,
@@ -454,8 +452,8 @@ async def test_a_stray_handoff_does_not_hold_up_the_events_behind_it(time_scale:
     The steer's own bound is not scaled down: under asyncio a scaled one (10 ms of real time)
     ran out on a loaded machine before the pump had its turn."""
     ex = MemoryExecutor()
-    timeouts = msgspec.structs.replace(Timeouts().scaled(time_scale), steer_dispatch=5.0)
-    async with Runtime(profiles=(PROFILE,), executors={"memory": ex}, timeouts=timeouts) as rt:
+    unscaled = {"steer_dispatch": 5.0}
+    async with make_runtime(ex, time_scale=time_scale, timeouts=unscaled) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         flowed: list[bool] = []
 
