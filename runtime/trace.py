@@ -24,7 +24,9 @@ The file is created mode ``0600`` (its missing folders ``0700``) whatever the um
 Memory stays bounded: :attr:`Trace.records` is a ring of the last ``keep`` records (10,000 by
 default, about 2 MB; ``keep=0`` keeps none), while the file and every listener in
 :attr:`Trace.listeners` get every record. A check of the whole trace reads the file, or
-listens from the start (as the pytest plugin's ``--acpfsm-check-traces`` does).
+listens from the start (as the pytest plugin's ``--acpfsm-check-traces`` does). Records are
+flat data, not tracked by the garbage collector (``gc=False``): a full ring costs its young
+collections nothing.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ DEFAULT_KEEP = 10_000
 """How many records :attr:`Trace.records` keeps unless told (``Retention.trace_records``)."""
 
 
-class TraceRecord(msgspec.Struct, frozen=True, kw_only=True):
+class TraceRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     seq: int
     time: float
     execution_id: str

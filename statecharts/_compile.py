@@ -176,6 +176,36 @@ class Step(NamedTuple):
 Guard = tuple[Callable[..., Any], tuple[str, ...], bool]
 """``(function, parameter names, expected value)``: ``cond`` expects True, ``unless`` False."""
 
+FROM_CONSTANT, FROM_DEFAULT, FROM_NOWHERE = 0, 1, 2
+"""Where an effect's field comes from when the event data does not hold it."""
+
+
+class EffectPlan(NamedTuple):
+    """How to fill one declared effect, decided at compile time: each field's fallback
+    (``(name, FROM_*, default)``; the event data comes first), and the effect itself when no
+    field can come from the constants (it is the same whenever the data holds none of them)."""
+
+    name: str
+    fields: tuple[tuple[str, int, Any], ...]
+    fixed: Effect | None
+
+
+def effect_plan(spec: EffectSpec, constants: Mapping[str, Any]) -> EffectPlan:
+    """The :class:`EffectPlan` of ``spec`` for a chart with ``constants``."""
+    defaults = dict(spec.defaults)
+    fields: list[tuple[str, int, Any]] = []
+    for name in spec.fields:
+        if name in constants:
+            fields.append((name, FROM_CONSTANT, None))
+        elif name in defaults:
+            fields.append((name, FROM_DEFAULT, defaults[name]))
+        else:
+            fields.append((name, FROM_NOWHERE, None))
+    fixed = None
+    if all(source == FROM_DEFAULT for _, source, _ in fields):
+        fixed = Effect(spec.name, tuple((name, value) for name, _, value in fields))
+    return EffectPlan(spec.name, tuple(fields), fixed)
+
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -190,6 +220,8 @@ class Candidate:
     state: str
     entered: tuple[str, ...]
     effects: tuple[EffectSpec, ...]
+    plans: tuple[EffectPlan, ...]
+    """``effects`` as :func:`effect_plan` fills them (the engine's fast path)."""
     step: Step | None
     """The step, prebuilt when no effect carries data (the common case: nothing to build)."""
     ends: bool
@@ -555,6 +587,7 @@ def compile_chart(chart: type[Chart], mutant: Mutant | None = None) -> CompiledC
                             state=after,
                             entered=entered,
                             effects=specs,
+                            plans=tuple(effect_plan(s, constants) for s in specs),
                             step=built,
                             ends=states[after].final and parent[after] is None,
                         )

@@ -39,7 +39,15 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol, cast
 
-from ._compile import Candidate, CompiledChart, Effect, EffectSpec, Step
+from ._compile import (
+    FROM_CONSTANT,
+    FROM_DEFAULT,
+    Candidate,
+    CompiledChart,
+    Effect,
+    EffectSpec,
+    Step,
+)
 from .errors import ChartDefinitionError, ChartError, IllegalTransition
 
 if TYPE_CHECKING:
@@ -147,17 +155,41 @@ def _resolve(spec: EffectSpec, data: Mapping[str, Any], machine: ChartMachine) -
 
 
 def _step(cand: Candidate, machine: ChartMachine, event: str, data: Mapping[str, Any]) -> Step:
+    """The step ``cand`` takes with ``data``: its effects filled as :func:`_resolve` would,
+    along each effect's compiled plan (a field from the data, else the plan's fallback)."""
     if cand.step is not None:
         return cand.step
-    return Step(
-        machine.chart_name,
-        event,
-        cand.source,
-        cand.target if cand.target is not None else cand.source,
-        cand.target is None,
-        cand.state,
-        cand.entered,
-        tuple(_resolve(spec, data, machine) for spec in cand.effects),
+    effects: list[Effect] = []
+    for name, fields, fixed in cand.plans:
+        args: list[tuple[str, Any]] = []
+        given = False
+        for field, source, default in fields:
+            if field in data:
+                args.append((field, data[field]))
+                given = True
+            elif source == FROM_DEFAULT:
+                args.append((field, default))
+            elif source == FROM_CONSTANT:
+                args.append((field, machine.constant(field)))
+            else:
+                raise ChartDefinitionError(
+                    f"{machine.chart_name}: effect {name} needs {field!r}, which neither "
+                    f"the event data nor the chart's constants hold"
+                )
+        effects.append(fixed if fixed is not None and not given else Effect(name, tuple(args)))
+    # built as the tuple it is (a NamedTuple's own constructor is a Python call)
+    return tuple.__new__(
+        Step,
+        (
+            machine.chart_name,
+            event,
+            cand.source,
+            cand.target if cand.target is not None else cand.source,
+            cand.target is None,
+            cand.state,
+            cand.entered,
+            tuple(effects),
+        ),
     )
 
 
@@ -255,7 +287,10 @@ class Machine:
             for cand in candidates:
                 for fn, params, expected in cand.guards:
                     if params:
-                        kw = {p: data[p] for p in params if p in data}
+                        kw: dict[str, Any] = {}  # the data it names (no comprehension frame)
+                        for p in params:
+                            if p in data:
+                                kw[p] = data[p]
                         if bool(fn(self, **kw)) is not expected:
                             break
                     elif bool(fn(self)) is not expected:

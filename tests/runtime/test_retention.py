@@ -18,6 +18,7 @@ from acpfsm.runtime import Retention, SubscriberOverflow, Trace
 from acpfsm.runtime.events import AgentReady, EventsTruncated
 from acpfsm.runtime.hub import EVENT_OVERHEAD, EventHub, event_size
 from acpfsm.runtime.tools.check_trace import check_records
+from acpfsm.runtime.trace import TraceRecord
 from acpfsm.statecharts import Execution, TransitionRecord
 from acpfsm.testing import assert_trace_conforms
 from acpfsm.testing.memory import MemoryExecutor
@@ -51,6 +52,16 @@ def test_trace_records_are_a_ring_while_the_file_and_listeners_get_every_record(
     assert (trace.count, trace.dropped) == (10, 7)
     assert heard == list(range(1, 11))
     assert [json.loads(line)["seq"] for line in path.read_text().splitlines()] == heard
+
+
+@pytest.mark.acpfsm_unchecked_trace  # fabricated records
+def test_the_records_a_trace_keeps_cost_the_garbage_collector_nothing() -> None:
+    """The ring holds thousands of records (about ten per prompt); were they tracked, each
+    young collection would walk them. A record is flat data (no cycle can go through it)."""
+    trace = Trace(keep=3)
+    trace.observer("x")(_record(1))
+    (record,) = trace.records
+    assert not TraceRecord.__struct_config__.gc and not gc.is_tracked(record)
 
 
 @pytest.mark.acpfsm_unchecked_trace  # fabricated records
