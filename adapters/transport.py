@@ -273,6 +273,33 @@ def cancellation_check() -> Callable[[], Awaitable[None]]:
     return anyio.lowlevel.checkpoint_if_cancelled
 
 
+class _Event(Protocol):
+    """What :class:`Flag` and :class:`Wakeup` need of an event."""
+
+    def set(self) -> object: ...
+
+    async def wait(self) -> object: ...
+
+
+def _event_class() -> Callable[[], _Event]:
+    """The running backend's own event class (``trio.Event``, ``asyncio.Event``): what
+    :class:`anyio.Event` wraps, without the backend lookup it makes for every instance.
+    Waiting on it is cancelled by anyio's cancel scopes as waiting on anyio's is."""
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        library = ""
+    if library == "trio":
+        import trio
+
+        return trio.Event
+    if library == "asyncio":
+        import asyncio
+
+        return asyncio.Event
+    return anyio.Event
+
+
 class Flag:
     """A one-shot event like :class:`anyio.Event` (``set``, ``is_set``, ``wait``) that
     allocates nothing until someone waits: most of the runtime's per-prompt flags are set
@@ -282,7 +309,7 @@ class Flag:
 
     def __init__(self) -> None:
         self._set = False
-        self._event: anyio.Event | None = None
+        self._event: _Event | None = None
 
     def set(self) -> None:
         if not self._set:
@@ -299,7 +326,7 @@ class Flag:
             await anyio.lowlevel.checkpoint()
             return
         if self._event is None:
-            self._event = anyio.Event()
+            self._event = _event_class()()
         await self._event.wait()
 
     def __repr__(self) -> str:
@@ -310,10 +337,11 @@ class Wakeup:
     """Wakes whoever waits at that moment (an :class:`anyio.Event` re-armed after each
     wake), allocating an event only while someone waits: most wakes find nobody waiting."""
 
-    __slots__ = ("_event",)
+    __slots__ = ("_event", "_new")
 
     def __init__(self) -> None:
-        self._event: anyio.Event | None = None
+        self._event: _Event | None = None
+        self._new: Callable[[], _Event] | None = None  # the backend's event class, once known
 
     def wake(self) -> None:
         event = self._event
@@ -324,7 +352,10 @@ class Wakeup:
     async def wait(self) -> None:
         """Return at the next :meth:`wake`."""
         if self._event is None:
-            self._event = anyio.Event()
+            new = self._new
+            if new is None:
+                new = self._new = _event_class()
+            self._event = new()
         await self._event.wait()
 
 

@@ -1,7 +1,10 @@
 """The transport's small pieces: :class:`Flag` (a one-shot event that allocates only when
-waited on), :class:`PermissionPrompts` asking and withdrawing, and the refusing option."""
+waited on) and :class:`Wakeup`, :class:`PermissionPrompts` asking and withdrawing, and the
+refusing option."""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.lowlevel
@@ -177,6 +180,33 @@ async def test_a_wakeup_wakes_only_who_waits_then() -> None:
             assert woken == []
             wakeup.wake()
     assert woken == [1, 1]
+
+
+async def test_a_wait_on_a_flag_or_a_wakeup_ends_with_its_cancel_scope_and_leaves_it_usable() -> (
+    None
+):
+    """They wait on the backend's own event (what anyio's wraps): anyio's cancel scopes end
+    the wait on either backend, and a later waiter is still woken."""
+    flag, wakeup = Flag(), Wakeup()
+    for wait in (flag.wait, wakeup.wait):
+        with anyio.move_on_after(0.01) as scope:
+            await wait()
+        assert scope.cancelled_caught
+    woken: list[str] = []
+
+    async def waiter(name: str, wait: Callable[[], Awaitable[None]]) -> None:
+        await wait()
+        woken.append(name)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter, "flag", flag.wait)
+            tg.start_soon(waiter, "wakeup", wakeup.wait)
+            await anyio.wait_all_tasks_blocked()
+            assert woken == []
+            flag.set()
+            wakeup.wake()
+    assert sorted(woken) == ["flag", "wakeup"]
 
 
 async def test_an_event_queue_hands_out_what_is_queued_without_waiting_a_batch_at_a_time() -> None:
