@@ -52,6 +52,14 @@ then each section's detail:
    ``engine="compiled"``) and **memory per idle execution** (``tracemalloc`` per execution
    brought to READY, and the agents' RSS).
 
+8. **Where the runtime's extra CPU per prompt goes**: the bare and the runtime paths of
+   section 1 again, fresh, each under a CPU-time profile (:mod:`cProfile` timed by
+   ``time.process_time``) for ``--profile-prompts`` prompts; each function's own time is put
+   into a component (the chart engine, the session drivers, the hub and trace, the ACP
+   transport, anyio, the event loop, msgspec, builtins) and the table gives, per component,
+   its share of what the runtime spends beyond the bare transport. The profiler slows every
+   call alike, so read the shares, not the microseconds; they say why a prompt row misses.
+
 Nothing here is asserted anywhere: the numbers are for reading, ratios more than absolutes.
 """
 
@@ -59,10 +67,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import gc
 import math
 import os
 import platform
+import pstats
 import re
 import statistics
 import subprocess
@@ -103,7 +113,9 @@ __all__ = [
     "MemoryRow",
     "PrimitiveRow",
     "RateRow",
+    "ShareRow",
     "child_pids",
+    "component",
     "format_report",
     "main",
     "percentile",
@@ -222,6 +234,20 @@ class PrimitiveRow:
 
 
 @dataclass(frozen=True)
+class ShareRow:
+    """One component's own CPU per prompt under the profile, on the bare and runtime paths."""
+
+    name: str
+    backend: str
+    bare_us: float
+    runtime_us: float
+
+    @property
+    def extra_us(self) -> float:
+        return self.runtime_us - self.bare_us
+
+
+@dataclass(frozen=True)
 class HeapRow:
     prompts: int
     filled_after: int
@@ -309,6 +335,7 @@ class BenchOptions:
     cycles: int = 200
     idle: int = 20
     idle_stdio: int = 3
+    profile_prompts: int = 600
     backends: tuple[str, ...] = ("trio", "asyncio")
     sdk: bool = True
     quick: bool = False
@@ -328,6 +355,7 @@ QUICK = BenchOptions(
     cycles=20,
     idle=4,
     idle_stdio=1,
+    profile_prompts=100,
     quick=True,
 )
 #: The bounds the heap row runs with under ``--quick`` (filled sooner than the defaults).
@@ -346,6 +374,7 @@ class BenchReport:
     lifecycle: list[LatencyRow] = field(default_factory=list)
     primitives: list[PrimitiveRow] = field(default_factory=list)
     memory: list[MemoryRow] = field(default_factory=list)
+    breakdown: list[ShareRow] = field(default_factory=list)
     seconds: float = 0.0
     section_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -684,6 +713,78 @@ async def bench_round_trips(
     if backend == "trio":
         out.append(LatencyRow(SDK_ROW, backend, note="asyncio only"))
     return out
+
+
+#: The components of the profile of section 8, in the order a function is matched: a part of
+#: its file name (``~`` for builtins) or, for a builtin, of its name.
+COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("the bench's own loop", ("acpfsm/runtime/tools/",)),
+    ("chart engine (fire, coordination)", ("acpfsm/statecharts/",)),
+    ("session drivers (pump, turns, prompt, status, context)", ("acpfsm/runtime/session/",)),
+    ("hub, trace, lifecycle events", ("acpfsm/runtime/hub.py", "acpfsm/runtime/trace.py",
+                                      "acpfsm/runtime/events.py", "acpfsm/runtime/clock.py")),
+    ("Runtime facade", ("acpfsm/runtime/",)),
+    ("ACP transport (stdio, JSON-RPC, mapping)", ("acpfsm/adapters/",)),
+    ("msgspec (encode, decode)", ("msgspec",)),
+    ("anyio", ("anyio/", "sniffio/")),
+    ("event loop (asyncio, trio, selectors)", ("asyncio/", "trio/", "selectors", "outcome/",
+                                               "epoll", "_contextvars", "posix.")),
+    ("builtins", ("~",)),
+)  # fmt: skip
+OTHER = "other"
+
+
+def component(filename: str, name: str) -> str:
+    """The :data:`COMPONENTS` entry a profiled function belongs to."""
+    where = f"{name}" if filename == "~" else filename.replace(os.sep, "/")
+    for title, parts in COMPONENTS:
+        if any(part in where for part in parts if part != "~"):
+            return title
+    return "builtins" if filename == "~" else OTHER
+
+
+async def _profiled(
+    one: Callable[[int], Awaitable[None]], first: int, count: int
+) -> dict[str, float]:
+    """CPU microseconds per prompt of each component over ``count`` prompts of ``one``."""
+    profile = cProfile.Profile(time.process_time)
+    profile.enable()
+    try:
+        for i in range(first, first + count):
+            with anyio.fail_after(PROMPT_TIMEOUT):
+                await one(i)
+    finally:
+        profile.disable()
+    out: dict[str, float] = {}
+    stats: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    for (filename, _line, name), (_cc, _nc, own, *_rest) in stats.items():
+        key = component(filename, name)
+        out[key] = out.get(key, 0.0) + own * 1e6 / count
+    return out
+
+
+async def bench_breakdown(opts: BenchOptions, root: Path, backend: str) -> list[ShareRow]:
+    """Section 8: the bare and runtime paths, each profiled over ``profile_prompts`` prompts
+    after a warm-up, one after the other."""
+    count = max(1, opts.profile_prompts)
+    per_path: list[dict[str, float]] = []
+    async with contextlib.AsyncExitStack() as stack:
+        for name, make in (("bare", _bare_path), ("runtime", _runtime_path)):
+            ws = root / f"{backend}-profile-{name}"
+            ws.mkdir()
+            path = await make(stack, ws, backend, child_pids())
+            for i in range(1, opts.warmup + 1):
+                with anyio.fail_after(PROMPT_TIMEOUT):
+                    await path.one(i)
+            gc.collect()
+            per_path.append(await _profiled(path.one, opts.warmup + 1, count))
+    bare, runtime = per_path
+    names = [title for title, _ in COMPONENTS] + [OTHER]
+    return [
+        ShareRow(name, backend, bare.get(name, 0.0), runtime.get(name, 0.0))
+        for name in names
+        if name in bare or name in runtime
+    ]
 
 
 # ------------------------------------------------- 2. CPU per streamed notification --
@@ -1296,6 +1397,10 @@ async def _per_backend(opts: BenchOptions, root: Path, backend: str, report: Ben
     if opts.primitives > 0:
         report.primitives += await bench_primitives(opts.primitives, backend)
     report.section_seconds[f"stream+launch {backend}"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    if opts.profile_prompts > 0:
+        report.breakdown += await bench_breakdown(opts, root, backend)
+    report.section_seconds[f"profile {backend}"] = time.perf_counter() - mark
 
 
 async def _common(opts: BenchOptions, root: Path, report: BenchReport) -> None:
@@ -1633,6 +1738,27 @@ def format_report(report: BenchReport) -> str:
                 mem.note,
             )
 
+    if report.breakdown:
+        table.section(
+            f"the runtime's extra CPU per prompt by component (CPU profile, "
+            f"{opts.profile_prompts} prompts per path)",
+            ["backend", "bare us", "runtime us", "extra us", "of extra"],
+        )
+        for backend in opts.backends:
+            shares = [r for r in report.breakdown if r.backend == backend]
+            extra = sum(r.extra_us for r in shares)
+            for share in sorted(shares, key=lambda r: -r.extra_us):
+                table.row(
+                    share.name,
+                    [
+                        backend,
+                        _num(share.bare_us, "{:.0f}"),
+                        _num(share.runtime_us, "{:.0f}"),
+                        _num(share.extra_us, "{:.0f}"),
+                        f"{share.extra_us / extra:.0%}" if extra > 0 else "n/a",
+                    ],
+                )
+
     table.lines.append("")
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in report.section_seconds.items())
     table.lines.append(f"total {report.seconds:.1f} s ({parts})")
@@ -1660,6 +1786,7 @@ _COUNTS: dict[str, str] = {
     "cycles": "cycles per chart-transition row",
     "idle": "idle executions over the in-memory transport",
     "idle_stdio": "idle executions (and bare transports) against real reference agents",
+    "profile_prompts": "prompts per path under the CPU profile of the runtime's extra",
 }
 
 

@@ -16,6 +16,7 @@ from acpfsm.runtime.tools.bench import (
     Goal,
     build_parser,
     child_pids,
+    component,
     main,
     options_from,
     percentile,
@@ -28,7 +29,7 @@ TINY = [
     "--quick", "--prompts", "4", "--rounds", "2", "--warmup", "1", "--chunks", "20",
     "--stream-turns", "1", "--launches", "1", "--heap-prompts", "20", "--imports", "1",
     "--lifecycle-prompts", "3", "--cycles", "5", "--idle", "2", "--idle-stdio", "1",
-    "--primitives", "20",
+    "--primitives", "20", "--profile-prompts", "3",
 ]  # fmt: skip
 
 #: (figure, backend, engine, goal) of every summary line of a run on both backends
@@ -70,6 +71,7 @@ SECTIONS = (
     "lifecycle CPU per prompt, in-memory transport (3 prompts)",
     "memory per idle execution",
     f"anyio's primitives, CPU per call inside {PRIMITIVE_DEPTH} cancel scopes (the floor)",
+    "the runtime's extra CPU per prompt by component (CPU profile, 3 prompts per path)",
 )
 NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(x| ms| B)?$")
 
@@ -129,6 +131,15 @@ def test_tiny_bench_prints_every_goal_and_every_row(capsys: pytest.CaptureFixtur
     cpu = _lines(out, "client CPU per prompt vs bare")
     assert [line.count("; on trio ") for line in cpu] == [0, 1], cpu
     assert [line.count("; on asyncio ") for line in cpu] == [1, 0], cpu
+    # why a prompt row misses: the runtime's own components, beside the bare transport's
+    for name in ("chart engine (fire, coordination)", "ACP transport (stdio, JSON-RPC, mapping)"):
+        rows = {(r := _cells(line, name))[0]: r for line in _lines(out, name)}
+        assert sorted(rows) == ["asyncio", "trio"], (name, rows)
+        assert all(NUMBER.match(c) for r in rows.values() for c in r[1:4]), (name, rows)
+        assert all(r[4].endswith("%") for r in rows.values()), (name, rows)
+    name = "chart engine (fire, coordination)"
+    engine = [_cells(line, name) for line in _lines(out, name)]
+    assert [r[1] for r in engine] == ["0", "0"], engine  # the bare transport fires no chart
     assert "Runtime over the in-memory agent, after the bounded stores filled" in out
     assert "httpx not loaded" in out  # a stdio-only user never loads the agentctl stack
     assert "total " in out
@@ -145,6 +156,26 @@ def test_one_backend_and_no_sdk(capsys: pytest.CaptureFixture[str]) -> None:
     assert " asyncio " in round_trips and " trio " not in round_trips
     assert "heap growth per prompt" not in out
     assert "bare StdioTransport, session open" not in out  # --idle-stdio 0 skips it
+
+
+def test_profiled_functions_fall_into_the_components_by_file_then_by_builtin_name() -> None:
+    site = "/x/site-packages/acpfsm/"
+    assert (
+        component(site + "statecharts/_machine.py", "fire") == "chart engine (fire, coordination)"
+    )
+    assert component(site + "runtime/session/pump.py", "run").startswith("session drivers")
+    assert component(site + "runtime/hub.py", "publish") == "hub, trace, lifecycle events"
+    assert component(site + "runtime/runtime.py", "prompt") == "Runtime facade"
+    assert component(site + "runtime/tools/bench.py", "one") == "the bench's own loop"
+    assert component(site + "adapters/acp/stdio.py", "prompt").startswith("ACP transport")
+    assert component("/x/anyio/_core/_tasks.py", "__init__") == "anyio"
+    assert component("/py/asyncio/base_events.py", "_run_once").startswith("event loop")
+    assert component("~", "<method 'decode' of 'msgspec.json.Decoder' objects>").startswith(
+        "msgspec"
+    )
+    assert component("~", "<method 'poll' of 'select.epoll' objects>").startswith("event loop")
+    assert component("~", "<built-in method builtins.len>") == "builtins"
+    assert component("/py/functools.py", "wraps") == "other"
 
 
 def test_quick_is_a_smaller_run_and_counts_override_it() -> None:
