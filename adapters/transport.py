@@ -258,15 +258,19 @@ class PermissionPrompts:
             await self._none_left.wait()
 
 
+def _library() -> str:
+    """The running async library's name ("" outside one)."""
+    try:
+        return sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return ""
+
+
 def cancellation_check() -> Callable[[], Awaitable[None]]:
     """The running backend's ``checkpoint_if_cancelled`` as a plain function (what
     :func:`anyio.lowlevel.checkpoint_if_cancelled` calls after looking the backend up on every
     call): for a loop that checks at every item of a stream."""
-    try:
-        library = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        library = ""
-    if library == "trio":
+    if _library() == "trio":
         import trio.lowlevel
 
         return trio.lowlevel.checkpoint_if_cancelled
@@ -285,10 +289,7 @@ def _event_class() -> Callable[[], _Event]:
     """The running backend's own event class (``trio.Event``, ``asyncio.Event``): what
     :class:`anyio.Event` wraps, without the backend lookup it makes for every instance.
     Waiting on it is cancelled by anyio's cancel scopes as waiting on anyio's is."""
-    try:
-        library = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        library = ""
+    library = _library()
     if library == "trio":
         import trio
 
@@ -334,14 +335,14 @@ class Flag:
 
 
 class Wakeup:
-    """Wakes whoever waits at that moment (an :class:`anyio.Event` re-armed after each
-    wake), allocating an event only while someone waits: most wakes find nobody waiting."""
+    """Wakes whoever waits at that moment (an event of the running backend, re-armed after
+    each wake), allocating an event only while someone waits: most wakes find nobody
+    waiting."""
 
-    __slots__ = ("_event", "_new")
+    __slots__ = ("_event",)
 
     def __init__(self) -> None:
         self._event: _Event | None = None
-        self._new: Callable[[], _Event] | None = None  # the backend's event class, once known
 
     def wake(self) -> None:
         event = self._event
@@ -352,10 +353,7 @@ class Wakeup:
     async def wait(self) -> None:
         """Return at the next :meth:`wake`."""
         if self._event is None:
-            new = self._new
-            if new is None:
-                new = self._new = _event_class()
-            self._event = new()
+            self._event = _event_class()()
         await self._event.wait()
 
 

@@ -25,8 +25,9 @@ Memory stays bounded: :attr:`Trace.records` is a ring of the last ``keep`` recor
 default, about 2 MB; ``keep=0`` keeps none), while the file and every listener in
 :attr:`Trace.listeners` get every record. A check of the whole trace reads the file, or
 listens from the start (as the pytest plugin's ``--acpfsm-check-traces`` does). Records are
-flat data, not tracked by the garbage collector (``gc=False``): a full ring costs its young
-collections nothing.
+flat data without a garbage-collector header (``gc=False``): making one does not count
+towards the next young collection (about ten are made per prompt), and each is 16 bytes
+smaller.
 """
 
 from __future__ import annotations

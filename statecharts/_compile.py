@@ -181,9 +181,10 @@ FROM_CONSTANT, FROM_DEFAULT, FROM_NOWHERE = 0, 1, 2
 
 
 class EffectPlan(NamedTuple):
-    """How to fill one declared effect, decided at compile time: each field's fallback
-    (``(name, FROM_*, default)``; the event data comes first), and the effect itself when no
-    field can come from the constants (it is the same whenever the data holds none of them)."""
+    """How to fill one declared effect, decided at compile time: each field's fallback when
+    the event data does not hold it (``(name, FROM_*, default)``: the chart's constant, else
+    the declared default, else nothing), and the effect itself when every field has a default
+    and none is a constant (it is the same whenever the data holds none of them)."""
 
     name: str
     fields: tuple[tuple[str, int, Any], ...]
@@ -192,7 +193,9 @@ class EffectPlan(NamedTuple):
 
 def effect_plan(spec: EffectSpec, constants: Mapping[str, Any]) -> EffectPlan:
     """The :class:`EffectPlan` of ``spec`` for a chart with ``constants``."""
-    defaults = dict(spec.defaults)
+    defaults: dict[str, Any] = {}
+    for name, value in spec.defaults:
+        defaults.setdefault(name, value)  # a repeated name: its first default
     fields: list[tuple[str, int, Any]] = []
     for name in spec.fields:
         if name in constants:
@@ -263,6 +266,8 @@ class CompiledChart:
     initial_effects: tuple[EffectSpec, ...]
     """The entry effects of the initial configuration, outermost first (a new machine's
     ``initial_effects()``)."""
+    initial_plans: tuple[EffectPlan, ...]
+    """``initial_effects`` as :func:`effect_plan` fills them."""
     index: dict[tuple[int, str], int]
     """``(id(python-statemachine's transition object), event)`` → the declared transition's
     index (what the reference engine took, in these tables)."""
@@ -605,6 +610,9 @@ def compile_chart(chart: type[Chart], mutant: Mutant | None = None) -> CompiledC
                 step.setdefault((leaf, event, cand.source, cand.target or cand.source), cand.state)
         table[leaf] = trimmed
 
+    initial = tuple(
+        e for s in reversed(ancestors[default_leaf[top_initial]]) for e in entry_effects.get(s, ())
+    )
     return CompiledChart(
         name=chart.chart_name,
         cls=chart,
@@ -625,10 +633,7 @@ def compile_chart(chart: type[Chart], mutant: Mutant | None = None) -> CompiledC
         ancestors=ancestors,
         transition_effects=transition_effects,
         entry_effects=entry_effects,
-        initial_effects=tuple(
-            e
-            for s in reversed(ancestors[default_leaf[top_initial]])
-            for e in entry_effects.get(s, ())
-        ),
+        initial_effects=initial,
+        initial_plans=tuple(effect_plan(e, constants) for e in initial),
         index=by_object,
     )

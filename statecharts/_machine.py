@@ -45,7 +45,7 @@ from ._compile import (
     Candidate,
     CompiledChart,
     Effect,
-    EffectSpec,
+    EffectPlan,
     Step,
 )
 from .errors import ChartDefinitionError, ChartError, IllegalTransition
@@ -132,35 +132,14 @@ class ChartMachine(Protocol):
     def initial_effects(self) -> tuple[Effect, ...]: ...
 
 
-def _resolve(spec: EffectSpec, data: Mapping[str, Any], machine: ChartMachine) -> Effect:
-    constants = machine.compiled.constants
-    args: list[tuple[str, Any]] = []
-    for name in spec.fields:
-        if name in data:
-            value = data[name]
-        elif name in constants:
-            value = machine.constant(name)
-        else:
-            for key, default in spec.defaults:
-                if key == name:
-                    value = default
-                    break
-            else:
-                raise ChartDefinitionError(
-                    f"{machine.chart_name}: effect {spec.name} needs {name!r}, which neither "
-                    f"the event data nor the chart's constants hold"
-                )
-        args.append((name, value))
-    return Effect(spec.name, tuple(args))
-
-
-def _step(cand: Candidate, machine: ChartMachine, event: str, data: Mapping[str, Any]) -> Step:
-    """The step ``cand`` takes with ``data``: its effects filled as :func:`_resolve` would,
-    along each effect's compiled plan (a field from the data, else the plan's fallback)."""
-    if cand.step is not None:
-        return cand.step
+def _fill(
+    plans: tuple[EffectPlan, ...], data: Mapping[str, Any], machine: ChartMachine
+) -> tuple[Effect, ...]:
+    """The effects of ``plans``, each field from ``data``, else the constant, else the
+    declared default (the plan says which the chart has); raises ChartDefinitionError for
+    a field none of them holds."""
     effects: list[Effect] = []
-    for name, fields, fixed in cand.plans:
+    for name, fields, fixed in plans:
         args: list[tuple[str, Any]] = []
         given = False
         for field, source, default in fields:
@@ -177,6 +156,13 @@ def _step(cand: Candidate, machine: ChartMachine, event: str, data: Mapping[str,
                     f"the event data nor the chart's constants hold"
                 )
         effects.append(fixed if fixed is not None and not given else Effect(name, tuple(args)))
+    return tuple(effects)
+
+
+def _step(cand: Candidate, machine: ChartMachine, event: str, data: Mapping[str, Any]) -> Step:
+    """The step ``cand`` takes with ``data`` (prebuilt when no effect has a field)."""
+    if cand.step is not None:
+        return cand.step
     # built as the tuple it is (a NamedTuple's own constructor is a Python call)
     return tuple.__new__(
         Step,
@@ -188,13 +174,13 @@ def _step(cand: Candidate, machine: ChartMachine, event: str, data: Mapping[str,
             cand.target is None,
             cand.state,
             cand.entered,
-            tuple(effects),
+            _fill(cand.plans, data, machine),
         ),
     )
 
 
 def _initial(machine: ChartMachine) -> tuple[Effect, ...]:
-    return tuple(_resolve(spec, {}, machine) for spec in machine.compiled.initial_effects)
+    return _fill(machine.compiled.initial_plans, {}, machine)
 
 
 def _report(machine: ChartMachine, step: Step, observed: bool) -> None:

@@ -209,6 +209,24 @@ async def test_a_wait_on_a_flag_or_a_wakeup_ends_with_its_cancel_scope_and_leave
     assert sorted(woken) == ["flag", "wakeup"]
 
 
+@pytest.mark.parametrize("first", ["trio", "asyncio"])
+def test_a_wakeup_serves_each_event_loop_it_is_used_in(first: str) -> None:
+    """A wait arms an event of the backend running it then: the same Wakeup still works in
+    a later run of the other backend (an idle one allocates nothing to carry over)."""
+    wakeup = Wakeup()
+
+    async def wait_and_wake() -> None:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wakeup.wait)
+                await anyio.wait_all_tasks_blocked()
+                wakeup.wake()
+
+    second = "asyncio" if first == "trio" else "trio"
+    for backend in (first, second, first):
+        anyio.run(wait_and_wake, backend=backend)
+
+
 async def test_an_event_queue_hands_out_what_is_queued_without_waiting_a_batch_at_a_time() -> None:
     """``take`` gives the items already queued with no await (the event pump takes a burst of
     chunks this way), ``None`` when there is none, and ``None`` again once ``batch`` items

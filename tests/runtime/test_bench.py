@@ -6,6 +6,7 @@ them."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ TINY = [
     "--quick", "--prompts", "4", "--rounds", "2", "--warmup", "1", "--chunks", "20",
     "--stream-turns", "1", "--launches", "1", "--heap-prompts", "20", "--imports", "1",
     "--lifecycle-prompts", "3", "--cycles", "5", "--idle", "2", "--idle-stdio", "1",
-    "--primitives", "20", "--profile-prompts", "3",
+    "--primitives", "20", "--profile-prompts", "20",
 ]  # fmt: skip
 
 #: (figure, backend, engine, goal) of every summary line of a run on both backends
@@ -71,7 +72,7 @@ SECTIONS = (
     "lifecycle CPU per prompt, in-memory transport (3 prompts)",
     "memory per idle execution",
     f"anyio's primitives, CPU per call inside {PRIMITIVE_DEPTH} cancel scopes (the floor)",
-    "the runtime's extra CPU per prompt by component (CPU profile, 3 prompts per path)",
+    "the runtime's extra CPU per prompt by component (CPU profile, 20 prompts per path)",
 )
 NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(x| ms| B)?$")
 
@@ -158,24 +159,34 @@ def test_one_backend_and_no_sdk(capsys: pytest.CaptureFixture[str]) -> None:
     assert "bare StdioTransport, session open" not in out  # --idle-stdio 0 skips it
 
 
-def test_profiled_functions_fall_into_the_components_by_file_then_by_builtin_name() -> None:
-    site = "/x/site-packages/acpfsm/"
-    assert (
-        component(site + "statecharts/_machine.py", "fire") == "chart engine (fire, coordination)"
-    )
-    assert component(site + "runtime/session/pump.py", "run").startswith("session drivers")
-    assert component(site + "runtime/hub.py", "publish") == "hub, trace, lifecycle events"
-    assert component(site + "runtime/runtime.py", "prompt") == "Runtime facade"
-    assert component(site + "runtime/tools/bench.py", "one") == "the bench's own loop"
-    assert component(site + "adapters/acp/stdio.py", "prompt").startswith("ACP transport")
-    assert component("/x/anyio/_core/_tasks.py", "__init__") == "anyio"
-    assert component("/py/asyncio/base_events.py", "_run_once").startswith("event loop")
-    assert component("~", "<method 'decode' of 'msgspec.json.Decoder' objects>").startswith(
-        "msgspec"
-    )
-    assert component("~", "<method 'poll' of 'select.epoll' objects>").startswith("event loop")
-    assert component("~", "<built-in method builtins.len>") == "builtins"
-    assert component("/py/functools.py", "wraps") == "other"
+def test_sampled_code_falls_into_the_components_by_its_module() -> None:
+    import asyncio.base_events
+    import functools
+    import selectors
+
+    import anyio._core._tasks
+
+    import acpfsm.adapters.acp.stdio
+    import acpfsm.runtime.hub
+    import acpfsm.runtime.runtime
+    import acpfsm.runtime.session.pump
+    import acpfsm.runtime.tools.bench
+    import acpfsm.statecharts._machine
+
+    def of(module: Any) -> str:
+        return component(module.__file__)
+
+    assert of(acpfsm.statecharts._machine) == "chart engine (fire, coordination)"
+    assert of(acpfsm.runtime.session.pump).startswith("session drivers")
+    assert of(acpfsm.runtime.hub) == "hub, trace, lifecycle events"
+    assert of(acpfsm.runtime.runtime) == "Runtime facade"
+    assert of(acpfsm.runtime.tools.bench) == "the bench's own loop"
+    assert of(acpfsm.adapters.acp.stdio).startswith("ACP transport")
+    assert of(anyio._core._tasks) == "anyio"
+    assert of(asyncio.base_events).startswith("event loop")
+    assert of(selectors).startswith("event loop")
+    assert of(functools) == "other"
+    assert component("/elsewhere/acpfsm/statecharts/_machine.py") == "other"  # by module
 
 
 def test_quick_is_a_smaller_run_and_counts_override_it() -> None:

@@ -28,7 +28,7 @@ from acpfsm.statecharts import (
     add_transition_observer,
     remove_transition_observer,
 )
-from acpfsm.statecharts._compile import Effects, compile_chart, effect
+from acpfsm.statecharts._compile import FROM_DEFAULT, Effect, Effects, compile_chart, effect
 
 ENGINES: tuple[EngineName, ...] = ("compiled", "reference")
 
@@ -401,7 +401,7 @@ class Box(Chart):
         },
         on_enter={
             "box": ["enter_box"],
-            "first": ["enter_first"],
+            "first": [effect("enter_first", label="the declared default")],  # a constant too
             "second": ["enter_second"],
             "idle": [effect("enter_idle", "label")],
         },
@@ -480,6 +480,25 @@ def test_effect_fields_come_from_the_data_then_the_constants_then_the_defaults(
     )
     assert str(box.fire("nudged", why="w").effects[0]) == "noted(why='w', label='const')"
     assert str(box.fire("closed", reason="r").effects[0]) == "closing(reason='r')"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_field_that_is_a_constant_and_has_a_default_takes_the_constant(
+    engine: EngineName,
+) -> None:
+    """Entering the initial configuration and firing fill effects the same way: the data,
+    else the chart's constant, and only then the declared default."""
+
+    def entered_first(effects: tuple[Effect, ...]) -> list[str]:
+        return [str(e) for e in effects if e.name == "enter_first"]
+
+    box = Box.start(engine=engine, label="const")
+    assert entered_first(box.initial_effects()) == ["enter_first(label='const')"]
+    assert entered_first(box.fire("reset").effects) == ["enter_first(label='const')"]
+    assert entered_first(box.fire("reset", label="data").effects) == ["enter_first(label='data')"]
+    assert entered_first(Box.start(engine=engine).initial_effects()) == [
+        "enter_first(label='default')"  # the constant's own default, not the effect's
+    ]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -581,8 +600,18 @@ def test_the_compiled_tables() -> None:
         "first",
         ("box", "first"),
     )
-    assert cand.step is not None  # no effect carries data: the step is built once
+    assert cand.step is None  # enter_first(label) is built from the data or the constants
+    moved = compiled.table["first"]["moved"][0]
+    assert moved.step is not None  # no effect carries data: the step is built once
     assert compiled.table["second"]["nudged"][0].step is None  # noted(why, label) is built
+    # each effect's plan: the fallback of every field, and the effect built once when only
+    # defaults can fill it
+    closing = compiled.table["second"]["closed"][0].plans
+    assert [(p.name, p.fields) for p in closing] == [
+        ("closing", (("reason", FROM_DEFAULT, "none given"),))
+    ]
+    assert str(closing[0].fixed) == "closing(reason='none given')"
+    assert [p.fixed for p in cand.plans] == [Effect("resetting"), Effect("enter_box"), None]
 
 
 def test_a_generations_terminal_outcomes_are_the_states_it_only_leaves_when_superseded() -> None:
