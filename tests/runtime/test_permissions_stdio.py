@@ -204,3 +204,59 @@ async def test_a_flood_of_questions_is_bounded_and_each_is_answered_once(tmp_pat
             by = [r.decided_by for r in backlog(rt, ref.id, le.PermissionResolved)]
             assert sorted(set(by)) == ["app", "limit"] and len(by) == flood
             await rt.stop(ref.id, "done")
+
+
+async def test_ids_one_and_quoted_one_are_two_questions(tmp_path: Path) -> None:
+    """The agent asks under JSON-RPC id 1 and "1" at once: two requests, not one reused id.
+    The app sees two questions ("1" and '"1"'), answers each its own way, and the agent gets
+    each answer under exactly its own id (a number stays a number); nothing is refused."""
+    async with make_runtime() as rt, anyio.create_task_group() as tg:
+        with anyio.fail_after(30):
+            ref = await rt.launch(spec(tmp_path, "flooder", permission_policy="ask"))
+            await rt.wait_ready(ref.id)
+            results: list[PromptResult] = []
+
+            async def prompt() -> None:
+                results.append(await rt.prompt(ref.id, 'permission-ids 1 "1" 7'))
+
+            tg.start_soon(prompt)
+            await wait_for(lambda: len(rt._session(ref.id).permissions.pending) == 3)
+            asked = backlog(rt, ref.id, le.PermissionRequested)
+            assert sorted((r.request_id, r.tool_call.tool_call_id) for r in asked) == [
+                ('"1"', "t-1"),
+                ("1", "t-0"),
+                ("7", "t-2"),
+            ]
+            await rt.respond_permission(ref.id, '"1"', "allow")
+            await rt.respond_permission(ref.id, "1", "reject")
+            await rt.respond_permission(ref.id, "7", "allow")
+            await wait_for(lambda: len(results) == 1)
+            assert results[0].agent_message == 'permission-ids: 1 reject; "1" allow; 7 allow'
+            assert backlog(rt, ref.id, le.ProtocolErrorEvent) == []
+            await rt.stop(ref.id, "done")
+
+
+async def test_a_reused_id_is_still_refused_and_reported(tmp_path: Path) -> None:
+    """The same JSON-RPC id twice while the first waits: the app sees one question, the
+    second is refused at once and reported as the agent's protocol error; each gets one
+    answer."""
+    async with make_runtime() as rt, anyio.create_task_group() as tg:
+        with anyio.fail_after(30):
+            ref = await rt.launch(spec(tmp_path, "flooder", permission_policy="ask"))
+            await rt.wait_ready(ref.id)
+            results: list[PromptResult] = []
+
+            async def prompt() -> None:
+                results.append(await rt.prompt(ref.id, "permission-ids 5 5"))
+
+            tg.start_soon(prompt)
+            await wait_for(lambda: len(backlog(rt, ref.id, le.ProtocolErrorEvent)) == 1)
+            (told,) = backlog(rt, ref.id, le.ProtocolErrorEvent)
+            assert (
+                told.error == "permission request '5' reuses the id of one still waiting: refused"
+            )
+            assert [r.request_id for r in backlog(rt, ref.id, le.PermissionRequested)] == ["5"]
+            await rt.respond_permission(ref.id, "5", "allow")
+            await wait_for(lambda: len(results) == 1)
+            assert results[0].agent_message == "permission-ids: 5 reject,allow"
+            await rt.stop(ref.id, "done")
