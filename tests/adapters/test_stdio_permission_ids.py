@@ -86,6 +86,12 @@ async def drain(t: StdioTransport) -> list[Any]:
         return [event async for event in t.events()]
 
 
+async def answered_once(peer: HandPeer) -> None:
+    """No reply beyond those read: nothing was answered twice."""
+    await anyio.wait_all_tasks_blocked()
+    assert peer.replies.statistics().current_buffer_used == 0
+
+
 def outcome(reply: dict[str, Any]) -> str:
     result: dict[str, Any] = reply["result"]["outcome"]
     return str(result.get("optionId", result["outcome"]))
@@ -113,6 +119,7 @@ async def test_ids_one_and_quoted_one_are_two_requests(tmp_path: Path) -> None:
         reply = await peer.next_reply()
         assert type(reply["id"]) is int and reply["id"] == 1
         assert outcome(reply) == "reject-number"
+        await answered_once(peer)
 
 
 # every id a hostile agent might pick, at once, each to get its own answer
@@ -166,6 +173,7 @@ async def test_every_distinct_id_is_its_own_request_with_its_own_answer(tmp_path
         got = sorted((json.dumps(r["id"]), outcome(r)) for r in replies)
         want = sorted((json.dumps(wire), f"allow-{n}") for n, (wire, _) in enumerate(HOSTILE_IDS))
         assert got == want
+        await answered_once(peer)
 
 
 async def test_a_reused_id_reaches_the_app_under_the_same_id(tmp_path: Path) -> None:
@@ -185,6 +193,7 @@ async def test_a_reused_id_reaches_the_app_under_the_same_id(tmp_path: Path) -> 
             answered.set()
         replies = [await peer.next_reply() for _ in range(2)]
         assert sorted((r["id"], outcome(r)) for r in replies) == [(5, "allow-a"), (5, "reject-b")]
+        await answered_once(peer)
 
 
 @pytest.mark.parametrize(
