@@ -15,6 +15,8 @@ from typing import Any
 import anyio
 import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from acpfsm.adapters.acp.stdio import (
     MAX_PERMISSION_ID_CHARS,
@@ -25,9 +27,6 @@ from acpfsm.adapters.acp.stdio import (
 from acpfsm.adapters.events import PermissionRequest, ProtocolErrorEvent
 
 from .pipes import HandPeer, hand_peer
-
-pytestmark = pytest.mark.both_backends
-
 
 Question = tuple[PermissionRequest, anyio.Event, list[str]]
 
@@ -97,6 +96,7 @@ def outcome(reply: dict[str, Any]) -> str:
     return str(result.get("optionId", result["outcome"]))
 
 
+@pytest.mark.both_backends
 async def test_ids_one_and_quoted_one_are_two_requests(tmp_path: Path) -> None:
     """The agent asks under id 1 and, while that waits, under id "1": the app gets two
     questions with two ids, and each answer goes back under exactly its own id (the number
@@ -156,6 +156,25 @@ def test_the_app_facing_id_of_each_hostile_id() -> None:
     assert len({app for _, app in HOSTILE_IDS}) == len(HOSTILE_IDS)
 
 
+TEXT = st.text(st.characters(exclude_categories=["Cs"]))  # what a JSON string decodes to
+WIRE_IDS = st.one_of(
+    st.integers(),
+    TEXT,
+    st.integers().map(str),  # strings that read as a number
+    TEXT.map(lambda text: '"' + text),  # or as another string's JSON text
+    st.integers().map(json.dumps).map(json.dumps),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(WIRE_IDS, unique_by=lambda wire: (type(wire), wire), max_size=8))
+def test_distinct_ids_have_distinct_app_ids(wires: list[int | str]) -> None:
+    app_ids = [permission_request_id(wire) for wire in wires]
+    assert len(set(app_ids)) == len(wires)
+    assert all(permission_request_id(wire) == str(wire) for wire in wires if type(wire) is int)
+
+
+@pytest.mark.both_backends
 async def test_every_distinct_id_is_its_own_request_with_its_own_answer(tmp_path: Path) -> None:
     """All the ids at once, all waiting together: the app sees each under its own id, and
     each reply carries exactly the id it answers (value and JSON type) and its own answer."""
@@ -176,6 +195,7 @@ async def test_every_distinct_id_is_its_own_request_with_its_own_answer(tmp_path
         await answered_once(peer)
 
 
+@pytest.mark.both_backends
 async def test_a_reused_id_reaches_the_app_under_the_same_id(tmp_path: Path) -> None:
     """The same JSON-RPC id twice while the first waits is one id to the app (the runtime's
     broker refuses the second as the agent's protocol error); each still gets one answer."""
@@ -196,6 +216,7 @@ async def test_a_reused_id_reaches_the_app_under_the_same_id(tmp_path: Path) -> 
         await answered_once(peer)
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize(
     "wire",
     [
