@@ -253,3 +253,35 @@ async def test_an_id_too_long_to_keep_is_refused_and_reported(tmp_path: Path, wi
         f"permission request id longer than {MAX_PERMISSION_ID_CHARS} characters"
     )
     assert app.asked.statistics().current_buffer_used == 0  # the long one was never asked
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize(
+    "bad_id",
+    [b"1.0", b"true", b"null", b"[1]", b'{"id": 1}', b"9" * 5000],
+    ids=["1.0", "true", "null", "array", "object", "beyond-any-integer"],
+)
+async def test_an_id_that_is_no_id_is_refused_while_1_waits(tmp_path: Path, bad_id: bytes) -> None:
+    """While id 1 waits, a request under an id JSON-RPC does not allow (or an integer too
+    large to read) is answered -32600 under id null and reported; the app is not asked it,
+    and 1 still gets its own answer."""
+    app = App()
+    async with session(tmp_path, app) as (t, peer):
+        await peer.request(1, "session/request_permission", params("one"))
+        request, answered, choice = await app.next()
+        method = b'"method":"session/request_permission","params":'
+        bad = (
+            b'{"jsonrpc":"2.0","id":' + bad_id + b"," + method + json.dumps(params("bad")).encode()
+        )
+        await peer.answers.send(bad + b"}\n")
+        reply = await peer.next_reply()
+        assert (reply["id"], reply["error"]["code"]) == (None, -32600)
+        choice.append("allow-one")
+        answered.set()
+        reply = await peer.next_reply()
+        assert (reply["id"], outcome(reply)) == (1, "allow-one")
+        assert request.request_id == "1"
+        await answered_once(peer)
+    told = [e.error for e in await drain(t) if isinstance(e, ProtocolErrorEvent)]
+    assert len(told) == 1 and told[0].startswith("request with "), told
+    assert app.asked.statistics().current_buffer_used == 0  # the bad one was never asked
