@@ -147,7 +147,9 @@ class PermissionOption(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 class PermissionRequest(_Event, tag="permission_request", frozen=True):
     """The agent asks before running a tool. ``tool_kind`` and ``raw_input`` say what it
     wants to do (stdio: the request's ``toolCall.kind`` and ``rawInput``; agentctl: its
-    ``action_type`` and ``action_details``)."""
+    ``action_type`` and ``action_details``). ``request_id`` is one string per distinct request
+    (stdio: :func:`~acpfsm.adapters.acp.stdio.permission_request_id` of its JSON-RPC id, so
+    that ids ``1`` and ``"1"`` are ``"1"`` and ``'"1"'``)."""
 
     request_id: str
     tool_call_id: str = ""

@@ -18,6 +18,8 @@ is never written: the call raises :class:`LocalProtocolError` and the connection
 What the peer gets wrong is a :class:`RemoteProtocolError` passed to ``on_protocol_error``
 and survived: a line longer than ``max_line_bytes`` (discarded up to its newline), malformed
 JSON, a message that is not JSON-RPC, a response to an id we never sent, an error without id.
+A request whose id is neither a string nor an integer (``null``, ``1.5``, ``true``, ``[1]``)
+is also answered, as JSON-RPC 2.0 asks: ``-32600 Invalid Request`` under id ``null``.
 
 Transport death is EOF on the receive stream or a failed write (broken pipe). Every pending
 request then fails with :class:`TransportClosed` (``peer disconnected before response``, plus
@@ -37,7 +39,7 @@ from typing import Any, Final, cast
 import anyio
 import anyio.abc
 import msgspec
-from msgspec import UNSET, Raw
+from msgspec import UNSET, Raw, UnsetType
 
 from ..errors import (
     UNDECODABLE_JSON,
@@ -100,6 +102,39 @@ def _preview(line: bytes) -> str:
 
 def _log_protocol_error(error: RemoteProtocolError) -> None:
     log.warning("%s", error)
+
+
+class _Call(msgspec.Struct):
+    """A message's method and raw id, whatever the id is (to tell a request by its bad id)."""
+
+    method: str | UnsetType = UNSET
+    id: Raw | UnsetType = UNSET
+
+
+_CALL_DECODER: Final = msgspec.json.Decoder(_Call)
+_ID_DECODER: Final = msgspec.json.Decoder(RequestId)
+_INVALID_ID: Final = JsonRpcError(
+    code=-32600,
+    message="Invalid Request",
+    data={"details": "a request id is a string or an integer"},
+)
+
+
+def _invalid_request_id(line: bytes) -> bytes | None:
+    """The id (as sent) of the message on ``line`` that did not decode, if it is a request (a
+    method and an id) whose id is neither a string nor an integer; else ``None``."""
+    try:
+        call = _CALL_DECODER.decode(line)
+    except UNDECODABLE_JSON:
+        return None
+    if isinstance(call.method, UnsetType) or isinstance(call.id, UnsetType):
+        return None
+    sent = bytes(call.id)
+    try:
+        _ID_DECODER.decode(sent)
+    except UNDECODABLE_JSON:
+        return sent
+    return None
 
 
 class _Slot:
@@ -407,7 +442,15 @@ class JsonRpcConnection:
         try:
             message = decode_message(line)
         except UNDECODABLE_JSON as exc:
-            self._report(f"malformed JSON-RPC message from {self.name} ({exc}): {_preview(line)}")
+            bad_id = _invalid_request_id(line)
+            if bad_id is None:
+                self._report(
+                    f"malformed JSON-RPC message from {self.name} ({exc}): {_preview(line)}"
+                )
+            else:
+                self._refuse_request(
+                    f"request with invalid id {_preview(bad_id)} from {self.name}: {_preview(line)}"
+                )
             return
         if message.method is not UNSET:
             await self._handle_call(message, message.method, line)
@@ -432,9 +475,22 @@ class JsonRpcConnection:
                 except Exception:
                     log.exception("notification handler failed for %s", method)
         elif message.id is None:
-            self._report(f"request with null id from {self.name}: {_preview(line)}")
+            self._refuse_request(f"request with null id from {self.name}: {_preview(line)}")
         elif self._task_group is not None:
             self._task_group.start_soon(self._serve_request, message.id, method, params)
+
+    def _refuse_request(self, error: str) -> None:
+        """Report a request whose id is not one, and answer it ``Invalid Request`` (id null)."""
+        self._report(error)
+        if self._task_group is not None:
+            reply = JsonRpcErrorResponse(id=None, error=_INVALID_ID)
+            self._task_group.start_soon(self._send_reply, reply)
+
+    async def _send_reply(self, reply: JsonRpcErrorResponse) -> None:
+        try:
+            await self._write(reply)
+        except TransportClosed:
+            pass
 
     def _handle_response(self, message: JsonRpcMessage, request_id: RequestId, line: bytes) -> None:
         slot = self._pending.pop(request_id, None)
@@ -480,10 +536,10 @@ class JsonRpcConnection:
                     code=-32603, message="Internal error", data={"details": str(exc)}
                 ),
             )
+        if reply is not None:
+            await self._send_reply(reply)
+            return
         try:
-            if reply is None:
-                await self._send_line(data)
-            else:
-                await self._write(reply)
+            await self._send_line(data)
         except TransportClosed:
             pass

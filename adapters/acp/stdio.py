@@ -49,7 +49,11 @@ transport abandons after ``fs_timeout`` or when it closes. A refusal is a JSON-R
 agent: ``-32602`` for a bad path (NUL, relative, too long, outside, a refused symbolic link), a
 file that is not regular, too large or text that is not Unicode; ``-32002`` for a missing file;
 ``-32603`` for any other failure (with ``data.details``). Unless ``fs_read``/``fs_write`` is
-set, the method answers ``-32601``. ``terminal/*`` go to ``terminal_handler`` or are refused
+set, the method answers ``-32601``. A permission request reaches the app under
+:func:`permission_request_id` of its JSON-RPC id, one string per distinct id (``7`` is
+``"7"``, the string ``"1"`` is ``'"1"'`` so that it is not taken for the number ``1``); one
+whose id would be longer than :data:`MAX_PERMISSION_ID_CHARS` is refused with ``-32600`` and
+reported. ``terminal/*`` go to ``terminal_handler`` or are refused
 with ``-32601`` (and the capability is not advertised). An in-memory attachment the agent
 cannot take inline is saved privately under ``<workspace>/.acpfsm/attachments/<session>/``
 through the same confinement, following no link.
@@ -150,12 +154,14 @@ from .process import (
 __all__ = [
     "DEFAULT_CONFIG",
     "LOAD_UNSUPPORTED_MESSAGE",
+    "MAX_PERMISSION_ID_CHARS",
     "PermissionPolicy",
     "StdioConfig",
     "StdioTransport",
     "TerminalHandler",
     "connect_stdio_transport",
     "open_stdio_transport",
+    "permission_request_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -164,6 +170,26 @@ _T = TypeVar("_T")
 _NO_REDIAL = RedialPolicy(initial_delay=0.0, max_delay=0.0, budget=0.0)
 
 LOAD_UNSUPPORTED_MESSAGE: Final = PHRASE_LOAD_UNSUPPORTED
+
+MAX_PERMISSION_ID_CHARS: Final = 256
+"""The longest app-facing permission request id: the app keeps ids (events, history, the
+answers it remembers), so an agent's megabyte id is refused rather than kept."""
+
+_NUMBER_LIKE: Final = re.compile(r"-?[0-9]+", re.ASCII)
+
+
+def permission_request_id(request_id: acp.RequestId) -> str:
+    """The app-facing id of the agent's JSON-RPC request ``request_id``, one string per
+    distinct id (JSON-RPC ids ``1`` and ``"1"`` are two requests): a number is its decimal
+    (``7`` → ``"7"``); a string is itself, unless it could be taken for a number or for one
+    given this way (it is empty, all digits after an optional ``-``, or starts with ``"``):
+    then it is its JSON text (``"1"`` → ``'"1"'``)."""
+    if isinstance(request_id, int):
+        return str(request_id)
+    if not request_id or request_id[0] == '"' or _NUMBER_LIKE.fullmatch(request_id):
+        return msgspec.json.encode(request_id).decode()
+    return request_id
+
 
 TerminalHandler = Callable[[str, Any], Awaitable[Any]]
 """Serves ``terminal/*``: ``(method, typed params)`` → result struct; raise
@@ -1329,7 +1355,15 @@ class StdioTransport:
                 raise method_not_found(method)
             return await self._terminal_handler(method, self._typed_params(method, params))
         if method == "session/request_permission":
-            return await self._ask_permission(str(request_id), self._typed_params(method, params))
+            app_id = permission_request_id(request_id)
+            if len(app_id) > MAX_PERMISSION_ID_CHARS:
+                error = (
+                    f"permission request id longer than {MAX_PERMISSION_ID_CHARS} characters "
+                    f"({len(app_id)}): refused"
+                )
+                self._on_protocol_error(RemoteProtocolError(error))
+                raise JsonRpcErrorReply(-32600, "Invalid Request", {"details": error})
+            return await self._ask_permission(app_id, self._typed_params(method, params))
         if method == "fs/read_text_file" and self.config.fs_read:
             return await self._read_text_file(self._typed_params(method, params))
         if method == "fs/write_text_file" and self.config.fs_write:

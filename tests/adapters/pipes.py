@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -102,13 +103,19 @@ async def hand_agent(
     answers: MemoryObjectSendStream[bytes],
     prompts: MemoryObjectSendStream[int],
     results: dict[str, Any] = QUEUEING_AGENT,
+    replies: MemoryObjectSendStream[dict[str, Any]] | None = None,
 ) -> None:
     """Answer each request with ``results[method]`` (method not found if absent), except
-    session/prompt: its id goes to ``prompts`` and the test answers it (:func:`end_turn`)."""
+    session/prompt: its id goes to ``prompts`` and the test answers it (:func:`end_turn`).
+    The client's answers to the agent's own requests go to ``replies``."""
     messages = Messages(requests)
     while (request := await messages.next()) is not None:
-        if "id" not in request or "method" not in request:
-            continue  # a notification (session/cancel, $/cancel_request) or a response
+        if "method" not in request:
+            if replies is not None:
+                await replies.send(request)
+            continue
+        if "id" not in request:
+            continue  # a notification (session/cancel, $/cancel_request)
         if request["method"] == "session/prompt":
             await prompts.send(request["id"])
             continue
@@ -128,6 +135,7 @@ class HandPeer:
     writer: HoldingWriter
     prompt_ids: MemoryObjectReceiveStream[int]
     answers: MemoryObjectSendStream[bytes]
+    replies: MemoryObjectReceiveStream[dict[str, Any]]
 
     async def next_prompt(self) -> int:
         """The id of the next session/prompt the agent was sent."""
@@ -138,6 +146,15 @@ class HandPeer:
         answer = {"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}}
         await self.answers.send(json.dumps(answer).encode() + b"\n")
 
+    async def request(self, request_id: Any, method: str, params: Any) -> None:
+        """Send the client a request of the agent's, its id written as given (any JSON)."""
+        request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        await self.answers.send(json.dumps(request).encode() + b"\n")
+
+    async def next_reply(self) -> dict[str, Any]:
+        """The client's next answer to a request of the agent's (or error without id)."""
+        return await self.replies.receive()
+
 
 @contextlib.asynccontextmanager
 async def hand_peer(results: dict[str, Any] = QUEUEING_AGENT) -> AsyncIterator[HandPeer]:
@@ -145,6 +162,7 @@ async def hand_peer(results: dict[str, Any] = QUEUEING_AGENT) -> AsyncIterator[H
     to_agent_send, to_agent_receive = anyio.create_memory_object_stream[bytes](100)
     from_agent_send, from_agent_receive = anyio.create_memory_object_stream[bytes](100)
     prompt_ids_send, prompt_ids = anyio.create_memory_object_stream[int](10)
+    replies_send, replies = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
     with (
         to_agent_send,
         to_agent_receive,
@@ -152,13 +170,23 @@ async def hand_peer(results: dict[str, Any] = QUEUEING_AGENT) -> AsyncIterator[H
         from_agent_receive,
         prompt_ids_send,
         prompt_ids,
+        replies_send,
+        replies,
     ):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(hand_agent, to_agent_receive, from_agent_send, prompt_ids_send, results)
+            tg.start_soon(
+                hand_agent,
+                to_agent_receive,
+                from_agent_send,
+                prompt_ids_send,
+                results,
+                replies_send,
+            )
             yield HandPeer(
                 PipeReader(from_agent_receive),
                 HoldingWriter(to_agent_send),
                 prompt_ids,
                 from_agent_send,
+                replies,
             )
             tg.cancel_scope.cancel()

@@ -317,11 +317,15 @@ async def test_protocol_errors_are_reported_and_survived() -> None:
         async with anyio.create_task_group() as tg:
 
             async def answer() -> None:
-                request = await peer.read()
+                while "method" not in (request := await peer.read()):
+                    replies.append(request)
                 await peer.respond(request, "still alive")
 
+            replies: list[dict[str, Any]] = []
             tg.start_soon(answer)
             assert json.loads(bytes(await conn.request("ping"))) == "still alive"
+        # the request with a null id was answered as JSON-RPC asks
+        assert replies == [INVALID_REQUEST]
         messages = [str(e) for e in record.protocol_errors]
         assert len(messages) == 7, messages
         assert "malformed JSON-RPC message" in messages[0]
@@ -336,6 +340,67 @@ async def test_protocol_errors_are_reported_and_survived() -> None:
         assert record.notifications == [("after", None)]
         assert conn.protocol_errors == 7
         assert not conn.closed and record.closes == []
+
+
+INVALID_REQUEST = {
+    "jsonrpc": "2.0",
+    "id": None,
+    "error": {
+        "code": -32600,
+        "message": "Invalid Request",
+        "data": {"details": "a request id is a string or an integer"},
+    },
+}
+
+
+DEEP = sys.getrecursionlimit() + 1000
+
+
+@pytest.mark.parametrize(
+    ("bad_id", "told"),
+    [
+        (b"null", "request with null id"),
+        (b"1.0", "request with invalid id 1.0"),
+        (b"1.5", "request with invalid id 1.5"),
+        (b"-1e3", "request with invalid id -1e3"),
+        (b"true", "request with invalid id true"),
+        (b"false", "request with invalid id false"),
+        (b"[1]", "request with invalid id [1]"),
+        (b'{"id": 1}', 'request with invalid id {"id": 1}'),
+        (b"[" * DEEP + b"]" * DEEP, "malformed JSON-RPC message"),
+    ],
+    ids=["null", "1.0", "1.5", "-1e3", "true", "false", "array", "object", "deep"],
+)
+async def test_a_request_whose_id_is_no_id_is_refused_and_answered(
+    bad_id: bytes, told: str
+) -> None:
+    """A request whose id is neither a string nor an integer never reaches the handler: the
+    peer gets ``Invalid Request`` under id null (it cannot be answered under its own), the
+    owner a protocol error naming the id; one nested too deep to read is a malformed message.
+    The connection goes on: ids 1 and "1" are then served, each under its own."""
+    served: list[Any] = []
+
+    async def handler(request_id: Any, method: str, params: Any) -> Any:
+        served.append(request_id)
+        return request_id
+
+    with anyio.fail_after(10):
+        async with wired(request_handler=handler, max_line_bytes=1 << 16) as (conn, peer, record):
+            await peer.write_raw(b'{"jsonrpc":"2.0","method":"x","id":' + bad_id + b"}\n")
+            await peer.write({"jsonrpc": "2.0", "id": 1, "method": "x"})
+            await peer.write({"jsonrpc": "2.0", "id": "1", "method": "x"})
+            refused = told != "malformed JSON-RPC message"
+            replies = [await peer.read() for _ in range(3 if refused else 2)]
+            answers = [r for r in replies if r["id"] is not None]
+            assert sorted(json.dumps([a["id"], a["result"]]) for a in answers) == [
+                '["1", "1"]',
+                "[1, 1]",
+            ]
+            assert [r for r in replies if r["id"] is None] == ([INVALID_REQUEST] if refused else [])
+            assert sorted(served, key=repr) == ["1", 1]
+            (error,) = [str(e) for e in record.protocol_errors]
+            assert error.startswith(told)
+            assert not conn.closed
 
 
 async def test_response_without_result_or_error_fails_that_request() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 
 from acpfsm.adapters.acp.process import ShutdownPolicy
@@ -69,6 +70,22 @@ async def next_request(rt: Runtime, execution_id: str, seen: int = 0) -> le.Perm
             await anyio.sleep(0.01)
     request: le.PermissionRequested = requests[seen]
     return request
+
+
+async def asking(
+    rt: Runtime, tg: anyio.abc.TaskGroup, ws: Path, profile: str, text: str
+) -> tuple[str, list[PromptResult]]:
+    """A ``profile`` execution under the ``ask`` policy, ready, prompted ``text`` in ``tg``:
+    its id and the list the prompt's result lands in."""
+    ref = await rt.launch(spec(ws, profile, permission_policy="ask"))
+    await rt.wait_ready(ref.id)
+    results: list[PromptResult] = []
+
+    async def prompt() -> None:
+        results.append(await rt.prompt(ref.id, text))
+
+    tg.start_soon(prompt)
+    return ref.id, results
 
 
 async def test_by_default_only_the_reference_agent_may_act(tmp_path: Path) -> None:
@@ -139,26 +156,21 @@ async def test_a_cancel_withdraws_the_question_and_a_late_answer_is_refused(
 ) -> None:
     async with make_runtime() as rt, anyio.create_task_group() as tg:
         with anyio.fail_after(30):
-            ref = await rt.launch(spec(tmp_path, "other-agent", permission_policy="ask"))
-            await rt.wait_ready(ref.id)
-            results: list[PromptResult] = []
-
-            async def prompt() -> None:
-                results.append(await rt.prompt(ref.id, "list files [[permission]]"))
-
-            tg.start_soon(prompt)
-            request = await next_request(rt, ref.id)
-            await rt.cancel(ref.id)
+            eid, results = await asking(
+                rt, tg, tmp_path, "other-agent", "list files [[permission]]"
+            )
+            request = await next_request(rt, eid)
+            await rt.cancel(eid)
             await wait_for(lambda: len(results) == 1)
             assert results[0].stop_reason == "cancelled"
-            (resolved,) = backlog(rt, ref.id, le.PermissionResolved)
+            (resolved,) = backlog(rt, eid, le.PermissionResolved)
             assert (resolved.outcome, resolved.decided_by) == ("cancelled", "withdrawn")
-            assert backlog(rt, ref.id, PermissionCancelled)
+            assert backlog(rt, eid, PermissionCancelled)
             with pytest.raises(PermissionAlreadyResolved, match="withdrawn"):
-                await rt.respond_permission(ref.id, request.request_id, "allow_once")
+                await rt.respond_permission(eid, request.request_id, "allow_once")
             # the execution goes on
-            assert "Reference reply" in (await rt.prompt(ref.id, "hello")).agent_message
-            await rt.stop(ref.id, "done")
+            assert "Reference reply" in (await rt.prompt(eid, "hello")).agent_message
+            await rt.stop(eid, "done")
 
 
 async def test_an_unanswered_question_is_refused_at_the_bound(tmp_path: Path) -> None:
@@ -184,23 +196,58 @@ async def test_a_flood_of_questions_is_bounded_and_each_is_answered_once(tmp_pat
     flood = MAX_PENDING + 36
     async with make_runtime() as rt, anyio.create_task_group() as tg:
         with anyio.fail_after(30):
-            ref = await rt.launch(spec(tmp_path, "flooder", permission_policy="ask"))
-            await rt.wait_ready(ref.id)
-            results: list[PromptResult] = []
-
-            async def prompt() -> None:
-                results.append(await rt.prompt(ref.id, f"permission-flood {flood}"))
-
-            tg.start_soon(prompt)
-            await wait_for(lambda: len(backlog(rt, ref.id, le.PermissionRequested)) == flood)
-            broker = rt._session(ref.id).permissions
+            eid, results = await asking(rt, tg, tmp_path, "flooder", f"permission-flood {flood}")
+            await wait_for(lambda: len(backlog(rt, eid, le.PermissionRequested)) == flood)
+            broker = rt._session(eid).permissions
             await wait_for(lambda: len(broker.pending) == MAX_PENDING)
             for rid in broker.pending:
-                await rt.respond_permission(ref.id, rid, "allow")
+                await rt.respond_permission(eid, rid, "allow")
             await wait_for(lambda: len(results) == 1)
             assert results[0].agent_message == (
                 f"permission-flood: {flood} answered, allow {MAX_PENDING}, reject {flood - MAX_PENDING}"
             )
-            by = [r.decided_by for r in backlog(rt, ref.id, le.PermissionResolved)]
+            by = [r.decided_by for r in backlog(rt, eid, le.PermissionResolved)]
             assert sorted(set(by)) == ["app", "limit"] and len(by) == flood
-            await rt.stop(ref.id, "done")
+            await rt.stop(eid, "done")
+
+
+async def test_ids_one_and_quoted_one_are_two_questions(tmp_path: Path) -> None:
+    """The agent asks under JSON-RPC id 1 and "1" at once: two requests, not one reused id.
+    The app sees two questions ("1" and '"1"'), answers each its own way, and the agent gets
+    each answer under exactly its own id (a number stays a number); nothing is refused."""
+    async with make_runtime() as rt, anyio.create_task_group() as tg:
+        with anyio.fail_after(30):
+            eid, results = await asking(rt, tg, tmp_path, "flooder", 'permission-ids 1 "1" 7')
+            await wait_for(lambda: len(rt._session(eid).permissions.pending) == 3)
+            asked = backlog(rt, eid, le.PermissionRequested)
+            assert sorted((r.request_id, r.tool_call.tool_call_id) for r in asked) == [
+                ('"1"', "t-1"),
+                ("1", "t-0"),
+                ("7", "t-2"),
+            ]
+            await rt.respond_permission(eid, '"1"', "allow")
+            await rt.respond_permission(eid, "1", "reject")
+            await rt.respond_permission(eid, "7", "allow")
+            await wait_for(lambda: len(results) == 1)
+            assert results[0].agent_message == 'permission-ids: 1 reject; "1" allow; 7 allow'
+            assert backlog(rt, eid, le.ProtocolErrorEvent) == []
+            await rt.stop(eid, "done")
+
+
+async def test_a_reused_id_is_still_refused_and_reported(tmp_path: Path) -> None:
+    """The same JSON-RPC id twice while the first waits: the app sees one question, the
+    second is refused at once and reported as the agent's protocol error; each gets one
+    answer."""
+    async with make_runtime() as rt, anyio.create_task_group() as tg:
+        with anyio.fail_after(30):
+            eid, results = await asking(rt, tg, tmp_path, "flooder", "permission-ids 5 5")
+            await wait_for(lambda: len(backlog(rt, eid, le.ProtocolErrorEvent)) == 1)
+            (told,) = backlog(rt, eid, le.ProtocolErrorEvent)
+            assert (
+                told.error == "permission request '5' reuses the id of one still waiting: refused"
+            )
+            assert [r.request_id for r in backlog(rt, eid, le.PermissionRequested)] == ["5"]
+            await rt.respond_permission(eid, "5", "allow")
+            await wait_for(lambda: len(results) == 1)
+            assert results[0].agent_message == "permission-ids: 5 reject,allow"
+            await rt.stop(eid, "done")

@@ -21,6 +21,10 @@ The first word of the prompt's text picks the script of the turn:
   permission-flood N  N session/request_permission at once; a chunk counting the answers by
                    outcome ("permission-flood: 100 answered, cancelled 36, reject 64");
                    end_turn
+  permission-ids ID…  one session/request_permission per ID (JSON: 1, "1" …; tool call t-N
+                   for the Nth) at once; a chunk with the answers under each id (by the id
+                   each answer came back with, in the order sent: 'permission-ids: 1 reject;
+                   "1" allow'); end_turn
   hang             waits for session/cancel, then stopReason cancelled
   ignore-cancel    ignores session/cancel; ends (end_turn) only when another prompt arrives
   crash            writes to stderr and exits with code 3 mid-turn
@@ -57,7 +61,7 @@ SEQUENTIAL = "--sequential" in ARGS
 
 _write_lock = threading.Lock()
 _state_lock = threading.Condition()
-_pending: dict[int, dict] = {}
+_pending: dict[str, list[dict]] = {}  # the answers awaited, by the id's JSON text
 _next_id = [1000]
 _cancelled: dict[str, threading.Event] = {}
 _prompt_count: dict[str, int] = {}
@@ -109,12 +113,12 @@ def ask(method: str, params: dict) -> dict:
     with _state_lock:
         _next_id[0] += 1
         msg_id = _next_id[0]
-        _pending[msg_id] = {}
+        _pending[json.dumps(msg_id)] = []
     send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
     with _state_lock:
-        while not _pending[msg_id]:
+        while not _pending[json.dumps(msg_id)]:
             _state_lock.wait()
-        return _pending.pop(msg_id)
+        return _pending.pop(json.dumps(msg_id))[0]
 
 
 def ask_many(method: str, params: list[dict]) -> list[dict]:
@@ -124,12 +128,18 @@ def ask_many(method: str, params: list[dict]) -> list[dict]:
         with _state_lock:
             _next_id[0] += 1
             ids.append(_next_id[0])
-            _pending[ids[-1]] = {}
+            _pending[json.dumps(ids[-1])] = []
         send({"jsonrpc": "2.0", "id": ids[-1], "method": method, "params": p})
+    return answers_to([json.dumps(i) for i in ids])
+
+
+def answers_to(keys: list[str]) -> list[dict]:
+    """Wait for an answer per key (an id's JSON text; a repeated id awaits one per time it
+    was sent): each id's answers in arrival order, the ids in ``keys`` order, once each."""
     with _state_lock:
-        while not all(_pending[i] for i in ids):
+        while not all(len(_pending[k]) >= keys.count(k) for k in keys):
             _state_lock.wait()
-        return [_pending.pop(i) for i in ids]
+        return [a for k in dict.fromkeys(keys) for a in _pending.pop(k)]
 
 
 def config_options() -> list[dict]:
@@ -294,6 +304,36 @@ def run_turn(msg_id, sid: str, prompt: list[dict]) -> None:
             tally[label] = tally.get(label, 0) + 1
         counts = ", ".join(f"{k} {v}" for k, v in sorted(tally.items()))
         chunk(sid, f"permission-flood: {len(answers)} answered, {counts}")
+        end()
+    elif word == "permission-ids":
+        keys = [json.dumps(json.loads(token)) for token in words[1:]]
+        with _state_lock:
+            for key in keys:
+                _pending[key] = []
+        for n, key in enumerate(keys):
+            params = {
+                "sessionId": sid,
+                "toolCall": {"toolCallId": f"t-{n}", "title": f"Run {n}", "kind": "execute"},
+                "options": [
+                    {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                    {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+                ],
+            }
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": json.loads(key),
+                    "method": "session/request_permission",
+                    "params": params,
+                }
+            )
+        by_id: dict[str, list[str]] = {}
+        for answer in answers_to(keys):
+            outcome = answer.get("result", {}).get("outcome", {})
+            label = outcome.get("optionId") or outcome.get("outcome", "error")
+            by_id.setdefault(json.dumps(answer.get("id")), []).append(label)
+        told = "; ".join(f"{key} {','.join(labels)}" for key, labels in by_id.items())
+        chunk(sid, f"permission-ids: {told}")
         end()
     elif word == "hang":
         chunk(sid, "hanging")
@@ -479,8 +519,9 @@ def main() -> None:
             pass  # other notifications ($/cancel_request …)
         else:
             with _state_lock:
-                if msg.get("id") in _pending:
-                    _pending[msg["id"]] = msg
+                key = json.dumps(msg.get("id"))
+                if key in _pending:
+                    _pending[key].append(msg)
                     _state_lock.notify_all()
     os._exit(0)
 
