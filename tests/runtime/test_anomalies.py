@@ -195,7 +195,10 @@ async def test_h4_barrier_is_released_only_by_its_own_generation(time_scale: flo
     events for an older generation, an unknown one, or an error for another generation
     leave the successor waiting (and send nothing); ``complete(2)`` lets it through."""
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
+    # the barrier's own 10 s bound is not this test's: scaled, a slow scheduler let it run out
+    # while the successor was held (under asyncio, in real time)
+    whole = {"pending_dispatched_prompt": 10.0}
+    async with make_runtime(ex, time_scale=time_scale, timeouts=whole) as rt:
         ref, s = await launch_session(rt)
         agent = ex.last
         agent.auto_complete = True
