@@ -93,7 +93,10 @@ async def test_h2_ambiguous_prompt_dispatch_is_never_resent(time_scale: float) -
     the write ("agent stream not connected") is retried after a reconnect, with the same
     generation (kandev lifecycle/session.go retryPromptAfterReconnect)."""
     ex = memory_agent(reconnectable=True)
-    async with make_runtime(ex, time_scale=time_scale) as rt:
+    # the retries below must all fit the 5 s reconnect window, which is not this test's
+    # subject: scaled, it was 10 ms of real time under asyncio, too short on a loaded machine
+    whole = {"reconnect_retry": 5.0}
+    async with make_runtime(ex, time_scale=time_scale, timeouts=whole) as rt:
         ref, s = await launch_session(rt, ready=True)
         agent = ex.last
         failures = [StreamNotConnected(AMBIGUOUS, while_waiting=True)]
