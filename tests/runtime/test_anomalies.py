@@ -93,7 +93,10 @@ async def test_h2_ambiguous_prompt_dispatch_is_never_resent(time_scale: float) -
     the write ("agent stream not connected") is retried after a reconnect, with the same
     generation (kandev lifecycle/session.go retryPromptAfterReconnect)."""
     ex = memory_agent(reconnectable=True)
-    async with make_runtime(ex, time_scale=time_scale) as rt:
+    # the retries below must all fit the 5 s reconnect window, which is not this test's
+    # subject: scaled, it was 10 ms of real time under asyncio, too short on a loaded machine
+    whole = {"reconnect_retry": 5.0}
+    async with make_runtime(ex, time_scale=time_scale, timeouts=whole) as rt:
         ref, s = await launch_session(rt, ready=True)
         agent = ex.last
         failures = [StreamNotConnected(AMBIGUOUS, while_waiting=True)]
@@ -195,7 +198,10 @@ async def test_h4_barrier_is_released_only_by_its_own_generation(time_scale: flo
     events for an older generation, an unknown one, or an error for another generation
     leave the successor waiting (and send nothing); ``complete(2)`` lets it through."""
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
+    # the barrier's own 10 s bound is not this test's: scaled, a slow scheduler let it run out
+    # while the successor was held (under asyncio, in real time)
+    whole = {"pending_dispatched_prompt": 10.0}
+    async with make_runtime(ex, time_scale=time_scale, timeouts=whole) as rt:
         ref, s = await launch_session(rt)
         agent = ex.last
         agent.auto_complete = True

@@ -118,7 +118,11 @@ async def test_a_cancel_while_the_prompt_is_in_flight_goes_out_after_it(
     an agent that honours cancel ends the turn ``cancelled`` (no escalation)."""
     gate = anyio.Event()
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
+    # the cancel's wait for the prompt's answer is bounded (10 s), but not this test's subject:
+    # scaled, it was 20 ms of real time under asyncio, which a slow scheduler spent before the
+    # check below, and the cancel went out
+    whole = {"cancel_wait": 10.0}
+    async with make_runtime(ex, time_scale=time_scale, timeouts=whole) as rt:
         ref, _ = await launch_session(rt, ready=True)
         order = _gated(ex.last, gate)
         async with anyio.create_task_group() as tg:

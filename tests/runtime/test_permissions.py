@@ -345,7 +345,9 @@ async def test_a_flood_of_requests_is_bounded(time_scale: float) -> None:
     visibly); a duplicate of a waiting id is refused and published as the agent's protocol
     error, not as a second request under the id the app still has to answer; every request
     gets exactly one answer."""
-    ex, rt = runtime(time_scale)
+    # the requests held waiting must not reach their own bound meanwhile (scaled, it is
+    # 600 ms of real time under asyncio, which a loaded machine spent on the flood)
+    ex, rt = runtime(time_scale, timeouts={"permission_wait": 300.0})
     flood = MAX_PENDING + 200
     async with rt, anyio.create_task_group() as tg:
         ref = await rt.launch(spec(permission_policy="ask"))

@@ -133,7 +133,12 @@ async def test_s1_stream_connects_before_initialize(
         t.handlers["session/new"] = lambda _cwd: SessionResult(session_id="test-session-123")
 
     ex = memory_agent(setup)
-    async with runtime(ex, time_scale, profile(native_session_resume=False)) as rt:
+    # the stream wait's own bound is not this test's: kept whole, so a slow scheduler between
+    # the dial's start and ``connected`` below cannot end the init first
+    connect = Timeouts().stream_connect
+    async with runtime(
+        ex, time_scale, profile(native_session_resume=False), stream_connect=connect
+    ) as rt:
         ref, s = await launch_session(rt)
         holder.append(s)
         await wait_until(

@@ -43,10 +43,10 @@ ATTACHMENT = Attachment(name="a.txt", mime_type="text/plain", data=b"x")
 
 @asynccontextmanager
 async def ready(
-    ex: MemoryExecutor, time_scale: float
+    ex: MemoryExecutor, time_scale: float, **unscaled: float
 ) -> AsyncIterator[tuple[Runtime, ExecutionRef, ExecutionSession]]:
-    """A runtime with one execution, READY."""
-    async with make_runtime(ex, time_scale=time_scale) as rt:
+    """A runtime with one execution, READY (the ``unscaled`` timeouts as given)."""
+    async with make_runtime(ex, time_scale=time_scale, timeouts=unscaled) as rt:
         ref, s = await launch_session(rt, ready=True)
         yield rt, ref, s
 
@@ -174,7 +174,10 @@ async def test_a_cancel_during_a_resend_waits_for_its_answer(time_scale: float) 
     down) waits for that send's answer, then cancels the turn at the agent (before, the
     first send's stale signal made it return at once, sending nothing)."""
     ex = memory_agent(reconnectable=True)
-    async with ready(ex, time_scale) as (rt, ref, s):
+    # neither the resend's window nor the cancel's wait for the send's answer may run out
+    # while the test holds the resend: under asyncio, scaled, a slow scheduler crossed them
+    whole = {"reconnect_retry": 5.0, "cancel_wait": 10.0}
+    async with ready(ex, time_scale, **whole) as (rt, ref, s):
         agent = ex.last
         release = anyio.Event()
         attempts: list[int] = []
