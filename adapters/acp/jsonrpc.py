@@ -21,6 +21,11 @@ JSON, a message that is not JSON-RPC, a response to an id we never sent, an erro
 A request whose id is neither a string nor an integer (``null``, ``1.5``, ``true``, ``[1]``)
 is also answered, as JSON-RPC 2.0 asks: ``-32600 Invalid Request`` under id ``null``.
 
+The peer's requests are served concurrently, at most ``max_incoming`` at once (being served
+or answered, the refusals included): one more is a flood, and the connection is aborted
+(``request flood``) rather than holding a task for each request of a peer that keeps sending
+and never reads its answers.
+
 Transport death is EOF on the receive stream or a failed write (broken pipe). Every pending
 request then fails with :class:`TransportClosed` (``peer disconnected before response``, plus
 the detail and stderr tail the owner's ``peer_info`` supplies), later calls fail at once, and
@@ -33,7 +38,7 @@ abandoned (a late answer is dropped quietly) and the peer is told with a
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, cast
 
 import anyio
@@ -61,6 +66,7 @@ from .messages import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_INCOMING",
     "DEFAULT_MAX_LINE_BYTES",
     "JsonRpcConnection",
     "JsonRpcErrorReply",
@@ -71,6 +77,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+DEFAULT_MAX_INCOMING: Final = 1024
+"""The peer's requests served or answered at once before the next one is a flood."""
 _READ_CHUNK: Final = 64 * 1024
 _PREVIEW: Final = 120
 
@@ -197,6 +205,7 @@ class JsonRpcConnection:
         on_close: CloseHandler | None = None,
         peer_info: PeerInfo | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_incoming: int = DEFAULT_MAX_INCOMING,
         name: str = "peer",
     ) -> None:
         self._receive = receive_stream
@@ -207,6 +216,8 @@ class JsonRpcConnection:
         self._on_close = on_close
         self._peer_info = peer_info
         self.max_line_bytes: Final = max_line_bytes
+        self.max_incoming: Final = max_incoming
+        self._incoming = 0  # the peer's requests being served or answered
         self.name: Final = name
         self._send_lock = anyio.Lock()
         self._next_id = 0
@@ -476,15 +487,38 @@ class JsonRpcConnection:
                     log.exception("notification handler failed for %s", method)
         elif message.id is None:
             self._refuse_request(f"request with null id from {self.name}: {_preview(line)}")
-        elif self._task_group is not None:
-            self._task_group.start_soon(self._serve_request, message.id, method, params)
+        else:
+            self._incoming_task(self._serve_request(message.id, method, params))
 
     def _refuse_request(self, error: str) -> None:
         """Report a request whose id is not one, and answer it ``Invalid Request`` (id null)."""
         self._report(error)
-        if self._task_group is not None:
-            reply = JsonRpcErrorResponse(id=None, error=_INVALID_ID)
-            self._task_group.start_soon(self._send_reply, reply)
+        self._incoming_task(self._send_reply(JsonRpcErrorResponse(id=None, error=_INVALID_ID)))
+
+    def _incoming_task(self, work: Coroutine[Any, Any, None]) -> None:
+        """Serve or answer one of the peer's requests in a task of its own, unless
+        ``max_incoming`` are in flight already: then the peer floods, and the connection is
+        aborted."""
+        if self._task_group is None or self.closed:
+            work.close()
+            return
+        if self._incoming >= self.max_incoming:
+            work.close()
+            message = (
+                f"request flood: {self.name} sent more than {self.max_incoming} requests "
+                f"that are not answered yet"
+            )
+            self._report(message)
+            self.abort(message)
+            return
+        self._incoming += 1
+        self._task_group.start_soon(self._counted, work)
+
+    async def _counted(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        finally:
+            self._incoming -= 1
 
     async def _send_reply(self, reply: JsonRpcErrorResponse) -> None:
         try:

@@ -73,8 +73,16 @@ async def wired(
     request_handler: Any = None,
     max_line_bytes: int = 1024,
     peer_info: Any = None,
+    max_incoming: int = 1024,
+    peer_reads: bool = True,
 ) -> AsyncIterator[tuple[JsonRpcConnection, Peer, Recorder]]:
-    to_peer_w, to_peer_r = pipe()
+    """A connection to a :class:`Peer`; with ``peer_reads=False`` the peer never reads, so
+    whatever the connection writes blocks (a full pipe)."""
+    if peer_reads:
+        to_peer_w, to_peer_r = pipe()
+    else:
+        send, receive = anyio.create_memory_object_stream[bytes](0)
+        to_peer_w, to_peer_r = PipeWriter(send), PipeReader(receive)
     from_peer_w, from_peer_r = pipe()
     record = Recorder()
 
@@ -90,6 +98,7 @@ async def wired(
         on_close=record.closes.append,
         peer_info=peer_info,
         max_line_bytes=max_line_bytes,
+        max_incoming=max_incoming,
     )
     try:
         async with anyio.create_task_group() as tg:
@@ -401,6 +410,41 @@ async def test_a_request_whose_id_is_no_id_is_refused_and_answered(
             (error,) = [str(e) for e in record.protocol_errors]
             assert error.startswith(told)
             assert not conn.closed
+
+
+@pytest.mark.parametrize("request_id", [b"7", b"true"], ids=["served", "refused"])
+async def test_a_peer_that_floods_requests_and_never_reads_is_cut_off(request_id: bytes) -> None:
+    """Each of the peer's requests holds a task until its answer (or refusal) is written; a
+    peer that keeps sending requests and never reads (its stdin full) would cost a task per
+    line for ever. Past ``max_incoming`` in flight the connection is aborted: a typed close
+    naming the flood, and nothing after it is served."""
+    handled: list[Any] = []
+
+    async def handler(request_id: Any, method: str, params: Any) -> Any:
+        handled.append(request_id)
+        return "answered"  # never read: the write blocks
+
+    line = b'{"jsonrpc":"2.0","method":"ask","id":' + request_id + b"}\n"
+    with anyio.fail_after(10):
+        async with wired(request_handler=handler, max_incoming=4, peer_reads=False) as (
+            conn,
+            peer,
+            record,
+        ):
+            for _ in range(4):
+                await peer.write_raw(line)
+            await anyio.wait_all_tasks_blocked()
+            assert not conn.closed and record.closes == []
+            await peer.write_raw(line + b'{"jsonrpc":"2.0","method":"ask","id":8}\n')
+            await anyio.wait_all_tasks_blocked()
+            assert conn.closed
+            assert [str(c) for c in record.closes] == [
+                "request flood: peer sent more than 4 requests that are not answered yet"
+            ]
+            assert str(record.protocol_errors[-1]).startswith("request flood")
+            assert handled == ([7] * 4 if request_id == b"7" else [])  # none after the abort
+            with pytest.raises(TransportClosed, match="request flood"):
+                await conn.request("x")
 
 
 async def test_response_without_result_or_error_fails_that_request() -> None:
