@@ -22,9 +22,10 @@ A request whose id is neither a string nor an integer (``null``, ``1.5``, ``true
 is also answered, as JSON-RPC 2.0 asks: ``-32600 Invalid Request`` under id ``null``.
 
 The peer's requests are served concurrently, at most ``max_incoming`` at once (being served
-or answered, the refusals included): one more is a flood, and the connection is aborted
-(``request flood``) rather than holding a task for each request of a peer that keeps sending
-and never reads its answers.
+or answered, the refusals included). The reader waits for a free slot before it takes the
+next one (a burst is served as its answers go out); when none frees within ``flood_grace``
+seconds the peer floods (it keeps sending and does not read its answers), and the connection
+is aborted (``request flood``) rather than holding a task for each of its requests.
 
 Transport death is EOF on the receive stream or a failed write (broken pipe). Every pending
 request then fails with :class:`TransportClosed` (``peer disconnected before response``, plus
@@ -66,6 +67,7 @@ from .messages import (
 )
 
 __all__ = [
+    "DEFAULT_FLOOD_GRACE",
     "DEFAULT_MAX_INCOMING",
     "DEFAULT_MAX_LINE_BYTES",
     "JsonRpcConnection",
@@ -78,7 +80,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_LINE_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_MAX_INCOMING: Final = 1024
-"""The peer's requests served or answered at once before the next one is a flood."""
+"""The peer's requests served or answered at once; the next one waits for a free slot."""
+DEFAULT_FLOOD_GRACE: Final = 5.0
+"""How long the next request waits for a free slot before the peer counts as flooding."""
 _READ_CHUNK: Final = 64 * 1024
 _PREVIEW: Final = 120
 
@@ -206,6 +210,7 @@ class JsonRpcConnection:
         peer_info: PeerInfo | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_incoming: int = DEFAULT_MAX_INCOMING,
+        flood_grace: float = DEFAULT_FLOOD_GRACE,
         name: str = "peer",
     ) -> None:
         self._receive = receive_stream
@@ -217,7 +222,9 @@ class JsonRpcConnection:
         self._peer_info = peer_info
         self.max_line_bytes: Final = max_line_bytes
         self.max_incoming: Final = max_incoming
+        self.flood_grace: Final = flood_grace
         self._incoming = 0  # the peer's requests being served or answered
+        self._slot_freed: anyio.Event | None = None  # set when one finishes (a waiter is on)
         self.name: Final = name
         self._send_lock = anyio.Lock()
         self._next_id = 0
@@ -459,7 +466,7 @@ class JsonRpcConnection:
                     f"malformed JSON-RPC message from {self.name} ({exc}): {_preview(line)}"
                 )
             else:
-                self._refuse_request(
+                await self._refuse_request(
                     f"request with invalid id {_preview(bad_id)} from {self.name}: {_preview(line)}"
                 )
             return
@@ -486,39 +493,55 @@ class JsonRpcConnection:
                 except Exception:
                     log.exception("notification handler failed for %s", method)
         elif message.id is None:
-            self._refuse_request(f"request with null id from {self.name}: {_preview(line)}")
-        else:
+            await self._refuse_request(f"request with null id from {self.name}: {_preview(line)}")
+        elif await self._free_slot():
             self._incoming_task(self._serve_request(message.id, method, params))
 
-    def _refuse_request(self, error: str) -> None:
+    async def _refuse_request(self, error: str) -> None:
         """Report a request whose id is not one, and answer it ``Invalid Request`` (id null)."""
         self._report(error)
-        self._incoming_task(self._send_reply(JsonRpcErrorResponse(id=None, error=_INVALID_ID)))
+        if await self._free_slot():
+            reply = JsonRpcErrorResponse(id=None, error=_INVALID_ID)
+            self._incoming_task(self._send_reply(reply))
+
+    async def _free_slot(self) -> bool:
+        """Wait until fewer than ``max_incoming`` of the peer's requests are in flight; False
+        (the connection aborted: the peer floods) when none finished within
+        ``flood_grace``, or when the connection is closed."""
+        if self._incoming >= self.max_incoming:
+            with anyio.move_on_after(self.flood_grace):
+                while self._incoming >= self.max_incoming:
+                    if self._slot_freed is None:
+                        self._slot_freed = anyio.Event()
+                    await self._slot_freed.wait()
+            if self._incoming >= self.max_incoming and not self.closed:
+                message = (
+                    f"request flood: {self.name} keeps sending requests while "
+                    f"{self.max_incoming} are not answered for {self.flood_grace:g}s"
+                )
+                self._report(message)
+                self.abort(message)
+        return self._task_group is not None and not self.closed
 
     def _incoming_task(self, work: Coroutine[Any, Any, None]) -> None:
-        """Serve or answer one of the peer's requests in a task of its own, unless
-        ``max_incoming`` are in flight already: then the peer floods, and the connection is
-        aborted."""
-        if self._task_group is None or self.closed:
-            work.close()
-            return
-        if self._incoming >= self.max_incoming:
-            work.close()
-            message = (
-                f"request flood: {self.name} sent more than {self.max_incoming} requests "
-                f"that are not answered yet"
-            )
-            self._report(message)
-            self.abort(message)
-            return
+        """Serve or answer one of the peer's requests in a task of its own (a slot is free)."""
+        assert self._task_group is not None
         self._incoming += 1
-        self._task_group.start_soon(self._counted, work)
+        try:
+            self._task_group.start_soon(self._counted, work)
+        except BaseException:
+            self._incoming -= 1
+            work.close()
+            raise
 
     async def _counted(self, work: Coroutine[Any, Any, None]) -> None:
         try:
             await work
         finally:
             self._incoming -= 1
+            if self._slot_freed is not None:
+                self._slot_freed.set()
+                self._slot_freed = None
 
     async def _send_reply(self, reply: JsonRpcErrorResponse) -> None:
         try:

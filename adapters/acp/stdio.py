@@ -142,7 +142,14 @@ from ..transport import (
 )
 from ..workspace import Resolver, Workspace, run_in_thread, safe_component
 from . import messages as acp
-from .jsonrpc import DEFAULT_MAX_LINE_BYTES, JsonRpcConnection, JsonRpcErrorReply, method_not_found
+from .jsonrpc import (
+    DEFAULT_FLOOD_GRACE,
+    DEFAULT_MAX_INCOMING,
+    DEFAULT_MAX_LINE_BYTES,
+    JsonRpcConnection,
+    JsonRpcErrorReply,
+    method_not_found,
+)
 from .process import (
     DEFAULT_INHERITED_ENV,
     DEFAULT_SHUTDOWN,
@@ -213,6 +220,10 @@ class StdioConfig(msgspec.Struct, frozen=True, kw_only=True):
     exit_grace: float = 0.5
     """After the agent hung up: how long to wait for its exit code and last stderr."""
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    max_incoming: int = DEFAULT_MAX_INCOMING
+    """The agent's requests served at once; the next waits ``flood_grace`` for a free slot,
+    then the transport dies (``request flood``)."""
+    flood_grace: float = DEFAULT_FLOOD_GRACE
     event_queue_limit: int = 131072
     """Undelivered events beyond this kill the transport (``notification queue overflow``)."""
     fs_read: bool = True
@@ -399,6 +410,8 @@ class StdioTransport:
             on_close=self._on_connection_closed,
             peer_info=self._peer_info if process is not None else None,
             max_line_bytes=config.max_line_bytes,
+            max_incoming=config.max_incoming,
+            flood_grace=config.flood_grace,
             name="agent",
         )
         self._events: EventQueue[AgentEvent] = EventQueue()

@@ -74,6 +74,7 @@ async def wired(
     max_line_bytes: int = 1024,
     peer_info: Any = None,
     max_incoming: int = 1024,
+    flood_grace: float = 5.0,
     peer_reads: bool = True,
 ) -> AsyncIterator[tuple[JsonRpcConnection, Peer, Recorder]]:
     """A connection to a :class:`Peer`; with ``peer_reads=False`` the peer never reads, so
@@ -99,6 +100,7 @@ async def wired(
         peer_info=peer_info,
         max_line_bytes=max_line_bytes,
         max_incoming=max_incoming,
+        flood_grace=flood_grace,
     )
     try:
         async with anyio.create_task_group() as tg:
@@ -416,8 +418,9 @@ async def test_a_request_whose_id_is_no_id_is_refused_and_answered(
 async def test_a_peer_that_floods_requests_and_never_reads_is_cut_off(request_id: bytes) -> None:
     """Each of the peer's requests holds a task until its answer (or refusal) is written; a
     peer that keeps sending requests and never reads (its stdin full) would cost a task per
-    line for ever. Past ``max_incoming`` in flight the connection is aborted: a typed close
-    naming the flood, and nothing after it is served."""
+    line for ever. With ``max_incoming`` in flight the reader waits for one to finish; when
+    none does within ``flood_grace`` the connection is aborted: a typed close naming the
+    flood, and nothing after it is served."""
     handled: list[Any] = []
 
     async def handler(request_id: Any, method: str, params: Any) -> Any:
@@ -426,25 +429,49 @@ async def test_a_peer_that_floods_requests_and_never_reads_is_cut_off(request_id
 
     line = b'{"jsonrpc":"2.0","method":"ask","id":' + request_id + b"}\n"
     with anyio.fail_after(10):
-        async with wired(request_handler=handler, max_incoming=4, peer_reads=False) as (
-            conn,
-            peer,
-            record,
-        ):
+        async with wired(
+            request_handler=handler, max_incoming=4, flood_grace=0.05, peer_reads=False
+        ) as (conn, peer, record):
             for _ in range(4):
                 await peer.write_raw(line)
             await anyio.wait_all_tasks_blocked()
             assert not conn.closed and record.closes == []
             await peer.write_raw(line + b'{"jsonrpc":"2.0","method":"ask","id":8}\n')
+            await anyio.sleep(0.1)  # the grace runs out: no answer could be written meanwhile
             await anyio.wait_all_tasks_blocked()
             assert conn.closed
             assert [str(c) for c in record.closes] == [
-                "request flood: peer sent more than 4 requests that are not answered yet"
+                "request flood: peer keeps sending requests while 4 are not answered for 0.05s"
             ]
             assert str(record.protocol_errors[-1]).startswith("request flood")
             assert handled == ([7] * 4 if request_id == b"7" else [])  # none after the abort
             with pytest.raises(TransportClosed, match="request flood"):
                 await conn.request("x")
+
+
+@pytest.mark.parametrize("request_id", [b"7", b"true"], ids=["served", "refused"])
+async def test_a_burst_of_requests_past_the_cap_is_served_as_the_answers_go_out(
+    request_id: bytes,
+) -> None:
+    """An agent that sends many requests at once and reads its answers is no flood: the
+    reader waits for a slot (the cap bounds the tasks, not the burst), then takes the rest;
+    slots come back as answers are written, round after round."""
+
+    async def handler(request_id: Any, method: str, params: Any) -> Any:
+        return "answered"
+
+    line = b'{"jsonrpc":"2.0","method":"ask","id":' + request_id + b"}\n"
+    with anyio.fail_after(10):
+        async with wired(request_handler=handler, max_incoming=4, flood_grace=5.0) as (
+            conn,
+            peer,
+            record,
+        ):
+            for _round in range(3):
+                await peer.write_raw(line * 9)  # one write, one read: more than the cap
+                replies = [await peer.read() for _ in range(9)]
+                assert len(replies) == 9 and not conn.closed
+            assert record.closes == [] and conn._incoming == 0
 
 
 async def test_response_without_result_or_error_fails_that_request() -> None:

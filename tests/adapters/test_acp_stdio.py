@@ -18,6 +18,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from acpfsm.adapters.acp.process import ShutdownPolicy
 from acpfsm.adapters.acp.stdio import (
+    DEFAULT_CONFIG,
     LOAD_UNSUPPORTED_MESSAGE,
     StdioConfig,
     StdioTransport,
@@ -740,6 +741,15 @@ async def test_agent_closing_stdout_is_transport_death(tmp_path: Path) -> None:
         # the still-running agent is shut down without waiting for aclose
         with anyio.fail_after(10):
             await t.process.exited.wait()
+
+
+async def test_the_request_flood_bounds_are_the_configs(tmp_path: Path) -> None:
+    """How many of the agent's requests are served at once, and how long the next waits for
+    a slot, are tunables of the transport (the flood itself: test_acp_jsonrpc.py)."""
+    config = StdioConfig(max_incoming=3, flood_grace=0.5)
+    async with agent(tmp_path, config=config) as t:
+        assert (t.connection.max_incoming, t.connection.flood_grace) == (3, 0.5)
+    assert (DEFAULT_CONFIG.max_incoming, DEFAULT_CONFIG.flood_grace) == (1024, 5.0)
 
 
 async def test_event_queue_overflow_kills_the_transport(tmp_path: Path) -> None:
