@@ -25,7 +25,9 @@ The peer's requests are served concurrently, at most ``max_incoming`` at once (b
 or answered, the refusals included). The reader waits for a free slot before it takes the
 next one (a burst is served as its answers go out); when none frees within ``flood_grace``
 seconds the peer floods (it keeps sending and does not read its answers), and the connection
-is aborted (``request flood``) rather than holding a task for each of its requests.
+is aborted (``request flood``) rather than holding a task for each of its requests. While
+it waits the reader reads nothing, so a request handler must not wait for a later line of
+the peer's (a response to a request of ours, a notification).
 
 Transport death is EOF on the receive stream or a failed write (broken pipe). Every pending
 request then fails with :class:`TransportClosed` (``peer disconnected before response``, plus
@@ -221,6 +223,11 @@ class JsonRpcConnection:
         self._on_close = on_close
         self._peer_info = peer_info
         self.max_line_bytes: Final = max_line_bytes
+        if max_incoming < 1 or not flood_grace >= 0:  # (not >= : NaN too)
+            raise ValueError(
+                f"max_incoming must be at least 1 and flood_grace at least 0, not "
+                f"{max_incoming!r} and {flood_grace!r}"
+            )
         self.max_incoming: Final = max_incoming
         self.flood_grace: Final = flood_grace
         self._incoming = 0  # the peer's requests being served or answered
@@ -278,6 +285,9 @@ class JsonRpcConnection:
         self._close_message = message
         self._close_tail = stderr_tail
         self._closed_locally = local
+        if self._slot_freed is not None:  # a reader waiting for a slot goes on (or drains)
+            self._slot_freed.set()
+            self._slot_freed = None
         pending, self._pending = self._pending, {}
         for slot in pending.values():
             slot.error = self._closed_error()
@@ -510,7 +520,7 @@ class JsonRpcConnection:
         ``flood_grace``, or when the connection is closed."""
         if self._incoming >= self.max_incoming:
             with anyio.move_on_after(self.flood_grace):
-                while self._incoming >= self.max_incoming:
+                while self._incoming >= self.max_incoming and not self.closed:
                     if self._slot_freed is None:
                         self._slot_freed = anyio.Event()
                     await self._slot_freed.wait()

@@ -437,9 +437,8 @@ async def test_a_peer_that_floods_requests_and_never_reads_is_cut_off(request_id
             await anyio.wait_all_tasks_blocked()
             assert not conn.closed and record.closes == []
             await peer.write_raw(line + b'{"jsonrpc":"2.0","method":"ask","id":8}\n')
-            await anyio.sleep(0.1)  # the grace runs out: no answer could be written meanwhile
-            await anyio.wait_all_tasks_blocked()
-            assert conn.closed
+            while not conn.closed:  # the grace runs out: no answer can be written meanwhile
+                await anyio.sleep(0.01)
             assert [str(c) for c in record.closes] == [
                 "request flood: peer keeps sending requests while 4 are not answered for 0.05s"
             ]
@@ -472,6 +471,34 @@ async def test_a_burst_of_requests_past_the_cap_is_served_as_the_answers_go_out(
                 replies = [await peer.read() for _ in range(9)]
                 assert len(replies) == 9 and not conn.closed
             assert record.closes == [] and conn._incoming == 0
+
+
+async def test_a_reader_waiting_for_a_slot_drains_once_the_connection_shuts_down() -> None:
+    """``shutdown`` keeps the reader draining what the peer still writes (so a peer flushing
+    on its way out never blocks): a reader waiting for a free slot goes on at once, it does
+    not wait out the flood grace."""
+
+    async def handler(request_id: Any, method: str, params: Any) -> Any:
+        await anyio.sleep_forever()
+
+    with anyio.fail_after(1):  # the grace is 5 s
+        async with wired(request_handler=handler, max_incoming=1) as (conn, peer, record):
+            sent = peer.outbox.stream  # type: ignore[attr-defined]
+            await peer.write({"jsonrpc": "2.0", "id": 1, "method": "ask"})
+            await peer.write({"jsonrpc": "2.0", "id": 2, "method": "ask"})  # waits for a slot
+            await peer.write({"jsonrpc": "2.0", "method": "note"})
+            await anyio.wait_all_tasks_blocked()
+            assert sent.statistics().current_buffer_used == 1  # the reader waits
+            conn.shutdown()
+            while sent.statistics().current_buffer_used:
+                await anyio.sleep(0.01)
+            assert record.notifications == [] and "request flood" not in str(record.closes)
+
+
+def test_the_flood_bounds_are_checked() -> None:
+    for bad in ({"max_incoming": 0}, {"flood_grace": -1.0}, {"flood_grace": math.nan}):
+        with pytest.raises(ValueError, match="max_incoming must be at least 1"):
+            JsonRpcConnection(PipeReader(None), PipeWriter(None), **bad)  # type: ignore[arg-type]
 
 
 async def test_response_without_result_or_error_fails_that_request() -> None:
