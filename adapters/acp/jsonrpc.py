@@ -56,6 +56,7 @@ from ..errors import (
     RemoteProtocolError,
     TransportClosed,
 )
+from ..transport import Wakeup
 from .messages import (
     JsonRpcError,
     JsonRpcErrorResponse,
@@ -231,7 +232,7 @@ class JsonRpcConnection:
         self.max_incoming: Final = max_incoming
         self.flood_grace: Final = flood_grace
         self._incoming = 0  # the peer's requests being served or answered
-        self._slot_freed: anyio.Event | None = None  # set when one finishes (a waiter is on)
+        self._slot_freed = Wakeup()  # one of them finished, or the connection closed
         self.name: Final = name
         self._send_lock = anyio.Lock()
         self._next_id = 0
@@ -285,9 +286,7 @@ class JsonRpcConnection:
         self._close_message = message
         self._close_tail = stderr_tail
         self._closed_locally = local
-        if self._slot_freed is not None:  # a reader waiting for a slot goes on (or drains)
-            self._slot_freed.set()
-            self._slot_freed = None
+        self._slot_freed.wake()  # a reader waiting for a slot goes on (or drains)
         pending, self._pending = self._pending, {}
         for slot in pending.values():
             slot.error = self._closed_error()
@@ -521,8 +520,6 @@ class JsonRpcConnection:
         if self._incoming >= self.max_incoming:
             with anyio.move_on_after(self.flood_grace):
                 while self._incoming >= self.max_incoming and not self.closed:
-                    if self._slot_freed is None:
-                        self._slot_freed = anyio.Event()
                     await self._slot_freed.wait()
             if self._incoming >= self.max_incoming and not self.closed:
                 message = (
@@ -549,9 +546,7 @@ class JsonRpcConnection:
             await work
         finally:
             self._incoming -= 1
-            if self._slot_freed is not None:
-                self._slot_freed.set()
-                self._slot_freed = None
+            self._slot_freed.wake()
 
     async def _send_reply(self, reply: JsonRpcErrorResponse) -> None:
         try:
