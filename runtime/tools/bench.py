@@ -790,16 +790,13 @@ class _Sampler:
         signal.signal(signal.SIGPROF, self._previous)
 
 
-async def _profiled(
-    one: Callable[[int], Awaitable[None]], first: int, count: int
-) -> dict[str, float]:
-    """CPU microseconds per prompt of each component over ``count`` prompts of ``one``:
-    the process CPU per prompt, split as the samples were."""
+async def _profiled(path: _Path, first: int, count: int) -> dict[str, float]:
+    """CPU microseconds per prompt of each component over ``count`` prompts of ``path``
+    (untimed, so its row is left alone): the process CPU per prompt, split as the samples
+    were."""
     cpu0 = time.process_time()
     with _Sampler() as sampler:
-        for i in range(first, first + count):
-            with anyio.fail_after(PROMPT_TIMEOUT):
-                await one(i)
+        await path.run(first, count, _GcWatch(), timed=False)
     per_prompt_us = (time.process_time() - cpu0) * 1e6 / count
     samples = sum(sampler.counts.values())
     if not samples:
@@ -817,11 +814,9 @@ async def bench_breakdown(opts: BenchOptions, root: Path, backend: str) -> list[
             ws = root / f"{backend}-profile-{name}"
             ws.mkdir()
             path = await make(stack, ws, backend, child_pids())
-            for i in range(1, opts.warmup + 1):
-                with anyio.fail_after(PROMPT_TIMEOUT):
-                    await path.one(i)
+            await path.run(1, opts.warmup, _GcWatch(), timed=False)
             gc.collect()
-            per_path.append(await _profiled(path.one, opts.warmup + 1, count))
+            per_path.append(await _profiled(path, opts.warmup + 1, count))
     bare, runtime = per_path
     names = [title for title, _ in COMPONENTS] + [OTHER]  # every one, in this order
     return [ShareRow(name, backend, bare.get(name, 0.0), runtime.get(name, 0.0)) for name in names]
