@@ -94,6 +94,8 @@ NotificationHandler = Callable[[str, Raw | None], Awaitable[None]]
 ProtocolErrorHandler = Callable[[RemoteProtocolError], None]
 CloseHandler = Callable[[TransportClosed | None], None]
 PeerInfo = Callable[[], Awaitable[tuple[str, str]]]
+OnResponse = Callable[[Raw | None, Exception | None], None]
+"""Told a written request's end, synchronously: its result, or what it raised instead."""
 
 
 class JsonRpcErrorReply(Exception):
@@ -155,12 +157,18 @@ def _invalid_request_id(line: bytes) -> bytes | None:
 class _Slot:
     __slots__ = ("error", "event", "method", "on_response", "result")
 
-    def __init__(self, method: str, on_response: Callable[[], None] | None) -> None:
+    def __init__(self, method: str, on_response: OnResponse | None) -> None:
         self.method = method
         self.on_response = on_response
         self.event = anyio.Event()
         self.result: Raw | None = None
         self.error: Exception | None = None
+
+    def end(self) -> None:
+        """The request has its result or error: tell ``on_response``, then wake the waiters."""
+        if self.on_response is not None:
+            self.on_response(self.result, self.error)
+        self.event.set()
 
 
 class PendingRequest:
@@ -288,13 +296,15 @@ class JsonRpcConnection:
         self._closed_locally = local
         self._slot_freed.wake()  # a reader waiting for a slot goes on (or drains)
         pending, self._pending = self._pending, {}
-        for slot in pending.values():
-            slot.error = self._closed_error()
-            slot.event.set()
         if self._reader_scope is not None and not drain:
             self._reader_scope.cancel()
-        if self._on_close is not None:
-            self._on_close(None if local else self._closed_error())
+        try:
+            if self._on_close is not None:  # told first: it knows why the requests fail
+                self._on_close(None if local else self._closed_error())
+        finally:
+            for slot in pending.values():
+                slot.error = self._closed_error()
+                slot.end()
 
     async def _peer_died(self, base: str) -> None:
         if self.closed:
@@ -338,10 +348,15 @@ class JsonRpcConnection:
         method: str,
         params: Any = None,
         *,
-        on_response: Callable[[], None] | None = None,
+        on_response: OnResponse | None = None,
     ) -> PendingRequest:
-        """Write a request and return at once; ``on_response`` runs synchronously in the
-        reader the moment the answer (or error) is read, before any later message."""
+        """Write a request and return at once. ``on_response(result, error)`` is called once
+        the written request ends, synchronously and before its waiters wake: in the reader
+        the moment the answer is read (before any later message; ``error`` an
+        :class:`AgentRequestError` for an error answer), or with a :class:`TransportClosed`
+        when the connection closes or the request is abandoned first. When the write fails
+        this raises; if the failure closed the connection, ``on_response`` has been told
+        that too."""
         if self.closed:
             raise self._closed_error()
         self._next_id += 1
@@ -369,7 +384,7 @@ class JsonRpcConnection:
         self._pending.pop(request_id, None)
         self._abandoned.add(request_id)
         slot.error = TransportClosed(f"request {slot.method} abandoned")
-        slot.event.set()
+        slot.end()
         if not self.closed and self._task_group is not None:
             self._task_group.start_soon(self._send_cancel_request, request_id)
 
@@ -574,9 +589,7 @@ class JsonRpcConnection:
                 f"response to {slot.method} from {self.name} has neither result nor error"
             )
             self._report(str(slot.error))
-        if slot.on_response is not None:
-            slot.on_response()
-        slot.event.set()
+        slot.end()
 
     async def _serve_request(self, request_id: RequestId, method: str, params: Raw | None) -> None:
         reply: JsonRpcErrorResponse | None = None

@@ -8,9 +8,10 @@ acp/: adapter_prompt.go, adapter_prompt_cancel.go, adapter_updates.go; functions
 Requests (initialize, session/new|load, set_*) are plain awaited RPCs. Turns are not:
 :meth:`StdioTransport.prompt` queues the turn and returns; one **prompt gate** (agentctl's
 ``acquirePromptTurn``) lets one ``session/prompt`` own the session at a time, in the
-order the prompts were made. The RPC runs in a task of the transport's task group; its
-answer becomes ``Complete(stop_reason, prompt_generation=g)``, its JSON-RPC error
-``ErrorEvent(error=<compact JSON of the error>, prompt_generation=g)``.
+order the prompts were made. The transport's turn worker writes each ``session/prompt`` when
+the gate is free; no task waits for its answer: the reader ends the turn the moment the
+answer is read. The answer becomes ``Complete(stop_reason, prompt_generation=g)``, its JSON-RPC
+error ``ErrorEvent(error=<compact JSON of the error>, prompt_generation=g)``.
 
 **Steer** (``beginSteerHandoff``): when the agent advertised
 ``_meta.claudeCode.promptQueueing: true``, a steer is a second ``session/prompt`` sent at once
@@ -64,6 +65,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import enum
+import functools
 import logging
 import os
 import pathlib
@@ -731,8 +733,8 @@ class StdioTransport:
         self._reset_session(session_id)
         self._replaying = self.config.suppress_replay
 
-        def replay_over() -> None:  # runs in the reader: no later update is suppressed
-            self._replaying = False
+        def replay_over(result: Raw | None, error: Exception | None) -> None:
+            self._replaying = False  # at once, in the reader: no later update is suppressed
 
         try:
             pending = await self._conn.send_request(
@@ -1009,6 +1011,8 @@ class StdioTransport:
         self._wake()
 
     async def _turn_worker(self) -> None:
+        """Write each queued turn's ``session/prompt`` once the gate is free; its answer ends
+        it in the reader (:meth:`_answered`), with no task waiting for it."""
         while True:
             while not self._queue or self._active is not None:
                 if self._wakeup.is_set():
@@ -1017,44 +1021,49 @@ class StdioTransport:
                 await self._wakeup.wait()
             turn = self._queue.popleft()
             self._active = turn
-            assert self._task_group is not None
-            self._task_group.start_soon(self._run_turn, turn)
+            await self._send_turn(turn)
 
-    async def _run_turn(self, turn: _Turn) -> None:
+    async def _send_turn(self, turn: _Turn) -> None:
+        """Write ``turn``'s request; a turn that ends without one (abandoned meanwhile, a
+        request that cannot be written, the transport closing) is ended here."""
         outcome: AgentEvent | None = None
         try:
-            if turn.pending is None:
-                try:
-                    blocks = await self._prompt_blocks(turn.text, turn.attachments)
-                    if turn.fate is _Fate.ABANDONED:
-                        return
-                    self._replaying = False
-                    turn.pending = await self._conn.send_request(
-                        "session/prompt",
-                        acp.PromptRequest(session_id=self._require_session(), prompt=blocks),
-                    )
-                except TransportClosed:
-                    return  # the death handler has settled this turn
-                except AcpfsmError as exc:
-                    outcome = self._error_event(turn, str(exc), {})
-                    return
-            outcome = await self._await_turn(turn)
-        finally:
-            self._settle(turn, outcome)
-            self._release(turn)
-            turn.finished.set()
+            blocks = await self._prompt_blocks(turn.text, turn.attachments)
+            if turn.fate is not _Fate.ABANDONED:
+                self._replaying = False
+                turn.pending = await self._conn.send_request(
+                    "session/prompt",
+                    acp.PromptRequest(session_id=self._require_session(), prompt=blocks),
+                    on_response=functools.partial(self._answered, turn),
+                )
+                return
+        except TransportClosed:
+            pass  # the death handler has settled this turn
+        except AcpfsmError as exc:
+            outcome = self._error_event(turn, str(exc), {})
+        except BaseException:
+            self._end_turn(turn, None)  # the transport is closing
+            raise
+        self._end_turn(turn, outcome)
 
-    async def _await_turn(self, turn: _Turn) -> AgentEvent | None:
+    def _answered(self, turn: _Turn, result: Raw | None, error: Exception | None) -> None:
+        """The end of ``turn``'s ``session/prompt`` (in the reader, at once): its answer, or
+        the connection's close, or its abandonment (a :class:`TransportClosed`)."""
+        self._end_turn(turn, self._outcome(turn, result, error))
+
+    def _outcome(
+        self, turn: _Turn, result: Raw | None, error: Exception | None
+    ) -> AgentEvent | None:
+        if isinstance(error, AgentRequestError):
+            return self._error_event(turn, error.json_projection(), error.as_dict())
+        if isinstance(error, RemoteProtocolError):
+            return self._error_event(turn, str(error), {})
+        if error is not None or result is None:
+            return None  # closed (the death handler settled it) or abandoned
         try:
-            response: acp.PromptResponse = self._decode_result(
-                "session/prompt", await turn.pending.wait()
-            )
-        except AgentRequestError as exc:
-            return self._error_event(turn, exc.json_projection(), exc.as_dict())
+            response: acp.PromptResponse = self._decode_result("session/prompt", result)
         except RemoteProtocolError as exc:
             return self._error_event(turn, str(exc), {})
-        except TransportClosed:
-            return None
         usage = None
         if response.usage:
             usage = {_snake(k): v for k, v in response.usage.items()}
@@ -1064,6 +1073,11 @@ class StdioTransport:
             stop_reason=response.stop_reason,
             usage=usage,
         )
+
+    def _end_turn(self, turn: _Turn, outcome: AgentEvent | None) -> None:
+        self._settle(turn, outcome)
+        self._release(turn)
+        turn.finished.set()
 
     def _error_event(self, turn: _Turn, error: str, data: dict[str, Any]) -> ErrorEvent:
         return ErrorEvent(
@@ -1114,15 +1128,15 @@ class StdioTransport:
         self._active = successor
         try:
             successor.pending = await self._conn.send_request(
-                "session/prompt", acp.PromptRequest(session_id=sid, prompt=blocks)
+                "session/prompt",
+                acp.PromptRequest(session_id=sid, prompt=blocks),
+                on_response=functools.partial(self._answered, successor),
             )
         except BaseException:
             if successor.fate is _Fate.OWED:  # not delivered: the successor owes nothing
                 successor.fate = _Fate.SETTLED
                 self._take_back(predecessor, successor)
             raise
-        assert self._task_group is not None
-        self._task_group.start_soon(self._run_turn, successor)
 
     def _take_back(self, predecessor: _Turn, successor: _Turn) -> None:
         """Undo the handoff of a steer that was not delivered. A predecessor still running

@@ -16,7 +16,7 @@ import anyio.lowlevel
 import msgspec
 import pytest
 
-from acpfsm.adapters.acp.jsonrpc import JsonRpcConnection, JsonRpcErrorReply
+from acpfsm.adapters.acp.jsonrpc import JsonRpcConnection, JsonRpcErrorReply, PendingRequest
 from acpfsm.adapters.errors import (
     AgentRequestError,
     LocalProtocolError,
@@ -619,16 +619,59 @@ async def test_on_response_runs_before_later_messages_are_read() -> None:
     async with wired() as (conn, peer, record):
         marks: list[str] = []
 
-        def on_response() -> None:
-            marks.append(f"response after {len(record.notifications)} notifications")
+        def on_response(result: msgspec.Raw | None, error: Exception | None) -> None:
+            done = "done" if pending_box and pending_box[0].done else "not done"
+            marks.append(
+                f"{bytes(result or b'')!r} {error!r} after {len(record.notifications)}"
+                f" notifications, {done}"
+            )
 
+        pending_box: list[PendingRequest] = []
         pending = await conn.send_request("session/load", {}, on_response=on_response)
+        pending_box.append(pending)
         request = await peer.read()
         await peer.write({"jsonrpc": "2.0", "method": "replay"})
         await peer.respond(request, {})
         await peer.write({"jsonrpc": "2.0", "method": "live"})
         assert bytes(await pending.wait()) == b"{}"
-        assert marks == ["response after 1 notifications"]
+        # told before its waiters can see it done
+        assert marks == ["b'{}' None after 1 notifications, not done"]
+
+
+async def test_on_response_is_told_every_end_of_a_written_request_once() -> None:
+    """An error answer, an abandonment, the connection's death: each request's
+    ``on_response`` hears of its end exactly once, and of a death only after ``on_close``
+    (which says why the requests fail)."""
+    async with wired() as (conn, peer, record):
+        ends: list[tuple[str, str]] = []
+
+        def told(name: str) -> Any:
+            def on_response(result: msgspec.Raw | None, error: Exception | None) -> None:
+                ends.append(
+                    (name, f"{type(error).__name__}: {error} (closes {len(record.closes)})")
+                )
+
+            return on_response
+
+        refused = await conn.send_request("a", {}, on_response=told("refused"))
+        abandoned = await conn.send_request("b", {}, on_response=told("abandoned"))
+        dying = await conn.send_request("c", {}, on_response=told("dying"))
+        first = await peer.read()
+        await peer.write(
+            {"jsonrpc": "2.0", "id": first["id"], "error": {"code": -32000, "message": "no"}}
+        )
+        with pytest.raises(AgentRequestError):
+            await refused.wait()
+        abandoned.abandon()
+        abandoned.abandon()  # once is enough
+        await peer.outbox.aclose()  # EOF: the peer is gone
+        with pytest.raises(TransportClosed):
+            await dying.wait()
+        assert ends == [
+            ("refused", 'AgentRequestError: {"code":-32000,"message":"no"} (closes 0)'),
+            ("abandoned", "TransportClosed: request b abandoned (closes 0)"),
+            ("dying", "TransportClosed: peer disconnected before response (closes 1)"),
+        ]
 
 
 async def test_local_close_fails_pending_with_connection_closed() -> None:

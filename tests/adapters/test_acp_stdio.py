@@ -848,6 +848,32 @@ async def turn_in_flight(workspace: Path) -> AsyncIterator[tuple[StdioTransport,
             yield t, peer, await peer.next_prompt()
 
 
+async def test_a_turns_end_keeps_its_place_in_the_wire_order(tmp_path: Path) -> None:
+    """The agent answers the prompt and goes on writing at once (here a message of a next,
+    wakeup turn): the prompt's Complete comes before what followed its answer, as on the
+    wire. The answer is turned into the turn's end by the reader the moment it is read; a
+    task woken by the answer would emit it after the lines read meanwhile."""
+    async with turn_in_flight(tmp_path) as (t, peer, first):
+        answer = {"jsonrpc": "2.0", "id": first, "result": {"stopReason": "end_turn"}}
+        after = {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {
+                "sessionId": t.session_id,
+                "update": {
+                    "sessionUpdate": "agent_message_chunk",
+                    "content": {"type": "text", "text": "after the answer"},
+                },
+            },
+        }
+        await peer.answers.send(
+            json.dumps(answer).encode() + b"\n" + json.dumps(after).encode() + b"\n"
+        )
+        seen = await until(t, lambda e: isinstance(e, MessageChunk))
+        ends = [type(e).__name__ for e in seen if isinstance(e, Complete | MessageChunk)]
+        assert ends == ["Complete", "MessageChunk"]
+
+
 async def steer_given_up(
     t: StdioTransport, peer: HandPeer, meanwhile: Callable[[], Awaitable[object]]
 ) -> None:
