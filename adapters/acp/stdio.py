@@ -77,6 +77,7 @@ from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import msgspec
 from msgspec import Raw
 
@@ -133,12 +134,14 @@ from ..transport import (
     Attachment,
     CancelResult,
     EventQueue,
+    Flag,
     InitializeResult,
     McpServer,
     PermissionPolicy,
     PermissionPrompts,
     RedialPolicy,
     SessionResult,
+    Wakeup,
     attachment_content,
     reject_permission_policy,
 )
@@ -279,7 +282,7 @@ class _Turn:
         self.generation = generation
         self.fate = _Fate.OWED
         self.pending: Any = None  # jsonrpc.PendingRequest once sent
-        self.finished = anyio.Event()
+        self.finished = Flag()  # its end is known (answered, abandoned, or it never went)
         self.withheld: AgentEvent | None = None  # the end suppressed while handed off
 
 
@@ -427,7 +430,7 @@ class StdioTransport:
         # turns
         self._queue: deque[_Turn] = deque()
         self._active: _Turn | None = None
-        self._wakeup = anyio.Event()
+        self._wakeup = Wakeup()  # the turn worker, when a turn may go
         # per-session bookkeeping for the event mapping
         self._replaying = False
         self._replayed_plan: Plan | None = None
@@ -991,7 +994,7 @@ class StdioTransport:
     # ------------------------------------------------------------------ turns
 
     def _wake(self) -> None:
-        self._wakeup.set()
+        self._wakeup.wake()
 
     def _release(self, turn: _Turn) -> None:
         if self._active is turn:
@@ -1003,22 +1006,23 @@ class StdioTransport:
         return self._active.generation if self._active is not None else 0
 
     async def prompt(self, text: str, attachments: Sequence[Attachment], generation: int) -> None:
-        """Queue a turn and return at once; its end arrives as ``complete``/``error``."""
+        """Queue a turn; its end arrives as ``complete``/``error``. Before returning this
+        yields once (it cannot be cancelled there: the turn is queued), so that the turn
+        worker, woken first, writes the request of a turn the gate lets go before the caller
+        goes on: what the caller does next is not on the round trip's path."""
         self._require_session()
         self._ensure_open()
         self._cancel_permissions()
         self._queue.append(_Turn(text, attachments, generation))
         self._wake()
+        await anyio.lowlevel.cancel_shielded_checkpoint()
 
     async def _turn_worker(self) -> None:
         """Write each queued turn's ``session/prompt`` once the gate is free; its answer ends
         it in the reader (:meth:`_answered`), with no task waiting for it."""
         while True:
             while not self._queue or self._active is not None:
-                if self._wakeup.is_set():
-                    self._wakeup = anyio.Event()
-                    continue
-                await self._wakeup.wait()
+                await self._wakeup.wait()  # checked and waited for with no yield between
             turn = self._queue.popleft()
             self._active = turn
             await self._send_turn(turn)

@@ -719,3 +719,27 @@ async def test_a_message_nested_too_deep_is_malformed_and_survived() -> None:
             assert json.loads(bytes(await conn.request("ping"))) == "still alive"
         messages = [str(e) for e in record.protocol_errors]
         assert len(messages) == 1 and "malformed JSON-RPC message" in messages[0], messages
+
+
+async def test_a_line_goes_to_the_stream_before_any_other_ready_task_runs() -> None:
+    """A free send lock is taken without a scheduler pass: a request reaches the byte stream
+    at once (a prompt's round trip does not wait a pass before its write)."""
+    order: list[str] = []
+
+    class Recording(anyio.abc.ByteSendStream):
+        async def send(self, item: bytes) -> None:
+            order.append("written")
+
+        async def aclose(self) -> None:
+            pass
+
+    async def other() -> None:
+        order.append("another task")
+
+    writer, reader = pipe()
+    async with writer, reader, anyio.create_task_group() as tg:
+        conn = JsonRpcConnection(reader, Recording())
+        tg.start_soon(other)
+        await conn.notify("session/cancel", {})
+        await conn.send_request("session/prompt", {})
+    assert order == ["written", "written", "another task"]

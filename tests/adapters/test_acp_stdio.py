@@ -848,6 +848,39 @@ async def turn_in_flight(workspace: Path) -> AsyncIterator[tuple[StdioTransport,
             yield t, peer, await peer.next_prompt()
 
 
+async def test_prompt_lets_the_turn_worker_write_before_it_returns(
+    tmp_path: Path, backend: str
+) -> None:
+    """``prompt()`` queues the turn and yields once, so the woken turn worker writes the
+    request before the caller goes on: on asyncio by the time ``prompt()`` returns; trio runs
+    each batch of ready tasks in a random order, so there by the caller's next checkpoint."""
+    written: list[bytes] = []
+
+    class Recording(PipeWriter):
+        async def send(self, item: bytes) -> None:
+            written.append(bytes(item))
+            await super().send(item)
+
+    def prompts() -> int:
+        return sum(b'"session/prompt"' in line for line in written)
+
+    with anyio.fail_after(30):
+        async with (
+            hand_peer() as peer,
+            connect_stdio_transport(
+                peer.reader, Recording(peer.writer.stream), workspace=tmp_path
+            ) as t,
+        ):
+            await t.initialize()
+            await t.new_session(str(tmp_path))
+            await t.prompt("first", [], 1)
+            if backend == "trio":
+                await anyio.lowlevel.checkpoint()
+            assert prompts() == 1
+            await peer.end_turn(await peer.next_prompt())
+            await until(t, completes(1))
+
+
 async def test_a_turns_end_keeps_its_place_in_the_wire_order(tmp_path: Path) -> None:
     """The agent answers the prompt and goes on writing at once (here a message of a next,
     wakeup turn): the prompt's Complete comes before what followed its answer, as on the
