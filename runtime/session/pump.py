@@ -57,26 +57,31 @@ class EventPump:
     async def run(self) -> None:
         """Handle the transport's events one at a time, in order.
 
-        The high-rate turn content (message and thought chunks) is taken in this loop, with
-        no coroutine per chunk, unless a chart is to hear of it (the first activity is yet
-        to be announced, or a wakeup is watched: :meth:`handle`). Taking a chunk never
-        yields, so the events already queued behind it follow at once (up to the queue's
-        batch, :meth:`EventQueue.take <acpfsm.adapters.transport.EventQueue.take>`) and no
-        other task runs meanwhile: what the charts say and the current generation hold for
-        the whole run of chunks, which shares one clock read and is published at once,
-        before any other event is handled and before the pump yields."""
+        The plain turn content (message and thought chunks, plans: what only counts as
+        activity and is published) is taken in this loop, with no coroutine per event,
+        unless a chart is to hear of it (the first activity is yet to be announced, or a
+        wakeup is watched: :meth:`handle`). Taking one never yields, so the events already
+        queued behind it follow at once (up to the queue's batch, :meth:`EventQueue.take
+        <acpfsm.adapters.transport.EventQueue.take>`) and no other task runs meanwhile:
+        what the charts say and the current generation hold for the whole run, which shares
+        one clock read and is published at once, before any other event is handled and
+        before the pump yields."""
         self._clock = clock = loop_clock()  # looked up once
         events = self.ctx.transport_or_raise().events()
         take = events.take if isinstance(events, EventQueue) else _nothing
         status, act, message = self.status, self.ctx.activity, self.ctx.message
         first_activity, publish = status.first_activity, self.ctx.hub.publish_all
-        chunk, reasoning = ev.MessageChunk, ev.Reasoning
+        chunk, reasoning, plan = ev.MessageChunk, ev.Reasoning, ev.Plan
         async for first in events:
             event: ev.AgentEvent | None = first
             if first_activity.ended and not status.watching_wakeup:
                 taken: list[ev.AgentEvent] = []
                 newest = self._newest()
-                while (kind := type(event)) is chunk or kind is reasoning:
+                while (
+                    (kind := type(event)) is chunk
+                    or kind is reasoning
+                    or (kind is plan and not cast("ev.Plan", event).replayed)  # else history
+                ):
                     text = _reply(event, newest)
                     if text:
                         message.append(text)
@@ -114,8 +119,11 @@ class EventPump:
         if isinstance(event, ev.StreamReconnected):
             await self.stream.redialled(event)  # published when the chart says so
             return
-        await self.status.activity()
-        await self._record_activity(event)
+        status = self.status
+        if not status.first_activity.ended:  # the chart hears of it (no coroutine made else)
+            await status.activity()
+        if self._record_activity(event) and status.watching_wakeup:
+            await status.turn_content()  # a wakeup turn (R26) when READY
         if isinstance(event, ev.SessionModels):
             await self.config.models_updated(event)
         elif isinstance(event, ev.ToolCall):
@@ -155,11 +163,13 @@ class EventPump:
             self.ctx.message.append(text)
         self.ctx.hub.publish(event)
 
-    async def _record_activity(self, event: ev.AgentEvent) -> None:
+    def _record_activity(self, event: ev.AgentEvent) -> bool:
+        """Stall accounting for ``event``; True when it is turn content that may start a
+        wakeup turn (any but a tool call's end)."""
         act = self.ctx.activity
         act.last_at = self._clock()
         if not ev.is_turn_content(event):
-            return
+            return False
         act.since_prompt = True
         act.epoch += 1
         if isinstance(event, ev.ToolCall) and not event.parent_tool_call_id:
@@ -169,8 +179,8 @@ class EventPump:
         elif isinstance(event, ev.ToolUpdate) and ev.is_terminal_tool_update(event):
             if event.tool_call_id == act.active_tool_id:
                 act.active_tool_id = act.active_tool_title = ""
-            return
-        await self.status.turn_content()  # a wakeup turn (R26) when READY
+            return False
+        return True
 
     async def stream_lost(self, event: ev.StreamDisconnected) -> None:
         """handleStreamDisconnect and, for a local process, its exit."""

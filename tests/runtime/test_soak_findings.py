@@ -13,7 +13,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from acpfsm.adapters.events import AgentEvent, MessageChunk, Reasoning, ToolCall
+from acpfsm.adapters.events import AgentEvent, MessageChunk, Plan, PlanEntry, Reasoning, ToolCall
 from acpfsm.adapters.transport import EventQueue
 
 from .memory_runtime import make_runtime, memory_agent, session_of, spec, wait_until
@@ -104,4 +104,53 @@ async def test_late_text_of_a_superseded_turn_is_not_the_next_reply(time_scale: 
         assert session.ctx.activity.epoch - epoch == len(burst)
         reply_two = "".join(f"{i}," for i in range(60))
         assert [r.agent_message for r in results] == ["reply one", reply_two]
+        await rt.stop(ref.id, "done")
+
+
+async def test_plans_are_taken_with_the_chunks(time_scale: float) -> None:
+    """A plan is plain turn content, as a chunk is (activity, then published): the pump
+    takes it in the same run as the chunks, without the checked way (:meth:`handle`, a
+    coroutine each). A replayed plan is history, not activity: it goes the checked way. A
+    subscriber gets everything in order."""
+    ex = memory_agent()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        transport = ex.last
+        session = session_of(rt, ref.id)
+        async with anyio.create_task_group() as tg:  # the first activity is announced
+            tg.start_soon(rt.prompt, ref.id, "zero")
+            await wait_until(lambda: 1 in transport.running)
+            transport.emit(MessageChunk(prompt_generation=1, text="first"))
+            transport.complete(1)
+        checked: list[str] = []
+        handle = session.pump.handle
+
+        async def counted(event: AgentEvent) -> None:
+            checked.append(type(event).__name__)
+            await handle(event)
+
+        session.pump.handle = counted  # type: ignore[method-assign]
+        steps = [PlanEntry(description="look", status="in_progress")]
+        burst: list[AgentEvent] = [
+            MessageChunk(prompt_generation=2, text="a"),
+            Plan(prompt_generation=2, plan_entries=steps),
+            Reasoning(prompt_generation=2, reasoning_text="hm"),
+            Plan(prompt_generation=2, plan_entries=steps, replayed=True),
+            Plan(prompt_generation=2),
+            MessageChunk(prompt_generation=2, text="b"),
+        ]
+        async with rt.subscribe_events(ref.id, replay=False) as sub:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rt.prompt, ref.id, "one")
+                await wait_until(lambda: 2 in transport.running)
+                epoch = session.ctx.activity.epoch
+                for event in burst:
+                    transport.emit(event)
+                transport.complete(2)
+            sub.close()
+            seen = [e async for e in sub if isinstance(e, MessageChunk | Reasoning | Plan)]
+        assert seen == burst
+        assert checked == ["Plan", "Complete"]  # the replayed plan, the turn's end
+        assert session.ctx.activity.epoch - epoch == len(burst) - 1
         await rt.stop(ref.id, "done")
