@@ -5,7 +5,8 @@ Theory of operation
 One reader task (:meth:`JsonRpcConnection.run`) owns the receive stream. It splits lines,
 decodes each into an envelope (:func:`~.messages.decode_message`) and:
 
-* resolves a **response** by id; the waiting :meth:`PendingRequest.wait` wakes up;
+* resolves a **response** by id: the request's ``on_response`` is told at once, then the
+  waiting :meth:`PendingRequest.wait` wakes up;
 * calls the **notification** handler *inline*, so notifications are handled strictly in
   arrival order and before any response that follows them on the wire (the handler must
   not block: it should only enqueue);
@@ -155,20 +156,28 @@ def _invalid_request_id(line: bytes) -> bytes | None:
 
 
 class _Slot:
-    __slots__ = ("error", "event", "method", "on_response", "result")
+    __slots__ = ("ended", "error", "event", "method", "on_response", "result")
 
     def __init__(self, method: str, on_response: OnResponse | None) -> None:
         self.method = method
         self.on_response = on_response
         self.event = anyio.Event()
+        self.ended = False
         self.result: Raw | None = None
         self.error: Exception | None = None
 
-    def end(self) -> None:
-        """The request has its result or error: tell ``on_response``, then wake the waiters."""
-        if self.on_response is not None:
-            self.on_response(self.result, self.error)
-        self.event.set()
+    def end(self, result: Raw | None = None, error: Exception | None = None) -> None:
+        """Give the request its result or error, once (a later end is ignored): tell
+        ``on_response``, then wake the waiters, even when ``on_response`` raises."""
+        if self.ended:
+            return
+        self.ended = True
+        self.result, self.error = result, error
+        try:
+            if self.on_response is not None:
+                self.on_response(result, error)
+        finally:
+            self.event.set()
 
 
 class PendingRequest:
@@ -300,13 +309,19 @@ class JsonRpcConnection:
         pending, self._pending = self._pending, {}
         if self._reader_scope is not None and not drain:
             self._reader_scope.cancel()
+        failure: BaseException | None = None
         try:
             if self._on_close is not None:  # told first: it knows why the requests fail
                 self._on_close(None if local else self._closed_error())
-        finally:
-            for slot in pending.values():
-                slot.error = self._closed_error()
-                slot.end()
+        except BaseException as exc:  # noqa: BLE001 - raised below, once every request ended
+            failure = exc
+        for slot in pending.values():
+            try:
+                slot.end(error=self._closed_error())
+            except BaseException as exc:  # noqa: BLE001 - an on_response failed: raised below
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     async def _peer_died(self, base: str) -> None:
         if self.closed:
@@ -352,13 +367,14 @@ class JsonRpcConnection:
         *,
         on_response: OnResponse | None = None,
     ) -> PendingRequest:
-        """Write a request and return at once. ``on_response(result, error)`` is called once
-        the written request ends, synchronously and before its waiters wake: in the reader
-        the moment the answer is read (before any later message; ``error`` an
+        """Write a request and return at once. ``on_response(result, error)`` is called
+        exactly once when the request ends, synchronously and before its waiters wake: in
+        the reader the moment the answer is read (before any later message; ``error`` an
         :class:`AgentRequestError` for an error answer), or with a :class:`TransportClosed`
-        when the connection closes or the request is abandoned first. When the write fails
-        this raises; if the failure closed the connection, ``on_response`` has been told
-        that too."""
+        when the connection closes or the request is abandoned first, wherever that
+        happens. The request counts from the moment this is called: if the connection
+        closes before or while it is written, this raises and ``on_response`` has been told
+        of the close too; a write that is cancelled or cannot be encoded raises alone."""
         if self.closed:
             raise self._closed_error()
         self._next_id += 1
@@ -381,12 +397,11 @@ class JsonRpcConnection:
         await self._write(JsonRpcNotification(method=method, params=params))
 
     def _abandon(self, request_id: int, slot: _Slot) -> None:
-        if slot.event.is_set():
+        if slot.ended:
             return
         self._pending.pop(request_id, None)
         self._abandoned.add(request_id)
-        slot.error = TransportClosed(f"request {slot.method} abandoned")
-        slot.end()
+        slot.end(error=TransportClosed(f"request {slot.method} abandoned"))
         if not self.closed and self._task_group is not None:
             self._task_group.start_soon(self._send_cancel_request, request_id)
 
@@ -581,17 +596,17 @@ class JsonRpcConnection:
             return
         if message.error is not UNSET:
             error = message.error
-            slot.error = AgentRequestError(
-                error.code, error.message, error.data, method=slot.method
+            slot.end(
+                error=AgentRequestError(error.code, error.message, error.data, method=slot.method)
             )
         elif message.result is not UNSET:
-            slot.result = message.result
+            slot.end(result=message.result)
         else:
-            slot.error = RemoteProtocolError(
+            neither = RemoteProtocolError(
                 f"response to {slot.method} from {self.name} has neither result nor error"
             )
-            self._report(str(slot.error))
-        slot.end()
+            self._report(str(neither))
+            slot.end(error=neither)
 
     async def _serve_request(self, request_id: RequestId, method: str, params: Raw | None) -> None:
         reply: JsonRpcErrorResponse | None = None

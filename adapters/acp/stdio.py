@@ -10,8 +10,9 @@ Requests (initialize, session/new|load, set_*) are plain awaited RPCs. Turns are
 ``acquirePromptTurn``) lets one ``session/prompt`` own the session at a time, in the
 order the prompts were made. The transport's turn worker writes each ``session/prompt`` when
 the gate is free; no task waits for its answer: the reader ends the turn the moment the
-answer is read. The answer becomes ``Complete(stop_reason, prompt_generation=g)``, its JSON-RPC
-error ``ErrorEvent(error=<compact JSON of the error>, prompt_generation=g)``.
+answer is read, so its end keeps its place in the wire order (what the agent writes after
+answering follows it). The answer becomes ``Complete(stop_reason, prompt_generation=g)``, its
+JSON-RPC error ``ErrorEvent(error=<compact JSON of the error>, prompt_generation=g)``.
 
 **Steer** (``beginSteerHandoff``): when the agent advertised
 ``_meta.claudeCode.promptQueueing: true``, a steer is a second ``session/prompt`` sent at once
@@ -284,6 +285,11 @@ class _Turn:
         self.pending: Any = None  # jsonrpc.PendingRequest once sent
         self.finished = Flag()  # its end is known (answered, abandoned, or it never went)
         self.withheld: AgentEvent | None = None  # the end suppressed while handed off
+
+
+def _given_up(turn: _Turn) -> bool:
+    """Whether a cancel gave up on ``turn`` (read anew after each wait: another task sets it)."""
+    return turn.fate is _Fate.ABANDONED
 
 
 _TEXTUAL_MIME = re.compile(r"^(text/|application/(json|xml|x-yaml|yaml|javascript|toml)\b)")
@@ -1007,9 +1013,11 @@ class StdioTransport:
 
     async def prompt(self, text: str, attachments: Sequence[Attachment], generation: int) -> None:
         """Queue a turn; its end arrives as ``complete``/``error``. Before returning this
-        yields once (it cannot be cancelled there: the turn is queued), so that the turn
-        worker, woken first, writes the request of a turn the gate lets go before the caller
-        goes on: what the caller does next is not on the round trip's path."""
+        yields once (it cannot be cancelled there: the turn is queued), which gives the turn
+        worker, woken first, the chance to write the request of a turn the gate lets go
+        before the caller goes on (on asyncio it has, by the time this returns; trio runs
+        ready tasks in a random order): what the caller does next is then off the round
+        trip's path."""
         self._require_session()
         self._ensure_open()
         self._cancel_permissions()
@@ -1033,16 +1041,18 @@ class StdioTransport:
         outcome: AgentEvent | None = None
         try:
             blocks = await self._prompt_blocks(turn.text, turn.attachments)
-            if turn.fate is not _Fate.ABANDONED:
+            if not _given_up(turn):
                 self._replaying = False
                 turn.pending = await self._conn.send_request(
                     "session/prompt",
                     acp.PromptRequest(session_id=self._require_session(), prompt=blocks),
                     on_response=functools.partial(self._answered, turn),
                 )
+                if _given_up(turn):  # cancel() gave up on it during the write
+                    turn.pending.abandon()  # the agent is told; its late answer is dropped
                 return
         except TransportClosed:
-            pass  # the death handler has settled this turn
+            pass  # the death handler has settled this turn (ending it again is a no-op)
         except AcpfsmError as exc:
             outcome = self._error_event(turn, str(exc), {})
         except BaseException:
@@ -1051,8 +1061,10 @@ class StdioTransport:
         self._end_turn(turn, outcome)
 
     def _answered(self, turn: _Turn, result: Raw | None, error: Exception | None) -> None:
-        """The end of ``turn``'s ``session/prompt`` (in the reader, at once): its answer, or
-        the connection's close, or its abandonment (a :class:`TransportClosed`)."""
+        """The end of ``turn``'s ``session/prompt``, told by the connection at once: its
+        answer (in the reader, before any later line), or the connection's close or the
+        request's abandonment (a :class:`TransportClosed`; in whichever task that
+        happens)."""
         self._end_turn(turn, self._outcome(turn, result, error))
 
     def _outcome(

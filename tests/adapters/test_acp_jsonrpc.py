@@ -743,3 +743,45 @@ async def test_a_line_goes_to_the_stream_before_any_other_ready_task_runs() -> N
         await conn.notify("session/cancel", {})
         await conn.send_request("session/prompt", {})
     assert order == ["written", "written", "another task"]
+
+
+@pytest.mark.parametrize("owner", ["abandons in on_close", "on_response raises"])
+async def test_every_request_ends_once_whatever_the_owner_does_at_the_close(owner: str) -> None:
+    """At the connection's death, an ``on_close`` that abandons a request (the request then
+    ends once, abandoned) or an ``on_response`` that raises (the error propagates, and every
+    other request still ends: told, and its waiters woken)."""
+    told: list[str] = []
+    pending: list[PendingRequest] = []
+
+    def on_close(error: TransportClosed | None) -> None:
+        if owner == "abandons in on_close":
+            pending[0].abandon()
+
+    def on_response(result: msgspec.Raw | None, error: Exception | None) -> None:
+        told.append(str(error))
+        if owner == "on_response raises" and len(told) == 1:
+            raise RuntimeError("owner bug")
+
+    async def dies() -> None:
+        to_peer_w, to_peer_r = pipe()
+        from_peer_w, from_peer_r = pipe()
+        conn = JsonRpcConnection(from_peer_r, to_peer_w, on_close=on_close)
+        async with to_peer_w, to_peer_r, from_peer_w, from_peer_r, anyio.create_task_group() as tg:
+            await tg.start(conn.run)
+            for method in ("a", "b"):
+                pending.append(await conn.send_request(method, on_response=on_response))
+            await from_peer_w.aclose()  # EOF: the peer is gone
+            for request in pending:
+                with pytest.raises(TransportClosed):
+                    await request.wait()
+
+    with anyio.fail_after(5):
+        if owner == "on_response raises":
+            with pytest.raises(BaseExceptionGroup) as caught:
+                await dies()
+            assert caught.group_contains(RuntimeError, match="owner bug", depth=None)
+            assert told == ["peer disconnected before response"] * 2
+        else:
+            await dies()
+            assert told == ["request a abandoned", "peer disconnected before response"]
+    assert all(request.done for request in pending)

@@ -64,7 +64,7 @@ from acpfsm.adapters.transport import (
     reject_permission_policy,
 )
 
-from .pipes import HandPeer, Messages, PipeReader, PipeWriter, hand_peer
+from .pipes import HandPeer, HoldingWriter, Messages, PipeReader, PipeWriter, hand_peer
 
 pytestmark = pytest.mark.both_backends
 
@@ -879,6 +879,60 @@ async def test_prompt_lets_the_turn_worker_write_before_it_returns(
             assert prompts() == 1
             await peer.end_turn(await peer.next_prompt())
             await until(t, completes(1))
+
+
+async def test_a_turn_given_up_while_its_request_is_written_is_abandoned_once_written(
+    tmp_path: Path, autojump_clock: object, backend: str
+) -> None:
+    """cancel() gives up on a turn (no end within its bound) while the turn's request is
+    still being written (stdin full, after its attachments were prepared): once written, the
+    request is abandoned, so the agent is told (``$/cancel_request``) and its late answer is
+    dropped, not left running as the next turn goes out."""
+    written: list[bytes] = []
+
+    class Recording(HoldingWriter):
+        async def send(self, item: bytes) -> None:
+            await super().send(item)
+            written.append(bytes(item))
+
+    prepared = anyio.Event()
+    # the cancel's bound outlasts the start of the write (virtual time under trio)
+    config = StdioConfig(cancel_timeout=3.0 if backend == "trio" else 0.5, exit_grace=0.5)
+    with anyio.fail_after(30):
+        async with hand_peer() as peer:
+            writer = Recording(peer.writer.stream)
+            async with connect_stdio_transport(
+                peer.reader, writer, workspace=tmp_path, config=config
+            ) as t:
+                await t.initialize()
+                await t.new_session(str(tmp_path))
+                blocks = t._prompt_blocks
+
+                async def preparing(text: str, attachments: Any) -> Any:
+                    await prepared.wait()  # the attachments take a while
+                    return await blocks(text, attachments)
+
+                t._prompt_blocks = preparing  # type: ignore[method-assign]
+                await t.prompt("first", [], 1)
+                async with anyio.create_task_group() as tg:
+                    results: list[CancelResult] = []
+
+                    async def cancel() -> None:
+                        results.append(await t.cancel())
+
+                    tg.start_soon(cancel)
+                    await anyio.wait_all_tasks_blocked()  # session/cancel went out
+                    writer.hold()
+                    prepared.set()
+                    await writer.blocked.wait()  # the prompt's request is being written
+                assert results == [CancelResult(acknowledged=False)]
+                writer.release()
+                request_id = await peer.next_prompt()
+                with anyio.fail_after(5):
+                    while not any(b"$/cancel_request" in line for line in written):
+                        await anyio.sleep(0.01)
+                cancels = [json.loads(line) for line in written if b"$/cancel_request" in line]
+                assert [c["params"] for c in cancels] == [{"requestId": request_id}]
 
 
 async def test_a_turns_end_keeps_its_place_in_the_wire_order(tmp_path: Path) -> None:
