@@ -191,6 +191,7 @@ class PendingRequest:
 
     @property
     def done(self) -> bool:
+        """Ended, and its waiters woken (not yet while ``on_response`` is told)."""
         return self._slot.event.is_set()
 
     async def wait(self) -> Raw:
@@ -373,8 +374,9 @@ class JsonRpcConnection:
         :class:`AgentRequestError` for an error answer), or with a :class:`TransportClosed`
         when the connection closes or the request is abandoned first, wherever that
         happens. The request counts from the moment this is called: if the connection
-        closes before or while it is written, this raises and ``on_response`` has been told
-        of the close too; a write that is cancelled or cannot be encoded raises alone."""
+        closes before or while it is written, ``on_response`` is told of the close and this
+        raises (or, when the write still went through, returns the request already ended);
+        a write that is cancelled or cannot be encoded raises alone, and is never told."""
         if self.closed:
             raise self._closed_error()
         self._next_id += 1
@@ -401,9 +403,11 @@ class JsonRpcConnection:
             return
         self._pending.pop(request_id, None)
         self._abandoned.add(request_id)
-        slot.end(error=TransportClosed(f"request {slot.method} abandoned"))
-        if not self.closed and self._task_group is not None:
-            self._task_group.start_soon(self._send_cancel_request, request_id)
+        try:
+            slot.end(error=TransportClosed(f"request {slot.method} abandoned"))
+        finally:  # the peer is told even when the owner's on_response fails
+            if not self.closed and self._task_group is not None:
+                self._task_group.start_soon(self._send_cancel_request, request_id)
 
     async def _send_cancel_request(self, request_id: int) -> None:
         try:
@@ -605,8 +609,10 @@ class JsonRpcConnection:
             neither = RemoteProtocolError(
                 f"response to {slot.method} from {self.name} has neither result nor error"
             )
-            self._report(str(neither))
-            slot.end(error=neither)
+            try:
+                self._report(str(neither))
+            finally:  # an owner's failing report still ends the request
+                slot.end(error=neither)
 
     async def _serve_request(self, request_id: RequestId, method: str, params: Raw | None) -> None:
         reply: JsonRpcErrorResponse | None = None

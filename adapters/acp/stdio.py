@@ -1015,9 +1015,10 @@ class StdioTransport:
         """Queue a turn; its end arrives as ``complete``/``error``. Before returning this
         yields once (it cannot be cancelled there: the turn is queued), which gives the turn
         worker, woken first, the chance to write the request of a turn the gate lets go
-        before the caller goes on (on asyncio it has, by the time this returns; trio runs
-        ready tasks in a random order): what the caller does next is then off the round
-        trip's path."""
+        before the caller goes on: what the caller does next is then off the round trip's
+        path. On asyncio it has written it by the time this returns when the turn's content
+        needed no file read and no other write held the pipe; trio runs ready tasks in a
+        random order."""
         self._require_session()
         self._ensure_open()
         self._cancel_permissions()

@@ -886,8 +886,8 @@ async def test_a_turn_given_up_while_its_request_is_written_is_abandoned_once_wr
 ) -> None:
     """cancel() gives up on a turn (no end within its bound) while the turn's request is
     still being written (stdin full, after its attachments were prepared): once written, the
-    request is abandoned, so the agent is told (``$/cancel_request``) and its late answer is
-    dropped, not left running as the next turn goes out."""
+    request is abandoned: the agent is told (``$/cancel_request`` with the request's id), and
+    its late answer will be dropped."""
     written: list[bytes] = []
 
     class Recording(HoldingWriter):

@@ -9,12 +9,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
+from typing import Any
+
 import anyio
 import anyio.lowlevel
 import pytest
 
 from acpfsm.adapters.events import AgentEvent, MessageChunk, Plan, PlanEntry, Reasoning, ToolCall
+from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import EventQueue
+from acpfsm.runtime import Runtime
 
 from .memory_runtime import make_runtime, memory_agent, session_of, spec, wait_until
 
@@ -58,6 +63,31 @@ async def test_a_cancelled_consumer_stops_at_once() -> None:
     assert len(queue) == 89
 
 
+async def turn_two_with(
+    rt: Runtime,
+    execution_id: str,
+    start: Callable[[], Coroutine[Any, Any, object]],
+    burst: list[AgentEvent],
+    kinds: Any,
+) -> tuple[list[AgentEvent], int]:
+    """Turn 2 (``start``) runs while the agent sends ``burst``, then ends: the events of
+    ``kinds`` a subscriber got meanwhile, and the activity the runtime counted."""
+    session = session_of(rt, execution_id)
+    transport = session.ctx.transport
+    assert isinstance(transport, MemoryTransport)
+    async with rt.subscribe_events(execution_id, replay=False) as sub:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(start)
+            await wait_until(lambda: 2 in transport.running)
+            epoch = session.ctx.activity.epoch
+            for event in burst:
+                transport.emit(event)
+            transport.complete(2)
+        sub.close()
+        seen = [e async for e in sub if isinstance(e, kinds)]
+    return seen, session.ctx.activity.epoch - epoch
+
+
 async def test_late_text_of_a_superseded_turn_is_not_the_next_reply(time_scale: float) -> None:
     """Also inside a burst of 300 events (several of the queue's batches; the pump takes a
     run of queued chunks without a coroutine or a checkpoint per chunk and publishes it at
@@ -69,7 +99,6 @@ async def test_late_text_of_a_superseded_turn_is_not_the_next_reply(time_scale: 
         ref = await rt.launch(spec())
         await rt.wait_ready(ref.id)
         transport = ex.last
-        session = session_of(rt, ref.id)
         results = []
 
         async def prompt(text: str) -> None:
@@ -90,18 +119,11 @@ async def test_late_text_of_a_superseded_turn_is_not_the_next_reply(time_scale: 
             ]
             if i % 7 == 0:
                 burst.append(ToolCall(prompt_generation=2, tool_call_id=f"t{i}"))
-        async with rt.subscribe_events(ref.id, replay=False) as sub:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(prompt, "two")
-                await wait_until(lambda: 2 in transport.running)
-                epoch = session.ctx.activity.epoch
-                for event in burst:
-                    transport.emit(event)
-                transport.complete(2)
-            sub.close()
-            seen = [e async for e in sub if isinstance(e, MessageChunk | Reasoning | ToolCall)]
+        seen, activity = await turn_two_with(
+            rt, ref.id, lambda: prompt("two"), burst, MessageChunk | Reasoning | ToolCall
+        )
         assert seen == burst
-        assert session.ctx.activity.epoch - epoch == len(burst)
+        assert activity == len(burst)
         reply_two = "".join(f"{i}," for i in range(60))
         assert [r.agent_message for r in results] == ["reply one", reply_two]
         await rt.stop(ref.id, "done")
@@ -140,17 +162,10 @@ async def test_plans_are_taken_with_the_chunks(time_scale: float) -> None:
             Plan(prompt_generation=2),
             MessageChunk(prompt_generation=2, text="b"),
         ]
-        async with rt.subscribe_events(ref.id, replay=False) as sub:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(rt.prompt, ref.id, "one")
-                await wait_until(lambda: 2 in transport.running)
-                epoch = session.ctx.activity.epoch
-                for event in burst:
-                    transport.emit(event)
-                transport.complete(2)
-            sub.close()
-            seen = [e async for e in sub if isinstance(e, MessageChunk | Reasoning | Plan)]
+        seen, activity = await turn_two_with(
+            rt, ref.id, lambda: rt.prompt(ref.id, "two"), burst, MessageChunk | Reasoning | Plan
+        )
         assert seen == burst
         assert checked == ["Plan", "Complete"]  # the replayed plan, the turn's end
-        assert session.ctx.activity.epoch - epoch == len(burst) - 1
+        assert activity == len(burst) - 1
         await rt.stop(ref.id, "done")
