@@ -785,3 +785,34 @@ async def test_every_request_ends_once_whatever_the_owner_does_at_the_close(owne
             await dies()
             assert told == ["request a abandoned", "peer disconnected before response"]
     assert all(request.done for request in pending)
+
+
+async def test_an_answer_with_neither_result_nor_error_ends_its_request_whatever_the_report_does() -> (
+    None
+):
+    """The owner's ``on_protocol_error`` raising on such an answer (its error ends the
+    connection) does not keep the request from ending: it is told and its waiter wakes."""
+    told: list[str] = []
+
+    def report(error: RemoteProtocolError) -> None:
+        raise RuntimeError("owner bug")
+
+    request: list[PendingRequest] = []
+
+    async def answered_badly() -> None:
+        to_peer_w, to_peer_r = pipe()
+        from_peer_w, from_peer_r = pipe()
+        conn = JsonRpcConnection(from_peer_r, to_peer_w, on_protocol_error=report)
+        async with to_peer_w, to_peer_r, from_peer_w, from_peer_r, anyio.create_task_group() as tg:
+            await tg.start(conn.run)
+            request.append(
+                await conn.send_request("a", on_response=lambda r, e: told.append(str(e)))
+            )
+            await from_peer_w.send(b'{"jsonrpc":"2.0","id":1}\n')
+            await request[0].wait()
+
+    with anyio.fail_after(5), pytest.raises(BaseExceptionGroup) as caught:
+        await answered_badly()
+    assert caught.group_contains(RuntimeError, match="owner bug", depth=None)
+    assert told == ["response to a from peer has neither result nor error"]
+    assert request[0].done
