@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from acpfsm.adapters.events import Complete, MessageChunk
+from acpfsm.adapters.events import AgentEvent, Complete, MessageChunk, Plan, ToolCall
 from acpfsm.adapters.transport import CancelResult
 from acpfsm.runtime import AgentReportedError, CancelEscalated
 from acpfsm.runtime import events as le
@@ -64,6 +64,31 @@ async def test_agent_running_comes_once_before_the_ready_that_ends_a_turn(
             ex.last.complete(2)
             await p.wait()
         assert len(of_type(s, le.AgentRunning)) == 1  # once per execution
+        await rt.stop(ref.id, "done")
+
+
+@pytest.mark.parametrize(
+    "first",
+    [ToolCall(tool_call_id="t1", prompt_generation=1), Plan(prompt_generation=1)],
+    ids=["tool_call", "plan"],
+)
+async def test_the_first_activity_may_be_any_turn_content(
+    time_scale: float, first: AgentEvent
+) -> None:
+    """Not only a chunk: a tool call or a plan as the execution's first activity has
+    ``agent.running`` published at once, right before it."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref, s = await launch_session(rt, ready=True)
+        async with anyio.create_task_group() as tg:
+            p = await prompting(tg, rt, ref.id, "one")
+            ex.last.emit(first)
+            await wait_until(lambda: first in published(s))
+            kinds = [type(e).__name__ for e in published(s)]
+            assert kinds[-2:] == ["AgentRunning", type(first).__name__]
+            ex.last.complete(1)
+            await p.wait()
+        assert len(of_type(s, le.AgentRunning)) == 1
         await rt.stop(ref.id, "done")
 
 
