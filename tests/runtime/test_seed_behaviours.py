@@ -122,6 +122,25 @@ async def test_a_wakeup_turns_next_content_is_the_first_activity(time_scale: flo
         await rt.stop(ref.id, "done")
 
 
+@pytest.mark.parametrize(
+    "content", [ToolCall(tool_call_id="t1"), Plan()], ids=["tool_call", "plan"]
+)
+async def test_any_turn_content_while_ready_starts_a_wakeup_turn(
+    time_scale: float, content: AgentEvent
+) -> None:
+    """Not only a chunk: a tool call or a plan while READY is a wakeup turn's content
+    (RUNNING, ``agent.running``), and its end makes the execution READY again."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref, s = await launch_session(rt, ready=True)
+        ex.last.emit(content)
+        await wait_until(lambda: s.execution.status == "RUNNING")
+        assert len(of_type(s, le.AgentRunning)) == 1
+        ex.last.emit(Complete())
+        await wait_until(lambda: s.execution.status == "READY")
+        await rt.stop(ref.id, "done")
+
+
 async def test_agent_running_is_announced_at_the_first_activity_not_at_the_turn_end(
     time_scale: float,
 ) -> None:
