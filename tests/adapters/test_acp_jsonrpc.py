@@ -76,9 +76,12 @@ async def wired(
     max_incoming: int = 1024,
     flood_grace: float = 5.0,
     peer_reads: bool = True,
+    on_close: Any = None,
+    on_protocol_error: Any = None,
 ) -> AsyncIterator[tuple[JsonRpcConnection, Peer, Recorder]]:
     """A connection to a :class:`Peer`; with ``peer_reads=False`` the peer never reads, so
-    whatever the connection writes blocks (a full pipe)."""
+    whatever the connection writes blocks (a full pipe). The closes and protocol errors are
+    recorded unless ``on_close`` / ``on_protocol_error`` take them instead."""
     if peer_reads:
         to_peer_w, to_peer_r = pipe()
     else:
@@ -95,8 +98,8 @@ async def wired(
         to_peer_w,
         request_handler=request_handler,
         notification_handler=on_notification,
-        on_protocol_error=record.protocol_errors.append,
-        on_close=record.closes.append,
+        on_protocol_error=on_protocol_error or record.protocol_errors.append,
+        on_close=on_close or record.closes.append,
         peer_info=peer_info,
         max_line_bytes=max_line_bytes,
         max_incoming=max_incoming,
@@ -763,14 +766,10 @@ async def test_every_request_ends_once_whatever_the_owner_does_at_the_close(owne
             raise RuntimeError("owner bug")
 
     async def dies() -> None:
-        to_peer_w, to_peer_r = pipe()
-        from_peer_w, from_peer_r = pipe()
-        conn = JsonRpcConnection(from_peer_r, to_peer_w, on_close=on_close)
-        async with to_peer_w, to_peer_r, from_peer_w, from_peer_r, anyio.create_task_group() as tg:
-            await tg.start(conn.run)
+        async with wired(on_close=on_close) as (conn, peer, _):
             for method in ("a", "b"):
                 pending.append(await conn.send_request(method, on_response=on_response))
-            await from_peer_w.aclose()  # EOF: the peer is gone
+            await peer.outbox.aclose()  # EOF: the peer is gone
             for request in pending:
                 with pytest.raises(TransportClosed):
                     await request.wait()
@@ -800,15 +799,11 @@ async def test_an_answer_with_neither_result_nor_error_ends_its_request_whatever
     request: list[PendingRequest] = []
 
     async def answered_badly() -> None:
-        to_peer_w, to_peer_r = pipe()
-        from_peer_w, from_peer_r = pipe()
-        conn = JsonRpcConnection(from_peer_r, to_peer_w, on_protocol_error=report)
-        async with to_peer_w, to_peer_r, from_peer_w, from_peer_r, anyio.create_task_group() as tg:
-            await tg.start(conn.run)
+        async with wired(on_protocol_error=report) as (conn, peer, _):
             request.append(
                 await conn.send_request("a", on_response=lambda r, e: told.append(str(e)))
             )
-            await from_peer_w.send(b'{"jsonrpc":"2.0","id":1}\n')
+            await peer.write_raw(b'{"jsonrpc":"2.0","id":1}\n')
             await request[0].wait()
 
     with anyio.fail_after(5), pytest.raises(BaseExceptionGroup) as caught:
