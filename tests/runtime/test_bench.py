@@ -137,7 +137,8 @@ def test_tiny_bench_prints_every_goal_and_every_row(capsys: pytest.CaptureFixtur
         rows = {(r := _cells(line, name))[0]: r for line in _lines(out, name)}
         assert sorted(rows) == ["asyncio", "trio"], (name, rows)
         assert all(NUMBER.match(c) for r in rows.values() for c in r[1:4]), (name, rows)
-        assert all(r[4].endswith("%") for r in rows.values()), (name, rows)
+        # a share of the extra, or n/a when a tiny sample shows no extra at all
+        assert all(r[4].endswith("%") or r[4] == "n/a" for r in rows.values()), (name, rows)
     name = "chart engine (fire, coordination)"
     engine = [_cells(line, name) for line in _lines(out, name)]
     assert [r[1] for r in engine] == ["0", "0"], engine  # the bare transport fires no chart
