@@ -105,10 +105,6 @@ class EventPump:
 
     async def handle(self, event: ev.AgentEvent) -> None:
         ctx = self.ctx
-        kind = type(event)
-        if kind is ev.MessageChunk or kind is ev.Reasoning:
-            await self._content(cast("ev.MessageChunk | ev.Reasoning", event))
-            return
         if isinstance(event, ev.Complete | ev.ErrorEvent):
             self.permissions.turn_ended(event.prompt_generation)
             await self.turns.completion(event)
@@ -142,26 +138,10 @@ class EventPump:
             )
         elif isinstance(event, ev.ForegroundIdle) and event.prompt_handoff:
             await self.turns.handoff(event)
-        ctx.publish(event)
-
-    async def _content(self, event: ev.MessageChunk | ev.Reasoning) -> None:
-        """The high-rate turn content (message and thought chunks), as :meth:`handle` treats
-        any event, without its dispatch: activity, the reply text, published. A chart is
-        fired only while the first activity is yet to be announced or a wakeup is watched
-        (otherwise :meth:`run` takes it itself)."""
-        status = self.status
-        if not status.first_activity.ended:
-            await status.activity()
-        act = self.ctx.activity
-        act.last_at = self._clock()
-        act.since_prompt = True
-        act.epoch += 1
-        if status.watching_wakeup:
-            await status.turn_content()  # a wakeup turn (R26) when READY
-        text = _reply(event, self._newest())
+        text = _reply(event, self._newest())  # a chunk a chart heard of (else run() took it)
         if text:
-            self.ctx.message.append(text)
-        self.ctx.hub.publish(event)
+            ctx.message.append(text)
+        ctx.publish(event)
 
     def _record_activity(self, event: ev.AgentEvent) -> bool:
         """Stall accounting for ``event``; True when it is turn content that may start a
