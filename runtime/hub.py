@@ -229,7 +229,13 @@ class EventHub:
         call, one trim of the backlog and one hand-over to each subscriber."""
         if self._closed or not events:
             return
-        sizes = [event_size(event) for event in events]
+        # a chunk's size as event_size gives it, with no call per chunk
+        sizes = [
+            EVENT_OVERHEAD + len(e.text)
+            if type(e) is MessageChunk and not e.content_blocks
+            else event_size(e)
+            for e in events
+        ]
         total = sum(sizes)
         self._published += len(events)
         self._backlog.extend(events)

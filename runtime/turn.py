@@ -37,7 +37,7 @@ from typing import Any, Self
 import anyio
 
 from acpfsm.adapters.errors import AcpfsmError
-from acpfsm.adapters.events import TurnUpdate, is_turn_content
+from acpfsm.adapters.events import MessageChunk, TurnUpdate, is_turn_content
 from acpfsm.adapters.transport import Attachment
 
 from .errors import PromptError
@@ -196,7 +196,7 @@ class Turn:
             generation = self._generation
             if (
                 generation is not None
-                and is_turn_content(event)
+                and (type(event) is MessageChunk or is_turn_content(event))  # no call per chunk
                 and event.prompt_generation == generation
             ):
                 return event

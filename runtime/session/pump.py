@@ -82,9 +82,10 @@ class EventPump:
                     or kind is reasoning
                     or (kind is plan and not cast("ev.Plan", event).replayed)  # else history
                 ):
-                    text = _reply(event, newest)
-                    if text:
-                        message.append(text)
+                    if kind is chunk:  # _reply's test, read per chunk (no call)
+                        c = cast("ev.MessageChunk", event)
+                        if c.text and c.role != "user" and not 0 < c.prompt_generation < newest:
+                            message.append(c.text)
                     taken.append(event)  # type: ignore[arg-type]
                     event = take()
                 if taken:
