@@ -30,7 +30,10 @@ def loop_clock() -> Callable[[], float]:
     if library == "asyncio":
         import asyncio
 
-        return asyncio.get_running_loop().time
+        loop = asyncio.get_running_loop()
+        if type(loop).time is asyncio.BaseEventLoop.time:
+            return time.monotonic  # what that loop's time() returns, with no method call
+        return loop.time
     import anyio  # pragma: no cover - a backend anyio may add
 
     return anyio.current_time  # pragma: no cover

@@ -108,6 +108,12 @@ def rules_from(table: tuple[Rule, ...]) -> dict[tuple[str, str], tuple[Rule, ...
 
 
 _DEFAULT = rules_from(COORDINATION)
+_RULED: dict[str, frozenset[str]] = {
+    chart: frozenset(state for c, state in _DEFAULT if c == chart) for chart, _ in _DEFAULT
+}
+"""The states of each chart the default table has rules for (a step entering none of them
+coordinates nothing: most do)."""
+_NONE: frozenset[str] = frozenset()
 
 
 Fired = tuple[ChartMachine, Step]
@@ -125,6 +131,8 @@ def fire(
 ) -> list[Fired]:
     """Fire ``event`` with ``data`` on ``machine``, then :func:`coordinate` what follows."""
     step = machine.fire(event, **data)
+    if table is None and _RULED.get(step.chart, _NONE).isdisjoint(step.entered):
+        return [(machine, step)]  # what coordinate() gives for it, with no lookup made
     return coordinate(machines, machine, step, data, table=table, limit=limit)
 
 

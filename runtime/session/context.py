@@ -45,6 +45,7 @@ log = logging.getLogger("acpfsm.runtime")
 
 Handler = Callable[[Effect, ChartMachine], Awaitable[None] | None]
 """Performs one effect of a step ``machine`` took."""
+_NO_HANDLERS: Mapping[str, Handler] = {}
 
 
 def utcnow() -> dt.datetime:
@@ -170,7 +171,7 @@ class ExecutionContext:
         """kandev's ``promptLifecycleMu``: generation ownership (begin, claims, steer)."""
         self.machines: dict[str, ChartMachine] = {}
         """The current machine of each chart, by chart name (what coordination reaches)."""
-        self._handlers: dict[tuple[str, str], Handler] = {}
+        self._handlers: dict[str, dict[str, Handler]] = {}  # chart → effect name → handler
         self._listeners: dict[str, Callable[[], None]] = {}
         self.mcp: ExecutionMcp | None = None
         """The execution's MCP side (its servers, tool server and mode), when it has one."""
@@ -190,8 +191,7 @@ class ExecutionContext:
 
     def handle(self, chart: str, effects: Mapping[str, Handler]) -> None:
         """Register the handlers of ``chart``'s effects."""
-        for name, handler in effects.items():
-            self._handlers[(chart, name)] = handler
+        self._handlers.setdefault(chart, {}).update(effects)
 
     def fire(self, machine: ChartMachine, event: str, **data: Any) -> list[Fired]:
         """Fire ``event`` and what the coordination table makes follow (nothing performed)."""
@@ -207,8 +207,9 @@ class ExecutionContext:
             listener = self._listeners.get(step.chart)
             if listener is not None:
                 listener()
+            handlers = self._handlers.get(step.chart, _NO_HANDLERS)
             for effect in step.effects:
-                handler = self._handlers.get((step.chart, effect.name))
+                handler = handlers.get(effect.name)
                 if handler is None:
                     raise AcpfsmError(
                         f"{step.chart}: no handler for effect {effect.name!r}", execution_id=self.id

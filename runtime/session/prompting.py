@@ -45,6 +45,7 @@ from .context import ExecutionContext
 from .crash import copy_of
 from .flows import FLOW, accepts_prompts, after_unreachable, trigger_fact, wants
 from .init import InitDriver
+from .stall import StallWatchdog
 from .status import StatusDriver
 from .stream import StreamDriver
 from .turns import Generation, TurnDriver
@@ -75,6 +76,8 @@ class PromptDriver:
         self.init = init
         self.canceller = canceller
         self._spawn = spawn
+        self.stalls = StallWatchdog(ctx)
+        """The stall watchdog of the waits (its task runs with the execution's)."""
         self.prompt_lock = anyio.Lock(fast_acquire=True)  # no yield when it is free
         """kandev's ``promptMu``: one ordinary prompt at a time, through its completion (its
         acquisition still raises in a cancelled caller)."""
@@ -343,12 +346,9 @@ class PromptDriver:
         self._raise_for(generation)
 
     async def _wait(self, generation: Generation) -> PromptResult:
-        """waitForPromptDone with the stall watchdog."""
-        while not generation.done.is_set():
-            with anyio.move_on_after(self.ctx.timeouts.stall_tick):
-                await generation.done.wait()
-            if not generation.done.is_set():
-                await self.ctx.perform(self.turns.check_stall(generation))
+        """waitForPromptDone, with the stall watchdog ticking meanwhile."""
+        self.stalls.watch(generation)
+        await generation.done.wait()
         return self._raise_for(generation)
 
     def _raise_for(self, generation: Generation) -> PromptResult:

@@ -12,7 +12,6 @@ reply text, model updates, history, a handoff, and is published. It decides noth
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
 
 import anyio
 
@@ -76,14 +75,17 @@ class EventPump:
             event: ev.AgentEvent | None = first
             if first_activity.ended and not status.watching_wakeup:
                 taken: list[ev.AgentEvent] = []
-                newest = self._newest()
+                newest: int | None = None  # looked up at the first chunk
+                # (no cast() below: it is a call, and this runs per event)
                 while (
                     (kind := type(event)) is chunk
                     or kind is reasoning
-                    or (kind is plan and not cast("ev.Plan", event).replayed)  # else history
+                    or (kind is plan and not event.replayed)  # type: ignore[union-attr]
                 ):
-                    if kind is chunk:  # _reply's test, read per chunk (no call)
-                        c = cast("ev.MessageChunk", event)
+                    if kind is chunk:  # _reply's test, with no call per chunk
+                        c: ev.MessageChunk = event  # type: ignore[assignment]
+                        if newest is None:
+                            newest = self._newest()
                         if c.text and c.role != "user" and not 0 < c.prompt_generation < newest:
                             message.append(c.text)
                     taken.append(event)  # type: ignore[arg-type]

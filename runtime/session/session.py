@@ -138,6 +138,7 @@ class ExecutionSession(SessionViews):
                     self.stream.attach(tg)  # the redials and the reconnect budget run here
                     tg.start_soon(self.pump.run)
                     tg.start_soon(self.init.run)
+                    tg.start_soon(self.prompts.stalls.run)
                     await self._stop_requested.wait()
                     tg.cancel_scope.cancel()
         except BaseException as exc:

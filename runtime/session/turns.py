@@ -253,15 +253,6 @@ class TurnDriver:
         fired = await ctx.step(generation.machine, "stream_lost", error=error, final=final)
         return bool(wants(fired, "claim_disconnect"))
 
-    def check_stall(self, generation: Generation) -> list[Fired]:
-        """The stall watchdog's tick (``waitForPromptDone``): a stall fact once the quiet
-        lasted the threshold."""
-        act = self.ctx.activity
-        quiet = anyio.current_time() - act.last_at
-        if quiet < self.ctx.timeouts.stall_threshold:
-            return []
-        return self.ctx.fire(generation.machine, "stall_detected", stalled_for=quiet)
-
     # --- effects -------------------------------------------------------------------------------
 
     def _arm_activity(self, effect: Effect, machine: ChartMachine) -> None:

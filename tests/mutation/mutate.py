@@ -152,6 +152,7 @@ TARGETS: tuple[Target, ...] = (
                 "session",
                 "status",
                 "steering",
+                "stall",
                 "stream",
                 "turns",
             )

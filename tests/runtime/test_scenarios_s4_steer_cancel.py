@@ -932,6 +932,60 @@ async def test_s119_metadata_event_is_not_turn_content(
         assert len(stalls) == 1 and stalls[0].never_started is True
 
 
+async def test_stall_ticks_are_counted_from_each_wait(
+    time_scale: float, autojump_clock: object, backend: str
+) -> None:
+    """kandev starts the stall ticker when a wait starts: a prompt sent 40 s after the
+    previous turn ended, to an agent that stays silent, is reported stalled on its own fifth
+    tick, exactly 5 minutes after its dispatch (ticks counted from the execution's start
+    would find 4 min 20 s at their fifth and report it 20 s late)."""
+    ex = MemoryExecutor()
+    ts = stall_scale(time_scale)
+    async with make_runtime(ex, time_scale=ts) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+        async with anyio.create_task_group() as tg:
+            first = start_prompt(tg, rt, eid, "one")
+            await wait_until(live(s, 1))
+            await anyio.sleep(10 * ts)
+            tr.complete(1)
+        assert first.result is not None
+        await anyio.sleep(30 * ts)
+        async with anyio.create_task_group() as tg:
+            second = start_prompt(tg, rt, eid, "two")
+            await wait_until(live(s, 2))
+            await until_stalled(rt, s)
+            tr.complete(2)
+        assert second.result is not None
+        (stall,) = published(s, le.AgentStalled)
+        assert stall.prompt_generation == 2
+        records = s.transitions("prompt_generation", 2)
+        dispatched = next(r.time for r in records if r.event == "dispatch_accepted")
+        stalled = next(r.time for r in records if r.event == "stall_detected")
+        assert stalled - dispatched >= 300 * ts * (1 - 1e-9)
+        if backend == "trio":
+            assert stalled - dispatched == pytest.approx(300.0, abs=1e-6)
+
+
+async def test_a_stall_tick_that_is_not_positive_turns_the_watchdog_off(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """``stall_tick=0``: no tick at all (a zero tick would spin), so no stall is reported
+    however long the agent stays silent, even with a zero threshold."""
+    ex = MemoryExecutor()
+    zero = {"stall_tick": 0.0, "stall_threshold": 0.0}
+    async with make_runtime(ex, time_scale=time_scale, timeouts=zero) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+        async with anyio.create_task_group() as tg:
+            run = start_prompt(tg, rt, eid, "work")
+            await wait_until(live(s))
+            await settle()
+            assert published(s, le.AgentStalled) == []
+            await anyio.sleep(600 * time_scale)
+            assert published(s, le.AgentStalled) == []
+            tr.complete(1)
+        assert run.result is not None and run.result.stop_reason == "end_turn"
+
+
 async def test_s121_active_tool_tracking(time_scale: float, autojump_clock: object) -> None:
     """A top-level ``tool_call`` sets the active tool; a subagent ``tool_call`` (with a parent
     id) leaves it unchanged; a terminal ``tool_update`` of the top-level tool clears it. The
