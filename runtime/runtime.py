@@ -397,12 +397,14 @@ class Runtime:
         return await self.prompt(execution_id, prompt)
 
     async def stop(self, execution_id: str, reason: str, *, force: bool = False) -> Execution:
-        """Stop the agent and remove the execution; returns its final snapshot."""
+        """Stop the agent and remove the execution; returns its final snapshot. A caller
+        cancelled before the stop began stops nothing, and the execution stays."""
         session = self._session(execution_id)
         try:
             return await session.stop(reason, force=force)
         finally:
-            self._forget(session)
+            if session.stopping:
+                self._forget(session)
 
     def get_execution(self, execution_id: str) -> Execution:
         return self._session(execution_id).snapshot()

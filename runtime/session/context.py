@@ -25,7 +25,7 @@ import anyio
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
 from acpfsm.adapters.mcp_servers import McpServer, mcp_server_kind, split_mcp_servers
-from acpfsm.adapters.transport import AgentTransport
+from acpfsm.adapters.transport import AgentTransport, Mutex
 from acpfsm.statecharts import Chart, ChartMachine, Effect, EngineName
 from acpfsm.statecharts.coordination import Fired, fire
 
@@ -167,8 +167,11 @@ class ExecutionContext:
         self.crashed: ExecutionCrashed | None = None
         """Set once the execution's own code failed (see :mod:`.crash`): what its waiters
         raise."""
-        self.lifecycle_lock = anyio.Lock(fast_acquire=True)  # no yield when it is free
-        """kandev's ``promptLifecycleMu``: generation ownership (begin, claims, steer)."""
+        self.lifecycle_lock = Mutex(check_cancelled=False)
+        """kandev's ``promptLifecycleMu``: generation ownership (begin, claims, steer). Taking
+        it free checks no cancellation: a caller's operation checks once at its start (a
+        prompt taking ``prompt_lock``, a steer waiting for admission, ``cancel`` and
+        ``stop`` themselves); its other holders are the execution's own tasks."""
         self.machines: dict[str, ChartMachine] = {}
         """The current machine of each chart, by chart name (what coordination reaches)."""
         self._handlers: dict[str, dict[str, Handler]] = {}  # chart → effect name → handler

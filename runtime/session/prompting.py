@@ -22,7 +22,7 @@ import anyio
 
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
-from acpfsm.adapters.transport import Attachment, Flag
+from acpfsm.adapters.transport import Attachment, Flag, Mutex
 from acpfsm.statecharts import ErrorClass
 
 from ..errors import (
@@ -78,7 +78,7 @@ class PromptDriver:
         self._spawn = spawn
         self.stalls = StallWatchdog(ctx)
         """The stall watchdog of the waits (its task runs with the execution's)."""
-        self.prompt_lock = anyio.Lock(fast_acquire=True)  # no yield when it is free
+        self.prompt_lock = Mutex()  # no yield when it is free
         """kandev's ``promptMu``: one ordinary prompt at a time, through its completion (its
         acquisition still raises in a cancelled caller)."""
 

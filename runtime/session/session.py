@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from acpfsm.adapters.errors import AcpfsmError, TransportClosed
 from acpfsm.adapters.transport import (
@@ -160,6 +161,11 @@ class ExecutionSession(SessionViews):
         """End the execution's tasks and close its transport (a crash, or a stop)."""
         self._stop_requested.set()
 
+    @property
+    def stopping(self) -> bool:
+        """Its tasks were told to end (a stop got that far, or a crash)."""
+        return self._stop_requested.is_set()
+
     def _turn_over(self, generation: int) -> bool:
         """The generation's chart says its turn is over (ended or superseded)."""
         g = self.turns.generations.get(generation)
@@ -304,6 +310,7 @@ class ExecutionSession(SessionViews):
 
     async def _stop(self, reason: str, *, force: bool) -> ExecutionSnapshot:
         ctx = self.ctx
+        await anyio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller stops nothing
         self.permissions.close("the execution stopped")
         if not self.status.ended:
             async with ctx.lifecycle_lock:
@@ -315,15 +322,17 @@ class ExecutionSession(SessionViews):
         else:  # already STOPPED (R32): close the stream too
             await self.stream.close()
         transport = ctx.transport
-        if not force and transport is not None and ctx.crashed is None:
-            # a graceful stop first (agentctl's /api/v1/stop); its failure is only logged.
-            # A stdio agent has none: its shutdown escalates close stdin → SIGTERM → SIGKILL.
-            with anyio.move_on_after(ctx.timeouts.cancel_wait):
-                try:
-                    await transport.stop_agent()
-                except AcpfsmError as exc:
-                    log.warning("graceful agent stop failed for %s: %s", ctx.id, exc)
-        self._stop_requested.set()
+        try:
+            if not force and transport is not None and ctx.crashed is None:
+                # a graceful stop first (agentctl's /api/v1/stop); its failure is only logged.
+                # A stdio agent has none: its shutdown escalates close stdin → SIGTERM → SIGKILL.
+                with anyio.move_on_after(ctx.timeouts.cancel_wait):
+                    try:
+                        await transport.stop_agent()
+                    except AcpfsmError as exc:
+                        log.warning("graceful agent stop failed for %s: %s", ctx.id, exc)
+        finally:  # STOPPED: its tasks end even when the caller is cancelled meanwhile
+            self._stop_requested.set()
         with anyio.CancelScope(shield=True):
             await self._finished.wait()
         return self.snapshot()

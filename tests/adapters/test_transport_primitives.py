@@ -1,9 +1,10 @@
 """The transport's small pieces: :class:`Flag` (a one-shot event that allocates only when
-waited on) and :class:`Wakeup`, :class:`PermissionPrompts` asking and withdrawing, and the
-refusing option."""
+waited on), :class:`Wakeup` and :class:`Mutex`, :class:`PermissionPrompts` asking and
+withdrawing, and the refusing option."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -11,7 +12,14 @@ import anyio.lowlevel
 import pytest
 
 from acpfsm.adapters.events import PermissionOption, PermissionRequest
-from acpfsm.adapters.transport import EventQueue, Flag, PermissionPrompts, Wakeup, reject_option
+from acpfsm.adapters.transport import (
+    EventQueue,
+    Flag,
+    Mutex,
+    PermissionPrompts,
+    Wakeup,
+    reject_option,
+)
 
 pytestmark = pytest.mark.both_backends
 
@@ -207,6 +215,103 @@ async def test_a_wait_on_a_flag_or_a_wakeup_ends_with_its_cancel_scope_and_leave
             flag.set()
             wakeup.wake()
     assert sorted(woken) == ["flag", "wakeup"]
+
+
+async def test_a_free_mutex_is_taken_with_no_scheduler_pass() -> None:
+    mutex = Mutex()
+    ran: list[str] = []
+
+    async def other() -> None:
+        ran.append("other")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(other)
+        async with mutex:
+            assert mutex.locked() and ran == []
+        assert not mutex.locked() and ran == []
+
+
+async def test_a_taken_mutex_goes_to_its_waiters_first_come_first_served() -> None:
+    mutex = Mutex()
+    held: list[str] = []
+
+    async def take(name: str) -> None:
+        async with mutex:
+            held.append(name)
+            await anyio.lowlevel.checkpoint()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            async with mutex:
+                for name in ("b", "c", "d"):
+                    tg.start_soon(take, name)
+                    await anyio.wait_all_tasks_blocked()  # queued in this order
+                held.append("a")
+            assert mutex.locked()  # handed over, never free in between
+    assert held == ["a", "b", "c", "d"]
+    assert not mutex.locked()
+
+
+async def test_a_waiter_cancelled_before_its_turn_leaves_the_queue() -> None:
+    mutex = Mutex()
+    held: list[str] = []
+    leaving = anyio.CancelScope()
+
+    async def take(name: str) -> None:
+        with leaving if name == "b" else anyio.CancelScope():
+            async with mutex:
+                held.append(name)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg, mutex:
+            for name in ("b", "c"):
+                tg.start_soon(take, name)
+                await anyio.wait_all_tasks_blocked()
+            leaving.cancel()
+            await anyio.wait_all_tasks_blocked()
+    assert held == ["c"]
+    assert not mutex.locked()
+
+
+def test_a_waiter_cancelled_as_it_is_handed_the_mutex_hands_it_on() -> None:
+    """asyncio's own ``Task.cancel`` can land after the release woke the waiter and before
+    it ran (anyio's scopes wait for such a task to run first): the waiter's wait raises,
+    and it passes the mutex to the next one instead of keeping it."""
+
+    async def main() -> list[str]:
+        mutex = Mutex()
+        held: list[str] = []
+
+        async def take(name: str) -> None:
+            async with mutex:
+                held.append(name)
+
+        async with mutex:
+            first = asyncio.ensure_future(take("b"))
+            second = asyncio.ensure_future(take("c"))
+            for _ in range(3):
+                await asyncio.sleep(0)  # both queued
+        first.cancel()  # b was handed it by the release just now
+        await asyncio.wait_for(second, 5)
+        assert first.cancelled() and not mutex.locked()
+        return held
+
+    assert asyncio.run(main()) == ["c"]
+
+
+async def test_taking_a_mutex_checks_cancellation_unless_told_not_to() -> None:
+    checked, unchecked = Mutex(), Mutex(check_cancelled=False)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        with pytest.raises(anyio.get_cancelled_exc_class()):
+            async with checked:
+                pass
+        assert not checked.locked()
+        async with unchecked:
+            assert unchecked.locked()
+        assert not unchecked.locked()
+        await anyio.lowlevel.checkpoint()  # the caller meets its cancellation here
+    assert scope.cancelled_caught
 
 
 @pytest.mark.parametrize("first", ["trio", "asyncio"])

@@ -219,6 +219,67 @@ async def test_a_caller_cancelled_before_it_prompts_admits_no_turn(time_scale: f
         await rt.stop(ref.id, "done")
 
 
+async def test_a_caller_cancelled_before_it_cancels_or_stops_changes_nothing(
+    time_scale: float,
+) -> None:
+    """A caller whose scope is already cancelled when it calls ``cancel`` or ``stop`` (the
+    lifecycle lock free: taking it checks no cancellation) is refused at once: the turn goes
+    on (no ``session/cancel`` sent, its chart unmoved) and the execution is not stopped."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref, s = await launch_session(rt, ready=True)
+        agent = ex.last
+        async with anyio.create_task_group() as tg:
+            p = start(tg, rt.prompt, ref.id, "work")
+            await wait_until(lambda: live(s, 1))
+            for call in (lambda: rt.cancel(ref.id), lambda: rt.stop(ref.id, "never")):
+                with anyio.CancelScope() as scope:
+                    scope.cancel()
+                    await call()
+                assert scope.cancelled_caught
+            await settle()
+            assert sent(agent, "cancel") == []
+            assert s.current is not None and s.current.machine.is_in("awaited")
+            assert rt.get_execution(ref.id).status == "RUNNING"
+            agent.complete(1)
+            await p.wait()
+        assert p.error is None and p.prompt_result.generation == 1
+        await rt.stop(ref.id, "done")
+
+
+async def test_a_stop_whose_caller_leaves_during_the_graceful_stop_still_ends_it(
+    time_scale: float,
+) -> None:
+    """The caller of ``stop`` is cancelled while the agent's graceful stop is under way: the
+    execution, STOPPED already, still ends its tasks and is removed (nothing is left running
+    that nobody can reach)."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref, s = await launch_session(rt, ready=True)
+        asked = anyio.Event()
+
+        async def stop_agent() -> None:
+            asked.set()
+            await anyio.sleep_forever()
+
+        ex.last.handlers["stop_agent"] = stop_agent
+        async with anyio.create_task_group() as tg:
+            scope = anyio.CancelScope()
+
+            async def stopping() -> None:
+                with scope:
+                    await rt.stop(ref.id, "bye")
+
+            tg.start_soon(stopping)
+            await asked.wait()
+            scope.cancel()
+        assert scope.cancelled_caught
+        with anyio.fail_after(5):
+            await s.wait_finished()
+        assert s.snapshot().status == "STOPPED"
+        assert rt.list_executions() == []
+
+
 async def test_a_caller_that_leaves_an_unanswered_turn_does_not_block_the_next(
     time_scale: float, autojump_clock: object
 ) -> None:
