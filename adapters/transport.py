@@ -346,7 +346,8 @@ class Mutex:
     without, it takes a free mutex whatever the caller's scopes say (the caller meets its
     cancellation at its next checkpoint). A taken mutex queues its callers first come,
     first served: its release hands it to the first one still waiting (a waiter cancelled
-    while it was being handed the mutex hands it on)."""
+    while it was being handed the mutex hands it on). It is not re-entrant and knows no
+    owner: a task that takes it twice waits for itself."""
 
     __slots__ = ("_check", "_locked", "_waiters")
 

@@ -31,7 +31,7 @@ def loop_clock() -> Callable[[], float]:
         import asyncio
 
         loop = asyncio.get_running_loop()
-        if type(loop).time is asyncio.BaseEventLoop.time:
+        if getattr(loop.time, "__func__", None) is asyncio.BaseEventLoop.time:
             return time.monotonic  # what that loop's time() returns, with no method call
         return loop.time
     import anyio  # pragma: no cover - a backend anyio may add

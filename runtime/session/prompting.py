@@ -348,7 +348,10 @@ class PromptDriver:
     async def _wait(self, generation: Generation) -> PromptResult:
         """waitForPromptDone, with the stall watchdog ticking meanwhile."""
         self.stalls.watch(generation)
-        await generation.done.wait()
+        try:
+            await generation.done.wait()
+        finally:
+            self.stalls.unwatch(generation)
         return self._raise_for(generation)
 
     def _raise_for(self, generation: Generation) -> PromptResult:

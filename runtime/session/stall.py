@@ -4,8 +4,9 @@ one per execution.
 kandev starts a ticker for every wait: every ``stall_tick`` (1 minute) from the moment a
 caller starts waiting for its prompt's turn, it compares the agent's quiet with
 ``stall_threshold`` (5 minutes). The same ticks here come from one task per execution that
-sleeps in a cancel scope whose deadline the waiter moves (:meth:`StallWatchdog.watch`): a
-wait costs setting one deadline, not entering and leaving a cancel scope. A tick fires
+sleeps in a cancel scope whose deadline the waiter moves (:meth:`StallWatchdog.watch` when
+it starts waiting; :meth:`~StallWatchdog.unwatch` when it stops): a wait costs moving a
+deadline, not entering and leaving a cancel scope. A tick fires
 ``stall_detected`` at the waited generation once the quiet lasted the threshold; its chart
 reports a stall once per wait and ignores the fact where it does not apply.
 """
@@ -34,12 +35,18 @@ class StallWatchdog:
 
     def watch(self, generation: Generation) -> None:
         """A caller waits for ``generation`` from now: its ticks start, one ``stall_tick``
-        apart, the first one tick from now; they end once its waiter is released (or with
-        the execution)."""
+        apart, the first one tick from now, until :meth:`unwatch`."""
         tick = self.ctx.timeouts.stall_tick
         if tick > 0:
             self._waited = generation
             self._arm(anyio.current_time() + tick)
+
+    def unwatch(self, generation: Generation) -> None:
+        """The caller no longer waits for ``generation`` (released, or it left): no more
+        ticks for it (the deadline is left as it is: the next wait moves it, and a tick
+        that finds no wait turns it off)."""
+        if self._waited is generation:
+            self._waited = None
 
     def _arm(self, deadline: float) -> None:
         self._deadline = deadline
@@ -56,11 +63,15 @@ class StallWatchdog:
             with anyio.CancelScope(deadline=self._deadline) as self._scope:
                 await anyio.sleep_forever()
             self._scope = None
+            now = clock()
+            if now < self._deadline:
+                continue  # armed again meanwhile, for a later tick
             generation = self._waited
-            if generation is None or generation.done.is_set():
-                self._waited, self._deadline = None, math.inf
+            if generation is None:  # nobody waits: off until the next wait
+                self._deadline = math.inf
                 continue
-            self._deadline += tick
-            quiet = clock() - ctx.activity.last_at
+            # the next tick of this wait; ticks a late wake missed are dropped, as Go's are
+            self._deadline += tick * (math.floor((now - self._deadline) / tick) + 1)
+            quiet = now - ctx.activity.last_at
             if quiet >= ctx.timeouts.stall_threshold:
                 await ctx.step(generation.machine, "stall_detected", stalled_for=quiet)

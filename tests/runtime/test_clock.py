@@ -20,8 +20,9 @@ async def test_the_clock_is_the_running_loops(backend: str) -> None:
 
 
 def test_an_asyncio_loop_that_keeps_its_own_time_is_asked_for_it() -> None:
-    """A loop whose ``time()`` is its own (not the monotonic clock plain asyncio reads) is
-    the clock; a plain loop's values are the monotonic clock's, read directly."""
+    """A loop whose ``time()`` is its own (a subclass's, or one patched on the loop: not the
+    monotonic clock plain asyncio reads) is the clock; a plain loop's values are the
+    monotonic clock's, read directly."""
 
     class OwnTime(asyncio.SelectorEventLoop):
         def time(self) -> float:
@@ -35,6 +36,12 @@ def test_an_asyncio_loop_that_keeps_its_own_time_is_asked_for_it() -> None:
         assert own.run_until_complete(read()) == 1234.5
     finally:
         own.close()
+    patched = asyncio.new_event_loop()
+    patched.time = lambda: 42.0  # type: ignore[method-assign]  # as fake-time tools do
+    try:
+        assert patched.run_until_complete(read()) == 42.0
+    finally:
+        patched.close()
     before = time.monotonic()
     assert before <= asyncio.run(read()) <= time.monotonic()
 

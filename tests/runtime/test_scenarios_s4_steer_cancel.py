@@ -43,6 +43,7 @@ from acpfsm.runtime import (
     NotReadyForPrompts,
     PromptDispatchError,
     PromptResult,
+    PromptTimeout,
     Runtime,
     SteerAttachmentMaterializationError,
     SteerDispatchTimeout,
@@ -935,10 +936,11 @@ async def test_s119_metadata_event_is_not_turn_content(
 async def test_stall_ticks_are_counted_from_each_wait(
     time_scale: float, autojump_clock: object, backend: str
 ) -> None:
-    """kandev starts the stall ticker when a wait starts: a prompt sent 40 s after the
-    previous turn ended, to an agent that stays silent, is reported stalled on its own fifth
-    tick, exactly 5 minutes after its dispatch (ticks counted from the execution's start
-    would find 4 min 20 s at their fifth and report it 20 s late)."""
+    """kandev starts the stall ticker when a wait starts, and so does the watchdog here
+    (one ticker per execution that each wait re-arms): a prompt sent 40 s after the previous
+    turn ended, to an agent that stays silent, is reported stalled on its own fifth tick,
+    exactly 5 minutes after its dispatch (not on a tick of the previous wait's, nor of the
+    execution's start)."""
     ex = MemoryExecutor()
     ts = stall_scale(time_scale)
     async with make_runtime(ex, time_scale=ts) as rt:
@@ -956,14 +958,40 @@ async def test_stall_ticks_are_counted_from_each_wait(
             await until_stalled(rt, s)
             tr.complete(2)
         assert second.result is not None
-        (stall,) = published(s, le.AgentStalled)
-        assert stall.prompt_generation == 2
+        stalls = [e for e in published(s, le.AgentStalled) if e.prompt_generation == 2]
+        assert len(stalls) == 1
         records = s.transitions("prompt_generation", 2)
         dispatched = next(r.time for r in records if r.event == "dispatch_accepted")
         stalled = next(r.time for r in records if r.event == "stall_detected")
         assert stalled - dispatched >= 300 * ts * (1 - 1e-9)
         if backend == "trio":
             assert stalled - dispatched == pytest.approx(300.0, abs=1e-6)
+
+
+async def test_a_wait_the_caller_left_gets_no_more_ticks(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """The caller of a turn the agent never ends nor cancels leaves (its timeout); the next
+    prompt, dispatch-only, supersedes that turn once its barrier gave up waiting. Minutes of
+    quiet later, nothing ticks for the left turn (a superseded generation hears no stall
+    fact) and the execution is unharmed."""
+    ex = memory_agent(cancel_completes=False)
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref, s = await launch_session(rt, ready=True)
+
+        async def cancel() -> None:
+            await anyio.sleep_forever()  # session/cancel is never answered
+
+        ex.last.handlers["cancel"] = cancel
+        with pytest.raises(PromptTimeout):
+            await rt.prompt(ref.id, "hang", timeout=30 * time_scale)
+        result = await rt.prompt(ref.id, "next", dispatch_only=True)
+        assert result.generation == 2
+        assert s.turns.generations[1].machine.is_in("superseded")
+        await anyio.sleep(600 * time_scale)
+        assert s.ctx.crashed is None
+        assert not [r for r in s.transitions("prompt_generation", 1) if r.event == "stall_detected"]
+        await rt.stop(ref.id, "done")
 
 
 async def test_a_stall_tick_that_is_not_positive_turns_the_watchdog_off(
