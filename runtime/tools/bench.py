@@ -319,7 +319,7 @@ def _fmt(value: float, unit: str) -> str:
     if unit == "x":
         return f"{value:.2f}x"
     if unit == "B":
-        return f"{value:,.0f} B"
+        return f"{round(value):,} B"  # a whole number: no "-0 B" for a slight shrink
     return f"{value:.1f} {unit}"
 
 
@@ -1684,7 +1684,7 @@ def format_report(report: BenchReport) -> str:
         table.section("heap growth per prompt (tracemalloc)", ["prompts", "grown KiB", "B each"])
         table.row(
             "Runtime over the in-memory agent, after the bounded stores filled",
-            [str(heap.prompts), f"{heap.grown_bytes / 1024:,.1f}", f"{heap.per_prompt:,.0f}"],
+            [str(heap.prompts), f"{heap.grown_bytes / 1024:,.1f}", f"{round(heap.per_prompt):,}"],
             heap.note
             or f"filled after {heap.filled_after} prompts; {heap.trace_records} trace records",
         )
