@@ -60,6 +60,21 @@ def start(
     return pending
 
 
+def leaving(
+    tg: anyio.abc.TaskGroup, fn: Callable[..., Awaitable[Any]], *args: Any
+) -> anyio.CancelScope:
+    """Run ``fn(*args)`` in ``tg`` inside the returned cancel scope: cancelling it is its
+    caller leaving the call."""
+    scope = anyio.CancelScope()
+
+    async def run() -> None:
+        with scope:
+            await fn(*args)
+
+    tg.start_soon(run)
+    return scope
+
+
 async def prompting(
     tg: anyio.abc.TaskGroup,
     rt: Runtime,

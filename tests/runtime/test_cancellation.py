@@ -35,7 +35,7 @@ from .memory_runtime import (
     spec,
     wait_until,
 )
-from .prompt_helpers import live, of_type, prompting, sent, start
+from .prompt_helpers import leaving, live, of_type, prompting, sent, start
 
 pytestmark = pytest.mark.both_backends
 
@@ -152,13 +152,7 @@ async def test_a_caller_that_leaves_cancels_its_turn_and_the_next_prompt_is_clea
         ref, s = await launch_session(rt)
         agent = ex.last
         async with anyio.create_task_group() as tg:
-            scope = anyio.CancelScope()
-
-            async def leaving() -> None:
-                with scope:
-                    await rt.prompt(ref.id, "first")
-
-            tg.start_soon(leaving)
+            scope = leaving(tg, rt.prompt, ref.id, "first")
             await wait_until(lambda: live(s, 1))
             agent.emit(MessageChunk(text="first's words", prompt_generation=1))
             await settle()
@@ -264,13 +258,7 @@ async def test_a_stop_whose_caller_leaves_during_the_graceful_stop_still_ends_it
 
         ex.last.handlers["stop_agent"] = stop_agent
         async with anyio.create_task_group() as tg:
-            scope = anyio.CancelScope()
-
-            async def stopping() -> None:
-                with scope:
-                    await rt.stop(ref.id, "bye")
-
-            tg.start_soon(stopping)
+            scope = leaving(tg, rt.stop, ref.id, "bye")
             await asked.wait()
             scope.cancel()
         assert scope.cancelled_caught
