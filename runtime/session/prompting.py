@@ -76,11 +76,9 @@ class PromptDriver:
         self.init = init
         self.canceller = canceller
         self._spawn = spawn
-        self.stalls = StallWatchdog(ctx)
-        """The stall watchdog of the waits (its task runs with the execution's)."""
-        self.prompt_lock = Mutex()  # no yield when it is free
-        """kandev's ``promptMu``: one ordinary prompt at a time, through its completion (its
-        acquisition still raises in a cancelled caller)."""
+        self.stalls = StallWatchdog(ctx)  # the waits' (its task runs with the execution's)
+        self.prompt_lock = Mutex()  # free: no yield; a cancelled caller's acquisition raises
+        """kandev's ``promptMu``: one ordinary prompt at a time, through its completion."""
 
     # --- prompt ------------------------------------------------------------------------------
 
