@@ -30,10 +30,7 @@ def loop_clock() -> Callable[[], float]:
     if library == "asyncio":
         import asyncio
 
-        loop = asyncio.get_running_loop()
-        if getattr(loop.time, "__func__", None) is asyncio.BaseEventLoop.time:
-            return time.monotonic  # what that loop's time() returns, with no method call
-        return loop.time
+        return asyncio.get_running_loop().time
     import anyio  # pragma: no cover - a backend anyio may add
 
     return anyio.current_time  # pragma: no cover

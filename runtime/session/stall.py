@@ -17,11 +17,14 @@ import math
 
 import anyio
 
-from ..clock import loop_clock
 from .context import ExecutionContext
 from .turns import Generation
 
 __all__ = ["StallWatchdog"]
+
+
+SHORTEST_TICK = 0.001
+"""A positive ``stall_tick`` shorter than this ticks this often (a shorter one would spin)."""
 
 
 class StallWatchdog:
@@ -31,15 +34,23 @@ class StallWatchdog:
         self.ctx = ctx
         self._waited: Generation | None = None
         self._deadline = math.inf  # the next tick
+        self._armed = 0  # counts the waits' armings: a tick armed again meanwhile is not due
         self._scope: anyio.CancelScope | None = None
+
+    def _period(self) -> float:
+        """The ticks' period: ``stall_tick``, at least :data:`SHORTEST_TICK`."""
+        return max(self.ctx.timeouts.stall_tick, SHORTEST_TICK)
 
     def watch(self, generation: Generation) -> None:
         """A caller waits for ``generation`` from now: its ticks start, one ``stall_tick``
-        apart, the first one tick from now, until :meth:`unwatch`."""
-        tick = self.ctx.timeouts.stall_tick
-        if tick > 0:
+        apart, the first one tick from now, until :meth:`unwatch` (none at all when
+        ``stall_tick`` is not positive)."""
+        if self.ctx.timeouts.stall_tick > 0:
             self._waited = generation
-            self._arm(anyio.current_time() + tick)
+            self._armed += 1
+            self._deadline = anyio.current_time() + self._period()
+            if self._scope is not None:
+                self._scope.deadline = self._deadline
 
     def unwatch(self, generation: Generation) -> None:
         """The caller no longer waits for ``generation`` (released, or it left): no more
@@ -48,29 +59,23 @@ class StallWatchdog:
         if self._waited is generation:
             self._waited = None
 
-    def _arm(self, deadline: float) -> None:
-        self._deadline = deadline
-        if self._scope is not None:
-            self._scope.deadline = deadline
-
     async def run(self) -> None:
-        """Tick until the execution ends (with a ``stall_tick`` that is not positive, no
-        wait arms it: its ticks would spin)."""
+        """Tick until the execution ends."""
         ctx = self.ctx
-        tick = ctx.timeouts.stall_tick
-        clock = loop_clock()
         while True:
+            armed = self._armed
             with anyio.CancelScope(deadline=self._deadline) as self._scope:
                 await anyio.sleep_forever()
             self._scope = None
-            now = clock()
-            if now < self._deadline:
-                continue  # armed again meanwhile, for a later tick
+            if self._armed != armed:
+                continue  # a wait armed it again meanwhile, for a later tick
             generation = self._waited
             if generation is None:  # nobody waits: off until the next wait
                 self._deadline = math.inf
                 continue
-            # the next tick of this wait; ticks a late wake missed are dropped, as Go's are
+            # the next tick of this wait (the scope's clock says this one is due); ticks a
+            # late wake missed are dropped, as Go's ticker drops them
+            now, tick = anyio.current_time(), self._period()
             self._deadline += tick * (math.floor((now - self._deadline) / tick) + 1)
             quiet = now - ctx.activity.last_at
             if quiet >= ctx.timeouts.stall_threshold:

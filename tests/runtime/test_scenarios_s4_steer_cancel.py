@@ -985,6 +985,8 @@ async def test_a_wait_the_caller_left_gets_no_more_ticks(
         ex.last.handlers["cancel"] = cancel
         with pytest.raises(PromptTimeout):
             await rt.prompt(ref.id, "hang", timeout=30 * time_scale)
+        first = [r.event for r in s.transitions("prompt_generation", 1)]
+        assert "dispatch_accepted" in first  # it was waited for
         result = await rt.prompt(ref.id, "next", dispatch_only=True)
         assert result.generation == 2
         assert s.turns.generations[1].machine.is_in("superseded")
@@ -992,6 +994,29 @@ async def test_a_wait_the_caller_left_gets_no_more_ticks(
         assert s.ctx.crashed is None
         assert not [r for r in s.transitions("prompt_generation", 1) if r.event == "stall_detected"]
         await rt.stop(ref.id, "done")
+
+
+async def test_a_stall_tick_too_short_ticks_every_millisecond(
+    time_scale: float, autojump_clock: object
+) -> None:
+    """A ``stall_tick`` of 1e-320 s (whose arithmetic overflows) ticks every millisecond: the
+    stall is reported once, the ticks neither spin nor crash the execution."""
+    ex = MemoryExecutor()
+    tiny = {"stall_tick": 1e-320, "stall_threshold": 0.0}
+    async with make_runtime(ex, time_scale=time_scale, timeouts=tiny) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+        async with anyio.create_task_group() as tg:
+            run = start_prompt(tg, rt, eid, "work")
+            await wait_until(live(s))
+            await anyio.sleep(0.05)
+            assert len(published(s, le.AgentStalled)) == 1
+            ticks = [
+                r for r in s.transitions("prompt_generation", 1) if r.event == "stall_detected"
+            ]
+            assert 1 <= len(ticks) <= 60
+            tr.complete(1)
+        assert s.ctx.crashed is None
+        assert run.result is not None and run.result.stop_reason == "end_turn"
 
 
 async def test_a_stall_tick_that_is_not_positive_turns_the_watchdog_off(
