@@ -29,7 +29,8 @@ transport's events into the drivers' facts, :class:`~.views.SessionViews` is wha
 execution shows. Beside the drivers: :class:`~.permissions.PermissionBroker` (the agent's
 permission requests, the execution's policy, the app's answers) and
 :class:`~.crash.CrashGuard` (what the execution's own code raises stays in it: the Execution
-chart's ``execution_crashed``). No module here is over 400 lines (``tests/test_layering.py``).
+chart's ``execution_crashed``), :class:`~.stall.StallWatchdog` (the waits' stall ticks, one
+task per execution). No module here is over 400 lines (``tests/test_layering.py``).
 
 Concurrency (kandev lifecycle/types.go): ``PromptDriver.prompt_lock`` is ``promptMu`` (one
 ordinary prompt at a time, held through its completion wait); ``ExecutionContext.lifecycle_lock``
