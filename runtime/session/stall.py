@@ -8,7 +8,10 @@ sleeps in a cancel scope whose deadline the waiter moves (:meth:`StallWatchdog.w
 it starts waiting; :meth:`~StallWatchdog.unwatch` when it stops): a wait costs moving a
 deadline, not entering and leaving a cancel scope. A tick fires
 ``stall_detected`` at the waited generation once the quiet lasted the threshold; its chart
-reports a stall once per wait and ignores the fact where it does not apply.
+reports a stall once per wait and ignores the fact where it does not apply. Each tick comes
+one ``stall_tick`` after the one before fired, as each of the per-wait scopes this replaced
+did (Go's ticker keeps to its first tick's grid instead: the two differ only by how late the
+ticks wake).
 """
 
 from __future__ import annotations
@@ -73,10 +76,8 @@ class StallWatchdog:
             if generation is None:  # nobody waits: off until the next wait
                 self._deadline = math.inf
                 continue
-            # the next tick of this wait (the scope's clock says this one is due); ticks a
-            # late wake missed are dropped, as Go's ticker drops them
-            now, tick = anyio.current_time(), self._period()
-            self._deadline += tick * (math.floor((now - self._deadline) / tick) + 1)
+            now = anyio.current_time()  # the scope's clock, which says this tick is due
+            self._deadline = now + self._period()  # the next one, a tick from this one
             quiet = now - ctx.activity.last_at
             if quiet >= ctx.timeouts.stall_threshold:
                 await ctx.step(generation.machine, "stall_detected", stalled_for=quiet)
