@@ -35,7 +35,7 @@ from .memory_runtime import (
     spec,
     wait_until,
 )
-from .prompt_helpers import leaving, live, of_type, prompting, sent, start
+from .prompt_helpers import leaving, live, of_type, prompting, sent, start, steps
 
 pytestmark = pytest.mark.both_backends
 
@@ -266,6 +266,30 @@ async def test_a_stop_whose_caller_leaves_during_the_graceful_stop_still_ends_it
             await s.wait_finished()
         assert s.snapshot().status == "STOPPED"
         assert rt.list_executions() == []
+
+
+async def test_a_caller_that_leaves_while_the_lifecycle_lock_is_held_still_abandons_its_turn(
+    time_scale: float,
+) -> None:
+    """The caller leaves while another holds the lifecycle lock (a completion being claimed,
+    say): its abandonment waits for the lock, shielded from the caller's own cancellation,
+    and then goes through: the chart hears ``waiter_abandoned`` and the turn is cancelled at
+    the agent."""
+    ex = MemoryExecutor()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref, s = await launch_session(rt, ready=True)
+        agent = ex.last
+        async with anyio.create_task_group() as tg:
+            scope = leaving(tg, rt.prompt, ref.id, "work")
+            await wait_until(lambda: live(s, 1))
+            async with s.ctx.lifecycle_lock:
+                scope.cancel()
+                await settle()  # the caller's abandonment now waits for the lock
+                assert "waiter_abandoned" not in [e for e, _, _ in steps(s, 1)]
+        await wait_until(lambda: sent(agent, "cancel") != [])
+        assert "waiter_abandoned" in [e for e, _, _ in steps(s, 1)]
+        assert scope.cancelled_caught
+        await rt.stop(ref.id, "done")
 
 
 async def test_a_caller_that_leaves_an_unanswered_turn_does_not_block_the_next(

@@ -937,10 +937,10 @@ async def test_stall_ticks_are_counted_from_each_wait(
     time_scale: float, autojump_clock: object, backend: str
 ) -> None:
     """kandev starts the stall ticker when a wait starts, and so does the watchdog here
-    (one ticker per execution that each wait re-arms): a prompt sent 40 s after the previous
-    turn ended, to an agent that stays silent, is reported stalled on its own fifth tick,
-    exactly 5 minutes after its dispatch (not on a tick of the previous wait's, nor of the
-    execution's start)."""
+    (one ticker per execution that each wait re-arms): a prompt sent 90 s after the previous
+    one (whose wait's first tick found nobody waiting and turned the ticker off), to an agent
+    that stays silent, is reported stalled on its own fifth tick, exactly 5 minutes after its
+    dispatch (not on a tick of the previous wait's, nor of the execution's start)."""
     ex = MemoryExecutor()
     ts = stall_scale(time_scale)
     async with make_runtime(ex, time_scale=ts) as rt:
@@ -951,7 +951,7 @@ async def test_stall_ticks_are_counted_from_each_wait(
             await anyio.sleep(10 * ts)
             tr.complete(1)
         assert first.result is not None
-        await anyio.sleep(30 * ts)
+        await anyio.sleep(80 * ts)  # the first wait's tick finds nobody waiting: off
         async with anyio.create_task_group() as tg:
             second = start_prompt(tg, rt, eid, "two")
             await wait_until(live(s, 2))
@@ -1019,13 +1019,39 @@ async def test_a_stall_tick_too_short_ticks_every_millisecond(
         assert run.result is not None and run.result.stop_reason == "end_turn"
 
 
-async def test_a_stall_tick_that_is_not_positive_turns_the_watchdog_off(
-    time_scale: float, autojump_clock: object
+async def test_the_first_stall_tick_comes_one_tick_after_the_wait_starts(
+    time_scale: float, autojump_clock: object, backend: str
 ) -> None:
-    """``stall_tick=0``: no tick at all (a zero tick would spin), so no stall is reported
-    however long the agent stays silent, even with a zero threshold."""
+    """With no quiet needed (a zero threshold) the stall is reported on the wait's first tick:
+    one minute after the wait started, not at once."""
     ex = MemoryExecutor()
-    zero = {"stall_tick": 0.0, "stall_threshold": 0.0}
+    ts = stall_scale(time_scale)
+    async with make_runtime(ex, time_scale=ts, timeouts={"stall_threshold": 0.0}) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+        async with anyio.create_task_group() as tg:
+            run = start_prompt(tg, rt, eid, "work")
+            await wait_until(live(s))
+            with anyio.fail_after(120 * ts):  # (until_stalled's bound is the threshold's)
+                while not published(s, le.AgentStalled):
+                    await anyio.sleep(ts)
+            tr.complete(1)
+        assert run.result is not None
+        records = s.transitions("prompt_generation", 1)
+        dispatched = next(r.time for r in records if r.event == "dispatch_accepted")
+        stalled = next(r.time for r in records if r.event == "stall_detected")
+        assert stalled - dispatched >= 60 * ts * (1 - 1e-9)
+        if backend == "trio":
+            assert stalled - dispatched == pytest.approx(60.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("tick", [0.0, -60.0])
+async def test_a_stall_tick_that_is_not_positive_turns_the_watchdog_off(
+    time_scale: float, autojump_clock: object, tick: float
+) -> None:
+    """A ``stall_tick`` of zero or less: no tick at all (a zero tick would spin), so no stall
+    is reported however long the agent stays silent, even with a zero threshold."""
+    ex = MemoryExecutor()
+    zero = {"stall_tick": tick, "stall_threshold": 0.0}
     async with make_runtime(ex, time_scale=time_scale, timeouts=zero) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         async with anyio.create_task_group() as tg:
@@ -1223,7 +1249,8 @@ async def test_s128_cleanup_survives_caller_cancellation(
     its trigger (the ack never comes): the cancel waits for it (≤ 10 s, so it never overtakes
     the prompt), goes out anyway, then waits for the turn (≤ 10 s) and escalates; the prompt
     cannot return during the post-wait; its late ack afterwards is ignored. The deadline is
-    moved to "now" once the escalation is seen, so it lands inside the post-wait."""
+    moved to "now" once the escalation is seen, so it lands inside the post-wait, while the
+    lifecycle lock is held elsewhere (the cleanup waits for it, its caller's deadline past)."""
     ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         rt.timeouts = msgspec.structs.replace(rt.timeouts, cancel_escalation=2.0)
@@ -1260,7 +1287,9 @@ async def test_s128_cleanup_survives_caller_cancellation(
             if backend == "trio":
                 assert anyio.current_time() - start >= 20  # after both 10 s waits
             assert rt.get_execution(eid).status == "RUNNING"  # mid post-wait
-            scopes[0].deadline = anyio.current_time()  # the caller's deadline passes now
+            async with s.ctx.lifecycle_lock:  # held: the cleanup waits for it, shielded
+                scopes[0].deadline = anyio.current_time()  # the caller's deadline passes now
+                await settle()
             await wait_until(lambda: bool(outcome))
             assert outcome == ["deadline"]
             assert s.generations[1].leaf == "escalated"

@@ -129,6 +129,41 @@ async def test_late_text_of_a_superseded_turn_is_not_the_next_reply(time_scale: 
         await rt.stop(ref.id, "done")
 
 
+async def test_an_unstamped_chunk_in_a_burst_is_the_current_reply(time_scale: float) -> None:
+    """A chunk of no turn (generation 0: an agent that does not stamp them) taken in the
+    pump's run of chunks is the current turn's reply text, in its place; a superseded
+    turn's is not. Nor is a generation that no admission made superseded (a number ahead of
+    the current one, or below zero: an agent's own stamp) ruled out."""
+    ex = memory_agent()
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+        transport = ex.last
+        async with anyio.create_task_group() as tg:  # the first activity is announced
+            tg.start_soon(rt.prompt, ref.id, "one")
+            await wait_until(lambda: 1 in transport.running)
+            transport.emit(MessageChunk(prompt_generation=1, text="first"))
+            transport.complete(1)
+        results = []
+
+        async def two() -> None:
+            results.append(await rt.prompt(ref.id, "two"))
+
+        burst: list[AgentEvent] = [
+            MessageChunk(prompt_generation=2, text="a"),
+            MessageChunk(text="b"),
+            MessageChunk(prompt_generation=1, text="late"),
+            MessageChunk(prompt_generation=2, text=""),
+            MessageChunk(prompt_generation=2, text="c"),
+            MessageChunk(prompt_generation=3, text="d"),
+            MessageChunk(prompt_generation=-1, text="e"),
+        ]
+        seen, _ = await turn_two_with(rt, ref.id, two, burst, MessageChunk)
+        assert seen == burst
+        assert [r.agent_message for r in results] == ["abcde"]
+        await rt.stop(ref.id, "done")
+
+
 async def test_plans_are_taken_with_the_chunks(time_scale: float) -> None:
     """A plan is plain turn content, as a chunk is (activity, then published): the pump
     takes it in the same run as the chunks, without the checked way (:meth:`handle`, a
