@@ -20,7 +20,6 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import anyio
-import anyio.lowlevel
 
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected, TransportClosed
 from acpfsm.adapters.transport import Flag
@@ -47,7 +46,6 @@ class Canceller:
 
     async def cancel(self) -> None:
         """CancelAgent (see the module docstring); raises CancelEscalated or CancelFailed."""
-        await anyio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller cancels nothing
         generation = self.turns.current
         if generation is None:  # no prompt ever ran: the cancel goes out, nothing waits
             await self._send()

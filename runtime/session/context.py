@@ -169,9 +169,9 @@ class ExecutionContext:
         raise."""
         self.lifecycle_lock = Mutex(check_cancelled=False)
         """kandev's ``promptLifecycleMu``: generation ownership (begin, claims, steer). Taking
-        it free checks no cancellation: a caller's operation checks once at its start (a
-        prompt taking ``prompt_lock``, a steer waiting for admission, ``cancel`` and
-        ``stop`` themselves); its other holders are the execution's own tasks."""
+        it free checks no cancellation: a caller's operation checks once at its start
+        (:meth:`CrashGuard.call <.crash.CrashGuard.call>`, every facade operation's way in);
+        its other holders are the execution's own tasks."""
         self.machines: dict[str, ChartMachine] = {}
         """The current machine of each chart, by chart name (what coordination reaches)."""
         self._handlers: dict[str, dict[str, Handler]] = {}  # chart → effect name → handler

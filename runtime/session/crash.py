@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.statecharts import ChartError
@@ -96,7 +97,9 @@ class CrashGuard:
         anything else (and a ``ChartError``, a bug) crashes the execution and raises
         :class:`ExecutionCrashed` from it. Each caller gets its own copy of the crash, so
         that one caller's traceback and context never show in another's, nor a later
-        failure replace the crash's cause."""
+        failure replace the crash's cause. A caller already cancelled runs nothing (the
+        lifecycle lock an operation takes checks no cancellation)."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
         before = self.session.ctx.crashed
         try:
             return await operation()

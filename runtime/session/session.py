@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 
 from acpfsm.adapters.errors import AcpfsmError, TransportClosed
 from acpfsm.adapters.transport import (
@@ -310,7 +309,6 @@ class ExecutionSession(SessionViews):
 
     async def _stop(self, reason: str, *, force: bool) -> ExecutionSnapshot:
         ctx = self.ctx
-        await anyio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller stops nothing
         self.permissions.close("the execution stopped")
         if not self.status.ended:
             async with ctx.lifecycle_lock:
