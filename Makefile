@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy -p acpfsm.statecharts -p acpfsm.runtime -p acpfsm.adapters -p acpfsm.testing
+	$(BIN)/mypy -p acpfsm.statecharts -p acpfsm.runtime -p acpfsm.adapters -p acpfsm.testing -p acpfsm.tools
 
 diagrams: $(STAMP)
 	$(BIN)/acpfsm diagrams --out diagrams
@@ -70,21 +70,21 @@ demo: $(STAMP)
 	$(BIN)/acpfsm demo
 
 bench: $(STAMP)
-	$(BIN)/python -m acpfsm.runtime.tools.bench
+	$(BIN)/python -m acpfsm.tools.bench
 
 # Many executions under random faults, everything counted (at most ten minutes): trio at
 # 200 x 20 (50 at a time), then asyncio at 50 x 10. Fails when anything was lost,
 # duplicated, crossed, left over or illegal.
 soak: $(STAMP)
-	$(BIN)/python -m acpfsm.runtime.tools.soak --backend trio --executions 200 --prompts 20 --concurrency 50
-	$(BIN)/python -m acpfsm.runtime.tools.soak --backend asyncio --executions 50 --prompts 10 --concurrency 50
+	$(BIN)/python -m acpfsm.tools.soak --backend trio --executions 200 --prompts 20 --concurrency 50
+	$(BIN)/python -m acpfsm.tools.soak --backend asyncio --executions 50 --prompts 10 --concurrency 50
 
 # Chart mutation testing (not in `make test`: slow): every declared transition deleted,
 # retargeted, unguarded, negated and swapped in the compiled tables; the behavioural tests
 # that fire its event must notice. Incremental (.cache/mutate-charts); pass ARGS, e.g.
 # ARGS='--chart execution --jobs 2' or ARGS='--shard 1/4'.
 mutate-charts: $(STAMP)
-	nice $(BIN)/python -m acpfsm.runtime.tools.mutate_charts $(ARGS)
+	nice $(BIN)/python -m acpfsm.tools.mutate_charts $(ARGS)
 
 # Mutation testing of the decision code with cosmic-ray (not in `make test`: hours for all of
 # it). Incremental (.cache/mutate); ARGS='--target classify', '--shard 1/2', '--limit 50'.

@@ -43,11 +43,11 @@ from .events import (
     StreamDisconnected,
     StreamReconnected,
 )
+from .sync import EventQueue
 from .transport import (
     AgentInfo,
     Attachment,
     CancelResult,
-    EventQueue,
     InitializeResult,
     McpServer,
     PermissionPolicy,

@@ -28,7 +28,7 @@ import msgspec
 
 from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.adapters.events import MessageChunk, Reasoning
-from acpfsm.adapters.transport import Wakeup
+from acpfsm.adapters.sync import Wakeup
 
 from .events import EventsTruncated, RuntimeEvent
 

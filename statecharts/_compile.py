@@ -306,7 +306,7 @@ class CompiledChart:
 
 MUTANT_ENV = "ACPFSM_CHART_MUTANT"
 """Names one :class:`Mutant` (its ``str``) for the whole process: chart mutation testing
-(``acpfsm.runtime.tools.mutate_charts``) only; never set otherwise."""
+(``acpfsm.tools.mutate_charts``) only; never set otherwise."""
 
 MUTATIONS = ("delete", "retarget", "drop_guard", "negate_guard", "swap")
 

@@ -11,7 +11,7 @@
     ├── (runtime: ExecutionNotFound, PromptError … acpfsm.runtime.errors; HistoryError,
     │    SubscriberOverflow in acpfsm.runtime.history and .hub)
     └── (tools: DiagramError, TraceFormatError, ConformUsageError, AgentGone in
-         acpfsm.runtime.tools)
+         acpfsm.tools)
 
 The adapters and the runtime re-export :class:`AcpfsmError`; ``except AcpfsmError`` catches
 everything acpfsm raises on purpose (tests/test_errors.py lists the few exception classes

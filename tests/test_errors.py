@@ -30,11 +30,11 @@ NOT_OURS: dict[str, str] = {
     ),
     "acpfsm.adapters.reference_agent._wire.RpcError": "the reference agent's, as above",
     "acpfsm.adapters.reference_agent._faults.FaultError": "the reference agent's, as above",
-    "acpfsm.runtime.tools.verify_model.Violated": (
+    "acpfsm.tools.verify_model.Violated": (
         "private control flow of acpfsm verify's model: a step the drivers would crash on, "
         "caught by the explorer and reported as the property no_illegal_event"
     ),
-    "acpfsm.runtime.tools.agentctl._Stop": (
+    "acpfsm.tools.agentctl._Stop": (
         "private control flow: `acpfsm agentctl`'s SIGTERM handler stops it as Ctrl-C does"
     ),
     "acpfsm.testing.reference.TraceViolationError": (
@@ -81,11 +81,11 @@ def test_every_exception_class_of_the_package_is_an_acpfsm_error() -> None:
         "acpfsm.runtime.hub.SubscriberOverflow",
         "acpfsm.runtime.history.HistoryError",
         "acpfsm.runtime.history.HistoryReadError",
-        "acpfsm.runtime.tools.diagrams.DiagramError",
-        "acpfsm.runtime.tools.diagrams.GraphvizNotFound",
-        "acpfsm.runtime.tools.check_trace.TraceFormatError",
-        "acpfsm.runtime.tools.conform.ConformUsageError",
-        "acpfsm.runtime.tools.conform.AgentGone",
+        "acpfsm.tools.diagrams.DiagramError",
+        "acpfsm.tools.diagrams.GraphvizNotFound",
+        "acpfsm.tools.check_trace.TraceFormatError",
+        "acpfsm.tools.conform.ConformUsageError",
+        "acpfsm.tools.conform.AgentGone",
         "acpfsm.runtime.errors.SessionInitError",
         "acpfsm.adapters.errors.TransportError",
         "acpfsm.statecharts.errors.IllegalTransition",
@@ -115,7 +115,7 @@ def test_an_illegal_event_is_caught_as_an_acpfsm_error() -> None:
 
 
 def test_a_usage_error_of_conform_is_no_longer_a_value_error() -> None:
-    from acpfsm.runtime.tools.conform import ConformUsageError
+    from acpfsm.tools.conform import ConformUsageError
 
     assert not issubclass(ConformUsageError, ValueError)
     assert ConformUsageError("no agent command").message == "no agent command"

@@ -3,7 +3,7 @@
 * ``acpfsm.statecharts`` imports nothing of the adapters, the runtime or the tools;
 * ``acpfsm.adapters`` imports nothing of the runtime (executors get an ``AgentLaunch``);
 * the runtime core (``runtime/`` outside ``runtime/tools`` and ``runtime/testing``) imports
-  nothing of the tools, nor of the pytest plugin.
+  nothing of the tools (``acpfsm.tools``, in runtime/tools), nor of the pytest plugin.
 
 Read from the source (every ``import``/``from … import``, relative ones resolved), so an import
 hidden inside a function counts too.
@@ -27,8 +27,10 @@ PACKAGES = {
 def _module_name(path: Path) -> str:
     rel = path.relative_to(REPO).with_suffix("")
     parts = list(rel.parts)
-    if parts[:2] == ["runtime", "testing"]:
-        parts = ["acpfsm", "testing", *parts[2:]]
+    if parts[0] == "tests":
+        pass
+    elif parts[:2] in (["runtime", "testing"], ["runtime", "tools"]):
+        parts = ["acpfsm", parts[1], *parts[2:]]
     else:
         parts = [PACKAGES[parts[0]].split(".")[1], *parts[1:]]
         parts.insert(0, "acpfsm")
@@ -87,13 +89,20 @@ def test_runtime_core_imports_no_tool() -> None:
         if not p.relative_to(REPO / "runtime").parts[0] in ("tools", "testing")
     ]
     assert core, "no runtime core modules found"
-    assert _violations(core, ("acpfsm.runtime.tools", "acpfsm.testing")) == []
+    assert _violations(core, ("acpfsm.tools", "acpfsm.testing")) == []
+
+
+def test_nothing_imports_the_tools_through_the_runtime() -> None:
+    """The tools are ``acpfsm.tools`` (runtime/tools), not a subpackage of the runtime: the
+    old name ``acpfsm.runtime.tools`` must not come back anywhere."""
+    files = _files("runtime") + _files("adapters") + _files("statecharts") + _files("tests")
+    assert _violations(files, ("acpfsm.runtime.tools",)) == []
 
 
 @pytest.mark.parametrize(
     ("path", "expected"),
     [
-        ("runtime/tools/cli.py", "acpfsm.runtime.tools.cli"),
+        ("runtime/tools/cli.py", "acpfsm.tools.cli"),
         ("runtime/testing/plugin.py", "acpfsm.testing.plugin"),
         ("adapters/acp/__init__.py", "acpfsm.adapters.acp"),
     ],

@@ -34,12 +34,12 @@ def test_wheel_installs_only_the_acpfsm_package(tmp_path: Path) -> None:
     assert "acpfsm/adapters/reference_agent/__main__.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "acpfsm = acpfsm.runtime.tools.cli:main" in text
+    assert "acpfsm = acpfsm.tools.cli:main" in text
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA")))
     # the SVG renderer is its own extra: `pip install 'acpfsm[diagrams]'`
     assert "Provides-Extra: diagrams" in metadata.decode()
     assert 'Requires-Dist: graphviz-pure>=0.2.2; extra == "diagrams"' in metadata.decode()
-    assert "acpfsm/runtime/tools/report.py" in names
+    assert "acpfsm/tools/report.py" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)  # MIT, as declared
     assert "License-Expression: MIT" in metadata.decode()
     assert "acpfsm/adapters/agentctl/local.py" in names

@@ -57,7 +57,7 @@ from ..errors import (
     RemoteProtocolError,
     TransportClosed,
 )
-from ..transport import Wakeup
+from ..sync import Wakeup
 from .messages import (
     JsonRpcError,
     JsonRpcErrorResponse,

@@ -130,19 +130,17 @@ from ..events import (
     Unknown,
 )
 from ..mcp_servers import McpServerStdio
+from ..sync import EventQueue, Flag, Wakeup
 from ..transport import (
     AgentInfo,
     Attachment,
     CancelResult,
-    EventQueue,
-    Flag,
     InitializeResult,
     McpServer,
     PermissionPolicy,
     PermissionPrompts,
     RedialPolicy,
     SessionResult,
-    Wakeup,
     attachment_content,
     reject_permission_policy,
 )

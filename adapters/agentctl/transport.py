@@ -125,11 +125,11 @@ from ..events import (
 )
 from ..mcp_servers import McpRequestHandler, McpServerStdio, mcp_server_kind
 from ..redaction import NO_REDACTION, Redactor
+from ..sync import EventQueue
 from ..transport import (
     AgentInfo,
     Attachment,
     CancelResult,
-    EventQueue,
     InitializeResult,
     McpServer,
     PermissionPolicy,

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected, TransportClosed
-from acpfsm.adapters.transport import Flag
+from acpfsm.adapters.sync import Flag
 from acpfsm.statecharts.coordination import Fired
 
 from ..errors import CANCEL_ESCALATED_MESSAGE, CancelEscalated, CancelFailed

@@ -25,7 +25,8 @@ import anyio
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
 from acpfsm.adapters.mcp_servers import McpServer, mcp_server_kind, split_mcp_servers
-from acpfsm.adapters.transport import AgentTransport, Mutex
+from acpfsm.adapters.sync import Mutex
+from acpfsm.adapters.transport import AgentTransport
 from acpfsm.statecharts import Chart, ChartMachine, Effect, EngineName
 from acpfsm.statecharts.coordination import Fired, fire
 

@@ -23,7 +23,7 @@ an unreachable agent (:func:`after_unreachable`), whether the execution admits a
 (:func:`completion_route`) and when a generation-0 end is a wakeup turn's instead
 (:func:`ends_wakeup`, :func:`wakeup_fact`), what a lost stream tells the charts
 (:func:`loss_data`, :func:`loss_followup`). ``acpfsm verify``
-(:mod:`acpfsm.runtime.tools.verify`) calls the same functions and reads the same table, with
+(:mod:`acpfsm.tools.verify`) calls the same functions and reads the same table, with
 every wait, request and timer replaced by the environment's possible answers: so the model it
 explores and the runtime take the same decisions.
 """

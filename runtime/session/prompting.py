@@ -22,7 +22,8 @@ import anyio
 
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
-from acpfsm.adapters.transport import Attachment, Flag, Mutex
+from acpfsm.adapters.sync import Flag, Mutex
+from acpfsm.adapters.transport import Attachment
 from acpfsm.statecharts import ErrorClass
 
 from ..errors import (
@@ -384,8 +385,7 @@ class PromptDriver:
             )
         if result == "withdrawn":
             return PromptResult(stop_reason="cancelled", generation=g)
-        # undelivered and dispatch_cancel_escalated never get here: raised where they happen
-        raise PromptError(  # pragma: no cover - every release names its result
+        raise PromptError(  # pragma: no cover - undelivered etc. are raised where they happen
             f"prompt generation {g} ended without a result ({result!r})", execution_id=ctx.id
         )
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import anyio
 
 from acpfsm.adapters import events as ev
-from acpfsm.adapters.transport import EventQueue
+from acpfsm.adapters.sync import EventQueue
 
 from ..clock import loop_clock
 from .config import ConfigDriver

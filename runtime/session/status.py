@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from acpfsm.adapters.transport import Wakeup
+from acpfsm.adapters.sync import Wakeup
 from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity
 from acpfsm.statecharts.coordination import Fired
 

@@ -20,7 +20,7 @@ import msgspec
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.classify import Call, classify_error
-from acpfsm.adapters.transport import Flag
+from acpfsm.adapters.sync import Flag
 from acpfsm.statecharts import ChartMachine, Effect, PromptGeneration
 from acpfsm.statecharts.coordination import Fired
 

@@ -16,7 +16,7 @@ Fixtures
 ``--acpfsm-check-traces``
     Every :class:`~acpfsm.runtime.Trace` created while a test runs (its setup, call and
     teardown, so Runtimes made by fixtures count) is recorded, and after the test's teardown
-    each one is replayed against the charts by :mod:`acpfsm.runtime.tools.check_trace`. A violation
+    each one is replayed against the charts by :mod:`acpfsm.tools.check_trace`. A violation
     fails the test at teardown (pytest shows ``ERROR at teardown``) with every violation and
     the offending records. Mark a test ``@pytest.mark.acpfsm_unchecked_trace`` to leave its
     traces alone (e.g. it fabricates a bad trace on purpose), or
@@ -112,7 +112,7 @@ class TraceCheckPlugin:
 
     @staticmethod
     def _check(item: pytest.Item, collector: TraceCollector) -> None:
-        from acpfsm.runtime.tools.check_trace import check_records
+        from acpfsm.tools.check_trace import check_records
 
         partial = item.get_closest_marker(PARTIAL_MARK) is not None
         reports: list[str] = []

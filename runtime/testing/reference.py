@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from acpfsm.adapters.reference_agent import FaultSpec
     from acpfsm.runtime import AgentProfile, LaunchSpec, Runtime, Timeouts, Trace
-    from acpfsm.runtime.tools.check_trace import CheckResult
     from acpfsm.runtime.trace import TraceRecord
+    from acpfsm.tools.check_trace import CheckResult
 
 __all__ = ["ReferenceAgent", "TraceViolationError", "assert_trace_conforms", "format_violations"]
 
@@ -151,7 +151,7 @@ def assert_trace_conforms(trace: Trace | Sequence[TraceRecord], *, partial: bool
     ``partial``: the trace is cut out of a running one (see ``acpfsm check-trace --partial``).
     A Trace whose ring of records already dropped its oldest cannot be checked whole: that
     raises ``ValueError`` (check its file, or keep more records)."""
-    from acpfsm.runtime.tools.check_trace import check_records
+    from acpfsm.tools.check_trace import check_records
 
     if not isinstance(trace, Sequence) and trace.dropped:
         raise ValueError(

@@ -1,7 +1,7 @@
 """``make bench``: what the runtime costs beside the bare transport, measured side by side in one
 run, each figure with its goal.
 
-``python -m acpfsm.runtime.tools.bench [--quick] [--backend both|trio|asyncio] [--no-sdk]
+``python -m acpfsm.tools.bench [--quick] [--backend both|trio|asyncio] [--no-sdk]
 [--prompts N] [--rounds R] [...]`` (``--help`` lists every count) prints a summary of the goals
 first (the figure, the backend, the chart engine, what was measured, the goal, met or not),
 then each section's detail:
@@ -721,7 +721,7 @@ async def bench_round_trips(
 #: The components of section 8, in the order a sampled frame's file is matched: the module
 #: (a package is every module under it) or a part of the file's path.
 COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("the bench's own loop", ("acpfsm.runtime.tools",)),
+    ("the bench's own loop", ("acpfsm.tools",)),
     ("chart engine (fire, coordination)", ("acpfsm.statecharts",)),
     ("session drivers (pump, turns, prompt, status, context)", ("acpfsm.runtime.session",)),
     ("hub, trace, lifecycle events", ("acpfsm.runtime.hub", "acpfsm.runtime.trace",
@@ -1827,7 +1827,7 @@ _COUNTS: dict[str, str] = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m acpfsm.runtime.tools.bench",
+        prog="python -m acpfsm.tools.bench",
         description="The runtime's cost beside the bare stdio transport and the ACP SDK "
         "client, each figure with its goal: prompt latency (p99, GC pauses) and CPU, CPU per "
         "streamed notification, launch to READY, heap growth per prompt, import time, chart "

@@ -1,24 +1,24 @@
 """The ``acpfsm`` command line.
 
 * ``acpfsm diagrams [--check] [--out DIR]`` writes (or, with ``--check``, verifies) the review
-  diagrams of every chart (see :mod:`acpfsm.runtime.tools.diagrams`);
+  diagrams of every chart (see :mod:`acpfsm.tools.diagrams`);
   ``acpfsm diagrams --trace TRACE.jsonl [--execution ID] [--out DIR]`` draws every chart with
   what one execution of a recorded trace did highlighted.
 * ``acpfsm check-trace TRACE.jsonl [--json] [--partial]`` replays a trace against the charts
-  (:mod:`acpfsm.runtime.tools.check_trace`): exit 0 clean, 1 violations, 2 unreadable/malformed.
+  (:mod:`acpfsm.tools.check_trace`): exit 0 clean, 1 violations, 2 unreadable/malformed.
 * ``acpfsm conform [--json] [--junit-xml FILE] [--timeout S] -- AGENT_COMMAND [ARGS…]`` runs
-  the agent conformance battery over stdio (:mod:`acpfsm.runtime.tools.conform`); with
+  the agent conformance battery over stdio (:mod:`acpfsm.tools.conform`); with
   ``--agentctl URL (--nonce N | --token T) [--workspace DIR]`` it runs the agent in an
   instance of kandev's agentctl and checks it through agentctl: exit 1 when a check fails.
 * ``acpfsm report TRACE.jsonl [--out DIR] [--execution ID]`` writes one HTML page per
-  execution (:mod:`acpfsm.runtime.tools.report`).
+  execution (:mod:`acpfsm.tools.report`).
 * ``acpfsm verify [--generations N] [--depth D] [--carrier K] [--json] [--out DIR]`` explores
   every interleaving of one execution's life and checks kandev's races as properties
-  (:mod:`acpfsm.runtime.tools.verify`): exit 1 with a shortest counterexample (a check-trace
+  (:mod:`acpfsm.tools.verify`): exit 1 with a shortest counterexample (a check-trace
   JSONL trace) per violated property.
 * ``acpfsm agentctl [--port N]`` runs kandev's agentctl on loopback until Ctrl-C
-  (:mod:`acpfsm.runtime.tools.agentctl`).
-* ``acpfsm demo [ARGS…]`` runs ``acpfsm.runtime.tools.demo.main(ARGS)``.
+  (:mod:`acpfsm.tools.agentctl`).
+* ``acpfsm demo [ARGS…]`` runs ``acpfsm.tools.demo.main(ARGS)``.
 * ``acpfsm --version``.
 """
 
@@ -34,7 +34,7 @@ from typing import cast
 
 __all__ = ["main"]
 
-DEMO_MODULE = "acpfsm.runtime.tools.demo"
+DEMO_MODULE = "acpfsm.tools.demo"
 
 
 def _run_diagrams(args: argparse.Namespace) -> int:

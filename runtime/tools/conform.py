@@ -37,7 +37,7 @@ environment follows the runtime's rule (:func:`conform_env_names`): over stdio `
 provider settings, proxies), copied from ours; through agentctl, agentctl's environment plus
 those variables. ``--inherit-env`` gives the agent our whole environment. To run offline
 pass a throw-away ``HOME`` and an unreachable proxy. ``--agentctl auto`` starts an agentctl
-on this machine for the run (:mod:`acpfsm.runtime.tools.agentctl`); a run given agentctl's
+on this machine for the run (:mod:`acpfsm.tools.agentctl`); a run given agentctl's
 one-shot nonce saves the token it got to a private file (``--token-file``) for the next run and
 says where, on stderr; the token itself never reaches the terminal or a report.
 

@@ -89,7 +89,7 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
 
 CACHE = Path(".cache/mutate-charts")
 EQUIVALENT_FILE = Path("tests/mutation/equivalent_chart_mutants.toml")
-_PLUGIN = "acpfsm.runtime.tools.mutate_charts"
+_PLUGIN = "acpfsm.tools.mutate_charts"
 _RECORD_ENV = "ACPFSM_MUTATE_RECORD"
 _RUN_ENV = "ACPFSM_MUTATE_RUN"
 
@@ -363,7 +363,7 @@ class _Runner:
 
 def _install(base: Any, chart: type[Chart], mutant: Mutant | None) -> None:
     """Make ``chart`` run on ``mutant``'s tables (None: the declared ones) from now on."""
-    from acpfsm.runtime.tools import check_trace
+    from acpfsm.tools import check_trace
 
     if mutant is None:
         os.environ.pop(MUTANT_ENV, None)
@@ -579,7 +579,7 @@ def _plans(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m acpfsm.runtime.tools.mutate_charts",
+        prog="python -m acpfsm.tools.mutate_charts",
         description="Chart mutation testing: every declared transition must be pinned.",
     )
     parser.add_argument("--chart", action="append", default=[], help="only this chart")

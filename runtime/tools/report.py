@@ -6,11 +6,11 @@ A reviewer who has a trace (``Runtime(trace_path=...)``, or the one ``acpfsm dem
 wants to see what one execution did without reading JSONL. :func:`write_report` writes, for
 every execution of the trace (or the one chosen), ``<execution>.html`` holding:
 
-* check-trace's verdict on the trace (:mod:`acpfsm.runtime.tools.check_trace`), with the
+* check-trace's verdict on the trace (:mod:`acpfsm.tools.check_trace`), with the
   violations of this execution listed;
 * every chart drawn with the states the execution was in filled and the transitions it fired
-  in red (:func:`acpfsm.runtime.tools.diagrams.run_highlights` and
-  :func:`~acpfsm.runtime.tools.diagrams.render_chart_svg`, the drawing of ``acpfsm diagrams
+  in red (:func:`acpfsm.tools.diagrams.run_highlights` and
+  :func:`~acpfsm.tools.diagrams.render_chart_svg`, the drawing of ``acpfsm diagrams
   --trace``), each followed by the timeline of that chart's transitions;
 * the timeline of all the execution's events in firing order: one lane per chart instance,
   then a table.

@@ -1,6 +1,6 @@
 """``make soak``: many executions, many prompts, random faults, and everything counted.
 
-``python -m acpfsm.runtime.tools.soak [--executions 200] [--prompts 20] [--concurrency 50]
+``python -m acpfsm.tools.soak [--executions 200] [--prompts 20] [--concurrency 50]
 [--seed 1] [--backend trio|asyncio] [--fault-rate 0.35] [--bound 30] [--deadline 540]
 [--trace FILE]`` runs one :class:`~acpfsm.runtime.Runtime` over stdio against the embedded
 reference agent and prints one table. ``make soak`` runs it on trio at 200 × 20 (50 at a
@@ -38,7 +38,7 @@ missing their token, fs escapes, executions launched and the launches that faile
 the agent process ended; the slot tries another execution), **leftover** processes and zombies
 (children of this process once the Runtime closed), open fds and RSS at the start, after a
 warm-up and at the end, and the check-trace violations of the whole trace
-(:mod:`~acpfsm.runtime.tools.check_trace`). A lost prompt is listed with its fault, its
+(:mod:`~acpfsm.tools.check_trace`). A lost prompt is listed with its fault, its
 execution and the state of each chart at the bound. The exit status is 0 when nothing was
 lost (cancel-related losses apart), duplicated, crossed, left over or illegal.
 
@@ -536,7 +536,7 @@ def format_report(report: SoakReport) -> str:
 def build_parser() -> argparse.ArgumentParser:
     defaults = SoakOptions()
     parser = argparse.ArgumentParser(
-        prog="python -m acpfsm.runtime.tools.soak",
+        prog="python -m acpfsm.tools.soak",
         description="Many executions, many prompts, random faults; prints what was counted.",
     )
     parser.add_argument("--executions", type=int, default=defaults.executions, metavar="N")

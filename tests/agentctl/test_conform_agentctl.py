@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from acpfsm.runtime.tools.conform import (
+from acpfsm.tools.conform import (
     CHECKS,
     DEFAULT_LONG_PROMPT,
     NOT_OBSERVABLE_THROUGH_AGENTCTL,

@@ -20,8 +20,8 @@ import pytest
 from acpfsm.adapters.agentctl import local
 from acpfsm.adapters.agentctl.executor import AgentctlExecutor
 from acpfsm.adapters.executor import AgentLaunch
-from acpfsm.runtime.tools import agentctl as agentctl_cli
-from acpfsm.runtime.tools import conform
+from acpfsm.tools import agentctl as agentctl_cli
+from acpfsm.tools import conform
 
 from .agentctl_server import CACHE, AgentctlServer
 from .helpers import TEST_CONFIG
@@ -73,7 +73,7 @@ IGNORING_CTRL_C = (
 
 def start_cli(*, ignoring_ctrl_c: bool = False) -> tuple[subprocess.Popen[str], str, str, int]:
     """``acpfsm agentctl`` in a subprocess: (process, url, nonce, agentctl's pid)."""
-    argv = [sys.executable, "-m", "acpfsm.runtime.tools.cli", "agentctl", "--cache", str(CACHE)]
+    argv = [sys.executable, "-m", "acpfsm.tools.cli", "agentctl", "--cache", str(CACHE)]
     if ignoring_ctrl_c:
         argv = [sys.executable, "-c", IGNORING_CTRL_C, *argv]
     cli = subprocess.Popen(

@@ -33,7 +33,7 @@ from acpfsm.runtime import (
     WorkspaceRef,
     reference_profile,
 )
-from acpfsm.runtime.tools.conform import main as conform
+from acpfsm.tools.conform import main as conform
 
 from .agentctl_server import AgentctlServer
 from .helpers import FAST_SHUTDOWN, TEST_CONFIG, TIMEOUTS

@@ -8,8 +8,6 @@ from typing import ClassVar
 import pytest
 from statemachine import State
 
-from acpfsm.runtime.tools import mutate_charts
-from acpfsm.runtime.tools.check_trace import check_records
 from acpfsm.runtime.trace import TraceRecord
 from acpfsm.statecharts import (
     Chart,
@@ -20,6 +18,8 @@ from acpfsm.statecharts import (
 )
 from acpfsm.statecharts._compile import MUTANT_ENV, Mutant, compile_chart, mutant_from_env
 from acpfsm.statecharts._machine import machine_class
+from acpfsm.tools import mutate_charts
+from acpfsm.tools.check_trace import check_records
 
 
 class Door(Chart):

@@ -1,4 +1,4 @@
-"""Smoke test of ``make bench`` (acpfsm.runtime.tools.bench): a tiny run prints every goal and
+"""Smoke test of ``make bench`` (acpfsm.tools.bench): a tiny run prints every goal and
 every row of every section with numbers in it, and leaves no agent process behind. Nothing
 about timing is asserted: the bench reports ratios beside their goals, it does not judge
 them."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from acpfsm.runtime.tools.bench import (
+from acpfsm.tools.bench import (
     PRIMITIVE_DEPTH,
     PRIMITIVES,
     BenchOptions,
@@ -171,8 +171,8 @@ def test_sampled_code_falls_into_the_components_by_its_module() -> None:
     import acpfsm.runtime.hub
     import acpfsm.runtime.runtime
     import acpfsm.runtime.session.pump
-    import acpfsm.runtime.tools.bench
     import acpfsm.statecharts._machine
+    import acpfsm.tools.bench
 
     def of(module: Any) -> str:
         return component(module.__file__)
@@ -181,7 +181,7 @@ def test_sampled_code_falls_into_the_components_by_its_module() -> None:
     assert of(acpfsm.runtime.session.pump).startswith("session drivers")
     assert of(acpfsm.runtime.hub) == "hub, trace, lifecycle events"
     assert of(acpfsm.runtime.runtime) == "Runtime facade"
-    assert of(acpfsm.runtime.tools.bench) == "the bench's own loop"
+    assert of(acpfsm.tools.bench) == "the bench's own loop"
     assert of(acpfsm.adapters.acp.stdio).startswith("ACP transport")
     assert of(anyio._core._tasks) == "anyio"
     assert of(asyncio.base_events).startswith("event loop")

@@ -18,7 +18,9 @@ from statemachine import State
 from acpfsm.adapters.events import MessageChunk
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import AcpfsmError, Runtime, TraceRecord
-from acpfsm.runtime.tools.check_trace import (
+from acpfsm.statecharts import ALL_CHARTS
+from acpfsm.statecharts._base import Chart
+from acpfsm.tools.check_trace import (
     TraceFormatError,
     check_file,
     check_records,
@@ -27,8 +29,6 @@ from acpfsm.runtime.tools.check_trace import (
     main,
     read_trace,
 )
-from acpfsm.statecharts import ALL_CHARTS
-from acpfsm.statecharts._base import Chart
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, wait_until
 
@@ -424,7 +424,7 @@ def test_hand_corrupted_runtime_traces_are_rejected_naming_the_line(
 
     # the CLI names the line too
     out = subprocess.run(
-        [sys.executable, "-m", "acpfsm.runtime.tools.cli", "check-trace", str(doubled)],
+        [sys.executable, "-m", "acpfsm.tools.cli", "check-trace", str(doubled)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert out.returncode == 1

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from acpfsm.runtime.tools import cli
+from acpfsm.tools import cli
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,7 +32,7 @@ def test_every_subcommand_is_described() -> None:
 
 def test_help_lists_each_subcommand_with_its_help() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "acpfsm.runtime.tools.cli", "--help"],
+        [sys.executable, "-m", "acpfsm.tools.cli", "--help"],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     listed = [text.split()[0] for text in done.stdout.splitlines() if text.startswith("    ")]

@@ -11,7 +11,7 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from acpfsm.runtime.tools.conform import (
+from acpfsm.tools.conform import (
     NONEXISTENT_VERSION,
     ConformReport,
     Status,
@@ -263,7 +263,7 @@ async def test_no_verdict_from_a_race_the_battery_lost() -> None:
 
 
 def _cancelled(stop: str, took: float, read_by: float | None = None) -> Any:
-    from acpfsm.runtime.tools.conform import _Answer, _Cancelled, _TurnEnd
+    from acpfsm.tools.conform import _Answer, _Cancelled, _TurnEnd
 
     end = _TurnEnd(stop=stop, answer=_Answer(at=10 + took), at=10 + took)
     return _Cancelled(sent=10.0, end=end, updates=2, read_by=read_by, updates_after_read=1)
@@ -280,7 +280,7 @@ def _cancelled(stop: str, took: float, read_by: float | None = None) -> Any:
     ],
 )
 def test_the_cancel_verdict_judges_only_what_was_seen(seen: Any, status: Status, says: str) -> None:
-    from acpfsm.runtime.tools.conform import _judge_cancel
+    from acpfsm.tools.conform import _judge_cancel
 
     verdict = _judge_cancel(seen, "CLAUSE")
     assert verdict.status is status and says in verdict.detail, verdict.detail

@@ -17,8 +17,8 @@ from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.adapters.transport import AgentTransport
 from acpfsm.runtime import AgentProfile, LaunchSpec, Runtime, WorkspaceRef
 from acpfsm.runtime.runtime import AGENT_ENV, BUILTIN_PROFILES
-from acpfsm.runtime.tools import conform
 from acpfsm.testing.memory import MemoryExecutor
+from acpfsm.tools import conform
 
 ENV_AGENT = Path(__file__).resolve().parents[1] / "peers" / "env_dump_agent.py"
 LISTED = "ACPFSM_TEST_LISTED_SECRET"

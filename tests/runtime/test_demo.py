@@ -18,7 +18,7 @@ def test_demo_runs_a_full_life(tmp_path: Path, backend: str) -> None:
         [
             sys.executable,
             "-m",
-            "acpfsm.runtime.tools.cli",
+            "acpfsm.tools.cli",
             "demo",
             "--backend",
             backend,

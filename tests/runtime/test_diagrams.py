@@ -12,8 +12,8 @@ import pytest
 from statemachine import State
 
 from acpfsm import statecharts
-from acpfsm.runtime.tools import cli, diagrams
 from acpfsm.statecharts import Chart, Effects, declared_transitions, effect
+from acpfsm.tools import cli, diagrams
 
 
 class Toy(Chart):

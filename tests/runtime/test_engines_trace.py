@@ -13,9 +13,9 @@ import pytest
 from acpfsm.adapters.events import Complete, MessageChunk
 from acpfsm.adapters.memory import MemoryTransport
 from acpfsm.runtime import AcpfsmError, Runtime
-from acpfsm.runtime.tools.check_trace import check_records
 from acpfsm.statecharts import EngineName
 from acpfsm.statecharts._machine import Machine, ReferenceMachine
+from acpfsm.tools.check_trace import check_records
 
 from .memory_runtime import MemoryExecutor, make_runtime, session_of, spec, wait_until
 

@@ -216,7 +216,7 @@ NOT_ON_IMPORT = (
     "acpfsm.adapters.agentctl",
     "acpfsm.adapters.reference_agent",
     "acpfsm.runtime.mcp.server",
-    "acpfsm.runtime.tools",
+    "acpfsm.tools",
     "acpfsm.runtime.testing",
     "acpfsm.testing",
 )

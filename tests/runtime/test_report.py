@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from acpfsm.runtime.tools import diagrams, report
-from acpfsm.runtime.tools.check_trace import read_trace
-from acpfsm.runtime.tools.cli import main
 from acpfsm.statecharts import ALL_CHARTS
+from acpfsm.tools import diagrams, report
+from acpfsm.tools.check_trace import read_trace
+from acpfsm.tools.cli import main
 
 from .traces import record_two_executions
 

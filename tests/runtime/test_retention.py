@@ -17,12 +17,12 @@ from acpfsm.adapters.events import MessageChunk, Reasoning, ToolCall, ToolUpdate
 from acpfsm.runtime import Retention, SubscriberOverflow, Trace
 from acpfsm.runtime.events import AgentReady, EventsTruncated
 from acpfsm.runtime.hub import EVENT_OVERHEAD, EventHub, event_size
-from acpfsm.runtime.tools.check_trace import check_records
 from acpfsm.runtime.trace import TraceRecord
 from acpfsm.statecharts import Execution, TransitionRecord
 from acpfsm.testing import assert_trace_conforms
 from acpfsm.testing.memory import MemoryExecutor
 from acpfsm.testing.plugin import TraceCollector
+from acpfsm.tools.check_trace import check_records
 
 from .memory_runtime import make_runtime, memory_agent, session_of, spec, wait_until
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from acpfsm.runtime.tools.check_trace import check_file, read_trace
-from acpfsm.runtime.tools.cli import main
-from acpfsm.runtime.tools.diagrams import HEADER, run_highlights
 from acpfsm.statecharts import ALL_CHARTS
+from acpfsm.tools.check_trace import check_file, read_trace
+from acpfsm.tools.cli import main
+from acpfsm.tools.diagrams import HEADER, run_highlights
 
 from .traces import record_two_executions
 
@@ -123,7 +123,7 @@ def test_run_diagrams_of_a_hostile_execution_id_are_inert(tmp_path: Path) -> Non
 def test_the_demo_writes_the_diagrams_of_its_run(tmp_path: Path) -> None:
     trace = tmp_path / "demo.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "acpfsm.runtime.tools.cli", "demo", "--workspace", str(tmp_path / "ws"),
+        [sys.executable, "-m", "acpfsm.tools.cli", "demo", "--workspace", str(tmp_path / "ws"),
          "--trace", str(trace)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -152,7 +152,7 @@ def test_the_demo_writes_the_diagrams_of_its_run(tmp_path: Path) -> None:
     assert "✔ load_succeeded" in resumed
     assert check_file(trace).ok
     check = subprocess.run(
-        [sys.executable, "-m", "acpfsm.runtime.tools.cli", "check-trace", "--json", str(trace)],
+        [sys.executable, "-m", "acpfsm.tools.cli", "check-trace", "--json", str(trace)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert check.returncode == 0 and json.loads(check.stdout)["ok"] is True
@@ -163,7 +163,7 @@ def test_the_demo_says_what_it_wrote_without_the_renderer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Without graphviz-pure the demo writes Mermaid only and says so, naming the extra."""
-    from acpfsm.runtime.tools import demo, diagrams
+    from acpfsm.tools import demo, diagrams
 
     monkeypatch.setattr(diagrams, "GRAPHVIZ_BINARY", "graphviz-pure-not-installed")
     trace = tmp_path / "demo.jsonl"

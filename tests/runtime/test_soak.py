@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from acpfsm.runtime.tools.soak import FAULTS, SoakOptions, format_report, run_soak
+from acpfsm.tools.soak import FAULTS, SoakOptions, format_report, run_soak
 
 pytestmark = [pytest.mark.both_backends, pytest.mark.integration]
 

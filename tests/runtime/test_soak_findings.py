@@ -18,7 +18,7 @@ import pytest
 
 from acpfsm.adapters.events import AgentEvent, MessageChunk, Plan, PlanEntry, Reasoning, ToolCall
 from acpfsm.adapters.memory import MemoryTransport
-from acpfsm.adapters.transport import EventQueue
+from acpfsm.adapters.sync import EventQueue
 from acpfsm.runtime import Runtime
 
 from .memory_runtime import make_runtime, memory_agent, session_of, spec, wait_until

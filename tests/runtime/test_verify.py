@@ -14,18 +14,18 @@ from typing import Any
 
 import pytest
 
-from acpfsm.runtime.tools import check_trace, cli, verify
-from acpfsm.runtime.tools.races import RACES, race
-from acpfsm.runtime.tools.verify import (
+from acpfsm.statecharts import ALL_CHARTS, Chart, PromptGeneration, SessionInit
+from acpfsm.statecharts.coordination import COORDINATION, Rule
+from acpfsm.tools import check_trace, cli, verify
+from acpfsm.tools.races import RACES, race
+from acpfsm.tools.verify import (
     PROPERTIES,
     Bounds,
     VerifyResult,
     seeded_copy,
     write_counterexamples,
 )
-from acpfsm.runtime.tools.verify_model import InitPaths
-from acpfsm.statecharts import ALL_CHARTS, Chart, PromptGeneration, SessionInit
-from acpfsm.statecharts.coordination import COORDINATION, Rule
+from acpfsm.tools.verify_model import InitPaths
 
 PG = PromptGeneration
 

@@ -12,14 +12,8 @@ import anyio.lowlevel
 import pytest
 
 from acpfsm.adapters.events import PermissionOption, PermissionRequest
-from acpfsm.adapters.transport import (
-    EventQueue,
-    Flag,
-    Mutex,
-    PermissionPrompts,
-    Wakeup,
-    reject_option,
-)
+from acpfsm.adapters.sync import EventQueue, Flag, Mutex, Wakeup
+from acpfsm.adapters.transport import PermissionPrompts, reject_option
 
 pytestmark = pytest.mark.both_backends
 
