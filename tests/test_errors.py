@@ -30,11 +30,11 @@ NOT_OURS: dict[str, str] = {
     ),
     "acpfsm.adapters.reference_agent._wire.RpcError": "the reference agent's, as above",
     "acpfsm.adapters.reference_agent._faults.FaultError": "the reference agent's, as above",
-    "acpfsm.tools.verify_model.Violated": (
+    "acpfsm.tools.verify_world.Violated": (
         "private control flow of acpfsm verify's model: a step the drivers would crash on, "
         "caught by the explorer and reported as the property no_illegal_event"
     ),
-    "acpfsm.tools.verify_model.Branch": (
+    "acpfsm.tools.verify_world.Branch": (
         "private control flow of acpfsm verify's model: answers given at once branch, and the "
         "explorer follows each"
     ),
