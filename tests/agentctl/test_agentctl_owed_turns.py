@@ -1,4 +1,5 @@
-"""Which turns an agentctl carrier still owes an end, when the socket drops around a prompt.
+"""Which turns an agentctl carrier still owes an end: when the socket drops around a prompt,
+and when agentctl gives a turn up on a cancel.
 
 A prompt whose socket dropped *after* its request was written may have reached agentctl
 (``StreamNotConnected(while_waiting=True)``: delivery is ambiguous, kandev H2): its turn
@@ -36,11 +37,13 @@ CONFIG = AgentctlConfig(keepalive_interval=None, keepalive_timeout=None, exit_gr
 
 
 class FakeAgentStream:
-    """agentctl's agent stream, in process: answers ``agent.session.new``, records every
-    request, withholds the ack of ``agent.prompt``; :meth:`send` writes a frame on the
-    current socket."""
+    """agentctl's agent stream, in process: answers ``agent.session.new``, answers
+    ``agent.cancel`` ``not_acknowledged``, acknowledges ``agent.prompt`` only with
+    ``ack_prompts``, records every request; :meth:`send` writes a frame on the current
+    socket."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, ack_prompts: bool = False) -> None:
+        self.ack_prompts = ack_prompts
         self.requests: list[dict[str, Any]] = []
         self.connections = 0
         self._send: Any = None
@@ -63,6 +66,11 @@ class FakeAgentStream:
             self.requests.append(request)
             if request["action"] == "agent.session.new":
                 await self.reply(request, {"session_id": "fake-session"})
+            elif request["action"] == "agent.prompt" and self.ack_prompts:
+                await self.reply(request, {"success": True})
+            elif request["action"] == "agent.cancel":  # the agent ignored it for 3 s
+                answer = {"success": False, "not_acknowledged": True, "error": "not acknowledged"}
+                await self.reply(request, answer)
 
     async def reply(self, request: dict[str, Any], payload: Any) -> None:
         frame = {"id": request["id"], "type": "response", "action": request["action"]}
@@ -164,6 +172,23 @@ async def test_a_prompt_that_found_no_socket_owes_nothing() -> None:
             await transport.prompt("hello", [], 1)
         assert not refused.value.while_waiting
         assert not fake.asked("agent.prompt")
+        transport.give_up("redial refused")
+        await anyio.sleep(0.05)
+        assert not any(isinstance(e, ErrorEvent) for e in events)
+
+
+async def test_a_turn_whose_cancel_was_not_acknowledged_owes_nothing() -> None:
+    """agentctl gave the turn up (``not_acknowledged``: it suppresses the turn's late end):
+    the carrier no longer waits for it: what the agent says next is its own (generation 0),
+    and a give-up ends no turn."""
+    fake = FakeAgentStream(ack_prompts=True)
+    async with carrier(fake) as (transport, events):
+        await transport.prompt("hello", [], 1)
+        assert not (await transport.cancel()).acknowledged
+        await fake.send({"type": "message_chunk", "text": "on my own"})
+        await until(lambda: any(isinstance(e, MessageChunk) for e in events))
+        (chunk,) = [e for e in events if isinstance(e, MessageChunk)]
+        assert chunk.prompt_generation == 0
         transport.give_up("redial refused")
         await anyio.sleep(0.05)
         assert not any(isinstance(e, ErrorEvent) for e in events)
