@@ -12,6 +12,7 @@ from statemachine import State
 
 from acpfsm.runtime.trace import TraceRecord
 from acpfsm.statecharts import (
+    ALL_CHARTS,
     Chart,
     ChartDefinitionError,
     Execution,
@@ -24,6 +25,8 @@ from acpfsm.tools import mutate_charts
 from acpfsm.tools.check_trace import check_records
 
 pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Door(Chart):
@@ -260,3 +263,15 @@ def test_a_chart_mutant_is_killed_only_by_a_test_that_ran_and_failed(
         "",
     )
     assert Execution.start().fire("start_requested").state == "starting"  # restored
+
+
+def test_every_listed_chart_mutant_is_one_the_tool_makes() -> None:
+    """A listed equivalent whose transition was removed or changed lists nothing: stale,
+    caught here rather than at the next (slow) run."""
+    made = {
+        mutate_charts.label(chart, mutant)
+        for chart in ALL_CHARTS
+        for mutant in mutate_charts.enumerate_mutants(chart)
+    }
+    listed = set(mutate_charts.load_equivalent(REPO / mutate_charts.EQUIVALENT_FILE))
+    assert listed and listed <= made, sorted(listed - made)
