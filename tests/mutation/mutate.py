@@ -188,6 +188,8 @@ TARGETS: tuple[Target, ...] = (
             "tests/runtime/test_e2e_reference_agent.py",
             "tests/runtime/test_mcp_runtime.py",
             "tests/runtime/test_retention.py",
+            "tests/runtime/test_bounds.py",
+            "tests/runtime/test_agent_text_and_stamps.py",
             "tests/agentctl/test_agentctl_runtime.py",
             "tests/agentctl/test_agentctl_turn.py",
             "tests/agentctl/test_agentctl_faults.py",
