@@ -16,7 +16,7 @@ import pytest
 
 from acpfsm.adapters.mcp_servers import McpServerHttp
 from acpfsm.adapters.memory import MemoryTransport
-from acpfsm.runtime import AgentProfile, Runtime, ToolSet, tool
+from acpfsm.runtime import AgentProfile, Runtime, Timeouts, ToolSet, tool
 from acpfsm.testing.memory import MemoryExecutor
 
 from .memory_runtime import spec
@@ -34,6 +34,13 @@ async def read_ticket(ticket: str) -> str:
 
 
 @tool
+async def slow_ticket(ticket: str) -> str:
+    """Never answers (bounded by the Runtime's tool_call bound)."""
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+@tool
 async def delete_ticket(ticket: str) -> str:
     """Delete a ticket (only the admin mode has it)."""
     ran.append("delete_ticket")
@@ -42,7 +49,7 @@ async def delete_ticket(ticket: str) -> str:
 
 TOOL_SETS = [
     ToolSet("task", tools=[read_ticket]),
-    ToolSet("admin", tools=[read_ticket, delete_ticket]),
+    ToolSet("admin", tools=[read_ticket, delete_ticket, slow_ticket]),
 ]
 
 
@@ -81,7 +88,11 @@ async def test_tools_call_runs_only_the_current_modes_tools() -> None:
     ran.clear()
     ex = MemoryExecutor()
     profiles = (AgentProfile(id="mem", command=("unused",)),)
-    async with Runtime(profiles=profiles, executors={"memory": ex}, tool_sets=TOOL_SETS) as rt:
+    # a tool without a timeout of its own is bounded by Timeouts.tool_call (not another bound)
+    bounds = Timeouts(tool_call=0.3)
+    async with Runtime(
+        profiles=profiles, executors={"memory": ex}, tool_sets=TOOL_SETS, timeouts=bounds
+    ) as rt:
         with anyio.fail_after(60):
             ref = await rt.launch(spec(mcp_mode="task"))
             await rt.wait_ready(ref.id)
@@ -99,6 +110,10 @@ async def test_tools_call_runs_only_the_current_modes_tools() -> None:
 
                 await rt.set_mcp_mode(ref.id, "admin")
                 assert await call(c, "delete_ticket") == (False, "T-1: deleted")
+                assert await call(c, "slow_ticket") == (
+                    True,
+                    "tool 'slow_ticket' did not finish within 0.3s",
+                )
                 await rt.set_mcp_mode(ref.id, "task")
                 assert await call(c, "delete_ticket") == (
                     True,
