@@ -253,8 +253,9 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")  # Go's decoder refuses NaN/Infinity
 
 
-def _json_tails(message: str) -> Iterator[Any]:
-    """Each value decoded from a ``{`` to the end of the message (trailing whitespace ok)."""
+def _json_tails(message: str) -> Iterator[dict[str, Any]]:
+    """Each object decoded from a ``{`` to the end of the message (trailing whitespace ok):
+    JSON text that starts with ``{`` decodes to an object or not at all."""
     offset = message.find("{")
     while offset >= 0:
         try:
@@ -268,10 +269,11 @@ _MISSING = object()
 
 
 def _go_field(obj: dict[str, Any], name: str) -> Any:
-    """Go ``encoding/json`` field lookup: keys fold case; the last matching key wins."""
+    """Go ``encoding/json`` field lookup of the lower-case field ``name``: keys fold case;
+    the last matching key wins."""
     found: Any = _MISSING
     for key, value in obj.items():
-        if key == name or _go_lower(key) == name:
+        if _go_lower(key) == name:
             found = value
     return found
 
@@ -280,42 +282,19 @@ def _go_int(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
-class _NoDecode(Exception):
-    pass
-
-
-def _go_string(value: Any) -> str:
-    """A JSON string, or "" for absent/null; anything else is a Go decode error."""
-    if value is _MISSING or value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    raise _NoDecode
-
-
-def _matches_rollout(obj: Any, session_id: str) -> bool:
-    """Seed ``matchesMissingProviderRollout`` on an already-decoded JSON value."""
-    if obj is None:  # Go: decoding null into a struct is a no-op → zero values
-        return False
-    if not isinstance(obj, dict):
-        return False
-    try:
-        code_value = _go_field(obj, "code")
-        if code_value is not _MISSING and code_value is not None and _go_int(code_value) is None:
-            return False
-        message = _go_string(_go_field(obj, "message"))
-        data = _go_field(obj, "data")
-        details = ""
-        if data is not _MISSING and data is not None:
-            if not isinstance(data, dict):
-                return False
-            details = _go_string(_go_field(data, "details"))
-    except _NoDecode:
-        return False
+def _matches_rollout(obj: dict[str, Any], session_id: str) -> bool:
+    """Seed ``matchesMissingProviderRollout`` on an already-decoded JSON object. Go decodes
+    into ``struct{Code int; Message string; Data struct{Details string}}`` and fails on a
+    field of another type; absent and null fields are zero values. Every such failure and
+    every zero value is a mismatch here (the values matched are non-zero), so the test is
+    the comparison of each field, a JSON integer ``code`` (not -32603.0) and an object
+    ``data``."""
+    data = _go_field(obj, "data")
     return (
-        code_value == INTERNAL_ERROR_CODE
-        and message == "Internal error"
-        and details == ROLLOUT_PREFIX + session_id
+        _go_int(_go_field(obj, "code")) == INTERNAL_ERROR_CODE
+        and _go_field(obj, "message") == "Internal error"
+        and isinstance(data, dict)
+        and _go_field(data, "details") == ROLLOUT_PREFIX + session_id
     )
 
 
@@ -416,7 +395,7 @@ def _auth_required(err: ErrorInput) -> bool:
 # --------------------------------------------------------------------------- the table
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Rule:
     """One row: ``kind`` when ``test(error, loading_session_id)`` holds for a call in scope."""
 
@@ -521,8 +500,6 @@ def classify_error(
     tried to load (only the Codex rollout row uses it). ``None`` or ``""`` gives
     ``inconclusive`` with every boolean false (the seed's nil error)."""
     message = _message(error)
-    if error is None or (isinstance(error, str) and not error):
-        return Classification(kind=ErrorClass.INCONCLUSIVE, call=call, message=message)
     kind = ErrorClass.INCONCLUSIVE
     for rule in RULES:
         if rule.applies(call) and rule.test(error, loading_session_id):

@@ -141,7 +141,7 @@ def _load_openat2() -> _Openat2 | None:
         return None
     try:
         syscall = ctypes.CDLL(None, use_errno=True).syscall
-    except (OSError, AttributeError):  # pragma: no cover - a libc without syscall()
+    except (OSError, AttributeError):  # a libc without syscall(), or none to load
         return None
     syscall.restype = ctypes.c_long
     syscall.argtypes = (
@@ -411,7 +411,7 @@ class Workspace:
         return follow and self.resolver == "openat2"
 
     def _open_dir(
-        self, root: int, parts: Sequence[str], path: str, *, create: bool, private: bool = False
+        self, root: int, parts: Sequence[str], path: str, *, create: bool, private: bool
     ) -> int:
         """A descriptor of the directory ``parts`` beneath ``root``; missing directories are
         created (``0700`` when ``private``) if ``create``. ``private`` follows no link."""
@@ -426,7 +426,6 @@ class Workspace:
         # Find the deepest directory that exists, then create the rest one by one, each
         # opened from its parent's descriptor with no link followed.
         depth = len(parts) - 1
-        current = -1
         while depth > 0:
             try:
                 current = self._resolve(root, parts[:depth], _DIR_FLAGS, follow=follow)
@@ -437,7 +436,7 @@ class Workspace:
                         exc, path, root, parts[:depth], followed=self._followed(follow)
                     ) from None
                 depth -= 1
-        if depth == 0:
+        else:  # no folder of the path exists below the root
             current = os.dup(root)
         try:
             for index in range(depth, len(parts)):

@@ -17,6 +17,10 @@ the layers made (``config_id``, the instance's constant), so it may have to wait
   update changes nothing.
 * ``published`` takes every later update without effect.
 
+No update meets the settlement ``unsettled``: the runtime fires ``settle_requested`` in the
+very step that starts it (an update that comes first is remembered by the runtime, and
+``response_applied`` says so), so ``models_updated`` there is illegal.
+
 Effects: ``publish_settled`` (the cache as the settled snapshot, against the baseline the
 runtime captured before the layers).
 """
@@ -49,12 +53,7 @@ class ConfigSettlement(Chart):
         | unsettled.to(published, cond="response_seen")
         | unsettled.to(deferred)
     )
-    models_updated = (
-        unsettled.to(None)
-        | deferred.to(published, cond="settles")
-        | deferred.to(None)
-        | published.to(None)
-    )
+    models_updated = deferred.to(published, cond="settles") | deferred.to(None) | published.to(None)
 
     effects: ClassVar[Effects] = Effects(on_enter={"published": ["publish_settled"]})
 

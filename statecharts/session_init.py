@@ -19,13 +19,13 @@ reports the fact.
 3. ``loading`` - session/load. ``load_failed`` carries the classification
    (:class:`~acpfsm.statecharts.vocab.ErrorClass`, computed by the adapters' table):
 
-   * transport-dead → ``failed``; no session/new fallback;
    * fallback-authorizing (method not found, session unknown, load capability false, provider
      rollout missing for *this* id) → ``creating``;
    * authentication required (not in kandev) → ``failed`` with ``require_authentication``:
      the init's failure says so, with the agent's auth methods;
-   * anything else is inconclusive → ``failed``, and the stored ACP session id is preserved
-     (the runtime only records an id when the session is established).
+   * anything else → ``failed``: transport-dead (no session/new fallback: the seed tests it
+     first, and it authorizes none) and inconclusive alike, and the stored ACP session id is
+     preserved (the runtime only records an id when the session is established).
 4. ``creating`` - session/new. ``new_session_failed`` carries the classification too: an
    agent that needs authentication first fails the init with ``require_authentication``.
 5. ``awaiting_catalog`` - the runtime reports whether the synchronous catalog snapshot arrived
@@ -118,10 +118,9 @@ class SessionInit(Chart):
     # 3. session/load, seed D1: three outcomes
     load_succeeded = initializing.loading.to(initializing.awaiting_catalog)
     load_failed = (
-        initializing.loading.to(failed, cond="is_transport_dead")
-        | initializing.loading.to(initializing.creating, cond="authorizes_fallback")
+        initializing.loading.to(initializing.creating, cond="authorizes_fallback")
         | initializing.loading.to(failed, cond="needs_authentication")
-        | initializing.loading.to(failed)  # inconclusive: identity preserved
+        | initializing.loading.to(failed)  # transport-dead or inconclusive: identity preserved
     )
     # 4. session/new
     new_session_succeeded = initializing.creating.to(initializing.awaiting_catalog)
@@ -211,9 +210,6 @@ class SessionInit(Chart):
 
     def should_load(self, native_session_resume: bool = False, prior_session_id: str = "") -> bool:
         return native_session_resume and prior_session_id.strip() != ""
-
-    def is_transport_dead(self, error_class: ErrorClass = ErrorClass.INCONCLUSIVE) -> bool:
-        return error_class is ErrorClass.TRANSPORT_DEAD
 
     def authorizes_fallback(self, error_class: ErrorClass = ErrorClass.INCONCLUSIVE) -> bool:
         return error_class in FALLBACK_AUTHORIZING

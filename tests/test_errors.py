@@ -20,7 +20,6 @@ from acpfsm.statecharts import Execution, IllegalTransition
 #: Exception classes that are deliberately not AcpfsmErrors, and why (the README's "Errors"
 #: section says the same).
 NOT_OURS: dict[str, str] = {
-    "acpfsm.adapters.classify._NoDecode": "private control flow inside the error classifier",
     "acpfsm.adapters.acp.jsonrpc.JsonRpcErrorReply": (
         "raised by a request handler to answer the peer with a JSON-RPC error object; the "
         "connection catches it, it never reaches a caller"

@@ -354,7 +354,9 @@ def to_event(event: WireEvent, raw: str | bytes) -> AgentEvent:
                 session_id=sid,
                 prompt_generation=gen,
                 text=event.text,
-                role=event.role or "assistant",
+                # agentctl marks only replayed user chunks ``role: "user"``; any other role
+                # (none, or one acpfsm does not know) is the agent's own text
+                role="user" if event.role == "user" else "assistant",
                 protocol_message_id=event.protocol_message_id,
                 content_blocks=list(event.content_blocks or ()),
             )

@@ -32,10 +32,15 @@ Steps:
    mutant, installs it (the chart is recompiled), runs its tests in process and records the
    outcome. A test that fails in the record run is never used. A mutant no test killed
    within ``--budget`` seconds of tests (default 120) counts as survived: the report says
-   how many of its tests ran.
+   how many of its tests ran. Only a test that ran and failed kills a mutant: a planned
+   test that did not collect (its module fails to import; the runs go on past collection
+   errors) or a run that broke with no test failing leaves the mutant *not judged*,
+   reported apart with the reason; a test file that did not collect in the record run is
+   named (its tests are never planned).
 3. **Report**: per chart, the mutants killed, equivalent by construction, listed as
    equivalent in ``tests/mutation/equivalent_chart_mutants.toml`` (each with its reason) and
-   the survivors, each naming the transition. Exit status 1 when a mutant survived that the
+   the survivors and the mutants not judged, each naming the transition. Exit status 1 when
+   a mutant survived or was not judged that the
    file does not list, or the file lists one that is now killed or gone.
 
 Tests that kill every mutant whatever it does do not count and are never run against a
@@ -256,6 +261,7 @@ class _Recorder:
         self.out = out
         self.current: set[tuple[str, str]] | None = None
         self.tests: dict[str, dict[str, Any]] = {}
+        self.uncollected: list[str] = []
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         from acpfsm.statecharts import _machine
@@ -287,8 +293,14 @@ class _Recorder:
         if report.failed and report.nodeid in self.tests:
             self.tests[report.nodeid]["passed"] = False
 
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:  # its tests are never recorded, so never run against a mutant
+            self.uncollected.append(report.nodeid)
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.out.write_text(json.dumps(self.tests, indent=0, sort_keys=True))
+        uncollected = self.out.with_name(self.out.name + ".uncollected")
+        uncollected.write_text(json.dumps(sorted(self.uncollected)))
 
 
 class _Runner:
@@ -324,6 +336,8 @@ class _Runner:
                 started = time.perf_counter()
                 killer = ""
                 broken = False
+                error = ""
+                missing: list[str] = []
                 ran = 0
                 _install(_base, chart, mutant)
                 try:
@@ -332,24 +346,31 @@ class _Runner:
                             break  # survived within the budget
                         ran += 1
                         item = by_id.get(nodeid)
-                        if item is None:
+                        if item is None:  # its module did not collect: it cannot judge
+                            missing.append(nodeid)
                             continue
                         self.failed = False
                         if hasattr(item, "_initrequest"):
                             item._initrequest()
                         try:
                             item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
-                        except Exception:  # noqa: BLE001 - a plugin broke on the failure
-                            self.failed = broken = True
+                        except Exception as exc:  # noqa: BLE001 - a plugin broke
+                            broken = True
+                            if not self.failed:  # no test failed: the run itself broke
+                                error = f"the run of {nodeid} broke: {exc!r}"
+                                break
                         if self.failed:
                             killer = nodeid
                             break
                 finally:
                     _install(_base, chart, None)
+                if not killer and missing and not error:
+                    error = f"{len(missing)} of its tests were not collected (first: {missing[0]})"
                 result = {
                     "mutant": entry["mutant"],
                     "killed": bool(killer),
                     "killer": killer,
+                    "error": "" if killer else error,
                     "seconds": round(time.perf_counter() - started, 3),
                     "tests_run": ran,
                 }
@@ -438,13 +459,19 @@ def record(files: dict[str, str], charts_key: str) -> dict[str, Any]:
         started = time.perf_counter()
         tmp = CACHE / "map.partial.json"
         tmp.unlink(missing_ok=True)
-        _pytest({_RECORD_ENV: str(tmp)}, [] if whole else stale, CACHE / "record.log").wait()
+        args = ["--continue-on-collection-errors", *([] if whole else stale)]
+        _pytest({_RECORD_ENV: str(tmp)}, args, CACHE / "record.log").wait()
         if not tmp.exists():
             raise SystemExit(f"mutate-charts: the record run failed; see {CACHE / 'record.log'}")
         fresh: dict[str, Any] = json.loads(tmp.read_text())
         tmp.unlink()
+        errors = tmp.with_name(tmp.name + ".uncollected")
+        uncollected = set(json.loads(errors.read_text())) if errors.exists() else set()
+        errors.unlink(missing_ok=True)
         for f in stale:
             known[f] = {"hash": files[f], "tests": {}}
+            if f in uncollected:  # recorded again once the file changes
+                known[f]["uncollected"] = True
         for nodeid, info in fresh.items():
             f = nodeid.split("::", 1)[0]
             if f in known:
@@ -452,6 +479,13 @@ def record(files: dict[str, str], charts_key: str) -> dict[str, Any]:
         print(f"mutate-charts: recorded in {time.perf_counter() - started:.0f} s")
     known = {f: v for f, v in known.items() if f in files}
     path.write_text(json.dumps({"charts": charts_key, "helpers": helpers, "files": known}))
+    broken = sorted(f for f, v in known.items() if v.get("uncollected"))
+    if broken:
+        print(
+            f"mutate-charts: {len(broken)} test file(s) did not collect in the record run; "
+            f"their tests are never run against a mutant (see {CACHE / 'record.log'}): "
+            + ", ".join(broken)
+        )
     return {nodeid: info for v in known.values() for nodeid, info in v["tests"].items()}
 
 
@@ -505,7 +539,10 @@ def _run_plans(
             json.dumps([{"mutant": str(p.mutant), "tests": list(p.tests)} for p in part])
         )
         run = os.pathsep.join([str(plan_file), str(result_file), str(budget)])
-        procs.append(_pytest({_RUN_ENV: run}, ["-o", "timeout=60"], CACHE / f"run-{j}.log"))
+        # a module that does not collect leaves its planned tests missing (not judged),
+        # instead of stopping the whole run
+        args = ["-o", "timeout=60", "--continue-on-collection-errors"]
+        procs.append(_pytest({_RUN_ENV: run}, args, CACHE / f"run-{j}.log"))
         results.append(result_file)
     for proc in procs:
         proc.wait()
@@ -641,6 +678,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "chart": chart_hash(charts_by_name[plan.mutant.chart]),
                 "tests": tkey,
                 "killed": got["killed"],
+                "error": str(got.get("error", "")),
                 "killer": killer,
                 "killer_file": files.get(killer.split("::", 1)[0], ""),
                 "seconds": got["seconds"],
@@ -676,7 +714,12 @@ def _report(
             kind = "stale_equivalent" if entry and entry.get("killed") else "equivalent"
         else:
             entry = cached.get(name)
-            kind = "pending" if entry is None else ("killed" if entry["killed"] else "survived")
+            if entry is None:
+                kind = "pending"
+            elif entry["killed"]:
+                kind = "killed"
+            else:
+                kind = "error" if entry.get("error") else "survived"
         by_chart.setdefault(chart.chart_name, []).append((kind, name))
     total: dict[str, int] = {}
     for chart_name, rows in by_chart.items():
@@ -688,14 +731,18 @@ def _report(
             f"{chart_name}: {len(rows)} mutants, {counts.get('killed', 0)} killed, "
             f"{counts.get('construction', 0)} equivalent by construction, "
             f"{counts.get('equivalent', 0)} listed equivalent, "
-            f"{counts.get('survived', 0)} survived, {counts.get('pending', 0)} not run"
+            f"{counts.get('survived', 0)} survived, {counts.get('error', 0)} not judged, "
+            f"{counts.get('pending', 0)} not run"
         )
         for kind, name in rows:
+            entry = cached.get(name, {})
             if kind == "survived":
-                entry = cached.get(name, {})
                 print(
                     f"  SURVIVED  {name}  ({entry.get('ran', '?')} of {entry.get('of', '?')} tests)"
                 )
+                status = 1
+            elif kind == "error":
+                print(f"  NOT JUDGED  {name}  ({entry.get('error')})")
                 status = 1
     killers: dict[str, int] = {}
     for _, _, name, _ in selected:
@@ -715,7 +762,7 @@ def _report(
         f"TOTAL: {sum(total.values())} mutants, {total.get('killed', 0)} killed, "
         f"{total.get('construction', 0)} equivalent by construction, "
         f"{total.get('equivalent', 0)} listed equivalent, {total.get('survived', 0)} survived, "
-        f"{total.get('pending', 0)} not run ({seconds:.0f} s)"
+        f"{total.get('error', 0)} not judged, {total.get('pending', 0)} not run ({seconds:.0f} s)"
     )
     if total.get("pending"):
         status = 1

@@ -872,11 +872,12 @@ def test_classification_is_frozen_and_carries_the_message() -> None:
     assert result.message == projected(AGENT_DIED)
     with pytest.raises(AttributeError):
         result.kind = ErrorClass.INCONCLUSIVE  # type: ignore[misc]
-    none = classify_error(None, call=Call.PROMPT)
-    assert none.message == ""
-    assert not none.transport_dead
-    assert not none.benign_teardown
-    assert not none.cancel_release
+    for nothing in (None, ""):  # the seed's nil error: inconclusive, every flag false
+        none = classify_error(nothing, call=Call.PROMPT)
+        assert none == Classification(kind=ErrorClass.INCONCLUSIVE, call=Call.PROMPT)
+    # the fields are keyword-only: a caller cannot depend on their order
+    with pytest.raises(TypeError):
+        Classification(ErrorClass.INCONCLUSIVE, Call.PROMPT)  # type: ignore[misc]
 
 
 # --- wrapped errors, groups, real cancellation -----------------------------------------

@@ -126,6 +126,18 @@ def test_openat2_is_not_used_off_linux_on_an_unknown_machine_or_a_refusing_kerne
         m.setattr(workspace_module.ctypes, "CDLL", Libc)
         assert workspace_module._load_openat2() is None
 
+    class NoSyscall:  # a libc that exports no syscall()
+        def __init__(self, *args: object, **kw: object) -> None:
+            pass
+
+    def no_libc(*args: object, **kw: object) -> None:
+        raise OSError("no C library to load")
+
+    for cdll in (NoSyscall, no_libc):
+        with monkeypatch.context() as m:
+            m.setattr(workspace_module.ctypes, "CDLL", cdll)
+            assert workspace_module._load_openat2() is None
+
 
 def test_without_openat2_auto_walks_and_forcing_it_is_refused(
     ws: Path, monkeypatch: pytest.MonkeyPatch
@@ -628,6 +640,26 @@ def test_private_files_are_0600_in_0700_folders_whatever_the_umask(
         assert stat.S_IMODE((tmp_path / folder).stat().st_mode) == 0o700, folder
     for file in ("a/b/f", ".acpfsm/attachments/s1/note.txt"):
         assert stat.S_IMODE((tmp_path / file).stat().st_mode) == 0o600, file
+
+
+def test_private_folders_are_made_even_where_no_folder_can_be_looked_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look that fails everywhere (a sandbox refusing stat, so even ``/`` seems no folder):
+    the search for the missing folders stops at ``/`` and the folders are made all the same
+    (an existing one answers EEXIST); it does not go round ``/`` for ever."""
+    looks: list[str] = []
+
+    def isdir(path: str) -> bool:
+        looks.append(path)
+        assert len(looks) < 100, "looking for the missing folders for ever"
+        return False
+
+    monkeypatch.setattr(workspace_module.os.path, "isdir", isdir)
+    make_private_dirs(tmp_path / "a" / "b")
+    monkeypatch.undo()
+    assert looks[-1] == "/"
+    assert stat.S_IMODE((tmp_path / "a" / "b").stat().st_mode) == 0o700
 
 
 def test_a_folder_made_by_another_process_meanwhile_is_used_as_it_is(

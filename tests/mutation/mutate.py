@@ -34,6 +34,13 @@ replacements) are filtered out (:data:`EXCLUDED_OPERATORS`).
 Usage: ``python -m tests.mutation.mutate [--target NAME]… [--shard i/n] [--limit N]
 [--report] [--no-canary]`` (``make mutate ARGS=…``). The score is (killed + listed equivalent) / run, over the items run; a survivor
 no test can kill is listed, with the reason, in ``tests/mutation/equivalent_mutants.toml``.
+
+A mutant is killed only by a selected test that ran and failed (pytest's exit status 1) or
+hung. A run whose tests could not run (a collection error: a test module that reads the
+mutated source when it is collected fails to import; a usage or internal error) says nothing
+of the mutant: cosmic-ray would count its failing exit as a kill, so it is stored as
+``incompetent`` and reported apart ("not judged", with the reason), and run again when the
+tests change (:func:`.selection.outcome_of`).
 """
 
 from __future__ import annotations
@@ -181,6 +188,8 @@ TARGETS: tuple[Target, ...] = (
             "tests/runtime/test_e2e_reference_agent.py",
             "tests/runtime/test_mcp_runtime.py",
             "tests/runtime/test_retention.py",
+            "tests/runtime/test_bounds.py",
+            "tests/runtime/test_agent_text_and_stamps.py",
             "tests/agentctl/test_agentctl_runtime.py",
             "tests/agentctl/test_agentctl_turn.py",
             "tests/agentctl/test_agentctl_faults.py",
@@ -423,7 +432,8 @@ def record(target: Target, tree: Path, env: dict[str, str]) -> None:
 
 def _requeue_survivors(session: Path, note: Path) -> None:
     """The tests changed: the survivors are run again (their results are dropped), except
-    those listed as equivalent; ``note`` keeps their job ids, so a run does them first."""
+    those listed as equivalent, and so are the mutants the tests could not judge (a
+    collection error may be gone); ``note`` keeps their job ids, so a run does them first."""
     import sqlite3
 
     from cosmic_ray.work_db import WorkDB, use_db
@@ -434,8 +444,11 @@ def _requeue_survivors(session: Path, note: Path) -> None:
         again = [
             item.job_id
             for item, result in work.completed_work_items
-            if result.test_outcome == TestOutcome.SURVIVED
-            and _listed(item.mutations[0], equivalent) is not None
+            if (
+                result.test_outcome == TestOutcome.SURVIVED
+                and _listed(item.mutations[0], equivalent) is not None
+            )
+            or (result.test_outcome is not None and outcome(result) == "error")
         ]
     with sqlite3.connect(session) as db:
         db.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in again])
@@ -477,7 +490,7 @@ def _killed_in_unchanged(target: Target, base: Path, session: Path) -> dict[Any,
             if len(item.mutations) == 1
             and str(item.mutations[0].module_path) in unchanged
             and (
-                result.test_outcome == TestOutcome.KILLED
+                (result.test_outcome == TestOutcome.KILLED and outcome(result) == "killed")
                 or (  # a listed equivalent stays listed: no test can kill it
                     result.test_outcome == TestOutcome.SURVIVED
                     and _listed(item.mutations[0], equivalent) is None
@@ -552,7 +565,7 @@ def canary() -> None:
     from cosmic_ray.ast import ast_nodes, get_ast_from_path
     from cosmic_ray.mutating import mutate_and_test
     from cosmic_ray.plugins import get_operator
-    from cosmic_ray.work_item import MutationSpec, TestOutcome
+    from cosmic_ray.work_item import MutationSpec
 
     target = TARGETS[0]
     tree, _, env = prepare(target, "")
@@ -588,8 +601,8 @@ def canary() -> None:
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(saved)
-    ok = result.test_outcome == TestOutcome.KILLED
-    print(f"mutate: canary (_has_code: == → != at classify.py:{lineno}): {result.test_outcome}")
+    ok = outcome(result) == "killed"
+    print(f"mutate: canary (_has_code: == → != at classify.py:{lineno}): {outcome(result)}")
     if not ok:
         raise SystemExit(
             "mutate: the canary survived: the tests do not import the mutated copy, "
@@ -605,6 +618,29 @@ def _has_result(session: Path, job_id: str) -> bool:
     with sqlite3.connect(session) as db:
         found = db.execute("SELECT 1 FROM work_results WHERE job_id = ?", (job_id,)).fetchone()
     return found is not None
+
+
+def outcome(result: Any) -> str:
+    """``killed``, ``survived``, ``error`` (the tests could not run: not a kill) or, for a
+    mutant never tested, cosmic-ray's worker outcome (see :func:`.selection.outcome_of`)."""
+    if result.test_outcome is None:
+        return str(getattr(result.worker_outcome, "value", result.worker_outcome))
+    test_outcome = getattr(result.test_outcome, "value", result.test_outcome)
+    return selection.outcome_of(str(test_outcome), result.output or "")
+
+
+def judged(result: Any) -> Any:
+    """``result`` (a cosmic-ray ``WorkResult``), with a run that could not test the mutant
+    (a collection error …) marked ``incompetent`` rather than ``killed`` (cosmic-ray counts
+    any failing exit as a kill)."""
+    if result.test_outcome == "killed" and outcome(result) == "error":
+        return type(result)(
+            output=result.output,
+            test_outcome=type(result.test_outcome)("incompetent"),
+            worker_outcome=result.worker_outcome,
+            diff=result.diff,
+        )
+    return result
 
 
 def run(target: Target, shard: str, limit: int | None) -> None:
@@ -632,12 +668,12 @@ def run(target: Target, shard: str, limit: int | None) -> None:
             if _has_result(session, item.job_id):
                 continue  # done meanwhile (skipped, or by an earlier run of this shard)
             started = time.perf_counter()
-            result = mutate_and_test(item.mutations, command, target.timeout)
+            result = judged(mutate_and_test(item.mutations, command, target.timeout))
             with use_db(str(session), WorkDB.Mode.open) as db:
                 db.set_result(item.job_id, result)
             m = item.mutations[0]
             print(
-                f"  [{n}/{len(pending)}] {result.test_outcome or result.worker_outcome} "
+                f"  [{n}/{len(pending)}] {outcome(result)} "
                 f"{m.module_path}:{m.start_pos[0]} {m.operator_name} "
                 f"({time.perf_counter() - started:.1f} s)",
                 flush=True,
@@ -686,25 +722,38 @@ def _listed(m: Any, equivalent: dict[tuple[str, str, str], str]) -> str | None:
     return keys[0]
 
 
-def report(target: Target) -> tuple[int, int, int, int]:
-    """Print the target's outcome; (killed, equivalent, survived, pending)."""
+def report(target: Target) -> tuple[int, int, int, int, int]:
+    """Print the target's outcome; (killed, equivalent, survived, errors, pending). An error
+    (the tests could not run: a collection error …) is no kill and no survivor: it is
+    listed apart, to be run again once the tests collect."""
     from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome
 
     session = WORK / target.name / "session.sqlite"
     if not session.exists():
         print(f"{target.name}: not started")
-        return 0, 0, 0, 0
+        return 0, 0, 0, 0, 0
     equivalent = load_equivalent()
     killed = survived = listed = pending = 0
     survivors: list[str] = []
+    errors: list[str] = []
     with use_db(str(session), WorkDB.Mode.open) as db:
         pending = db.num_work_items - db.num_results
         for item, result in db.completed_work_items:
-            if result.test_outcome == TestOutcome.KILLED:
+            kind = outcome(result) if result.test_outcome is not None else "skipped"
+            m = item.mutations[0]
+            if kind == "killed":
                 killed += 1
-            elif result.test_outcome == TestOutcome.SURVIVED:
-                m = item.mutations[0]
+            elif kind == "error":
+                reason = next(
+                    (
+                        line
+                        for line in (result.output or "").splitlines()
+                        if line.startswith(selection.NOT_RUN)
+                    ),
+                    "the test command failed",
+                )
+                errors.append(f"{m.module_path}:{m.start_pos[0]} {m.operator_name}  {reason}")
+            elif kind == "survived":
                 text = _listed(m, equivalent)
                 if text is None:
                     listed += 1
@@ -715,11 +764,14 @@ def report(target: Target) -> tuple[int, int, int, int]:
     score = f"{100 * (killed + listed) / ran:.1f} %" if ran else "-"
     print(
         f"{target.name}: {ran} run, {killed} killed, {listed} listed equivalent, "
-        f"{survived} survived (score {score}), {pending} pending"
+        f"{survived} survived (score {score}), {len(errors)} not judged (collection "
+        f"errors …), {pending} pending"
     )
     for line in sorted(survivors):
         print(f"  SURVIVED {line}")
-    return killed, listed, survived, pending
+    for line in sorted(errors):
+        print(f"  NOT JUDGED {line}")
+    return killed, listed, survived, len(errors), pending
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -742,16 +794,17 @@ def main(argv: list[str] | None = None) -> int:
             canary()
         for target in targets:
             run(target, args.shard, args.limit)
-    totals = [0, 0, 0, 0]
+    totals = [0, 0, 0, 0, 0]
     for target in targets:
         for i, value in enumerate(report(target)):
             totals[i] += value
-    killed, listed, survived, pending = totals
+    killed, listed, survived, errors, pending = totals
     ran = killed + listed + survived
     score = f"{100 * (killed + listed) / ran:.1f} %" if ran else "-"
     print(
         f"TOTAL: {ran} run, {killed} killed, {listed} listed equivalent, {survived} survived "
-        f"(score {score}), {pending} pending ({time.perf_counter() - started:.0f} s)"
+        f"(score {score}), {errors} not judged, {pending} pending "
+        f"({time.perf_counter() - started:.0f} s)"
     )
     return 0
 

@@ -282,9 +282,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     durations = {n: float(tests[n]["duration"]) for n in ordered}
     limit = hang_bound(max(durations.values()))
     args = [*PYTEST_ARGS, "-o", f"timeout={limit:.0f}", "-x", *ordered]
-    code = pytest.main(args, plugins=[Order(ordered, durations)])
-    print(f"pytest exit {int(code)} in {time.perf_counter() - started:.1f} s")
-    return int(code)
+    code = int(pytest.main(args, plugins=[Order(ordered, durations)]))
+    print(f"{EXIT_LINE} {code} in {time.perf_counter() - started:.1f} s")
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        print(f"{NOT_RUN}: {NOT_RUN_REASONS.get(code, 'pytest could not run the tests')}")
+    return code
+
+
+EXIT_LINE = "pytest exit"
+"""How the test command reports pytest's exit status (:func:`outcome_of` reads it)."""
+NOT_RUN = "mutant not judged"
+NOT_RUN_REASONS = {
+    pytest.ExitCode.INTERRUPTED: "a collection error (the test modules did not import)",
+    pytest.ExitCode.INTERNAL_ERROR: "pytest's internal error",
+    # pytest's status when a node id it was given names a module that did not import
+    pytest.ExitCode.USAGE_ERROR: "a collection or usage error (a selected test module, a "
+    "conftest or a plugin did not load)",
+    pytest.ExitCode.NO_TESTS_COLLECTED: "no test was collected",
+}
+
+
+def outcome_of(test_outcome: str, output: str) -> str:
+    """What a mutant's test run says: ``killed`` only when a selected test ran and failed
+    (pytest's exit status 1; or the run hung past cosmic-ray's bound), ``survived`` when
+    they all passed, ``error`` when pytest could not run them (a collection error, exit 2,
+    or 4 when the module of a selected node id did not import: a test module that reads the
+    mutated source when it is collected, such as tests/runtime/test_verify.py's seeded
+    charts; a usage or internal error; no test collected), which says nothing of the
+    mutant. ``test_outcome`` is
+    cosmic-ray's (``killed``, ``survived``, ``incompetent``), ``output`` the command's."""
+    if test_outcome == "killed":
+        if output.strip() == "timeout":
+            return "killed"  # cosmic-ray's own bound: the mutant hung the tests
+        for line in output.splitlines():
+            if line.startswith(EXIT_LINE + " "):
+                code = int(line.split()[2])
+                return "killed" if code == pytest.ExitCode.TESTS_FAILED else "error"
+        return "error"  # the command failed before pytest ran
+    if test_outcome == "incompetent":
+        return "error"
+    return str(test_outcome)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -10,6 +12,7 @@ from statemachine import State
 
 from acpfsm.runtime.trace import TraceRecord
 from acpfsm.statecharts import (
+    ALL_CHARTS,
     Chart,
     ChartDefinitionError,
     Execution,
@@ -20,6 +23,10 @@ from acpfsm.statecharts._compile import MUTANT_ENV, Mutant, compile_chart, mutan
 from acpfsm.statecharts._machine import machine_class
 from acpfsm.tools import mutate_charts
 from acpfsm.tools.check_trace import check_records
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Door(Chart):
@@ -197,3 +204,74 @@ def test_a_mutant_naming_no_chart_fails_the_import() -> None:
         [sys.executable, "-c", "import acpfsm.statecharts"], env=env, timeout=60, check=False
     )
     assert ok.returncode == 0
+
+
+def test_a_chart_mutant_is_killed_only_by_a_test_that_ran_and_failed(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """The mutant runner (one pytest, tests collected once): a planned test whose module did
+    not collect cannot judge the mutant (not judged, with the reason); a failing test kills
+    it; passing tests leave it alive. The run goes on past the collection error."""
+    pytester.makepyfile(
+        test_fine="""
+        def test_passes():
+            pass
+
+        def test_fails():
+            assert False
+        """,
+        test_broken="""
+        raise ValueError("the seeded source no longer matches")
+
+        def test_never():
+            pass
+        """,
+    )
+    plan = tmp_path / "plan.json"
+    out = tmp_path / "out.jsonl"
+    mutant = "execution:0:delete"
+    plan.write_text(
+        json.dumps(
+            [
+                {"mutant": mutant, "tests": ["test_broken.py::test_never"]},
+                {"mutant": mutant, "tests": ["test_fine.py::test_passes"]},
+                {
+                    "mutant": mutant,
+                    "tests": ["test_broken.py::test_never", "test_fine.py::test_fails"],
+                },
+            ]
+        )
+    )
+    runner = mutate_charts._Runner(plan, out, budget=60.0)
+    pytester.runpytest_inprocess(
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:anyio",
+        "--continue-on-collection-errors",
+        plugins=[runner],
+    )
+    broken, alive, killed = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (broken["killed"], broken["error"]) == (
+        False,
+        "1 of its tests were not collected (first: test_broken.py::test_never)",
+    )
+    assert (alive["killed"], alive["error"]) == (False, "")
+    assert (killed["killed"], killed["killer"], killed["error"]) == (
+        True,
+        "test_fine.py::test_fails",
+        "",
+    )
+    assert Execution.start().fire("start_requested").state == "starting"  # restored
+
+
+def test_every_listed_chart_mutant_is_one_the_tool_makes() -> None:
+    """A listed equivalent whose transition was removed or changed lists nothing: stale,
+    caught here rather than at the next (slow) run."""
+    made = {
+        mutate_charts.label(chart, mutant)
+        for chart in ALL_CHARTS
+        for mutant in mutate_charts.enumerate_mutants(chart)
+    }
+    listed = set(mutate_charts.load_equivalent(REPO / mutate_charts.EQUIVALENT_FILE))
+    assert listed and listed <= made, sorted(listed - made)

@@ -308,3 +308,7 @@ def test_the_lifecycle_bounds_are_kandevs() -> None:
     # place (msgspec.structs.replace makes another)
     with pytest.raises(AttributeError):
         Timeouts().cancel_wait = 1.0  # type: ignore[misc]
+    # each bound is named: Timeouts(10.0, 2.0) would silently set the first two fields, and
+    # a field added in between would shift them
+    with pytest.raises(TypeError):
+        Timeouts(10.0)  # type: ignore[misc]
