@@ -15,6 +15,7 @@ import anyio
 import anyio.abc
 import msgspec
 
+from .judge import SchemaOptions
 from .render import (
     render_junit,
     render_table,
@@ -29,6 +30,7 @@ from .report import (
     ConformReport,
     ConformUsageError,
 )
+from .schema import BUNDLED, SCHEMA_PACKAGE, SCHEMA_PACKAGE_VERSION
 from .stdio import (
     run_battery,
 )
@@ -61,6 +63,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="over stdio: the agent's working directory and session cwd (default: a new "
         "temporary directory; relative paths in ARGS resolve against it, so give absolute ones)",
     )
+    schema = parser.add_argument_group(
+        "the official ACP schema",
+        "over stdio every JSON-RPC message, both ways, is validated against the official ACP "
+        "schema of the protocol version the agent negotiated (bundled: "
+        + ", ".join(f"v{v}" for v in BUNDLED)
+        + f", from {SCHEMA_PACKAGE} {SCHEMA_PACKAGE_VERSION}); each violation is a failed check",
+    )
+    which = schema.add_mutually_exclusive_group()
+    which.add_argument(
+        "--schema-version",
+        type=int,
+        metavar="N",
+        help="validate against the bundled schema of protocol version N, whatever was negotiated",
+    )
+    which.add_argument(
+        "--schema",
+        metavar="FILE",
+        help="validate against this schema file instead (e.g. a newer SDK's schema/v1/schema.json)",
+    )
+    which.add_argument("--no-schema", action="store_true", help="no schema validation")
     remote = parser.add_argument_group(
         "through agentctl",
         "run the agent in an instance of kandev's agentctl and check it through agentctl's "
@@ -203,6 +225,9 @@ def _run(args: argparse.Namespace, argv: list[str], *, token_hint: bool = True) 
         "echo": echo,
         "inherit_env": tuple(os.environ) if args.inherit_env else None,
     }
+    schema = SchemaOptions(
+        enabled=not args.no_schema, version=args.schema_version, path=args.schema
+    )
     battery: Callable[[], Awaitable[ConformReport]]
     if args.agentctl is not None:
         battery = functools.partial(
@@ -215,7 +240,7 @@ def _run(args: argparse.Namespace, argv: list[str], *, token_hint: bool = True) 
             **common,
         )
     else:
-        battery = functools.partial(run_battery, argv, workspace=args.cwd, **common)
+        battery = functools.partial(run_battery, argv, workspace=args.cwd, schema=schema, **common)
     try:
         report = anyio.run(battery)
     except ConformUsageError as exc:
@@ -228,7 +253,8 @@ def _run(args: argparse.Namespace, argv: list[str], *, token_hint: bool = True) 
         del data["agentctl_token"]  # a secret: never in a report
         data["ok"] = report.ok
         data["summary"] = report.counts()
-        print(json.dumps(data, ensure_ascii=False))
+        # ASCII: whatever an agent sent (a lone surrogate, a terminal escape) prints safely
+        print(json.dumps(data, ensure_ascii=True))
     else:
         print(render_table(report))
     if report.agentctl_token and token_hint:
@@ -245,4 +271,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="acpfsm conform", description=DESCRIPTION)
     add_arguments(parser)
     return run(parser.parse_args(argv))
-

@@ -4,7 +4,6 @@ the bounds of the evidence quoted in it."""
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +13,8 @@ import msgspec
 from acpfsm.adapters.errors import (
     AcpfsmError,
 )
+
+from .schema import quote, safe_text
 
 DESCRIPTION = (
     "Run the ACP conformance battery against an agent started as AGENT_COMMAND [ARGS...] "
@@ -69,6 +70,7 @@ CHECKS: tuple[tuple[str, str], ...] = (
     ("stdout_clean", "only JSON-RPC on stdout"),
     ("stdin_close", "exit on stdin close"),
     ("version_negotiation", "protocol version negotiation"),
+    ("schema", "messages against the official ACP schema"),
 )
 _TITLES = dict(CHECKS)
 
@@ -81,6 +83,7 @@ AGENTCTL_NOT_OBSERVABLE: dict[str, str] = {
     "stdout_clean": "agentctl reads the agent's stdout and forwards decoded events only",
     "stdin_close": "agentctl owns the agent's stdin and stops the agent itself",
     "version_negotiation": "agentctl always asks for protocolVersion 1",
+    "schema": "agentctl decodes the agent's JSON-RPC itself and forwards events, not the messages",
 }
 
 
@@ -160,7 +163,12 @@ def _excerpt(lines: list[str]) -> list[str]:
 
 
 def _short(value: Any, limit: int = _EVIDENCE_CHARS) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """``value`` for a report: a string as it is, anything else (bytes too) as JSON; every
+    character that could hide or rewrite text on a terminal escaped; cut to ``limit``. Never
+    raises, whatever an agent sent."""
+    if not isinstance(value, str):
+        return quote(value, limit)
+    text = safe_text(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

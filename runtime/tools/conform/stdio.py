@@ -27,6 +27,7 @@ from .checks import (
     _Body,
     _Suite,
 )
+from .judge import SCHEMA_CHECK, Batch, SchemaJudge, SchemaOptions
 from .report import (
     _EVIDENCE_LINES,
     _TITLES,
@@ -59,19 +60,29 @@ class _StdioBattery(_Suite):
     raw pipe (an unknown method, malformed input, stdout, stdin close, a second process for
     version negotiation)."""
 
-    def __init__(self, argv: Sequence[str], *, inherit_env: Sequence[str], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        inherit_env: Sequence[str],
+        judge: SchemaJudge,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(argv, **kwargs)
         self.inherit_env = tuple(inherit_env)
         self.wire: _Wire | None = None
         self.init: dict[str, Any] | None = None
+        self.judge = judge
+        self.batches: list[Batch] = []
 
     def _wire(self) -> _Wire:
         assert self.wire is not None
         return self.wire
 
-    def _attach(self, process: AgentProcess) -> _Wire:
+    def _attach(self, process: AgentProcess, label: str) -> _Wire:
         self.wire = _Wire(process)
         self.carrier = _WireCarrier(self.wire)
+        self.batches.append(Batch(label, self.wire.messages, self.wire.transcript))
         return self.wire
 
     # -- the run
@@ -80,6 +91,8 @@ class _StdioBattery(_Suite):
         try:
             await self._main_process()
             await self._negotiation_process()
+            for result in self.judge.judge(self.batches):
+                self._record(result)
         finally:
             self.report.seconds = round(time.monotonic() - started, 3)
         return self.report
@@ -95,7 +108,7 @@ class _StdioBattery(_Suite):
     async def _main_process(self) -> None:
         try:
             async with self._open() as process, anyio.create_task_group() as tg:
-                await tg.start(self._attach(process).serve)
+                await tg.start(self._attach(process, "the main process").serve)
                 await self._main_checks()
                 tg.cancel_scope.cancel()
         except AcpfsmError as exc:  # the agent could not be started
@@ -116,7 +129,7 @@ class _StdioBattery(_Suite):
         return [
             (check_id, title, bodies[check_id])
             for check_id, title in CHECKS
-            if check_id not in ("initialize", "version_negotiation")
+            if check_id not in ("initialize", "version_negotiation", SCHEMA_CHECK)
         ]
 
     async def _main_checks(self) -> None:
@@ -238,7 +251,7 @@ class _StdioBattery(_Suite):
         title = _TITLES["version_negotiation"]
         try:
             async with self._open() as process, anyio.create_task_group() as tg:
-                await tg.start(self._attach(process).serve)
+                await tg.start(self._attach(process, "the negotiation process").serve)
                 await self.check("version_negotiation", title, self._negotiation)
                 tg.cancel_scope.cancel()
         except AcpfsmError as exc:
@@ -246,7 +259,8 @@ class _StdioBattery(_Suite):
 
     async def _negotiation(self) -> _Verdict:
         asked = NONEXISTENT_VERSION
-        reply = await self._wire().request("initialize", self._initialize_params(asked))
+        params = self._initialize_params(asked)  # a version that does not exist, on purpose
+        reply = await self._wire().request("initialize", params, deliberate=True)
         if reply.error is not None:
             return _fail(
                 f"initialize with protocolVersion {asked} answered an error instead of the "
@@ -287,15 +301,20 @@ async def run_battery(
     workspace: str | Path | None = None,
     echo: Callable[[CheckResult], None] | None = None,
     inherit_env: Sequence[str] | None = None,
+    schema: SchemaOptions | None = None,
 ) -> ConformReport:
     """Run every check against the agent ``argv`` over its stdio; ``echo`` sees each result
-    as it is made. The agent works in ``workspace`` (default: a new temporary directory,
+    as it is made. Every message both ways is then judged against the official ACP schema of
+    the protocol version negotiated (``schema`` picks another, or turns it off; a schema that
+    cannot be loaded is a :class:`ConformUsageError`, raised before the agent starts). The agent works in ``workspace`` (default: a new temporary directory,
     removed after); a relative program path is taken from the current directory. Each check
     is bounded by ``check_timeout`` seconds. The agent's environment holds the variables
     ``inherit_env`` names (default :func:`conform_env_names`: ``PATH``, ``HOME``, ``LANG`` and
     what the built-in profiles pass through), copied from ours."""
     if not argv:
         raise ConformUsageError("no agent command")
+    judge = SchemaJudge(schema or SchemaOptions())
+    judge.preload()
     argv = _resolve_program(argv)
     own = workspace is None
     path = Path(tempfile.mkdtemp(prefix="acpfsm-conform-")) if own else Path(str(workspace))
@@ -303,6 +322,7 @@ async def run_battery(
         battery = _StdioBattery(
             argv,
             inherit_env=conform_env_names() if inherit_env is None else inherit_env,
+            judge=judge,
             timeout=check_timeout,
             prompt=prompt,
             long_prompt=long_prompt,

@@ -30,6 +30,7 @@ from .carrier import (
     _Turn,
     _TurnEnd,
 )
+from .judge import DELIBERATE, Recorded
 from .report import (
     _IN_FLIGHT,
     _MAX_LINE,
@@ -37,6 +38,7 @@ from .report import (
     _reject_option,
     _short,
 )
+from .schema import Direction
 
 # --------------------------------------------------------------------------- the stdio wire
 
@@ -88,6 +90,8 @@ class _Wire:
         self.garbage: list[bytes] = []
         self.orphans: list[bytes] = []
         """Responses with an id we never sent (e.g. ``id: null`` errors)."""
+        self.messages: list[Recorded] = []
+        """Every JSON message that crossed the pipe, both ways, for the schema check."""
         self.gone = anyio.Event()
         self.cancelling = False
         self._pending: dict[int, _Pending] = {}
@@ -156,6 +160,12 @@ class _Wire:
             self.garbage.append(line)
             self._wake()
             return
+        index = len(self.transcript) - 1
+        answered = None
+        if isinstance(message, dict) and "method" not in message and "id" in message:
+            known = self._pending.get(message["id"]) if isinstance(message["id"], int) else None
+            answered = known.method if known is not None else None
+        self.messages.append(Recorded(Direction.AGENT_TO_CLIENT, message, answered, index))
         if not isinstance(message, dict):
             self.garbage.append(line)
         elif isinstance(message.get("method"), str):
@@ -207,14 +217,30 @@ class _Wire:
                 if chosen is not None
                 else {"outcome": "cancelled"}
             )
-            await self._send({"jsonrpc": "2.0", "id": request_id, "result": {"outcome": outcome}})
+            result = {"outcome": outcome}
+            await self._send({"jsonrpc": "2.0", "id": request_id, "result": result}, method)
         else:
             reply = method_not_found(method)
             error = {"code": reply.code, "message": reply.message, "data": reply.data}
-            await self._send({"jsonrpc": "2.0", "id": request_id, "error": error})
+            await self._send({"jsonrpc": "2.0", "id": request_id, "error": error}, method)
 
     # -- writing
-    async def _send(self, message: Any) -> None:
+    async def _send(
+        self, message: Any, answered: str | None = None, *, deliberate: bool = False
+    ) -> None:
+        """Write ``message`` (``answered``: the method of the agent's request it answers),
+        recorded for the schema check; a message the battery sends on purpose outside ACP
+        (:data:`DELIBERATE`) is recorded as such."""
+        method = message.get("method")
+        self.messages.append(
+            Recorded(
+                Direction.CLIENT_TO_AGENT,
+                message,
+                answered,
+                len(self.transcript),
+                deliberate=deliberate or method in DELIBERATE,
+            )
+        )
         await self.send_raw(msgspec.json.encode(message) + b"\n")
 
     async def send_raw(self, data: bytes) -> None:
@@ -227,13 +253,16 @@ class _Wire:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 raise AgentGone(self.exit_text()) from None
 
-    async def start_request(self, method: str, params: Any) -> _Pending:
+    async def start_request(
+        self, method: str, params: Any, *, deliberate: bool = False
+    ) -> _Pending:
+        """Send a request (``deliberate``: outside ACP on purpose, not judged by the schema
+        check)."""
         self._next_id += 1
         pending = _Pending(method)
         self._pending[self._next_id] = pending
-        await self._send(
-            {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
-        )
+        message = {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
+        await self._send(message, deliberate=deliberate)
         return pending
 
     async def wait(self, pending: _Pending) -> _Reply:
@@ -242,8 +271,8 @@ class _Wire:
             raise AgentGone(self.exit_text())
         return pending.reply
 
-    async def request(self, method: str, params: Any) -> _Reply:
-        return await self.wait(await self.start_request(method, params))
+    async def request(self, method: str, params: Any, *, deliberate: bool = False) -> _Reply:
+        return await self.wait(await self.start_request(method, params, deliberate=deliberate))
 
     async def notify(self, method: str, params: Any) -> None:
         await self._send({"jsonrpc": "2.0", "method": method, "params": params})
