@@ -115,6 +115,11 @@ class _Suite:
             except AgentGone as exc:
                 assert carrier is not None
                 verdict = _fail(f"the agent is gone: {await carrier.gone_text(exc)}")
+            except Exception as exc:  # noqa: BLE001 - whatever an agent sent, a report
+                verdict = _fail(
+                    f"conform could not judge what the agent sent: {type(exc).__name__}: "
+                    f"{_short(str(exc), 300)}"
+                )
         if verdict is None or scope.cancelled_caught:
             verdict = _fail(f"timed out after {self.timeout:g} s: the agent did not answer")
         evidence = verdict.evidence

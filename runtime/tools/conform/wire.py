@@ -334,11 +334,11 @@ def _bad_updates(notes: list[_Note]) -> list[str]:
             envelope = acp.decode_message(note.raw)
             decoded = acp.decode_agent_params("session/update", envelope.params or None)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            out.append(f"{_short(note.raw, 200)}: {exc}")
+            out.append(f"{_short(note.raw.decode(errors='replace'), 200)}: {exc}")
             continue
         update = decoded.update
         if isinstance(update, acp.UnknownUpdate) and update.kind in _KNOWN_UPDATE_KINDS:
-            out.append(f"{_short(note.raw, 200)}: {update.error}")
+            out.append(f"{_short(note.raw.decode(errors='replace'), 200)}: {update.error}")
     return out
 
 

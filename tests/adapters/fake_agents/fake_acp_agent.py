@@ -7,7 +7,10 @@ acpfsm's own message types on purpose. Flags: ``--queueing`` (advertise
 ``--no-models`` (no model surface at all), ``--auth-required`` (session/new answers -32000
 until ``authenticate``), ``--protocol N``, ``--sequential`` (a turn runs on the thread that
 reads stdin, so nothing sent during it is read before it ends, and the default script pauses
-0.05 s after its first update; for the scripts that ask the client nothing).
+0.05 s after its first update; for the scripts that ask the client nothing), ``--audio``
+(advertise audio prompts too), ``--record FILE`` (append every line read from stdin to FILE),
+``--refuse-root`` (session/new and session/load answer the error Claude Code's adapters give
+when run as root without ``IS_SANDBOX``).
 
 The first word of the prompt's text picks the script of the turn:
 
@@ -40,6 +43,8 @@ The first word of the prompt's text picks the script of the turn:
   usage            end_turn with a usage object
   close-stdout     closes stdout and keeps running until stdin closes
   flood N          N message chunks as fast as possible, end_turn
+  malformed        a text chunk without ``text``, one whose text holds a terminal escape and
+                   a lone surrogate escape, a tool call of an unknown kind; end_turn
 """
 
 from __future__ import annotations
@@ -58,6 +63,13 @@ NO_MODELS = "--no-models" in ARGS
 AUTH_REQUIRED = "--auth-required" in ARGS
 PROTOCOL = int(ARGS[ARGS.index("--protocol") + 1]) if "--protocol" in ARGS else 1
 SEQUENTIAL = "--sequential" in ARGS
+AUDIO = "--audio" in ARGS
+RECORD = ARGS[ARGS.index("--record") + 1] if "--record" in ARGS else None
+REFUSE_ROOT = "--refuse-root" in ARGS
+ROOT_REFUSAL = (
+    "Claude Code process exited with code 1: --dangerously-skip-permissions cannot be used "
+    "with root/sudo privileges for security reasons"
+)
 
 _write_lock = threading.Lock()
 _state_lock = threading.Condition()
@@ -256,6 +268,17 @@ def run_turn(msg_id, sid: str, prompt: list[dict]) -> None:
         update(sid, {"sessionUpdate": "future_kind", "whatever": [1, 2]})
         chunk(sid, "pondering", "agent_thought_chunk")
         end()
+    elif word == "malformed":
+        update(sid, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}})
+        # a terminal escape and a lone surrogate, written as the JSON escapes an agent sends
+        text = '"\\u001b[2J\\ud800 hidden"'
+        head = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":' + json.dumps(sid)
+        write_line(
+            head + ',"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text",'
+            '"text":' + text + "}}}}"
+        )
+        update(sid, {"sessionUpdate": "tool_call", "toolCallId": "m1", "title": "x", "kind": "?"})
+        end()
     elif word == "tool-open":
         update(sid, {"sessionUpdate": "tool_call", "toolCallId": "open-1", "title": "Long"})
         end()
@@ -425,7 +448,7 @@ def handle_request(msg_id, method: str, params: dict) -> None:
         _init_params[0] = params
         caps: dict = {
             "loadSession": LOAD,
-            "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
+            "promptCapabilities": {"image": True, "audio": AUDIO, "embeddedContext": True},
             "sessionCapabilities": {"list": {}, "resume": {"_meta": {"fake": 1}}},
             "auth": {"logout": {}},  # a capability of a newer ACP than acpfsm models
         }
@@ -444,6 +467,8 @@ def handle_request(msg_id, method: str, params: dict) -> None:
     elif method == "authenticate":
         _authenticated[0] = True
         respond(msg_id, {})
+    elif method in ("session/new", "session/load") and REFUSE_ROOT:
+        fail(msg_id, -32603, "Internal error", {"details": ROOT_REFUSAL})
     elif method == "session/new":
         if not _authenticated[0]:
             fail(msg_id, -32000, "Authentication required")
@@ -505,7 +530,11 @@ def handle_request(msg_id, method: str, params: dict) -> None:
 
 
 def main() -> None:
+    record = open(RECORD, "a", encoding="utf-8") if RECORD else None  # noqa: SIM115
     for line in sys.stdin:
+        if record is not None:
+            record.write(line)
+            record.flush()
         if not line.strip():
             continue
         msg = json.loads(line)
