@@ -35,6 +35,7 @@ from .report import (
     _pass,
     _short,
     _Verdict,
+    refusal_cause,
 )
 
 # --------------------------------------------------------------------------- the checks
@@ -180,6 +181,14 @@ class _Suite:
             parts.append(f"session {'/'.join(caps.session_caps)}")
         return _pass("; ".join(parts))
 
+    def _cause(self, answer: _Answer) -> str:
+        """The cause an error answer names (see :func:`refusal_cause`), recorded once in the
+        report's causes; "" when it names none."""
+        cause = refusal_cause(answer.text)
+        if cause and cause not in self.report.causes:
+            self.report.causes.append(cause)
+        return cause
+
     def _auth_reason(self, answer: _Answer, what: str) -> str:
         ids = ", ".join(self._caps().auth_ids) or "none"
         return (
@@ -194,6 +203,10 @@ class _Suite:
             self.session_blocked = "session/new needs authentication"
             return _na(self._auth_reason(answer, "session/new"))
         if answer.error is not None:
+            cause = self._cause(answer)
+            if cause:
+                self.session_blocked = "session/new refused: the agent refuses to run as root"
+                return _fail(f"session/new refused: {cause} ({answer.text})")
             self.session_blocked = "session/new failed"
             return _fail(f"session/new answered an error: {answer.text}")
         if view is None:
@@ -230,6 +243,9 @@ class _Suite:
             )
         kind, what = _lifecycle_after_load_error(answer.error, unknown)
         detail = f"{answer.text} → {kind}: {what}"
+        cause = self._cause(answer)
+        if cause:  # a refusal says nothing about unknown sessions: never a pass
+            return _fail(f"session/load refused: {cause} ({detail})")
         if answer.code == -32000:
             return _na(f"needs authentication: {detail}")
         if kind == "load_unsupported":
@@ -274,6 +290,9 @@ class _Suite:
         if answer.error is not None:
             kind, what = _lifecycle_after_load_error(answer.error, session_id)
             detail = f"{answer.text} → {kind}: {what}"
+            cause = self._cause(answer)
+            if cause:
+                return _fail(f"session/load refused: {cause} ({detail})")
             if answer.code == -32000:
                 return _na(f"needs authentication: {detail}")
             if kind == "load_unsupported":

@@ -9,6 +9,7 @@ from .report import (
     Status,
     _short,
 )
+from .schema import safe_text
 
 # --------------------------------------------------------------------------- output
 
@@ -31,6 +32,8 @@ def render_table(report: ConformReport, *, evidence: bool = True) -> str:
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [head, ""]
+    for cause in report.causes:
+        lines += [f"cause: {_short(cause)}", ""]
     if report.unmodelled:
         lines += [f"not modelled by acpfsm (kept): {_short(report.unmodelled)}", ""]
     for i, row in enumerate(rows):
@@ -42,7 +45,8 @@ def render_table(report: ConformReport, *, evidence: bool = True) -> str:
             if c.evidence and c.status is not Status.PASS:
                 lines += ["", f"{c.id}: evidence ({c.status.value})"]
                 lines += [f"  {e}" for e in c.evidence]
-    return "\n".join(lines)
+    # whatever the agent put in a detail (an id, a name) cannot move the cursor or hide text
+    return "\n".join(safe_text(line) for line in lines)
 
 
 def render_markdown(report: ConformReport) -> str:
@@ -53,14 +57,15 @@ def render_markdown(report: ConformReport) -> str:
         + _via(report)
         + (f" ({report.agent})" if report.agent else "")
         + f": {counts['pass']} pass, {counts['fail']} fail, {counts['n/a']} n/a",
+        *(f"\ncause: {cause}" for cause in report.causes),
         "",
         "| check | result | detail |",
         "| --- | --- | --- |",
     ]
     for c in report.checks:
-        detail = c.detail.replace("|", "\\|")
+        detail = safe_text(c.detail).replace("|", "\\|")
         lines.append(f"| {c.id} | {c.status.value} | {detail} |")
-    return "\n".join(lines)
+    return "\n".join(safe_text(line) if "\n" not in line else line for line in lines)
 
 
 def render_junit(report: ConformReport) -> bytes:
@@ -75,21 +80,27 @@ def render_junit(report: ConformReport) -> bytes:
         time=f"{report.seconds:.3f}",
     )
     props = ET.SubElement(suite, "properties")
-    ET.SubElement(props, "property", name="command", value=" ".join(report.command))
-    ET.SubElement(props, "property", name="agent", value=report.agent)
+    ET.SubElement(props, "property", name="command", value=safe_text(" ".join(report.command)))
+    ET.SubElement(props, "property", name="agent", value=safe_text(report.agent))
+    for cause in report.causes:
+        ET.SubElement(props, "property", name="cause", value=cause)
     if report.agentctl:
         ET.SubElement(props, "property", name="agentctl", value=report.agentctl)
     for c in report.checks:
         case = ET.SubElement(
-            suite, "testcase", classname="acpfsm.conform", name=c.id, time=f"{c.seconds:.3f}"
+            suite,
+            "testcase",
+            classname="acpfsm.conform",
+            name=safe_text(c.id),
+            time=f"{c.seconds:.3f}",
         )
         if c.status is Status.FAIL:
-            failure = ET.SubElement(case, "failure", message=c.detail)
-            failure.text = "\n".join(c.evidence)
+            failure = ET.SubElement(case, "failure", message=safe_text(c.detail))
+            failure.text = "\n".join(safe_text(e) for e in c.evidence)
         elif c.status is Status.NA:
-            ET.SubElement(case, "skipped", message=c.detail)
+            ET.SubElement(case, "skipped", message=safe_text(c.detail))
         else:
-            ET.SubElement(case, "system-out").text = c.detail
+            ET.SubElement(case, "system-out").text = safe_text(c.detail)
     ET.indent(suite)
     body: bytes = ET.tostring(suite, encoding="utf-8", xml_declaration=True)
     return body + b"\n"

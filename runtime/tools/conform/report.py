@@ -4,6 +4,7 @@ the bounds of the evidence quoted in it."""
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +123,9 @@ class ConformReport(msgspec.Struct, kw_only=True):
     """The fields of the agent's initialize answer acpfsm does not model, as sent, nested
     where they were (:func:`acpfsm.adapters.acp.messages.unmodelled`; empty through agentctl,
     which does not forward the answer)."""
+    causes: list[str] = []
+    """What made checks fail or not apply, found in the agent's answers and named for the user
+    (e.g. an agent that refuses to run as root); printed above the table."""
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -140,6 +144,21 @@ class _Verdict:
     status: Status
     detail: str
     evidence: list[str] | None = None
+
+
+ROOT_REFUSAL = re.compile(
+    r"root/sudo|root privileges|run(?:ning)? as root|dangerously-skip-permissions", re.IGNORECASE
+)
+ROOT_CAUSE = (
+    "the agent refuses to run as root (Claude Code will not skip its permission prompts with "
+    "root/sudo privileges): run conform as an unprivileged user, or, inside a sandbox, set "
+    "IS_SANDBOX=1 (conform passes it through to the agent)"
+)
+
+
+def refusal_cause(text: str) -> str:
+    """The cause an agent's error names, when it is one conform knows ("" otherwise)."""
+    return ROOT_CAUSE if ROOT_REFUSAL.search(text) else ""
 
 
 def _pass(detail: str) -> _Verdict:

@@ -301,7 +301,7 @@ class MessageSchema:
         method = message.get("method")
         if isinstance(method, str) or "method" in message:
             kind = "request" if "id" in message else "notification"
-            name = str(method) if isinstance(method, str) else ""
+            name = _cut(method, 80) if isinstance(method, str) else ""
             return [violation(kind, name, f) for f in self._call(sender, kind, message)]
         kind = "error" if "error" in message and "result" not in message else "result"
         name = answered or ""

@@ -8,7 +8,8 @@ acpfsm's own message types on purpose. Flags: ``--queueing`` (advertise
 until ``authenticate``), ``--protocol N``, ``--sequential`` (a turn runs on the thread that
 reads stdin, so nothing sent during it is read before it ends, and the default script pauses
 0.05 s after its first update; for the scripts that ask the client nothing), ``--audio``
-(advertise audio prompts too), ``--record FILE`` (append every line read from stdin to FILE),
+(advertise audio prompts too), ``--record FILE`` (append every line read and written to FILE
+as ``{"in": line}`` / ``{"out": line}`` JSON lines),
 ``--refuse-root`` (session/new and session/load answer the error Claude Code's adapters give
 when run as root without ``IS_SANDBOX``).
 
@@ -39,7 +40,8 @@ The first word of the prompt's text picks the script of the turn:
   sleep S          sleeps S seconds, one chunk "slept S", end_turn
   read PATH        fs/read_text_file; a chunk with the content or the error
   write PATH TEXT  fs/write_text_file; a chunk "written" or the error
-  terminal         terminal/create; a chunk with the result or the error
+  terminal [all]   terminal/create; a chunk with the result or the error; with ``all`` then
+                   terminal/output, wait_for_exit, kill and release on it
   usage            end_turn with a usage object
   close-stdout     closes stdout and keeps running until stdin closes
   flood N          N message chunks as fast as possible, end_turn
@@ -90,7 +92,18 @@ def send(obj: dict) -> None:
     write_line(json.dumps(obj))
 
 
+_record = open(RECORD, "a", encoding="utf-8") if RECORD else None  # noqa: SIM115
+
+
+def record(direction: str, line: str) -> None:
+    if _record is not None:
+        with _write_lock:
+            _record.write(json.dumps({direction: line.rstrip("\n")}) + "\n")
+            _record.flush()
+
+
 def write_line(text: str) -> None:
+    record("out", text)
     with _write_lock:
         try:
             sys.stdout.write(text + "\n")
@@ -421,6 +434,10 @@ def run_turn(msg_id, sid: str, prompt: list[dict]) -> None:
         answer = ask("terminal/create", {"sessionId": sid, "command": "ls", "args": []})
         if "result" in answer:
             chunk(sid, "terminal: " + json.dumps(answer["result"]))
+            if words[1:] == ["all"]:  # every other terminal method on it
+                ref = {"sessionId": sid, "terminalId": answer["result"].get("terminalId", "")}
+                for method in ("output", "wait_for_exit", "kill", "release"):
+                    ask("terminal/" + method, ref)
         else:
             chunk(sid, "error: {code} {message}".format(**answer["error"]))
         end()
@@ -530,11 +547,8 @@ def handle_request(msg_id, method: str, params: dict) -> None:
 
 
 def main() -> None:
-    record = open(RECORD, "a", encoding="utf-8") if RECORD else None  # noqa: SIM115
     for line in sys.stdin:
-        if record is not None:
-            record.write(line)
-            record.flush()
+        record("in", line)
         if not line.strip():
             continue
         msg = json.loads(line)
