@@ -8,7 +8,8 @@ Theory of operation
 own, so that every check can quote the exact lines exchanged as evidence and can send what a
 well-behaved client never would (an unknown method, a line that is not JSON). Shapes are
 validated with the same msgspec structs acpfsm's ACP client uses
-(:mod:`acpfsm.adapters.acp.messages`).
+(:mod:`acpfsm.adapters.acp.messages`), and every message against the official ACP schema (see
+"The official schema" below).
 
 **Through agentctl** (``acpfsm conform --agentctl URL (--nonce N | --token T) -- AGENT…``)
 the battery creates an agentctl instance running the agent (as
@@ -76,7 +77,29 @@ stdin_close         the agent exits when its stdin is closed (stdio only)
 version_negotiation a fresh agent asked for protocol 999 answers a version it supports, not
                     999 (no such version exists) nor a later one (stdio only: agentctl always
                     asks for 1)
+schema              every JSON-RPC message of the run, both ways, is valid against the official
+                    ACP schema of the protocol version negotiated; each distinct violation is
+                    a failed check of its own, ``schema:<sender>:<method>:<pointer>`` (stdio
+                    only: agentctl forwards events, not messages)
 ==================  ===========================================================================
+
+The official schema
+-------------------
+Every message the recording client saw, agent → client and client → agent, in both agent
+processes, is validated (:mod:`.judge`, :mod:`.schema`) against the official ACP JSON Schema of
+the protocol version that process negotiated (the agent's ``protocolVersion`` answer; the
+bundled v1 and v2 of ``@agentclientprotocol/sdk``, vendored in ``acp_schema/``). A violation
+names the method (a response: that of the request it answers), the direction, the JSON pointer
+of the member, what the schema expects and the value found, quoted safely and bounded. What the
+battery sends outside ACP on purpose (its unknown-method probe, the legacy session/set_model,
+the initialize asking for version 999) is counted, not judged; a process that negotiated a
+version with no official schema is not judged either (the negotiation check already says why).
+``--schema-version N`` judges against the bundled schema of version N, ``--schema FILE``
+against a schema file of the same layout, ``--no-schema`` turns the check off.
+
+An agent's answer that names a known cause is reported as such (``ConformReport.causes``,
+printed above the table): a Claude Code adapter run as root refuses session/new unless
+``IS_SANDBOX=1``; the checks that met the refusal fail naming it, none passes on it.
 
 Races
 -----
