@@ -229,5 +229,5 @@ def _violation_check(group: _Group, seen_ids: dict[str, int]) -> CheckResult:
     others = sorted(group.pointers - {first.pointer})
     if others:
         evidence.append(_short(f"also at {', '.join(others)}", 400))
-    title = f"{first.method or '(unknown method)'} {first.kind} ({first.direction.value})"
+    title = f"{first.method or '(no method)'} {first.kind} ({first.direction.value})"
     return _result(check_id, title, Status.FAIL, detail, evidence)

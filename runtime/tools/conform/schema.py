@@ -131,7 +131,8 @@ class Violation:
 
     def describe(self) -> str:
         where = self.pointer or "(the message)"
-        method = self.method or "(unknown method)"
+        unknown = "(no method)" if self.kind in ("request", "notification") else "(no request)"
+        method = self.method or unknown
         return (
             f"{method} {self.kind}, {self.direction.value}, at {where}: expected "
             f"{self.expected}; got {self.value}"
