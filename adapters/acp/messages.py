@@ -5,6 +5,15 @@ Every wire struct tolerates unknown fields (msgspec ignores them), and fields th
 optional on the wire are omitted when they hold their default (``omit_defaults``), so a
 field the spec requires never has a default on a request struct.
 
+The structs live by concern in ``messages_base`` (the base and the constants),
+``messages_content`` (content blocks), ``messages_session`` (initialize and the session
+methods), ``messages_update`` (``session/update`` kinds) and ``messages_client`` (what the agent
+asks the client); this module holds the JSON-RPC envelopes, the method tables and the decoders,
+and exports every name: import them from here. The official ACP schema is the authority on
+what is sent: a test validates every kind of message the client writes against it
+(``tests/adapters/test_own_messages_schema.py``); decoding stays tolerant (a field the schema
+requires but an agent left out gets its default here, and ``acpfsm conform`` reports it).
+
 Decoding happens in two steps, with one reusable decoder per step and direction:
 
 1. :func:`decode_message` turns one line into a :class:`JsonRpcMessage` envelope whose
