@@ -14,13 +14,12 @@ from typing import Any
 
 import pytest
 
-from acpfsm.tools.conform import main, run_battery
+from acpfsm.tools.conform import ConformUsageError, main, run_battery
 from acpfsm.tools.conform.judge import SchemaOptions
 from acpfsm.tools.conform.schema import (
     BUNDLED,
     Direction,
     MessageSchema,
-    SchemaUnavailable,
     quote,
 )
 from tests.peers.acp_schema_package import ensure_schema_package
@@ -137,7 +136,7 @@ def test_a_damaged_bundled_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
     import acpfsm.tools.conform.schema as schema_module
 
     monkeypatch.setitem(schema_module.BUNDLED, 1, ("v1/schema.json", "0" * 64))  # type: ignore[index]
-    with pytest.raises(SchemaUnavailable, match="not the pinned"):
+    with pytest.raises(ConformUsageError, match="not the pinned"):
         MessageSchema.bundled(1)
 
 

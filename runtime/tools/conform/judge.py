@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .report import UNKNOWN_METHOD, CheckResult, ConformUsageError, Status, _short
-from .schema import BUNDLED, Direction, MessageSchema, SchemaUnavailable, Violation
+from .report import UNKNOWN_METHOD, CheckResult, Status, _short
+from .schema import BUNDLED, Direction, MessageSchema, Violation
 
 __all__ = ["DELIBERATE", "Recorded", "SchemaJudge", "SchemaOptions"]
 
@@ -97,19 +97,16 @@ class SchemaJudge:
         self._schemas: dict[int | str, MessageSchema] = {}
 
     def preload(self) -> None:
-        """Load a forced schema now: a bad ``--schema``/``--schema-version`` is a usage
-        error before any agent runs."""
+        """Load a forced schema now: a bad ``--schema``/``--schema-version`` is a
+        :class:`ConformUsageError` before any agent runs."""
         if not self.options.enabled:
             return
-        try:
-            if self.options.path is not None:
-                self._load(self.options.path)
-            elif self.options.version is not None:
-                self._load(self.options.version)
-            else:
-                self._load(min(BUNDLED))
-        except SchemaUnavailable as exc:
-            raise ConformUsageError(str(exc)) from exc
+        if self.options.path is not None:
+            self._load(self.options.path)
+        elif self.options.version is not None:
+            self._load(self.options.version)
+        else:
+            self._load(min(BUNDLED))
 
     def _load(self, key: int | str) -> MessageSchema:
         schema = self._schemas.get(key)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from .quoting import safe_text
 from .report import (
     ConformReport,
     Status,
     _short,
 )
-from .schema import safe_text
 
 # --------------------------------------------------------------------------- output
 

@@ -15,7 +15,7 @@ from acpfsm.adapters.errors import (
     AcpfsmError,
 )
 
-from .schema import quote, safe_text
+from .quoting import quote, safe_text
 
 DESCRIPTION = (
     "Run the ACP conformance battery against an agent started as AGENT_COMMAND [ARGS...] "

@@ -43,7 +43,6 @@ import enum
 import hashlib
 import json
 import re
-import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -56,7 +55,8 @@ import jsonschema.validators
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from acpfsm.adapters.errors import AcpfsmError
+from .quoting import quote, safe_text
+from .report import ConformUsageError
 
 __all__ = [
     "BUNDLED",
@@ -65,9 +65,9 @@ __all__ = [
     "SCHEMA_TARBALL_SHA256",
     "Direction",
     "MessageSchema",
-    "SchemaUnavailable",
     "Violation",
     "quote",
+    "safe_text",
 ]
 
 SCHEMA_PACKAGE = "@agentclientprotocol/sdk"
@@ -81,7 +81,6 @@ BUNDLED: Mapping[int, tuple[str, str]] = {
     2: ("v2/schema.json", "b6c91055df549d6f1db1d76d692d0561dad433e03d8ed114ea9b5baed9da72c5"),
 }
 _URI = "urn:acpfsm:acp-schema"
-_VALUE_CHARS = 160
 _EXPECTED_CHARS = 240
 #: The routing definitions: who sends them, and what they route.
 _ROUTES = {
@@ -92,11 +91,6 @@ _ROUTES = {
     ("client", "notification"): "ClientNotification",
     ("client", "response"): "ClientResponse",
 }
-
-
-class SchemaUnavailable(AcpfsmError):
-    """The schema cannot be used: unreadable, not JSON, not the pinned file, or not laid out
-    as ACP's (no routing definitions)."""
 
 
 class Direction(enum.StrEnum):
@@ -139,48 +133,6 @@ class Violation:
         )
 
 
-# ---------------------------------------------------------------------------- quoting
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def _safe_char(char: str) -> str:
-    """``char`` unless it could hide or rewrite text on a terminal or in a report: C0/C1
-    controls, bidi and other format characters, line/paragraph separators, surrogates and
-    unassigned code points come out escaped."""
-    if char in "\t":
-        return char
-    category = unicodedata.category(char)
-    if category in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
-        return _escape(char)
-    return char
-
-
-def safe_text(text: str) -> str:
-    """``text`` with every dangerous character escaped (see :func:`_safe_char`)."""
-    if text.isprintable():
-        return text
-    return "".join(_safe_char(c) for c in text)
-
-
-def quote(value: Any, limit: int = _VALUE_CHARS) -> str:
-    """``value`` as JSON (bytes: decoded, invalid UTF-8 replaced), every dangerous character
-    escaped, cut to ``limit`` characters with the count of what was cut."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        value = bytes(value).decode("utf-8", errors="replace")
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=repr)
-    except (TypeError, ValueError, RecursionError):
-        text = repr(value)
-    text = safe_text(text)
-    if len(text) <= limit:
-        return text
-    return f"{text[: limit - 1]}… (+{len(text) - limit + 1} chars)"
-
-
 def _pointer(path: Iterable[Any]) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
@@ -200,13 +152,13 @@ class MessageSchema:
 
     def __init__(self, document: Any, *, label: str, sha256: str, version: int | None) -> None:
         if not isinstance(document, dict) or not isinstance(document.get("$defs"), dict):
-            raise SchemaUnavailable(f"{label}: not a JSON Schema with $defs")
+            raise ConformUsageError(f"{label}: not a JSON Schema with $defs")
         self.document = document
         self.source = _Source(label, sha256, version)
         self.defs: dict[str, Any] = document["$defs"]
         missing = [d for d in (*_ROUTES.values(), "RequestId", "Error") if d not in self.defs]
         if missing:
-            raise SchemaUnavailable(f"{label}: not ACP's layout (no {', '.join(missing)})")
+            raise ConformUsageError(f"{label}: not ACP's layout (no {', '.join(missing)})")
         resource = Resource.from_contents(document, default_specification=DRAFT202012)
         self._registry: Registry[Any] = Registry().with_resource(_URI, resource)
         self._cls: Any = jsonschema.validators.validator_for(
@@ -223,7 +175,7 @@ class MessageSchema:
     def bundled(cls, version: int) -> MessageSchema:
         """The vendored schema of protocol ``version`` (its digest checked)."""
         if version not in BUNDLED:
-            raise SchemaUnavailable(
+            raise ConformUsageError(
                 f"no official schema of ACP protocol version {version} is bundled (only "
                 f"{', '.join(f'v{v}' for v in BUNDLED)}): give --schema FILE"
             )
@@ -231,7 +183,7 @@ class MessageSchema:
         data = resources.files(__package__).joinpath("acp_schema", relative).read_bytes()
         digest = hashlib.sha256(data).hexdigest()
         if digest != pinned:
-            raise SchemaUnavailable(
+            raise ConformUsageError(
                 f"the bundled {relative} has SHA-256 {digest}, not the pinned {pinned}"
             )
         label = f"ACP v{version} schema of {SCHEMA_PACKAGE} {SCHEMA_PACKAGE_VERSION}"
@@ -244,7 +196,7 @@ class MessageSchema:
             data = Path(path).read_bytes()
             document = json.loads(data)
         except (OSError, ValueError, RecursionError) as exc:
-            raise SchemaUnavailable(f"cannot read the schema {path}: {exc}") from exc
+            raise ConformUsageError(f"cannot read the schema {path}: {exc}") from exc
         digest = hashlib.sha256(data).hexdigest()
         return cls(document, label=f"the schema {path}", sha256=digest, version=None)
 
