@@ -43,6 +43,11 @@ def test_wheel_installs_only_the_acpfsm_package(tmp_path: Path) -> None:
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)  # MIT, as declared
     assert "License-Expression: MIT" in metadata.decode()
     assert "acpfsm/adapters/agentctl/local.py" in names
+    # conform's official ACP schemas ship with the package, with their licence (never fetched)
+    for data in ("v1/schema.json", "v2/schema.json", "LICENSE", "README.md"):
+        assert f"acpfsm/tools/conform/acp_schema/{data}" in names
+    assert "acpfsm/tools/conform/__init__.py" in names
+    assert "Requires-Dist: jsonschema" in metadata.decode()
 
 
 def test_readme_example_runs(tmp_path: Path) -> None:

@@ -5,6 +5,15 @@ Every wire struct tolerates unknown fields (msgspec ignores them), and fields th
 optional on the wire are omitted when they hold their default (``omit_defaults``), so a
 field the spec requires never has a default on a request struct.
 
+The structs live by concern in ``messages_base`` (the base and the constants),
+``messages_content`` (content blocks), ``messages_session`` (initialize and the session
+methods), ``messages_update`` (``session/update`` kinds) and ``messages_client`` (what the agent
+asks the client); this module holds the JSON-RPC envelopes, the method tables and the decoders,
+and exports every name: import them from here. The official ACP schema is the authority on
+what is sent: a test validates every kind of message the client writes against it
+(``tests/adapters/test_own_messages_schema.py``); decoding stays tolerant (a field the schema
+requires but an agent left out gets its default here, and ``acpfsm conform`` reports it).
+
 Decoding happens in two steps, with one reusable decoder per step and direction:
 
 1. :func:`decode_message` turns one line into a :class:`JsonRpcMessage` envelope whose
@@ -45,11 +54,101 @@ lost on the way to the user.
 from __future__ import annotations
 
 import functools
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
 import msgspec
 import msgspec.inspect
-from msgspec import UNSET, Raw, Struct, UnsetType, field
+from msgspec import UNSET, Raw, Struct, UnsetType
+
+from .messages_base import (
+    CLIENT_INFO_NAME,
+    PROTOCOL_VERSION,
+    RequestId,
+)
+from .messages_client import (
+    CreateTerminalRequest,
+    CreateTerminalResponse,
+    DeniedOutcome,
+    KillTerminalCommandRequest,
+    PermissionOption,
+    PermissionOutcome,
+    ReadTextFileRequest,
+    ReadTextFileResponse,
+    ReleaseTerminalRequest,
+    RequestPermissionRequest,
+    RequestPermissionResponse,
+    SelectedOutcome,
+    TerminalExitStatus,
+    TerminalOutputRequest,
+    TerminalOutputResponse,
+    WaitForTerminalExitRequest,
+    WaitForTerminalExitResponse,
+    WriteTextFileRequest,
+)
+from .messages_content import (
+    AudioContent,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
+    ResourceContents,
+    ResourceLink,
+    TextContent,
+    text_block,
+)
+from .messages_session import (
+    AgentCapabilities,
+    AuthenticateRequest,
+    CancelNotification,
+    ClientCapabilities,
+    EmptyResponse,
+    EnvVariable,
+    FileSystemCapability,
+    HttpHeader,
+    Implementation,
+    InitializeRequest,
+    InitializeResponse,
+    LoadSessionRequest,
+    LoadSessionResponse,
+    McpCapabilities,
+    McpServerHttp,
+    McpServerSse,
+    McpServerStdio,
+    ModelInfo,
+    NewSessionRequest,
+    NewSessionResponse,
+    PromptCapabilities,
+    PromptRequest,
+    PromptResponse,
+    SessionCapabilities,
+    SessionConfigOption,
+    SessionMode,
+    SessionModelState,
+    SessionModeState,
+    SetSessionConfigOptionRequest,
+    SetSessionConfigOptionResponse,
+    SetSessionModelRequest,
+    SetSessionModeRequest,
+)
+from .messages_update import (
+    AgentMessageChunk,
+    AgentPlanUpdate,
+    AgentThoughtChunk,
+    AvailableCommand,
+    AvailableCommandsUpdate,
+    ConfigOptionUpdate,
+    CurrentModeUpdate,
+    PlanEntry,
+    SessionInfoUpdate,
+    SessionNotification,
+    SessionUpdate,
+    ToolCallProgress,
+    ToolCallRef,
+    ToolCallStart,
+    UnknownUpdate,
+    UsageUpdate,
+    UserMessageChunk,
+    _RawSessionNotification,
+)
 
 __all__ = [
     "CLIENT_INFO_NAME",
@@ -146,18 +245,6 @@ __all__ = [
     "unmodelled",
 ]
 
-PROTOCOL_VERSION: Final = 1
-CLIENT_INFO_NAME: Final = "acpfsm"
-
-RequestId: TypeAlias = int | str
-
-
-class _Wire(Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
-    """Base of every ACP payload: camelCase names, tolerant of unknown fields, ``_meta``."""
-
-    meta: dict[str, Any] | None = field(default=None, name="_meta")
-
-
 # --------------------------------------------------------------------------------------------
 # JSON-RPC 2.0 envelopes
 
@@ -204,521 +291,6 @@ class JsonRpcErrorResponse(Struct, frozen=True, kw_only=True):
     id: RequestId | None
     error: JsonRpcError
     jsonrpc: str = "2.0"
-
-
-# --------------------------------------------------------------------------------------------
-# Content blocks (tag: ``type``)
-
-
-class TextContent(_Wire, frozen=True, kw_only=True, tag_field="type", tag="text"):
-    text: str
-    annotations: Any = None
-
-
-class ImageContent(_Wire, frozen=True, kw_only=True, tag_field="type", tag="image"):
-    data: str
-    mime_type: str
-    uri: str | None = None
-    annotations: Any = None
-
-
-class AudioContent(_Wire, frozen=True, kw_only=True, tag_field="type", tag="audio"):
-    data: str
-    mime_type: str
-    annotations: Any = None
-
-
-class ResourceLink(_Wire, frozen=True, kw_only=True, tag_field="type", tag="resource_link"):
-    uri: str
-    name: str
-    mime_type: str | None = None
-    title: str | None = None
-    description: str | None = None
-    size: int | None = None
-    annotations: Any = None
-
-
-class ResourceContents(_Wire, frozen=True, kw_only=True):
-    """Text (``text``) or binary (``blob``, base64) contents of an embedded resource."""
-
-    uri: str
-    mime_type: str | None = None
-    text: str | None = None
-    blob: str | None = None
-
-
-class EmbeddedResource(_Wire, frozen=True, kw_only=True, tag_field="type", tag="resource"):
-    resource: ResourceContents
-    annotations: Any = None
-
-
-ContentBlock: TypeAlias = (
-    TextContent | ImageContent | AudioContent | ResourceLink | EmbeddedResource
-)
-
-
-def text_block(text: str) -> TextContent:
-    return TextContent(text=text)
-
-
-# --------------------------------------------------------------------------------------------
-# initialize / authenticate
-
-
-class Implementation(_Wire, frozen=True, kw_only=True):
-    name: str
-    version: str = ""
-    title: str | None = None
-
-
-class FileSystemCapability(_Wire, frozen=True, kw_only=True):
-    read_text_file: bool = False
-    write_text_file: bool = False
-
-
-class ClientCapabilities(_Wire, frozen=True, kw_only=True):
-    fs: FileSystemCapability = FileSystemCapability()
-    terminal: bool = False
-
-
-class InitializeRequest(_Wire, frozen=True, kw_only=True):
-    protocol_version: int
-    client_capabilities: ClientCapabilities = ClientCapabilities()
-    client_info: Implementation | None = None
-
-
-class PromptCapabilities(_Wire, frozen=True, kw_only=True):
-    image: bool = False
-    audio: bool = False
-    embedded_context: bool = False
-
-
-class McpCapabilities(_Wire, frozen=True, kw_only=True):
-    http: bool = False
-    sse: bool = False
-
-
-class SessionCapabilities(_Wire, frozen=True, kw_only=True):
-    """The session methods an agent supports beyond new/load/prompt: each one present (an
-    object, ``{}`` or with ``_meta``) means supported, ``None`` means not advertised."""
-
-    list_: dict[str, Any] | None = field(default=None, name="list")
-    delete: dict[str, Any] | None = None
-    fork: dict[str, Any] | None = None
-    resume: dict[str, Any] | None = None
-    close: dict[str, Any] | None = None
-    additional_directories: dict[str, Any] | None = None
-
-    def advertised(self) -> list[str]:
-        """The wire names of the capabilities present, sorted."""
-        return sorted(
-            f.encode_name
-            for f in msgspec.structs.fields(self)
-            if f.name != "meta" and getattr(self, f.name) is not None
-        )
-
-
-class AgentCapabilities(_Wire, frozen=True, kw_only=True):
-    """``meta`` carries extensions such as ``{"claudeCode": {"promptQueueing": true}}``."""
-
-    load_session: bool = False
-    prompt_capabilities: PromptCapabilities = PromptCapabilities()
-    mcp_capabilities: McpCapabilities = McpCapabilities()
-    session_capabilities: SessionCapabilities | None = None
-
-
-class InitializeResponse(_Wire, frozen=True, kw_only=True):
-    protocol_version: int
-    agent_capabilities: AgentCapabilities = AgentCapabilities()
-    auth_methods: list[dict[str, Any]] | None = None
-    """``None``: not sent (no authentication methods)."""
-    agent_info: Implementation | None = None
-
-
-class AuthenticateRequest(_Wire, frozen=True, kw_only=True):
-    method_id: str
-
-
-class EmptyResponse(_Wire, frozen=True, kw_only=True):
-    """``{}``: authenticate, session/set_mode, session/set_model, fs/write_text_file …"""
-
-
-# --------------------------------------------------------------------------------------------
-# Sessions
-
-
-class EnvVariable(_Wire, frozen=True, kw_only=True):
-    name: str
-    value: str
-
-
-class McpServerStdio(_Wire, frozen=True, kw_only=True):
-    name: str
-    command: str
-    args: list[str]
-    env: list[EnvVariable]
-
-
-class HttpHeader(_Wire, frozen=True, kw_only=True):
-    name: str
-    value: str
-
-
-class _McpServerUrl(_Wire, frozen=True, kw_only=True):
-    type: str
-    name: str
-    url: str
-    headers: list[HttpHeader]
-
-
-class McpServerHttp(_McpServerUrl, frozen=True, kw_only=True):
-    """``{"type": "http", name, url, headers}`` (needs ``mcpCapabilities.http``)."""
-
-
-class McpServerSse(_McpServerUrl, frozen=True, kw_only=True):
-    """``{"type": "sse", name, url, headers}`` (needs ``mcpCapabilities.sse``)."""
-
-
-class SessionMode(_Wire, frozen=True, kw_only=True):
-    id: str
-    name: str = ""
-    description: str | None = None
-
-
-class SessionModeState(_Wire, frozen=True, kw_only=True):
-    current_mode_id: str = ""
-    available_modes: list[SessionMode] = []
-
-
-class ModelInfo(_Wire, frozen=True, kw_only=True):
-    model_id: str
-    name: str = ""
-    description: str | None = None
-
-
-class SessionModelState(_Wire, frozen=True, kw_only=True):
-    """The legacy (removed from the spec, still sent by older agents) model surface."""
-
-    current_model_id: str = ""
-    available_models: list[ModelInfo] = []
-
-
-class SessionConfigOption(_Wire, frozen=True, kw_only=True):
-    """A session config option. ``category == "model"`` marks model selection; ``options``
-    are ``{value, name, description?}`` objects (or groups of them) kept as dicts."""
-
-    id: str
-    name: str = ""
-    description: str | None = None
-    category: str | None = None
-    type: str = "select"
-    current_value: Any = None
-    options: list[dict[str, Any]] = []
-
-
-class NewSessionRequest(_Wire, frozen=True, kw_only=True):
-    cwd: str
-    mcp_servers: list[Any]
-    additional_directories: list[str] | None = None
-
-
-class NewSessionResponse(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    modes: SessionModeState | None = None
-    models: SessionModelState | None = None
-    config_options: list[SessionConfigOption] | None = None
-
-
-class LoadSessionRequest(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    cwd: str
-    mcp_servers: list[Any]
-    additional_directories: list[str] | None = None
-
-
-class LoadSessionResponse(_Wire, frozen=True, kw_only=True):
-    modes: SessionModeState | None = None
-    models: SessionModelState | None = None
-    config_options: list[SessionConfigOption] | None = None
-
-
-class PromptRequest(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    prompt: list[ContentBlock]
-
-
-class PromptResponse(_Wire, frozen=True, kw_only=True):
-    """``stop_reason``: end_turn, max_tokens, max_turn_requests, refusal, cancelled."""
-
-    stop_reason: str = "end_turn"
-    usage: dict[str, Any] | None = None
-
-
-class CancelNotification(_Wire, frozen=True, kw_only=True):
-    session_id: str
-
-
-class SetSessionModeRequest(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    mode_id: str
-
-
-class SetSessionConfigOptionRequest(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    config_id: str
-    value: str | bool
-    type: str | None = None
-    """``"boolean"`` with a boolean ``value``; absent for a select option."""
-
-
-class SetSessionConfigOptionResponse(_Wire, frozen=True, kw_only=True):
-    config_options: list[SessionConfigOption] = []
-
-
-class SetSessionModelRequest(_Wire, frozen=True, kw_only=True):
-    """Legacy ``session/set_model`` (removed from the spec; older agents implement it)."""
-
-    session_id: str
-    model_id: str
-
-
-# --------------------------------------------------------------------------------------------
-# session/update (tag: ``sessionUpdate``)
-
-
-class UserMessageChunk(
-    _Wire, frozen=True, kw_only=True, tag_field="sessionUpdate", tag="user_message_chunk"
-):
-    content: ContentBlock
-    message_id: str | None = None
-
-
-class AgentMessageChunk(
-    _Wire, frozen=True, kw_only=True, tag_field="sessionUpdate", tag="agent_message_chunk"
-):
-    content: ContentBlock
-    message_id: str | None = None
-
-
-class AgentThoughtChunk(
-    _Wire, frozen=True, kw_only=True, tag_field="sessionUpdate", tag="agent_thought_chunk"
-):
-    content: ContentBlock
-    message_id: str | None = None
-
-
-class _ToolCallBody(_Wire, frozen=True, kw_only=True):
-    """Fields of a tool call; ``None`` means absent on the wire. ``content`` items are
-    ``{type: content|diff|terminal, …}`` and ``locations`` ``{path, line?}``, kept as dicts."""
-
-    tool_call_id: str = ""
-    title: str | None = None
-    kind: str | None = None
-    status: str | None = None
-    content: list[dict[str, Any]] | None = None
-    locations: list[dict[str, Any]] | None = None
-    raw_input: Any = None
-    raw_output: Any = None
-
-
-class ToolCallStart(
-    _ToolCallBody, frozen=True, kw_only=True, tag_field="sessionUpdate", tag="tool_call"
-):
-    pass
-
-
-class ToolCallProgress(
-    _ToolCallBody, frozen=True, kw_only=True, tag_field="sessionUpdate", tag="tool_call_update"
-):
-    pass
-
-
-class ToolCallRef(_ToolCallBody, frozen=True, kw_only=True):
-    """The ``toolCall`` of a permission request (an untagged tool-call update)."""
-
-
-class PlanEntry(_Wire, frozen=True, kw_only=True):
-    content: str
-    priority: str = "medium"
-    status: str = "pending"
-
-
-class AgentPlanUpdate(_Wire, frozen=True, kw_only=True, tag_field="sessionUpdate", tag="plan"):
-    entries: list[PlanEntry] = []
-
-
-class AvailableCommand(_Wire, frozen=True, kw_only=True):
-    name: str
-    description: str = ""
-    input: dict[str, Any] | None = None
-
-
-class AvailableCommandsUpdate(
-    _Wire, frozen=True, kw_only=True, tag_field="sessionUpdate", tag="available_commands_update"
-):
-    available_commands: list[AvailableCommand] = []
-
-
-class CurrentModeUpdate(
-    _Wire, frozen=True, kw_only=True, tag_field="sessionUpdate", tag="current_mode_update"
-):
-    current_mode_id: str = ""
-
-
-class ConfigOptionUpdate(
-    _Wire, frozen=True, kw_only=True, tag_field="sessionUpdate", tag="config_option_update"
-):
-    config_options: list[SessionConfigOption] = []
-
-
-class SessionInfoUpdate(
-    _Wire, frozen=True, kw_only=True, tag_field="sessionUpdate", tag="session_info_update"
-):
-    title: str | None = None
-    updated_at: str | None = None
-
-
-class UsageUpdate(_Wire, frozen=True, kw_only=True, tag_field="sessionUpdate", tag="usage_update"):
-    used: int = 0
-    size: int = 0
-    cost: dict[str, Any] | None = None
-
-
-SessionUpdate: TypeAlias = (
-    UserMessageChunk
-    | AgentMessageChunk
-    | AgentThoughtChunk
-    | ToolCallStart
-    | ToolCallProgress
-    | AgentPlanUpdate
-    | AvailableCommandsUpdate
-    | CurrentModeUpdate
-    | ConfigOptionUpdate
-    | SessionInfoUpdate
-    | UsageUpdate
-)
-
-
-class UnknownUpdate(Struct, frozen=True, kw_only=True):
-    """A ``session/update`` we do not model, or a known kind we could not decode (``error``
-    says why). ``payload`` is the whole ``update`` object. Decode-only."""
-
-    kind: str
-    payload: dict[str, Any]
-    error: str = ""
-
-
-class SessionNotification(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    update: SessionUpdate | UnknownUpdate
-
-
-class _RawSessionNotification(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    update: Raw
-
-
-# --------------------------------------------------------------------------------------------
-# Agent → client requests
-
-
-class PermissionOption(_Wire, frozen=True, kw_only=True):
-    """``kind``: allow_once, allow_always, reject_once, reject_always."""
-
-    option_id: str
-    name: str = ""
-    kind: str = ""
-
-
-class RequestPermissionRequest(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    tool_call: ToolCallRef = ToolCallRef()
-    options: list[PermissionOption] = []
-
-
-class SelectedOutcome(_Wire, frozen=True, kw_only=True, tag_field="outcome", tag="selected"):
-    option_id: str
-
-
-class DeniedOutcome(_Wire, frozen=True, kw_only=True, tag_field="outcome", tag="cancelled"):
-    pass
-
-
-PermissionOutcome: TypeAlias = SelectedOutcome | DeniedOutcome
-
-
-class RequestPermissionResponse(_Wire, frozen=True, kw_only=True):
-    outcome: PermissionOutcome
-
-
-class ReadTextFileRequest(_Wire, frozen=True, kw_only=True):
-    """``line`` is 1-based; ``limit`` is a number of lines."""
-
-    session_id: str
-    path: str
-    line: int | None = None
-    limit: int | None = None
-
-
-class ReadTextFileResponse(_Wire, frozen=True, kw_only=True):
-    content: str
-
-
-class WriteTextFileRequest(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    path: str
-    content: str
-
-
-class CreateTerminalRequest(_Wire, frozen=True, kw_only=True):
-    session_id: str
-    command: str
-    args: list[str] = []
-    env: list[EnvVariable] = []
-    cwd: str | None = None
-    output_byte_limit: int | None = None
-
-
-class CreateTerminalResponse(_Wire, frozen=True, kw_only=True):
-    terminal_id: str
-
-
-class _TerminalRef(_Wire, frozen=True, kw_only=True):
-    """The params of every ``terminal/*`` request but ``terminal/create``."""
-
-    session_id: str
-    terminal_id: str
-
-
-class TerminalOutputRequest(_TerminalRef, frozen=True, kw_only=True):
-    pass
-
-
-class TerminalExitStatus(_Wire, frozen=True, kw_only=True):
-    exit_code: int | None = None
-    signal: str | None = None
-
-
-class TerminalOutputResponse(_Wire, frozen=True, kw_only=True):
-    output: str
-    truncated: bool
-    exit_status: TerminalExitStatus | None = None
-
-
-class ReleaseTerminalRequest(_TerminalRef, frozen=True, kw_only=True):
-    pass
-
-
-class WaitForTerminalExitRequest(_TerminalRef, frozen=True, kw_only=True):
-    pass
-
-
-class WaitForTerminalExitResponse(TerminalExitStatus, frozen=True, kw_only=True):
-    """The exit status itself (``exitCode``, ``signal``)."""
-
-
-class KillTerminalCommandRequest(_TerminalRef, frozen=True, kw_only=True):
-    pass
 
 
 # --------------------------------------------------------------------------------------------

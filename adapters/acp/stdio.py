@@ -1474,7 +1474,9 @@ class StdioTransport:
         )
         return acp.ReadTextFileResponse(content=content)
 
-    async def _write_text_file(self, params: acp.WriteTextFileRequest) -> None:
+    async def _write_text_file(self, params: acp.WriteTextFileRequest) -> acp.EmptyResponse:
+        """Write the file; the answer is ``{}`` (the schema's WriteTextFileResponse is an
+        object: ``null`` is not one)."""
         config = self.config
         await self._fs_call(
             "fs/write_text_file",
@@ -1485,6 +1487,7 @@ class StdioTransport:
                 cancelled=cancelled,
             ),
         )
+        return acp.EmptyResponse()
 
 
 def _fs_error_reply(exc: WorkspaceError) -> JsonRpcErrorReply:

@@ -102,6 +102,7 @@ from acpfsm.runtime.types import AgentProfile, LaunchSpec, Retention, WorkspaceR
 from acpfsm.statecharts import EngineName, PromptGeneration, TransitionObserver
 from acpfsm.statecharts import Execution as ExecutionChart
 from acpfsm.testing.memory import MemoryExecutor
+from acpfsm.tools.bench_conform import CONFORM_FIGURE, CONFORM_GOAL, ConformRow, bench_conform
 
 from .bench_peer import MemoryAgentExecutor, memory_agent
 
@@ -339,6 +340,7 @@ class BenchOptions:
     idle: int = 20
     idle_stdio: int = 3
     profile_prompts: int = 3000
+    conform_runs: int = 5
     backends: tuple[str, ...] = ("trio", "asyncio")
     sdk: bool = True
     quick: bool = False
@@ -359,6 +361,7 @@ QUICK = BenchOptions(
     idle=4,
     idle_stdio=1,
     profile_prompts=300,
+    conform_runs=2,
     quick=True,
 )
 #: The bounds the heap row runs with under ``--quick`` (filled sooner than the defaults).
@@ -378,6 +381,7 @@ class BenchReport:
     primitives: list[PrimitiveRow] = field(default_factory=list)
     memory: list[MemoryRow] = field(default_factory=list)
     breakdown: list[ShareRow] = field(default_factory=list)
+    conform: ConformRow | None = None
     seconds: float = 0.0
     section_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -1470,6 +1474,10 @@ def run_bench(opts: BenchOptions) -> BenchReport:
     if opts.imports > 0:
         report.imports = bench_import(opts.imports)
     report.section_seconds["imports"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    if opts.conform_runs > 0:
+        report.conform = bench_conform(opts.conform_runs)
+    report.section_seconds["conform"] = time.perf_counter() - mark
     report.seconds = time.perf_counter() - started
     return report
 
@@ -1485,6 +1493,10 @@ def _div(value: float | None, base: float | None) -> float | None:
     if value is None or base is None or base <= 0 or math.isnan(value) or math.isnan(base):
         return None
     return value / base
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def _ratio(value: float | None, base: float | None) -> str:
@@ -1558,6 +1570,16 @@ def goals(report: BenchReport) -> list[Goal]:
         )
         out.append(Goal("import acpfsm.runtime (stdio-only), CPU median", "-", COMPILED,
                         imp.cpu_median_ms, 60.0, "ms", strict=True, detail=detail))  # fmt: skip
+    if report.conform is not None:
+        row = report.conform
+        detail = (
+            f"median {_num(_median(row.with_ms), '{:.0f}')} vs "
+            f"{_num(_median(row.without_ms), '{:.0f}')} ms over {row.runs} runs each; client "
+            f"CPU {_ratio(_median(row.with_cpu_ms), _median(row.without_cpu_ms))}; "
+            f"{row.messages}"
+        )
+        out.append(Goal(CONFORM_FIGURE, "trio", COMPILED, row.ratio, CONFORM_GOAL, "x",
+                        strict=True, detail=detail))  # fmt: skip
     if len(report.lifecycle) == 2:
         ref, comp = report.lifecycle
         detail = f"{_num(comp.client_cpu_ms)} vs {_num(ref.client_cpu_ms)} ms"
@@ -1822,6 +1844,7 @@ _COUNTS: dict[str, str] = {
     "idle": "idle executions over the in-memory transport",
     "idle_stdio": "idle executions (and bare transports) against real reference agents",
     "profile_prompts": "prompts per path under the CPU profile of the runtime's extra",
+    "conform_runs": "conform runs on the reference agent with and without the schema check",
 }
 
 

@@ -241,7 +241,7 @@ async def test_links_inside_the_workspace(ws: Path, resolver: str) -> None:
         assert not (ws / "real" / "b.txt").exists()
     else:
         assert read["result"] == {"content": "a\n"}
-        assert write["result"] is None
+        assert write["result"] == {}  # the schema's WriteTextFileResponse is an object
         assert (ws / "real" / "b.txt").read_text() == "b\n"
 
 
@@ -338,7 +338,7 @@ async def test_read_and_write_caps(ws: Path) -> None:
         "Invalid params: content is 1001 bytes, over the 1000-byte write limit",
     )
     assert (ws / "inside.txt").read_text() == "inside\n"
-    assert fits["result"] is None and (ws / "new.txt").read_text() == "y" * 1000
+    assert fits["result"] == {} and (ws / "new.txt").read_text() == "y" * 1000
 
 
 async def test_a_write_that_fails_half_way_leaves_the_old_content(ws: Path) -> None:

@@ -30,7 +30,7 @@ TINY = [
     "--quick", "--prompts", "4", "--rounds", "2", "--warmup", "1", "--chunks", "20",
     "--stream-turns", "1", "--launches", "1", "--heap-prompts", "20", "--imports", "1",
     "--lifecycle-prompts", "3", "--cycles", "5", "--idle", "2", "--idle-stdio", "1",
-    "--primitives", "20", "--profile-prompts", "20",
+    "--primitives", "20", "--profile-prompts", "20", "--conform-runs", "1",
 ]  # fmt: skip
 
 #: (figure, backend, engine, goal) of every summary line of a run on both backends
@@ -60,6 +60,12 @@ GOALS = [
     ),
     ("heap growth per prompt, bounded stores full", "trio", "compiled", "< 512 B"),
     ("import acpfsm.runtime (stdio-only), CPU median", "-", "compiled", "< 60.0 ms"),
+    (
+        "conform run with the schema check vs without (reference agent)",
+        "trio",
+        "compiled",
+        "< 2.00x",
+    ),
     ("lifecycle CPU per prompt, compiled vs reference engine", "trio", "both", "<= 0.25x"),
 ]
 SECTIONS = (

@@ -49,6 +49,7 @@ ALL_CHECKS = [
     "stdout_clean",
     "stdin_close",
     "version_negotiation",
+    "schema",
 ]
 
 
@@ -121,7 +122,7 @@ async def test_a_hung_agent_fails_with_a_timeout_not_a_hang() -> None:
     report = await run_battery([*REFERENCE, "--fault", "slow_start=30"], check_timeout=0.5)
     s = statuses(report)
     assert s["initialize"] == s["version_negotiation"] == "fail"
-    assert {s[c] for c in ALL_CHECKS[1:-2]} == {"n/a"}
+    assert {s[c] for c in ALL_CHECKS[1:-3]} == {"n/a"}
     initialize = report.checks[0]
     assert initialize.detail == "timed out after 0.5 s: the agent did not answer"
     assert initialize.evidence and '"method":"initialize"' in initialize.evidence[0]
@@ -212,6 +213,7 @@ SDK_EXAMPLE_VERDICTS: dict[str, dict[str, str]] = {
         "stdout_clean": "pass",
         "stdin_close": "pass",
         "version_negotiation": "pass",
+        "schema": "pass",  # every message both ways valid ACP v1
     },
 }
 SDK_EXAMPLE_VERDICTS["echo_agent.py"] = {
@@ -294,3 +296,59 @@ def test_an_answer_nested_too_deep_is_garbage_not_a_crash() -> None:
     deep = b'{"jsonrpc": "2.0", "id": 1, "result": ' + b"[" * depth + b"]" * depth + b"}"
     wire._line(deep)
     assert wire.garbage == [deep]
+
+
+async def test_a_malformed_agent_message_is_a_failed_check_not_a_crash() -> None:
+    """A text chunk without ``text`` (and a chunk with a terminal escape and a lone surrogate,
+    and a tool call of no ACP kind): each is a failed check quoting the message safely; the
+    battery goes on."""
+    report = await run_battery(FAKE_AGENT, prompt="malformed please", check_timeout=10)
+    failed = {c.id: c for c in report.failed}
+    prompt_turn = failed["prompt_turn"]
+    assert prompt_turn.detail == "1 session/update(s) do not fit ACP v1"
+    assert '"content": {"type": "text"}' in prompt_turn.evidence[0]
+    text = failed["schema:agent:session/update:/params/update/content/text"]
+    assert "expected required member text (TextContent); got (absent)" in text.detail
+    assert '"sessionUpdate": "agent_message_chunk"' in text.evidence[0]
+    kind = failed["schema:agent:session/update:/params/update/kind"]
+    assert "at /params/update/kind: expected one of" in kind.detail
+    table = render_table(report)
+    assert "\x1b" not in table and "\\u001b[2J" in table  # the escape is shown, not obeyed
+    assert [c.id for c in report.checks][: len(ALL_CHECKS)] == ALL_CHECKS
+
+
+def test_the_report_of_a_malformed_agent_is_always_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junit = tmp_path / "conform.xml"
+    args = ["--json", "--junit-xml", str(junit), "--prompt", "malformed please", "--timeout", "10"]
+    assert main([*args, "--", *FAKE_AGENT]) == 1
+    out = capsys.readouterr().out
+    assert out.isascii()  # whatever the agent sent, the JSON prints anywhere
+    data = json.loads(out)
+    assert data["ok"] is False and data["summary"]["fail"] >= 3
+    assert any(c["id"] == "schema:agent:session/update:/params/update/content/text"
+               for c in data["checks"])  # fmt: skip
+    suite = ET.parse(junit).getroot()
+    assert int(suite.get("failures", "0")) == data["summary"]["fail"]
+
+
+async def test_an_agent_that_refuses_to_run_as_root_is_named_and_never_passes() -> None:
+    """Claude Code's adapters, run as root without IS_SANDBOX, refuse session/new (and
+    session/load): the verdict names that cause, and no check passes on the refusal."""
+    report = await run_battery([*FAKE_AGENT, "--refuse-root"], check_timeout=10)
+    s = statuses(report)
+    assert s["session_new"] == s["load_unknown"] == "fail", render_table(report)
+    (cause,) = report.causes
+    assert cause.startswith("the agent refuses to run as root")
+    assert "IS_SANDBOX=1" in cause
+    checks = {c.id: c for c in report.checks}
+    assert checks["session_new"].detail.startswith(f"session/new refused: {cause} (")
+    assert checks["load_unknown"].detail.startswith(f"session/load refused: {cause} (")
+    assert "root/sudo privileges" in checks["load_unknown"].detail  # the agent's own words
+    assert checks["prompt_turn"].status is Status.NA
+    assert "refuses to run as root" in checks["prompt_turn"].detail
+    passed = [c for c in report.checks if c.status is Status.PASS]
+    assert not any("root" in c.detail for c in passed)
+    assert f"cause: {cause}" in render_table(report)
+    assert msgspec.to_builtins(report)["causes"] == [cause]

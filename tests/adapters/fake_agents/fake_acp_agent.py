@@ -7,7 +7,11 @@ acpfsm's own message types on purpose. Flags: ``--queueing`` (advertise
 ``--no-models`` (no model surface at all), ``--auth-required`` (session/new answers -32000
 until ``authenticate``), ``--protocol N``, ``--sequential`` (a turn runs on the thread that
 reads stdin, so nothing sent during it is read before it ends, and the default script pauses
-0.05 s after its first update; for the scripts that ask the client nothing).
+0.05 s after its first update; for the scripts that ask the client nothing), ``--audio``
+(advertise audio prompts too), ``--record FILE`` (append every line read and written to FILE
+as ``{"in": line}`` / ``{"out": line}`` JSON lines),
+``--refuse-root`` (session/new and session/load answer the error Claude Code's adapters give
+when run as root without ``IS_SANDBOX``).
 
 The first word of the prompt's text picks the script of the turn:
 
@@ -36,10 +40,13 @@ The first word of the prompt's text picks the script of the turn:
   sleep S          sleeps S seconds, one chunk "slept S", end_turn
   read PATH        fs/read_text_file; a chunk with the content or the error
   write PATH TEXT  fs/write_text_file; a chunk "written" or the error
-  terminal         terminal/create; a chunk with the result or the error
+  terminal [all]   terminal/create; a chunk with the result or the error; with ``all`` then
+                   terminal/output, wait_for_exit, kill and release on it
   usage            end_turn with a usage object
   close-stdout     closes stdout and keeps running until stdin closes
   flood N          N message chunks as fast as possible, end_turn
+  malformed        a text chunk without ``text``, one whose text holds a terminal escape and
+                   a lone surrogate escape, a tool call of an unknown kind; end_turn
 """
 
 from __future__ import annotations
@@ -58,6 +65,13 @@ NO_MODELS = "--no-models" in ARGS
 AUTH_REQUIRED = "--auth-required" in ARGS
 PROTOCOL = int(ARGS[ARGS.index("--protocol") + 1]) if "--protocol" in ARGS else 1
 SEQUENTIAL = "--sequential" in ARGS
+AUDIO = "--audio" in ARGS
+RECORD = ARGS[ARGS.index("--record") + 1] if "--record" in ARGS else None
+REFUSE_ROOT = "--refuse-root" in ARGS
+ROOT_REFUSAL = (
+    "Claude Code process exited with code 1: --dangerously-skip-permissions cannot be used "
+    "with root/sudo privileges for security reasons"
+)
 
 _write_lock = threading.Lock()
 _state_lock = threading.Condition()
@@ -78,7 +92,18 @@ def send(obj: dict) -> None:
     write_line(json.dumps(obj))
 
 
+_record = open(RECORD, "a", encoding="utf-8") if RECORD else None  # noqa: SIM115
+
+
+def record(direction: str, line: str) -> None:
+    if _record is not None:
+        with _write_lock:
+            _record.write(json.dumps({direction: line.rstrip("\n")}) + "\n")
+            _record.flush()
+
+
 def write_line(text: str) -> None:
+    record("out", text)
     with _write_lock:
         try:
             sys.stdout.write(text + "\n")
@@ -256,6 +281,17 @@ def run_turn(msg_id, sid: str, prompt: list[dict]) -> None:
         update(sid, {"sessionUpdate": "future_kind", "whatever": [1, 2]})
         chunk(sid, "pondering", "agent_thought_chunk")
         end()
+    elif word == "malformed":
+        update(sid, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}})
+        # a terminal escape and a lone surrogate, written as the JSON escapes an agent sends
+        text = '"\\u001b[2J\\ud800 hidden"'
+        head = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":' + json.dumps(sid)
+        write_line(
+            head + ',"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text",'
+            '"text":' + text + "}}}}"
+        )
+        update(sid, {"sessionUpdate": "tool_call", "toolCallId": "m1", "title": "x", "kind": "?"})
+        end()
     elif word == "tool-open":
         update(sid, {"sessionUpdate": "tool_call", "toolCallId": "open-1", "title": "Long"})
         end()
@@ -398,6 +434,10 @@ def run_turn(msg_id, sid: str, prompt: list[dict]) -> None:
         answer = ask("terminal/create", {"sessionId": sid, "command": "ls", "args": []})
         if "result" in answer:
             chunk(sid, "terminal: " + json.dumps(answer["result"]))
+            if words[1:] == ["all"]:  # every other terminal method on it
+                ref = {"sessionId": sid, "terminalId": answer["result"].get("terminalId", "")}
+                for method in ("output", "wait_for_exit", "kill", "release"):
+                    ask("terminal/" + method, ref)
         else:
             chunk(sid, "error: {code} {message}".format(**answer["error"]))
         end()
@@ -425,7 +465,7 @@ def handle_request(msg_id, method: str, params: dict) -> None:
         _init_params[0] = params
         caps: dict = {
             "loadSession": LOAD,
-            "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
+            "promptCapabilities": {"image": True, "audio": AUDIO, "embeddedContext": True},
             "sessionCapabilities": {"list": {}, "resume": {"_meta": {"fake": 1}}},
             "auth": {"logout": {}},  # a capability of a newer ACP than acpfsm models
         }
@@ -444,6 +484,8 @@ def handle_request(msg_id, method: str, params: dict) -> None:
     elif method == "authenticate":
         _authenticated[0] = True
         respond(msg_id, {})
+    elif method in ("session/new", "session/load") and REFUSE_ROOT:
+        fail(msg_id, -32603, "Internal error", {"details": ROOT_REFUSAL})
     elif method == "session/new":
         if not _authenticated[0]:
             fail(msg_id, -32000, "Authentication required")
@@ -506,6 +548,7 @@ def handle_request(msg_id, method: str, params: dict) -> None:
 
 def main() -> None:
     for line in sys.stdin:
+        record("in", line)
         if not line.strip():
             continue
         msg = json.loads(line)
