@@ -81,8 +81,11 @@ def _type_import(name: str) -> str:
 
 def checked(index: int, example: CodeExample) -> Checked:
     module = f"block_{index:03d}"
+    # what a print prints, shown as pytest-examples has it (``#> text``), is a comment that
+    # ruff format would write ``# > text``
+    source = re.sub(r"(?m)^(\s*)#> ", r"\1# > ", example.source)
     if not is_fragment(example):
-        return Checked(module, example.source, 0, example)
+        return Checked(module, source, 0, example)
     header = example.source.lstrip("\n").split("\n", 1)[0]
     assumed = ASSUMED.findall(header)
     names = sorted({n for _, kind in assumed for n in re.findall(r"[A-Za-z_]\w*", kind)})
@@ -95,7 +98,7 @@ def checked(index: int, example: CodeExample) -> Checked:
         "",
         f"async def _fragment({params}) -> None:",
     ]
-    body = [f"    {line}" if line else "" for line in example.source.split("\n")]
+    body = [f"    {line}" if line else "" for line in source.split("\n")]
     return Checked(module, "\n".join(lines + body), len(lines), example)
 
 
@@ -103,9 +106,14 @@ def checked(index: int, example: CodeExample) -> Checked:
 def test_block_runs(
     example: CodeExample, eval_example: EvalExample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A complete block runs to its end, in an empty working directory."""
+    """A complete block runs to its end, in an empty working directory; where it shows what
+    a ``print`` prints (``#>`` lines after it), it prints exactly that."""
     monkeypatch.chdir(tmp_path)
-    eval_example.run(example)
+    eval_example.set_config(line_length=100)  # as ruff's
+    if "#>" in example.source:
+        eval_example.run_print_check(example)
+    else:
+        eval_example.run(example)
 
 
 def test_fragments_say_what_they_assume() -> None:
@@ -126,9 +134,11 @@ def _tool(argv: list[str], cwd: Path, blocks: list[Checked]) -> list[str]:
 
     def located(match: re.Match[str]) -> str:
         block = by_module.get(match.group(1))
-        return block.markdown_line(int(match.group(2))) if block else match.group(0)
+        if block is None:
+            return match.group(0)
+        return block.markdown_line(int(match.group(2) or block.offset + 1))
 
-    text = re.sub(r"(block_\d{3})\.py:(\d+)", located, done.stdout + done.stderr)
+    text = re.sub(r"(block_\d{3})\.py(?::(\d+))?", located, done.stdout + done.stderr)
     return [text.strip() or f"{argv[0]} exited {done.returncode}"]
 
 
