@@ -30,6 +30,7 @@ import acpfsm.runtime.events
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FRAGMENT = re.compile(r"#\s*Fragment\b", re.IGNORECASE)
+TEST_FUNCTION = re.compile(r"^(?:async )?def test_", re.MULTILINE)
 ASSUMED = re.compile(r"`([A-Za-z_]\w*): ([A-Za-z_][\w\[\], |.]*)`")
 #: Where a fragment's assumed types come from, in this order.
 TYPE_MODULES = (acpfsm.runtime, acpfsm.runtime.events)
@@ -72,11 +73,14 @@ class Checked:
         return f"{self.example.path.relative_to(ROOT)}:{self.example.start_line + line - self.offset}"
 
 
-def _type_import(name: str) -> str:
-    for module in TYPE_MODULES:
-        if hasattr(module, name):
-            return f"from {module.__name__} import {name}"
-    raise AssertionError(f"a fragment assumes a type acpfsm.runtime does not export: {name}")
+def _type_imports(names: set[str]) -> list[str]:
+    """``from MODULE import A, B`` lines for the names a fragment's assumptions use."""
+    by_module: dict[str, list[str]] = {}
+    for name in sorted(names - {"None", "str", "int", "float", "bool", "list", "dict"}):
+        module = next((m for m in TYPE_MODULES if hasattr(m, name)), None)
+        assert module is not None, f"a fragment assumes a type acpfsm.runtime lacks: {name}"
+        by_module.setdefault(module.__name__, []).append(name)
+    return [f"from {module} import {', '.join(names)}" for module, names in by_module.items()]
 
 
 def checked(index: int, example: CodeExample) -> Checked:
@@ -88,16 +92,9 @@ def checked(index: int, example: CodeExample) -> Checked:
         return Checked(module, source, 0, example)
     header = example.source.lstrip("\n").split("\n", 1)[0]
     assumed = ASSUMED.findall(header)
-    names = sorted({n for _, kind in assumed for n in re.findall(r"[A-Za-z_]\w*", kind)})
-    imports = [_type_import(n) for n in names if n not in {"None", "str", "int", "list", "dict"}]
+    names = {n for _, kind in assumed for n in re.findall(r"[A-Za-z_]\w*", kind)}
     params = ", ".join(f"{name}: {kind}" for name, kind in assumed)
-    lines = [
-        "# ruff: noqa: F841",  # a fragment may leave a name for the text after it
-        *sorted(imports),
-        "",
-        "",
-        f"async def _fragment({params}) -> None:",
-    ]
+    lines = [*_type_imports(names), "", "", f"async def _fragment({params}) -> None:"]
     body = [f"    {line}" if line else "" for line in source.split("\n")]
     return Checked(module, "\n".join(lines + body), len(lines), example)
 
@@ -109,11 +106,27 @@ def test_block_runs(
     """A complete block runs to its end, in an empty working directory; where it shows what
     a ``print`` prints (``#>`` lines after it), it prints exactly that."""
     monkeypatch.chdir(tmp_path)
+    if TEST_FUNCTION.search(example.source):  # a test module: pytest runs it, as a user's
+        run_as_test_module(example, tmp_path)
+        return
     eval_example.set_config(line_length=100)  # as ruff's
     if "#>" in example.source:
         eval_example.run_print_check(example)
     else:
         eval_example.run(example)
+
+
+def run_as_test_module(example: CodeExample, folder: Path) -> None:
+    """Run a block that is a test module with pytest, in a folder of its own (no
+    configuration of ours: as in a user's project), with every trace checked."""
+    (folder / "test_example.py").write_text(example.source, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error",
+         "--acpfsm-check-traces", "test_example.py"],
+        cwd=folder, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{_where(example)}\n{done.stdout}{done.stderr}"
+    assert re.search(r"\b[1-9]\d* passed\b", done.stdout), done.stdout
 
 
 def test_fragments_say_what_they_assume() -> None:
