@@ -70,7 +70,9 @@ class Checked:
 
     def markdown_line(self, line: int) -> str:
         # the block's first line is the line after its fence
-        return f"{self.example.path.relative_to(ROOT)}:{self.example.start_line + line - self.offset}"
+        return (
+            f"{self.example.path.relative_to(ROOT)}:{self.example.start_line + line - self.offset}"
+        )
 
 
 def _type_imports(names: set[str]) -> list[str]:
