@@ -182,6 +182,15 @@ def test_every_block_type_checks_and_is_clean(tmp_path: Path) -> None:
     assert findings == [], "\n\n".join(findings)
 
 
+def test_the_reference_agent_guide_names_every_fault() -> None:
+    """Its fault table is what users read: a fault added to the agent is added there."""
+    from acpfsm.adapters.reference_agent import FAULTS
+
+    page = (ROOT / "docs/guides/reference-agent.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `([a-z0-9_]+)(?:\[=[A-Z]+\])?` \|", page, re.MULTILINE))
+    assert rows == set(FAULTS)
+
+
 def test_readme_is_a_users_page() -> None:
     """Short, and nothing in it is true of one machine only."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
