@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.acpfsm-installed
 SOURCES := $(shell find statecharts runtime adapters -name '*.py' -o -name 'py.typed' 2>/dev/null)
 
 .PHONY: all install test lint typecheck diagrams diagrams-check verify chromium pytest demo bench \
-	soak mutate-charts mutate clean
+	soak mutate-charts mutate docs clean
 
 all: test
 
@@ -19,7 +19,7 @@ $(BIN)/python:
 # added or changed so the link tree stays complete.
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt $(SOURCES)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
-		-e '.[test]' --config-settings editable_mode=strict
+		-e '.[test,docs]' --config-settings editable_mode=strict
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -41,6 +41,12 @@ diagrams-check: $(STAMP)
 # carriers): exit 1 with a shortest counterexample for each property that fails.
 verify: $(STAMP)
 	$(BIN)/acpfsm verify
+
+# The documentation site (mkdocs, docs/ and mkdocs.yml) into build/site; --strict: a warning,
+# a broken link or a reference mkdocstrings cannot resolve fails the build. The code blocks
+# of README.md and docs/ run in pytest (tests/test_docs_examples.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 # Headless Chromium for the run report's browser test: Debian's package, installed only where
 # it is missing and we are root (CI on a clean clone); elsewhere the script says what to do.
@@ -64,7 +70,7 @@ pytest: $(STAMP)
 	ACPFSM_ENGINE=reference $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal \
 		-p no:acpfsm_coverage --acpfsm-check-traces $(REFERENCE_SUITES)
 
-test: lint typecheck diagrams-check verify chromium pytest
+test: lint typecheck diagrams-check verify docs chromium pytest
 
 demo: $(STAMP)
 	$(BIN)/acpfsm demo

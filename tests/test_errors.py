@@ -17,8 +17,8 @@ import acpfsm.statecharts
 import acpfsm.statecharts.errors
 from acpfsm.statecharts import Execution, IllegalTransition
 
-#: Exception classes that are deliberately not AcpfsmErrors, and why (the README's "Errors"
-#: section says the same).
+#: Exception classes that are deliberately not AcpfsmErrors, and why (the errors guide,
+#: docs/guides/errors.md, says the same).
 NOT_OURS: dict[str, str] = {
     "acpfsm.adapters.acp.jsonrpc.JsonRpcErrorReply": (
         "raised by a request handler to answer the peer with a JSON-RPC error object; the "
@@ -124,11 +124,11 @@ def test_a_usage_error_of_conform_is_no_longer_a_value_error() -> None:
     assert ConformUsageError("no agent command").message == "no agent command"
 
 
-def test_the_readme_draws_every_error_of_the_tree() -> None:
+def test_the_errors_guide_draws_every_error_of_the_tree() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme[readme.index("## Errors") :]
+    guide = (Path(__file__).resolve().parent.parent / "docs/guides/errors.md").read_text()
+    section = guide[guide.index("## The tree") :]
     tree = section[section.index("```") : section.index("```", section.index("```") + 3)]
     names = {
         cls.__name__
@@ -136,4 +136,4 @@ def test_the_readme_draws_every_error_of_the_tree() -> None:
         if issubclass(cls, acpfsm.statecharts.errors.AcpfsmError)
     }
     missing = sorted(n for n in names if n not in tree)
-    assert not missing, f"the README's error tree does not name {missing}"
+    assert not missing, f"the errors guide's tree does not name {missing}"

@@ -1,8 +1,9 @@
 """The repository stands alone: nothing in it cites notes kept outside it.
 
 Citations name kandev's Go files and functions or the repository's own documents. The short ids
-the code and the tests use are defined here: D1-D13, R1-R36 and H1-H12 in KANDEV.md, the
-scenario ids (``test_s73_…``) in tests/runtime/README.md.
+the code and the tests use are defined here: D1-D13 in docs/concepts/kandev.md (KANDEV.md
+points there), R1-R36 and H1-H12 in diagrams/README.md, the scenario ids (``test_s73_…``) in
+tests/runtime/README.md.
 """
 
 from __future__ import annotations
@@ -77,9 +78,13 @@ def _defined(document: str, pattern: str) -> set[str]:
     return set(re.findall(rf"^\| ({pattern}) \|", text(document), re.MULTILINE))
 
 
-def test_every_kandev_id_is_defined_in_kandev_md() -> None:
-    """D ids in KANDEV.md, the races and hazards (R, H) in diagrams/README.md's catalogue."""
-    defined = _defined("KANDEV.md", r"D[0-9]{1,2}") | _defined(
+KANDEV_PAGE = "docs/concepts/kandev.md"
+
+
+def test_every_kandev_id_is_defined() -> None:
+    """D ids on the kandev page, the races and hazards (R, H) in diagrams/README.md's
+    catalogue."""
+    defined = _defined(KANDEV_PAGE, r"D[0-9]{1,2}") | _defined(
         "diagrams/README.md", r"[RH][0-9]{1,2}"
     )
     assert {f"D{i}" for i in range(1, 14)} | {f"R{i}" for i in range(1, 37)} | {
@@ -88,11 +93,11 @@ def test_every_kandev_id_is_defined_in_kandev_md() -> None:
     used = {
         f"{path}: {kind}{number}"
         for path in repo_files()
-        if path.endswith((".py", ".md")) and path not in {THIS, "KANDEV.md", "diagrams/README.md"}
+        if path.endswith((".py", ".md")) and path not in {THIS, KANDEV_PAGE, "diagrams/README.md"}
         for kind, number in KANDEV_ID.findall(text(path))
         if f"{kind}{number}" not in defined
     }
-    assert used == set(), "define these ids (KANDEV.md, races.py) or say what they stand for"
+    assert used == set(), f"define these ids ({KANDEV_PAGE}, races.py) or say what they stand for"
 
 
 def test_every_scenario_id_is_defined_in_the_scenario_table() -> None:
