@@ -138,13 +138,12 @@ def _diagrams(args: argparse.Namespace) -> int:
 
 
 def _write_screenshots(out: Path) -> None:
-    from .diagrams import default_charts
-    from .diagrams.browser import BrowserNotFound
+    from .diagrams import DiagramError, default_charts
     from .diagrams.screenshots import write_screenshots
 
     try:
         written, unchanged = write_screenshots(out, default_charts())
-    except BrowserNotFound as exc:
+    except DiagramError as exc:
         print(f"acpfsm diagrams: screenshots not taken: {exc}", file=sys.stderr)
         return
     for path in written:

@@ -345,9 +345,9 @@ def render_page(
             if hl.records:
                 link = explorer_name(page_name(execution_id), hl.chart)
                 body.append(
-                    f'<p><a href="{_t(link)}">Step through this run in the explorer</a> '
-                    '<span class="muted">(a page with a script: click a state, filter by '
-                    "event, ← and → step)</span></p>"
+                    f'<p class="muted"><a href="{_t(link)}">Step through this run in the '
+                    "explorer</a> (a page with a script: click a state, filter by event, ← and "
+                    "→ step).</p>"
                 )
         else:
             mermaid = render_mermaid(

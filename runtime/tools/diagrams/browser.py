@@ -19,17 +19,13 @@ from .model import DiagramError
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
-__all__ = ["BROWSER_HINT", "BrowserNotFound", "chromium_path", "drawing_font", "open_browser"]
+__all__ = ["BROWSER_HINT", "chromium_path", "drawing_font", "open_browser"]
 
 BROWSER_HINT = (
     "install Debian's chromium and fonts-dejavu-core (apt-get install chromium "
     "fonts-dejavu-core; .ci/install-chromium does it as root) or set ACPFSM_CHROMIUM, "
     "and acpfsm's [browser] extra (pip install 'acpfsm[browser]')"
 )
-
-
-class BrowserNotFound(DiagramError):
-    """No headless Chromium (or no Playwright to drive it)."""
 
 
 def chromium_path() -> str:
@@ -39,7 +35,7 @@ def chromium_path() -> str:
             return candidate
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
-        raise BrowserNotFound(f"no headless Chromium found: {BROWSER_HINT}")
+        raise DiagramError(f"no headless Chromium found: {BROWSER_HINT}")
     return found
 
 
@@ -50,7 +46,7 @@ def open_browser() -> Iterator[Browser]:
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError as exc:
-        raise BrowserNotFound(f"Playwright is not installed: {BROWSER_HINT}") from exc
+        raise DiagramError(f"Playwright is not installed: {BROWSER_HINT}") from exc
     with sync_playwright() as pw:
         try:
             browser = pw.chromium.launch(
@@ -67,7 +63,7 @@ def open_browser() -> Iterator[Browser]:
                 ],
             )
         except Error as exc:
-            raise BrowserNotFound(f"cannot start {exe}: {exc}") from exc
+            raise DiagramError(f"cannot start {exe}: {exc}") from exc
         try:
             yield browser
         finally:

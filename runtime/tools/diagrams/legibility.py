@@ -73,7 +73,9 @@ _MEASURE_JS = r"""
     if (!graph) continue;
     const where = name(graph);
     const states = [], labels = [];
-    for (const g of svg.querySelectorAll('g.node.state')) {
+    const plain = ['arc-label', 'notes', 'title', 'table', 'initial'];
+    for (const g of svg.querySelectorAll('g.node')) {
+      if (plain.some(c => g.classList.contains(c))) continue;
       const shapes = [...g.querySelectorAll(':scope > path, :scope > polygon, :scope > ellipse')];
       if (!shapes.length) continue;
       const box = union(shapes.map(rect));
@@ -85,6 +87,10 @@ _MEASURE_JS = r"""
     for (const g of svg.querySelectorAll('g.node.arc-label, g.node.notes, g.node.title')) {
       const ts = texts(g); if (!ts.length) continue;
       labels.push({name: words(g), node: name(g), box: union(ts.map(rect))});
+    }
+    for (const g of svg.querySelectorAll('g.edge')) {  // Graphviz's own edge labels
+      const ts = [...g.querySelectorAll(':scope > text')]; if (!ts.length) continue;
+      labels.push({name: words(g), node: '', edge: g, box: union(ts.map(rect))});
     }
     for (const g of svg.querySelectorAll('g.cluster')) {
       const frame = g.querySelector(':scope > path, :scope > polygon');
@@ -122,7 +128,7 @@ _MEASURE_JS = r"""
         if (pts.some(p => inside(p, s.box))) out.push([where, 'edge through', what, s.name]);
       }
       for (const l of labels) {
-        if (l.node && ends.includes(l.node)) continue;
+        if ((l.node && ends.includes(l.node)) || l.edge === g) continue;
         if (pts.some(p => inside(p, shrink(l.box, 1)))) out.push([where, 'edge through', what, l.name]);
       }
     }
