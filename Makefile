@@ -34,8 +34,10 @@ typecheck: $(STAMP)
 diagrams: $(STAMP)
 	$(BIN)/acpfsm diagrams --out diagrams
 
-diagrams-check: $(STAMP)
-	$(BIN)/acpfsm diagrams --check --out diagrams
+# Byte drift of every generated file, then every drawing measured in headless Chromium
+# (overlapping labels, text outside its box, edges through boxes) and the screenshots.
+diagrams-check: $(STAMP) chromium
+	$(BIN)/acpfsm diagrams --check --browser --out diagrams
 
 # Every interleaving of one execution's life at the default bounds (3 generations, both
 # carriers): exit 1 with a shortest counterexample for each property that fails.
@@ -48,7 +50,8 @@ verify: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
-# Headless Chromium for the run report's browser test: Debian's package, installed only where
+# Headless Chromium for the legibility check and the browser tests: Debian's package,
+# installed only where
 # it is missing and we are root (CI on a clean clone); elsewhere the script says what to do.
 # A failed install does not stop make: that test then fails with the reason (it never skips).
 chromium:

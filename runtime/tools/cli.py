@@ -3,7 +3,8 @@
 * ``acpfsm diagrams [--check] [--out DIR]`` writes (or, with ``--check``, verifies) the review
   diagrams of every chart (see :mod:`acpfsm.tools.diagrams`);
   ``acpfsm diagrams --trace TRACE.jsonl [--execution ID] [--out DIR]`` draws every chart with
-  what one execution of a recorded trace did highlighted.
+  what one execution of a recorded trace did highlighted; ``--check --browser`` also measures
+  every drawing's legibility in headless Chromium and checks the screenshots.
 * ``acpfsm check-trace TRACE.jsonl [--json] [--partial]`` replays a trace against the charts
   (:mod:`acpfsm.tools.check_trace`): exit 0 clean, 1 violations, 2 unreadable/malformed.
 * ``acpfsm conform [--json] [--junit-xml FILE] [--timeout S] -- AGENT_COMMAND [ARGS…]`` runs
@@ -95,6 +96,9 @@ def _diagrams(args: argparse.Namespace) -> int:
     if args.execution is not None:
         print("acpfsm diagrams: --execution needs --trace", file=sys.stderr)
         return 2
+    if args.browser and not args.check:
+        print("acpfsm diagrams: --browser needs --check", file=sys.stderr)
+        return 2
     out = Path(args.out or "diagrams")
     try:
         if args.check:
@@ -109,7 +113,7 @@ def _diagrams(args: argparse.Namespace) -> int:
                 )
                 return 1
             print(f"acpfsm diagrams: {out} is up to date")
-            return 0
+            return _check_in_browser(out) if args.browser else 0
         result = write(out)
     except DiagramError as exc:
         print(f"acpfsm diagrams: {exc}", file=sys.stderr)
@@ -128,6 +132,50 @@ def _diagrams(args: argparse.Namespace) -> int:
         f"acpfsm diagrams: {len(result.written)} written, {len(result.unchanged)} unchanged, "
         f"{len(result.removed)} removed in {out}"
     )
+    if not result.svg_skipped:
+        _write_screenshots(out)
+    return 0
+
+
+def _write_screenshots(out: Path) -> None:
+    from .diagrams import DiagramError, default_charts
+    from .diagrams.screenshots import write_screenshots
+
+    try:
+        written, unchanged = write_screenshots(out, default_charts())
+    except DiagramError as exc:
+        print(f"acpfsm diagrams: screenshots not taken: {exc}", file=sys.stderr)
+        return
+    for path in written:
+        print(f"wrote {path}")
+    print(
+        f"acpfsm diagrams: screenshots: {len(written)} written, {len(unchanged)} within tolerance"
+    )
+
+
+def _check_in_browser(out: Path) -> int:
+    """The legibility of every drawing in ``out`` and its screenshots, in headless Chromium."""
+    from .diagrams import default_charts
+    from .diagrams.browser import open_browser
+    from .diagrams.legibility import check_files
+    from .diagrams.screenshots import check_screenshots
+
+    pages = sorted([*out.glob("*.svg"), *out.glob("*.html")])
+    with open_browser() as browser:
+        findings = check_files(pages, browser)
+        shots = check_screenshots(out, default_charts(), browser)
+    for finding in findings:
+        print(f"illegible: {finding}", file=sys.stderr)
+    for drift, how in shots:
+        print(f"{drift} ({how})", file=sys.stderr)
+    if findings or shots:
+        print(
+            f"acpfsm diagrams: {len(findings)} legibility fault(s), {len(shots)} screenshot(s) "
+            f"out of date in {out}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"acpfsm diagrams: {len(pages)} drawing(s) legible, screenshots within tolerance")
     return 0
 
 
@@ -174,6 +222,12 @@ def _parser() -> argparse.ArgumentParser:
         "--check",
         action="store_true",
         help="write nothing; exit 1 if any generated file is drifted, missing or extra",
+    )
+    diagrams.add_argument(
+        "--browser",
+        action="store_true",
+        help="with --check: also load every drawing in headless Chromium, fail on overlapping "
+        "labels, text outside its box, edges through boxes, and on screenshots out of tolerance",
     )
     diagrams.add_argument(
         "--out",

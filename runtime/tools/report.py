@@ -11,7 +11,9 @@ every execution of the trace (or the one chosen), ``<execution>.html`` holding:
 * every chart drawn with the states the execution was in filled and the transitions it fired
   in red (:func:`acpfsm.tools.diagrams.run_highlights` and
   :func:`~acpfsm.tools.diagrams.render_chart_svg`, the drawing of ``acpfsm diagrams
-  --trace``), each followed by the timeline of that chart's transitions;
+  --trace``), each followed by the timeline of that chart's transitions and a link to the
+  chart's explorer (``<page>.<chart>.html``, :mod:`acpfsm.tools.diagrams.explorer`: the one
+  page with a script, which steps through the run);
 * the timeline of all the execution's events in firing order: one lane per chart instance,
   then a table.
 
@@ -54,6 +56,7 @@ from .diagrams import (
     transition_rows,
     xml_safe,
 )
+from .diagrams.run import write_explorer
 
 __all__ = [
     "DESCRIPTION",
@@ -149,6 +152,28 @@ class Report:
     verdict: CheckResult
     svg_skipped: str = ""
     """Why the charts are shown as Mermaid source ("" when they are drawn)."""
+    explorers: tuple[Path, ...] = ()
+    """The explorer of every chart an execution fired transitions in (with its timeline)."""
+
+
+def explorer_name(page: str, chart: str) -> str:
+    """The file of the explorer of ``chart`` beside the page ``page`` of an execution."""
+    return f"{page.removesuffix('.html')}.{chart}.html"
+
+
+def _write_explorers(
+    out: Path, records: Sequence[TraceRecord], execution_id: str, source: str, exe: Path
+) -> list[Path]:
+    written: list[Path] = []
+    charts = {c.chart_name: c for c in default_charts()}
+    for hl in run_highlights(records, execution_id, tuple(charts.values())):
+        if not hl.records:
+            continue
+        path = out / explorer_name(page_name(execution_id), hl.chart)
+        write_explorer(path, charts[hl.chart], records, execution_id, hl, binary=exe,
+                       source=source)  # fmt: skip
+        written.append(path)
+    return written
 
 
 def _fmt_time(seconds: float) -> str:
@@ -317,6 +342,13 @@ def render_page(
         if binary is not None:
             svg = render_run_svg(chart, hl, binary=binary)
             body.append(f'<div class="chart">{_inline_svg(svg, anchor)}</div>')
+            if hl.records:
+                link = explorer_name(page_name(execution_id), hl.chart)
+                body.append(
+                    f'<p class="muted"><a href="{_t(link)}">Step through this run in the '
+                    "explorer</a> (a page with a script: click a state, filter by event, ← and "
+                    "→ step).</p>"
+                )
         else:
             mermaid = render_mermaid(
                 chart,
@@ -418,6 +450,7 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pages: list[Path] = []
+    explorers: list[Path] = []
     entries: list[tuple[str, str, int]] = []
     for execution_id in chosen:
         page = render_page(
@@ -426,6 +459,8 @@ def write_report(
         path = out / page_name(execution_id)
         path.write_text(page, encoding="utf-8")
         pages.append(path)
+        if exe is not None:
+            explorers += _write_explorers(out, records, execution_id, source, exe)
         count = sum(r.execution_id == execution_id for r in records)
         entries.append((execution_id, path.name, count))
     summary = (
@@ -435,7 +470,7 @@ def write_report(
     )
     index = out / "index.html"
     index.write_text(_index_page(entries, source, summary), encoding="utf-8")
-    return Report(tuple(pages), index, verdict, skipped)
+    return Report(tuple(pages), index, verdict, skipped, tuple(explorers))
 
 
 # --------------------------------------------------------------------------- CLI

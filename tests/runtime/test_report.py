@@ -180,14 +180,14 @@ def test_a_hostile_trace_cannot_inject_markup(tmp_path: Path) -> None:
     index = "".join(assert_inert(result.index).itertext())
     assert "<script>alert(1)</script>" in index
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [*(p.name for p in result.pages), "index.html"]
+        [*(p.name for p in result.pages), *(p.name for p in result.explorers), "index.html"]
     )
 
 
 def test_without_the_renderer_charts_are_mermaid_source(
     trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(diagrams, "GRAPHVIZ_BINARY", "graphviz-pure-not-installed")
+    monkeypatch.setattr(diagrams.render, "GRAPHVIZ_BINARY", "graphviz-pure-not-installed")
     result = report.write_report(trace, tmp_path / "out", execution=_ids(trace)[0])
     assert "[diagrams]" in result.svg_skipped
     page = result.pages[0].read_text()

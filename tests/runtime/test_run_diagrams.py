@@ -57,7 +57,7 @@ def test_cli_writes_mermaid_svg_and_an_index(
     names = sorted(p.name for p in out.iterdir())
     charts = sorted(c.chart_name for c in ALL_CHARTS)
     assert names == sorted(
-        ["README.md", *(f"{c}.mmd" for c in charts), *(f"{c}.svg" for c in charts)]
+        ["README.md", *(f"{c}.{x}" for c in charts for x in ("mmd", "svg", "html"))]
     )
     mermaid = (out / "prompt_generation.mmd").read_text()
     assert "admitted --> sending : ✔ dispatch_started" in mermaid
@@ -129,15 +129,17 @@ def test_the_demo_writes_the_diagrams_of_its_run(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "Diagrams and report of the run" in proc.stdout
-    assert "diagram files (.mmd, .svg)" in proc.stdout
+    assert "diagram files (.html, .mmd, .svg)" in proc.stdout
     runs = sorted((tmp_path / "demo").iterdir())
     assert [p.name[:2] for p in runs] == ["1-", "2-"]
     for run in runs:
         assert (run / "README.md").is_file() and (run / "prompt_generation.svg").is_file()
         for path in run.glob("*.svg"):
             ET.parse(path)
-    pages = sorted((tmp_path / "demo-report").glob("*.html"))
+    written = sorted((tmp_path / "demo-report").glob("*.html"))
+    pages = [p for p in written if "." not in p.stem]  # beside them: one explorer per chart
     assert len(pages) == 3  # two executions and the index
+    assert len(written) > len(pages)
     for page in pages:
         assert (
             f"report of execution 1: {page}" in proc.stdout
@@ -165,7 +167,7 @@ def test_the_demo_says_what_it_wrote_without_the_renderer(
     """Without graphviz-pure the demo writes Mermaid only and says so, naming the extra."""
     from acpfsm.tools import demo, diagrams
 
-    monkeypatch.setattr(diagrams, "GRAPHVIZ_BINARY", "graphviz-pure-not-installed")
+    monkeypatch.setattr(diagrams.render, "GRAPHVIZ_BINARY", "graphviz-pure-not-installed")
     trace = tmp_path / "demo.jsonl"
     assert demo.main(["--workspace", str(tmp_path / "ws"), "--trace", str(trace)]) == 0
     out = capsys.readouterr().out

@@ -1,0 +1,211 @@
+"""The drawings and the explorer in headless Chromium: the legibility check on a run report of
+the demo, the check failing where it should, the explorer clicked, stepped and fed a hostile
+trace."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acpfsm.statecharts import PromptGeneration, declared_transitions
+from acpfsm.tools import demo, report
+from acpfsm.tools.check_trace import read_trace
+from acpfsm.tools.diagrams import render_explorer
+from acpfsm.tools.diagrams.browser import new_page, open_browser
+from acpfsm.tools.diagrams.legibility import check_files
+from acpfsm.tools.diagrams.screenshots import compare_png
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with open_browser() as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, report.Report]:
+    """The demo's trace and its run report (pages and explorers)."""
+    base = tmp_path_factory.mktemp("demo")
+    trace = base / "demo.jsonl"
+    assert demo.main(["--workspace", str(base / "ws"), "--trace", str(trace)]) == 0
+    return trace, report.write_report(trace, base / "report")
+
+
+def test_the_run_report_of_the_demo_is_legible(
+    demo_run: tuple[Path, report.Report], browser: Any
+) -> None:
+    _, result = demo_run
+    assert result.explorers and not result.svg_skipped
+    findings = check_files([*result.pages, *result.explorers], browser)
+    assert findings == []
+
+
+BROKEN = """<svg xmlns="http://www.w3.org/2000/svg" width="400" height="200" viewBox="0 0 400 200">
+<g class="graph"><title>broken</title>
+<g class="node state"><title>alpha</title><polygon points="10,10 90,10 90,50 10,50"/>
+<text x="15" y="35" font-size="11">alpha_with_a_far_too_long_name</text></g>
+<g class="node state"><title>beta</title><polygon points="200,10 280,10 280,50 200,50"/>
+<text x="210" y="35" font-size="11">beta</text></g>
+<g class="node arc-label"><title>a0</title><text x="205" y="45" font-size="9">waiter_abandoned</text></g>
+<g class="node arc-label"><title>a1</title><text x="215" y="47" font-size="9">stall_reported</text></g>
+<g class="edge"><title>alpha-&gt;gamma</title><path d="M50,30 L380,30" fill="none" stroke="black"/></g>
+</g></svg>"""
+
+
+def test_the_legibility_check_names_the_drawing_and_both_labels(
+    tmp_path: Path, browser: Any
+) -> None:
+    path = tmp_path / "broken.svg"
+    path.write_text(BROKEN)
+    found = {(f.kind, f.first, f.second) for f in check_files([path], browser)}
+    assert ("label/label", "waiter_abandoned", "stall_reported") in found
+    assert ("label/node", "waiter_abandoned", "beta") in found
+    assert ("text outside", "alpha_with_a_far_too_long_name", "alpha") in found
+    assert ("edge through", "alpha->gamma", "beta") in found
+    assert str(check_files([path], browser)[0]).startswith("broken.svg (broken): ")
+
+
+def _selected(page: Any) -> set[tuple[str, str, str]]:
+    keys = page.eval_on_selector_all(
+        "#panel li[data-t]", "els => els.map(e => e.getAttribute('data-t'))"
+    )
+    return {tuple(k.split("|")) for k in keys}
+
+
+def _highlighted_parts(page: Any) -> set[str]:
+    return set(
+        page.evaluate(
+            """() => [...document.querySelectorAll('#drawing .hl')].map(e =>
+              e.tagName === 'text' ? e.closest('g').id + ':' +
+                [...e.closest('g').querySelectorAll('text')].indexOf(e) : e.id)"""
+        )
+    )
+
+
+def test_clicking_a_state_highlights_exactly_its_declared_transitions(browser: Any) -> None:
+    """For every state of prompt_generation: the panel lists the declared transitions that
+    leave, enter or stay in it (the chart's declaration), and the drawing highlights exactly
+    the elements that show them."""
+    declared = declared_transitions(PromptGeneration)
+    page = new_page(browser, 1400, 900)
+    page.goto((REPO / "diagrams" / "prompt_generation.html").as_uri())
+    data = page.evaluate("() => JSON.parse(document.getElementById('data').textContent)")
+    parts = {
+        (t["source"], t["event"], t["target"]): {
+            f"{el}:{line}" if line is not None else el for el, line in t["parts"]
+        }
+        for t in data["transitions"]
+    }
+    assert set(parts) == set(declared)
+    for state in data["states"]:
+        sid = state["id"]
+        page.click(f"#{state['el']}" if not state.get("title") else f"#{state['title']}")
+        mine = {t for t in declared if sid in (t[0], t[2])}
+        assert _selected(page) == mine, sid
+        expected = {p for t in mine for p in parts[t]}
+        assert _highlighted_parts(page) == expected, sid
+        assert expected or not mine
+    # keyboard: Tab to a state, Enter selects it; Escape clears
+    page.focus("#s-sending")
+    page.keyboard.press("Enter")
+    assert _selected(page) == {t for t in declared if "sending" in (t[0], t[2])}
+    page.keyboard.press("Escape")
+    assert _selected(page) == set() and _highlighted_parts(page) == set()
+    # filter by event
+    page.select_option("#event", "cancel_requested")
+    assert _selected(page) == {t for t in declared if t[1] == "cancel_requested"}
+    page.context.close()
+
+
+def test_stepping_through_the_demo_trace_visits_the_recorded_transitions_in_order(
+    demo_run: tuple[Path, report.Report], browser: Any
+) -> None:
+    trace, result = demo_run
+    records, _ = read_trace(trace)
+    first = records[0].execution_id
+    explorer = next(p for p in result.explorers if p.name.endswith(".prompt_generation.html"))
+    assert explorer.name.startswith(report.page_name(first).removesuffix(".html"))
+    expected = [
+        f"{r.source}|{r.event}|{r.target}"
+        for r in sorted(records, key=lambda r: r.seq)
+        if r.execution_id == first and r.chart == "prompt_generation"
+    ]
+    assert len(expected) > 5
+    page = new_page(browser, 1400, 900)
+    page.goto(explorer.as_uri())
+    position = page.locator("#position")
+    assert position.get_attribute("data-at") == "-1"
+    visited = []
+    for _ in expected:
+        page.keyboard.press("ArrowRight")
+        visited.append(position.get_attribute("data-t"))
+        stepped = page.evaluate("() => document.querySelectorAll('#drawing .step').length")
+        current = page.evaluate("() => document.querySelectorAll('#drawing .current').length")
+        assert stepped >= 1 and current == 1  # the transition just taken (its edges or its
+        # line in the state's box), the state it is in
+    assert visited == expected
+    page.keyboard.press("ArrowRight")  # past the end: stays on the last
+    assert position.get_attribute("data-t") == expected[-1]
+    back = []
+    for _ in expected[:-1]:
+        page.keyboard.press("ArrowLeft")
+        back.append(position.get_attribute("data-t"))
+    assert back == expected[-2::-1]
+    page.click("#prev")
+    assert position.get_attribute("data-at") == "-1"
+    page.context.close()
+
+
+HOSTILE = [
+    "<img src=x onerror=alert(1)>",
+    "</script><script>alert(2)</script>",
+    '"><svg onload=alert(3)>',
+    "&lt;b&gt;&amp;",
+    "<!-- -->]]>",
+]
+
+
+class _Record:
+    def __init__(self, seq: int, evil: str) -> None:
+        self.seq, self.generation, self.instance = seq, seq, 0
+        self.event, self.source, self.target = evil, evil, "sending"
+
+
+def test_a_hostile_trace_renders_inert_in_the_explorer(tmp_path: Path, browser: Any) -> None:
+    page_path = tmp_path / "hostile.html"
+    records = [_Record(i + 1, evil) for i, evil in enumerate(HOSTILE)]
+    page_path.write_text(
+        render_explorer(PromptGeneration, records=records, trace_label=HOSTILE[1]),
+        encoding="utf-8",
+    )
+    page = new_page(browser, 1200, 800)
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_path.as_uri())
+    for _ in HOSTILE:
+        page.keyboard.press("ArrowRight")
+    assert dialogs == [] and errors == []
+    assert (
+        page.evaluate("() => document.querySelectorAll('img, iframe, object, embed').length") == 0
+    )
+    assert page.evaluate("() => document.querySelectorAll('script').length") == 2  # data, ours
+    steps = page.eval_on_selector_all("#steps li", "els => els.map(e => e.textContent)")
+    assert [s.split(" · ", 1)[1] for s in steps] == [f"{e}: {e} → sending" for e in HOSTILE]
+    assert HOSTILE[1] in page.inner_text("#timeline")
+    page.context.close()
+
+
+def test_screenshots_are_compared_within_a_tolerance(browser: Any) -> None:
+    shot = (REPO / "diagrams" / "prompt_generation.overview.png").read_bytes()
+    assert compare_png(browser, shot, shot) == (True, "0.00% of the pixels differ")
+    other = (REPO / "diagrams" / "prompt_generation.explorer.png").read_bytes()
+    same, how = compare_png(browser, shot, other)
+    assert not same and "px, expected" in how
