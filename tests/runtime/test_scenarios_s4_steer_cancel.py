@@ -365,7 +365,9 @@ async def test_s106_stdio_carrier_is_not_redialled(time_scale: float, backend: s
         with pytest.raises(PromptDispatchError, match=r"^failed to trigger prompt: agent stream"):
             await rt.prompt(eid, "work")
         if backend == "trio":
-            assert anyio.current_time() - start < 0.1
+            # far below the 5 s reconnect bound; not zero, because the virtual clock may
+            # jump to other timers' deadlines while the history append runs in a thread
+            assert anyio.current_time() - start < 4.0
         assert len(methods(tr, "prompt")) == 1
         assert "reconnecting" not in stream_path(s)
         assert s.generations[1].leaf == "undelivered"
