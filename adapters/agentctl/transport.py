@@ -18,8 +18,9 @@ one FIFO and one worker, so a slow consumer never delays an answer.
 drops after the write → ``StreamNotConnected(while_waiting=True)`` (``… while waiting for
 response``: delivery is ambiguous). An error frame becomes the text kandev's client prints
 (``load session failed: failed to load session: {…}``); a JSON-RPC error closing it is
-rebuilt as a structured :class:`AgentRequestError` so classification matches stdio's; a
-dead agent's text is :class:`TransportClosed` (see :func:`._wire.error_from_text`).
+rebuilt as a structured :class:`AgentRequestError` so classification matches stdio's, except
+for session/load, judged by its text as kandev judges it; a dead agent's text is
+:class:`TransportClosed`, except in a cancel's answer (see :func:`._wire.error_from_text`).
 
 **Turns.** ``prompt`` is acknowledged at once; the turn's end is a ``complete``/``error``
 event stamped with the prompt generation. The transport keeps the generations still owed an

@@ -101,6 +101,8 @@ name                      scope  directive                              observab
                                                                         (default 5000); turn completes
 ``close_stdout``          turn   ``[[fault:close_stdout]]``             stdout reaches EOF; process lives until
                                                                         stdin EOF, then exits 0
+``close_stdin``           turn   ``[[fault:close_stdin]]``              stdin closed (the client's writes fail:
+                                                                        broken pipe); the turn never ends
 ``non_utf8``              turn   ``[[fault:non_utf8]]``                 one session/update line with bytes that
                                                                         are not UTF-8; turn completes
 ``permission_reject_first`` (turn, ``[[fault:permission_reject_first]]``): permission options

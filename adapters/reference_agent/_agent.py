@@ -230,8 +230,11 @@ _COMMANDS = [
 class ReferenceAgent:
     """Dispatches decoded lines; owns sessions, turns and outstanding client requests."""
 
-    def __init__(self, config: AgentConfig, outbox: Outbox, task_group: TaskGroup) -> None:
+    def __init__(
+        self, config: AgentConfig, outbox: Outbox, task_group: TaskGroup, *, stdin_fd: int = 0
+    ) -> None:
         self._config = config
+        self._stdin_fd = stdin_fd
         self._faults = config.faults
         self._out = outbox
         self._tg = task_group
@@ -1029,6 +1032,13 @@ class ReferenceAgent:
         if "close_stdout" in faults:
             log.info("closing stdout (fault close_stdout)")
             await self._out.close_output()
+        if "close_stdin" in faults:
+            log.info("closing stdin (fault close_stdin); the turn hangs")
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, self._stdin_fd)  # the pipe's read end closes: writes get EPIPE
+            os.close(devnull)
+            turn.hanging = True
+            await anyio.sleep_forever()
         if "crash" in faults:
             code = int(faults.number("crash"))
             await self._out.drain()
@@ -1091,7 +1101,7 @@ async def serve(config: AgentConfig, *, stdin_fd: int = 0, stdout_fd: int = 1) -
         outbox = Outbox(stdout_fd, on_peer_gone=peer_gone)
         tg.start_soon(outbox.run)
         async with anyio.create_task_group() as turns:
-            agent = ReferenceAgent(config, outbox, turns)
+            agent = ReferenceAgent(config, outbox, turns, stdin_fd=stdin_fd)
             reader = LineReader(stdin_fd, max_line=config.max_line)
             async with contextlib.aclosing(reader.lines()) as lines:
                 async for line in lines:

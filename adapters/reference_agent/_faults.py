@@ -126,6 +126,12 @@ FAULTS: Mapping[str, FaultSpec] = {
             "process keeps running; it exits 0 on stdin EOF",
         ),
         _spec(
+            "close_stdin",
+            _T,
+            "after the first chunk stdin is closed (the client's writes fail: broken pipe) "
+            "while the process keeps running; the turn never ends",
+        ),
+        _spec(
             "non_utf8",
             _T,
             "after the first chunk one session/update line whose text holds bytes that are "
