@@ -91,7 +91,9 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     the Runtime's tool server); ``mcp_mode`` picks the tool set (see ``Runtime.set_mcp_mode``)."""
 
     agent_profile_id: str
-    executor_id: str = "stdio"
+    executor_id: str = ""
+    """The executor to launch on; ``""`` (unset): the base request's
+    (``metadata["launch_request"]``), else ``"stdio"``."""
     workspace: WorkspaceRef
     prompt: str = ""
     prior_acp_session: str = ""
