@@ -410,6 +410,7 @@ class Runtime:
             tools=self.tools,
             mode=spec.mcp_mode or (self.tools.default_mode if self.tools is not None else ""),
             call_timeout=self.timeouts.tool_call,
+            idle_timeout=self.timeouts.tool_server_idle,
         )
 
     def _forget(self, session: ExecutionSession) -> None:

@@ -120,12 +120,15 @@ class ExecutionMcp:
         tools: RuntimeTools | None,
         mode: str,
         call_timeout: float,
+        idle_timeout: float = 5.0,
     ) -> None:
         self.execution_id = execution_id
         self.static_servers = tuple(servers)
         self.tools = tools
         self.mode = mode
         self.call_timeout = call_timeout
+        self.idle_timeout = idle_timeout
+        """How long a tool server connection may go without an authenticated request."""
         self.tool_server: McpServerHttp | None = None
         """The running tool server's configuration (its URL and bearer secret)."""
         self.publish: Callable[[le.RuntimeEvent], None] = lambda event: None

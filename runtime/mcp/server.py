@@ -31,7 +31,7 @@ import logging
 import secrets
 import socket
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -39,11 +39,7 @@ import jsonschema
 import mcp_types as types
 import pydantic
 import pydantic_core
-import sniffio
-from hypercorn.app_wrappers import ASGIWrapper
-from hypercorn.asyncio.run import worker_serve as asyncio_serve
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve as trio_serve
+from hypercorn.config import Config
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
@@ -57,16 +53,16 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from acpfsm.adapters.errors import TransportError
 from acpfsm.adapters.mcp_servers import McpServerHttp
 
+from ._http import ConnectionGate, serve_gated
 from .execution import TOOL_SERVER_NAME, ExecutionMcp
 from .tools import Tool, ToolDeclarationError, ToolSet
-
-if TYPE_CHECKING:
-    import trio
 
 __all__ = ["CompiledTool", "CompiledTools", "serve_tools"]
 
 log = logging.getLogger("acpfsm.runtime.mcp")
 
+MAX_CONNECTIONS = 64
+"""Connections one tool server holds at once; more are refused (``503``)."""
 MAX_CONCURRENT_CALLS = 16
 """Tool calls one execution runs at once; more wait for a slot (within their bound)."""
 _SESSIONS_REMEMBERED = 64
@@ -285,30 +281,6 @@ def _loopback_socket() -> socket.socket:
     return sock
 
 
-async def _serve(
-    app: Any,
-    config: Config,
-    sock: socket.socket,
-    stop: anyio.Event,
-    *,
-    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """hypercorn on ``sock`` under the running event loop, until ``stop``."""
-    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
-    wrapped = ASGIWrapper(app)
-    if sniffio.current_async_library() == "trio":
-        await trio_serve(
-            wrapped,
-            config,
-            sockets=sockets,
-            shutdown_trigger=stop.wait,
-            task_status=cast("trio.TaskStatus[list[str]]", task_status),
-        )
-    else:
-        task_status.started()  # the socket listens already: connections wait in its backlog
-        await asyncio_serve(wrapped, config, sockets=sockets, shutdown_trigger=stop.wait)
-
-
 @contextlib.asynccontextmanager
 async def serve_tools(
     execution: ExecutionMcp, compiled: CompiledTools
@@ -328,13 +300,14 @@ async def serve_tools(
     config.accesslog = None
     config.errorlog = logging.getLogger("acpfsm.runtime.mcp.http")
     config.graceful_timeout = _GRACEFUL_SHUTDOWN
+    gate = ConnectionGate(app, secret, max_connections=MAX_CONNECTIONS, idle=execution.idle_timeout)
     sock = _loopback_socket()
     port = sock.getsockname()[1]
     unregister = execution.on_mode_change(server.announce)
     stop = anyio.Event()
     try:
         async with anyio.create_task_group() as tg:
-            await tg.start(_serve, app, config, sock, stop)
+            await tg.start(serve_gated, app, config, sock, gate, stop)
             try:
                 yield McpServerHttp(
                     name=TOOL_SERVER_NAME,
