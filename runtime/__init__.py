@@ -66,6 +66,7 @@ from .errors import SteerNotDispatched as SteerNotDispatched
 from .errors import Unsupported as Unsupported
 from .hub import SubscriberOverflow as SubscriberOverflow
 from .hub import Subscription as Subscription
+from .mcp.tools import ErrorExposure as ErrorExposure
 from .mcp.tools import Tool as Tool
 from .mcp.tools import ToolDeclarationError as ToolDeclarationError
 from .mcp.tools import ToolSet as ToolSet
@@ -120,6 +121,7 @@ __all__ = [
     "CancelFailed",
     "DialFailed",
     "DialRefused",
+    "ErrorExposure",
     "Execution",
     "ExecutionAlreadyExists",
     "ExecutionCrashed",

@@ -30,7 +30,7 @@ from acpfsm.adapters.mcp_servers import McpServer, McpServerHttp
 from acpfsm.adapters.transport import AgentTransport
 
 from .. import events as le
-from .tools import ToolDeclarationError, ToolSet
+from .tools import ToolDeclarationError, ToolSet, describe_failure
 
 if TYPE_CHECKING:
     from .server import CompiledTools
@@ -246,7 +246,8 @@ class ExecutionMcp:
             raise
         except Exception as exc:
             log.warning("mcp action %s of %s failed", action, self.execution_id, exc_info=True)
-            error = f"{action} failed: {type(exc).__name__}: {exc}"
+            assert tool_set is not None  # it has the handler
+            error = f"{action} failed: {describe_failure(exc, tool_set.expose_errors)}"
             raise self._refused(call_id, action, error, "INTERNAL_ERROR") from None
         self.call_ended(call_id, "action", action, output=_json(result))
         return result

@@ -55,7 +55,7 @@ from acpfsm.adapters.mcp_servers import McpServerHttp
 
 from ._http import ConnectionGate, serve_gated
 from .execution import TOOL_SERVER_NAME, ExecutionMcp
-from .tools import Tool, ToolDeclarationError, ToolSet
+from .tools import ErrorExposure, Tool, ToolDeclarationError, ToolSet, describe_failure
 
 __all__ = ["CompiledTool", "CompiledTools", "serve_tools"]
 
@@ -73,8 +73,9 @@ _GRACEFUL_SHUTDOWN = 1.0
 class CompiledTool:
     """A tool ready to serve: its MCP definition, argument check and result conversion."""
 
-    def __init__(self, tool: Tool) -> None:
+    def __init__(self, tool: Tool, expose_errors: ErrorExposure = False) -> None:
         self.tool = tool
+        self.expose_errors = expose_errors if tool.expose_errors is None else tool.expose_errors
         try:
             # unstructured output: the result becomes text (or content blocks) for the agent
             self.meta: FuncMetadata = func_metadata(tool.fn, structured_output=False)
@@ -136,7 +137,8 @@ class CompiledTools:
 
     def __init__(self, tool_sets: Iterable[ToolSet]) -> None:
         self.by_mode: dict[str, dict[str, CompiledTool]] = {
-            s.name: {t.name: CompiledTool(t) for t in s.tool_list()} for s in tool_sets
+            s.name: {t.name: CompiledTool(t, s.expose_errors) for t in s.tool_list()}
+            for s in tool_sets
         }
 
     def of(self, mode: str) -> Mapping[str, CompiledTool]:
@@ -256,7 +258,9 @@ class _ToolServer(Server[Any]):
             return _error(f"tool {tool.name!r} did not finish within {timeout:g}s")
         except Exception as exc:  # noqa: BLE001 - the app's tool: any failure is an answer
             log.info("tool %s of %s raised %r", tool.name, self.execution.execution_id, exc)
-            return _error(f"tool {tool.name!r} failed: {type(exc).__name__}: {exc}")
+            return _error(
+                f"tool {tool.name!r} failed: {describe_failure(exc, compiled.expose_errors)}"
+            )
         size = len(pydantic_core.to_json(result.content))
         if size > tool.max_result_bytes:
             return _error(
