@@ -20,7 +20,11 @@ What the peer gets wrong is a :class:`RemoteProtocolError` passed to ``on_protoc
 and survived: a line longer than ``max_line_bytes`` (discarded up to its newline), malformed
 JSON, a message that is not JSON-RPC, a response to an id we never sent, an error without id.
 A request whose id is neither a string nor an integer (``null``, ``1.5``, ``true``, ``[1]``)
-is also answered, as JSON-RPC 2.0 asks: ``-32600 Invalid Request`` under id ``null``.
+is also answered, as JSON-RPC 2.0 asks: ``-32600 Invalid Request`` under id ``null``. A
+request that does not decode (a lone-surrogate escape, nesting deeper than the decoder
+allows) but whose id and method can be read off the top-level object is answered ``-32700
+Parse error`` under that id, so the peer is not left waiting; a response that does not
+decode fails the request it answers (a :class:`RemoteProtocolError`).
 
 The peer's requests are served concurrently, at most ``max_incoming`` at once (being served
 or answered, the refusals included). The reader waits for a free slot before it takes the
@@ -42,13 +46,14 @@ abandoned (a late answer is dropped quietly) and the peer is told with a
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, cast
 
 import anyio
 import anyio.abc
 import msgspec
-from msgspec import UNSET, Raw, UnsetType
+from msgspec import UNSET, Raw
 
 from ..errors import (
     UNDECODABLE_JSON,
@@ -122,14 +127,6 @@ def _log_protocol_error(error: RemoteProtocolError) -> None:
     log.warning("%s", error)
 
 
-class _Call(msgspec.Struct):
-    """A message's method and raw id, whatever the id is (to tell a request by its bad id)."""
-
-    method: str | UnsetType = UNSET
-    id: Raw | UnsetType = UNSET
-
-
-_CALL_DECODER: Final = msgspec.json.Decoder(_Call)
 _ID_DECODER: Final = msgspec.json.Decoder(RequestId)
 _INVALID_ID: Final = JsonRpcError(
     code=-32600,
@@ -138,21 +135,57 @@ _INVALID_ID: Final = JsonRpcError(
 )
 
 
-def _invalid_request_id(line: bytes) -> bytes | None:
-    """The id (as sent) of the message on ``line`` that did not decode, if it is a request (a
-    method and an id) whose id is neither a string nor an integer; else ``None``."""
+_TOKEN: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]:,]', re.DOTALL)
+_KEYS: Final = {b'"id"': "id", b'"method"': "method"}
+
+
+def _top_level(line: bytes) -> dict[str, bytes]:
+    """The raw values of the ``id`` and ``method`` keys of the JSON object on ``line``, read
+    without decoding anything (strings are skipped whole, nesting only counted), so that a
+    message the decoder refuses still tells who it is. Empty when ``line`` is no object."""
+    found: dict[str, bytes] = {}
+    depth = 0
+    key: str | None = None
+    start = -1  # where the current top-level value begins
+    tokens = _TOKEN.finditer(line)
+    first = next(tokens, None)
+    if first is None or first.group() != b"{" or line[: first.start()].strip():
+        return found
+    depth = 1
+    expect_key = True
+    for token in tokens:
+        text = token.group()
+        if depth == 1 and expect_key:
+            if text[:1] == b'"':
+                key = _KEYS.get(text)
+            elif text == b":":
+                expect_key, start = False, token.end()
+            elif text == b"}":
+                break
+            continue
+        if text in (b"{", b"["):
+            depth += 1
+        elif text in (b"}", b"]"):
+            depth -= 1
+            if depth == 0:
+                if key is not None and start >= 0:
+                    found.setdefault(key, line[start : token.start()].strip())
+                break
+        elif text == b"," and depth == 1:
+            if key is not None:
+                found.setdefault(key, line[start : token.start()].strip())
+                if len(found) == len(_KEYS):
+                    break
+            key, expect_key, start = None, True, -1
+    return found
+
+
+def _decoded_id(raw: bytes) -> RequestId | None:
+    """``raw`` as a request id (a string or an integer), or None."""
     try:
-        call = _CALL_DECODER.decode(line)
+        return _ID_DECODER.decode(raw)
     except UNDECODABLE_JSON:
         return None
-    if isinstance(call.method, UnsetType) or isinstance(call.id, UnsetType):
-        return None
-    sent = bytes(call.id)
-    try:
-        _ID_DECODER.decode(sent)
-    except UNDECODABLE_JSON:
-        return sent
-    return None
 
 
 class _Slot:
@@ -505,15 +538,7 @@ class JsonRpcConnection:
         try:
             message = decode_message(line)
         except UNDECODABLE_JSON as exc:
-            bad_id = _invalid_request_id(line)
-            if bad_id is None:
-                self._report(
-                    f"malformed JSON-RPC message from {self.name} ({exc}): {_preview(line)}"
-                )
-            else:
-                await self._refuse_request(
-                    f"request with invalid id {_preview(bad_id)} from {self.name}: {_preview(line)}"
-                )
+            await self._undecodable(line, exc)
             return
         if message.method is not UNSET:
             await self._handle_call(message, message.method, line)
@@ -541,6 +566,33 @@ class JsonRpcConnection:
             await self._refuse_request(f"request with null id from {self.name}: {_preview(line)}")
         elif await self._free_slot():
             self._incoming_task(self._serve_request(message.id, method, params))
+
+    async def _undecodable(self, line: bytes, exc: Exception) -> None:
+        """A line that does not decode: answered when it is a request whose id can be read,
+        failing the request it answers when it is a response, else reported."""
+        what = f"from {self.name} ({exc}): {_preview(line)}"
+        found = _top_level(line)
+        raw_id = found.get("id")
+        request_id = None if raw_id is None else _decoded_id(raw_id)
+        if "method" in found and raw_id is not None:
+            if request_id is None:
+                await self._refuse_request(f"request with invalid id {_preview(raw_id)} {what}")
+                return
+            self._report(f"undecodable request {what}")
+            error = JsonRpcError(code=-32700, message="Parse error", data={"details": str(exc)})
+            if await self._free_slot():
+                reply = JsonRpcErrorResponse(id=request_id, error=error)
+                self._incoming_task(self._send_reply(reply))
+            return
+        slot = None if request_id is None else self._pending.pop(request_id, None)
+        if slot is None:
+            self._report(f"malformed JSON-RPC message {what}")
+            return
+        undecodable = RemoteProtocolError(f"undecodable response to {slot.method} {what}")
+        try:
+            self._report(str(undecodable))
+        finally:
+            slot.end(error=undecodable)
 
     async def _refuse_request(self, error: str) -> None:
         """Report a request whose id is not one, and answer it ``Invalid Request`` (id null)."""

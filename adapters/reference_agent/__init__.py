@@ -119,6 +119,9 @@ name                      scope  directive                              observab
                                                                         ``limit: 1``, then whole; reported
 ``fs_bad_paths``          turn   ``[[fault:fs_bad_paths]]``             a NUL byte, a relative path, a path over
                                                                         4096 bytes, read and written; reported
+``undecodable_requests``  turn   ``[[fault:undecodable_requests]]``     two fs requests whose params do not
+                                                                        decode (a lone surrogate, deep nesting);
+                                                                        their answers reported
 ``exit_at_startup[=CODE]`` run   —                                      one stderr line, exit CODE (1) before
                                                                         reading stdin
 ``no_initialize``         run    —                                      initialize is never answered

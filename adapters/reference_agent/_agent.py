@@ -37,7 +37,7 @@ from msgspec import UNSET, UnsetType
 
 from . import _wire as w
 from ._faults import Faults, other_rollout_id
-from ._hostile import HOSTILE_FS_FAULTS, run_probe
+from ._hostile import HOSTILE_FS_FAULTS, ProbeResult, run_probe, undecodable_requests
 from ._io import LineReader, Outbox
 from ._mcp import CONNECT_SECONDS, SessionMcp, clip, decode_arguments, parse_servers
 from ._script import (
@@ -1003,6 +1003,10 @@ class ReferenceAgent:
         for fault in HOSTILE_FS_FAULTS:
             if fault in faults:
                 await self._hostile_fs(session, turn, fault)
+        if "undecodable_requests" in faults:
+            await self._report_probe(
+                session, turn, "undecodable_requests", undecodable_requests(self._call, session.id)
+            )
         if "oversized" in faults:
             size = int(faults.number("oversized"))
             # A valid session/update line whose length is size + 1 (more than `size`).
@@ -1057,11 +1061,16 @@ class ReferenceAgent:
 
     async def _hostile_fs(self, session: _Session, turn: _Turn, fault: str) -> None:
         """Run a hostile fs probe; report it as a tool call and a sentence of the reply."""
+        probe = run_probe(fault, self._call, session.id, session.cwd, turn.faults.number(fault))
+        await self._report_probe(session, turn, fault, probe)
+
+    async def _report_probe(
+        self, session: _Session, turn: _Turn, fault: str, probe: Awaitable[ProbeResult]
+    ) -> None:
+        """Run a probe of the client; report it as a tool call and a sentence of the reply."""
         tid = f"call_{turn.number}_{fault}"
         await self._tool_start(session, turn, tid, f"Probe the client ({fault})", "other", {})
-        result = await run_probe(
-            fault, self._call, session.id, session.cwd, turn.faults.number(fault)
-        )
+        result = await probe
         log.info("%s", result.sentence())
         await self._emit(
             session,

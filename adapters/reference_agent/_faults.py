@@ -181,6 +181,13 @@ FAULTS: Mapping[str, FaultSpec] = {
             "4096 bytes are read and written through the client; reported",
         ),
         _spec(
+            "undecodable_requests",
+            _T,
+            "after the first chunk two fs/read_text_file requests whose params do not decode "
+            "(a lone-surrogate escape, arrays nested 100000 deep) are sent, each answer "
+            "awaited 5 s; reported (answered, refused by code, unanswered)",
+        ),
+        _spec(
             "exit_at_startup",
             _R,
             "writes one line to stderr and exits with status CODE (default 1) before reading stdin",

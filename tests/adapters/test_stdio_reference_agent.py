@@ -804,6 +804,8 @@ HOSTILE = [
             "-32602 Invalid params: path is too long (over 4095 bytes)": 2,
         },
     ),
+    # requests that do not decode, answered under their ids rather than left waiting
+    ("undecodable_requests", "auto", {"-32700 Parse error": 2}),
 ]
 
 
@@ -820,6 +822,7 @@ async def test_hostile_fs_requests_are_refused(
         events = await until(t, ends(1))
         report = probe(events)
         assert (report["escaped"], report["answered"], report["errors"]) == (0, 0, errors)
+        assert report.get("unanswered", 0) == 0
         assert turn_ends(events) == [("complete", 1, "end_turn")]
         assert f"{fault}: {sum(errors.values())} requests, 0 answered" in said(events)
         with anyio.fail_after(BOUND):
@@ -914,6 +917,8 @@ COVERED = {
     "fs_bad_paths",
     "fs_huge_read",
     "fs_symlink_race",
+    "undecodable_requests",  # test_hostile_fs_requests_are_refused
+    "close_stdin",  # tests/agentctl/test_agentctl_faults.py: agentctl's cancel write fails
     "no_mcp_http",  # test_mcp_tools::test_an_agent_without_http_support_gets_no_tool_server
     *(shape[0] for shape in LOAD_SHAPES),
 }
