@@ -71,6 +71,7 @@ import logging
 import os
 import pathlib
 import re
+import secrets
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -918,9 +919,29 @@ class StdioTransport:
     # ------------------------------------------------------------------ attachments
 
     async def materialize_attachment(self, attachment: Attachment) -> Attachment:
-        """Read a local attachment's file into ``data``; fill ``size`` and a guessed MIME type."""
+        """Read a local attachment's file into ``data``; fill ``size`` and a guessed MIME type.
+        An in-memory attachment the agent cannot take inline (:meth:`_inline`) is saved here,
+        before anything is sent, and becomes a ``path`` attachment naming the saved file:
+        a refused or failed save raises :class:`WorkspaceError` (the client's own failure,
+        not the agent's)."""
         data, mime = await attachment_content(attachment)
-        return msgspec.structs.replace(attachment, data=data, size=len(data), mime_type=mime)
+        att = msgspec.structs.replace(attachment, data=data, size=len(data), mime_type=mime)
+        if att.path or self._inline(att):
+            return att
+        path = await self._save_attachment(att)
+        return msgspec.structs.replace(att, path=path, delivery_mode="path", data=b"")
+
+    def _inline(self, att: Attachment) -> str:
+        """How the agent takes ``att`` in the prompt itself: ``image`` or ``audio`` (a kind
+        it supports, within ``inline_media_limit``), ``embedded`` (when it takes embedded
+        context), or ``""``: not inline (it gets a link to a file)."""
+        caps = self._capabilities or InitializeResult(protocol_version=acp.PROTOCOL_VERSION)
+        small = att.size <= self.config.inline_media_limit
+        if att.mime_type.startswith("image/") and caps.supports_image and small:
+            return "image"
+        if att.mime_type.startswith("audio/") and caps.supports_audio and small:
+            return "audio"
+        return "embedded" if caps.supports_embedded_context else ""
 
     def _file_uri(self, attachment: Attachment) -> str:
         if attachment.path:
@@ -930,7 +951,6 @@ class StdioTransport:
     async def _prompt_blocks(
         self, text: str, attachments: Sequence[Attachment]
     ) -> list[acp.ContentBlock]:
-        caps = self._capabilities or InitializeResult(protocol_version=acp.PROTOCOL_VERSION)
         blocks: list[acp.ContentBlock] = []
         if text or not attachments:
             blocks.append(acp.TextContent(text=text))
@@ -945,23 +965,9 @@ class StdioTransport:
                     )
                 )
                 continue
-            att = await self.materialize_attachment(item)
-            encoded = base64.b64encode(att.data).decode("ascii")
-            small = att.size <= self.config.inline_media_limit
-            if att.mime_type.startswith("image/") and caps.supports_image and small:
-                blocks.append(acp.ImageContent(data=encoded, mime_type=att.mime_type))
-            elif att.mime_type.startswith("audio/") and caps.supports_audio and small:
-                blocks.append(acp.AudioContent(data=encoded, mime_type=att.mime_type))
-            elif caps.supports_embedded_context:
-                textual = _TEXTUAL_MIME.match(att.mime_type) is not None
-                contents = acp.ResourceContents(
-                    uri=self._file_uri(att),
-                    mime_type=att.mime_type,
-                    text=att.data.decode("utf-8", "replace") if textual else None,
-                    blob=None if textual else encoded,
-                )
-                blocks.append(acp.EmbeddedResource(resource=contents))
-            elif att.path:
+            att = await self.materialize_attachment(item)  # saved, when not taken inline
+            inline = self._inline(att)
+            if not inline:
                 blocks.append(
                     acp.ResourceLink(
                         uri=self._file_uri(att),
@@ -970,25 +976,32 @@ class StdioTransport:
                         size=att.size,
                     )
                 )
+                continue
+            encoded = base64.b64encode(att.data).decode("ascii")
+            if inline == "image":
+                blocks.append(acp.ImageContent(data=encoded, mime_type=att.mime_type))
+            elif inline == "audio":
+                blocks.append(acp.AudioContent(data=encoded, mime_type=att.mime_type))
             else:
-                path = await self._save_attachment(att)
-                blocks.append(
-                    acp.ResourceLink(
-                        uri=pathlib.Path(path).as_uri(),
-                        name=att.name,
-                        mime_type=att.mime_type,
-                        size=att.size,
-                    )
+                textual = _TEXTUAL_MIME.match(att.mime_type) is not None
+                contents = acp.ResourceContents(
+                    uri=self._file_uri(att),
+                    mime_type=att.mime_type,
+                    text=att.data.decode("utf-8", "replace") if textual else None,
+                    blob=None if textual else encoded,
                 )
+                blocks.append(acp.EmbeddedResource(resource=contents))
         return blocks
 
     async def _save_attachment(self, att: Attachment) -> str:
-        """An in-memory attachment the agent cannot take inline is saved under
-        ``<workspace>/.acpfsm/attachments/<session>/`` (private, no link followed) and linked."""
+        """An in-memory attachment the agent cannot take inline is saved as
+        ``<workspace>/.acpfsm/attachments/<session>/<unique>/<name>`` (private, no link
+        followed): every attachment its own file, whatever its name (two ``report.txt``, or
+        two names that fall back to the same default, never share one)."""
         session = safe_component(self._session_id or "", "none")
         fallback = safe_component(att.attachment_id, "attachment")
         name = safe_component(os.path.basename(att.name), fallback)
-        parts = (".acpfsm", "attachments", session, name)
+        parts = (".acpfsm", "attachments", session, secrets.token_hex(8), name)
         data = att.data
         return await self._in_thread(
             lambda cancelled: self._files.save_private(parts, data, cancelled=cancelled),
