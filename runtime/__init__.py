@@ -44,6 +44,7 @@ from .errors import ExecutionAlreadyExists as ExecutionAlreadyExists
 from .errors import ExecutionCrashed as ExecutionCrashed
 from .errors import ExecutionIdRequired as ExecutionIdRequired
 from .errors import ExecutionNotFound as ExecutionNotFound
+from .errors import ExecutorError as ExecutorError
 from .errors import ExecutorNotFound as ExecutorNotFound
 from .errors import InvalidPrompt as InvalidPrompt
 from .errors import InvalidWorkspace as InvalidWorkspace
@@ -130,6 +131,7 @@ __all__ = [
     "ExecutionRef",
     "ExecutionStatus",
     "Executor",
+    "ExecutorError",
     "ExecutorNotFound",
     "InvalidPrompt",
     "InvalidWorkspace",

@@ -43,11 +43,13 @@ from .errors import (
     ExecutionAlreadyExists,
     ExecutionIdRequired,
     ExecutionNotFound,
+    ExecutorError,
     ExecutorNotFound,
     LaunchSpecError,
     ProfileNotFound,
     Unsupported,
 )
+from .guard import GuardedExecutor
 from .history import HistoryStore
 from .hub import Subscription
 from .mcp.execution import KANDEV_MCP_MODES, ExecutionMcp, RuntimeTools
@@ -260,6 +262,7 @@ class Runtime:
         self.engine: EngineName = engine or default_engine()
         self._sessions: dict[str, ExecutionSession] = {}
         self._by_task_session: dict[str, str] = {}
+        self._stuck: dict[str, ExecutorError] = {}  # executors whose close was abandoned
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
         tool_sets = tuple(tool_sets)
@@ -361,13 +364,19 @@ class Runtime:
             mcp_mode=spec.mcp_mode,
         )
         mcp = self._execution_mcp(execution_id, spec, profile)
+        guarded = GuardedExecutor(
+            executor,
+            spec.executor_id,
+            close_bound=self.timeouts.executor_close,
+            stuck=lambda error: self._stuck.__setitem__(execution_id, error),
+        )
 
         def open_transport(policy: PermissionPolicy) -> AbstractAsyncContextManager[AgentTransport]:
             # the execution's own permission policy (its PermissionBroker) goes with the launch
             with_policy = dataclasses.replace(launch, permission_policy=policy)
             if mcp is not None:
-                return mcp.open_transport(executor, with_policy)
-            return executor.open(with_policy)
+                return mcp.open_transport(guarded, with_policy)
+            return guarded.open(with_policy)
 
         session = ExecutionSession(
             execution_id=execution_id,
@@ -427,10 +436,14 @@ class Runtime:
         cancelled before the stop began stops nothing, and the execution stays."""
         session = self._session(execution_id)
         try:
-            return await session.stop(reason, force=force)
+            final = await session.stop(reason, force=force)
         finally:
             if session.stopping:
                 self._forget(session)
+        stuck = self._stuck.pop(execution_id, None)
+        if stuck is not None:  # its executor's close was abandoned (all else is released)
+            raise stuck
+        return final
 
     def get_execution(self, execution_id: str) -> Execution:
         return self._session(execution_id).snapshot()

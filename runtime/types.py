@@ -211,6 +211,8 @@ class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
     permission_wait: float = 300.0
     """How long an ``ask`` permission request waits for the app's answer before it is
     refused (its turn's end cancels it sooner)."""
+    executor_close: float = 30.0
+    """How long an executor's close (the agent's stop) may take before it is abandoned."""
     tool_server_idle: float = 5.0
     """How long a connection to an execution's tool server may stay open without an
     authenticated request (any local process can connect; only the agent has the secret)."""
