@@ -194,14 +194,14 @@ def allow_once_option(options: Sequence[PermissionOption]) -> str | None:
 async def reject_permission_policy(request: PermissionRequest) -> str | None:
     """The default policy: refuse (:func:`reject_option`; ``cancelled`` when the request
     offers no reject option). An agent with it cannot run a tool that needs permission."""
-    return reject_option(request.permission_options)
+    return reject_option(request.options)
 
 
 async def allow_once_permission_policy(request: PermissionRequest) -> str | None:
     """Allow this one request (:func:`allow_once_option`); refuse it when it offers no
     ``allow_once`` option. Only for agents you trust with the workspace (the reference
     agent, tests, sandboxes)."""
-    options = request.permission_options
+    options = request.options
     return allow_once_option(options) or reject_option(options)
 
 

@@ -1418,7 +1418,18 @@ class StdioTransport:
                 )
                 self._on_protocol_error(RemoteProtocolError(error))
                 raise JsonRpcErrorReply(-32600, "Invalid Request", {"details": error})
-            return await self._ask_permission(app_id, self._typed_params(method, params))
+            request: acp.RequestPermissionRequest = self._typed_params(method, params)
+            if request.session_id != self._session_id:
+                # no tool runs for a session this client does not own, whatever the policy
+                error = (
+                    f"permission request {app_id!r} names ACP session {request.session_id!r}, "
+                    f"not this client's ({self._session_id!r}): refused"
+                )
+                self._on_protocol_error(RemoteProtocolError(error))
+                raise JsonRpcErrorReply(
+                    -32602, "Invalid params: unknown session", {"sessionId": request.session_id}
+                )
+            return await self._ask_permission(app_id, request)
         if method == "fs/read_text_file" and self.config.fs_read:
             return await self._read_text_file(self._typed_params(method, params))
         if method == "fs/write_text_file" and self.config.fs_write:
@@ -1441,7 +1452,7 @@ class StdioTransport:
             request_id=request_id,
             tool_call_id=params.tool_call.tool_call_id,
             permission_title=params.tool_call.title or "",
-            permission_options=[
+            options=[
                 PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind)
                 for o in params.options
             ],

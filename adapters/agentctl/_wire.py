@@ -446,7 +446,7 @@ def to_event(event: WireEvent, raw: str | bytes) -> AgentEvent:
                 request_id=event.request_id or event.pending_id,
                 tool_call_id=event.tool_call_id,
                 permission_title=event.permission_title,
-                permission_options=[
+                options=[
                     PermissionOption(
                         option_id=_str(o.get("option_id")),
                         name=_str(o.get("name")),

@@ -108,6 +108,8 @@ name                      scope  directive                              observab
 ``permission_reject_first`` (turn, ``[[fault:permission_reject_first]]``): permission options
                                                                         listed reject first (reject_once,
                                                                         reject_always, allow_once, allow_always)
+``permission_other_session`` (turn, ``[[fault:permission_other_session]]``): the permission
+                                                                        request names another session
 ``fs_traversal``          turn   ``[[fault:fs_traversal]]``             fs/* asked for paths outside the
                                                                         workspace (``..``, absolute, the sibling
                                                                         ``<cwd>-evil``, planted links); reported

@@ -821,8 +821,9 @@ class ReferenceAgent:
             return True
         if kind in session.always_reject:
             return False
+        other = "permission_other_session" in turn.faults
         params = {
-            "sessionId": session.id,
+            "sessionId": f"{session.id}-other" if other else session.id,
             "toolCall": {
                 "toolCallId": tid,
                 "title": title,

@@ -144,6 +144,12 @@ FAULTS: Mapping[str, FaultSpec] = {
             "reject_always, allow_once, allow_always",
         ),
         _spec(
+            "permission_other_session",
+            _T,
+            "session/request_permission names another session id (the turn's own id with "
+            "'-other' appended); a refusal or an error is taken as a rejection",
+        ),
+        _spec(
             "fs_traversal",
             _T,
             "after the first chunk fs/read_text_file and fs/write_text_file are asked for "

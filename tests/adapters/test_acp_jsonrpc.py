@@ -460,7 +460,7 @@ async def test_an_undecodable_response_fails_its_request() -> None:
             request = await peer.read()
             bad = b'{"jsonrpc":"2.0","id":%d,"result":{"text":"\\udc00"}}\n' % request["id"]
             await peer.write_raw(bad)
-            with pytest.raises(RemoteProtocolError, match="^undecodable response to ask from"):
+            with pytest.raises(RemoteProtocolError, match=r"^undecodable response to ask from"):
                 await pending.wait()
             # an undecodable notification, or a response to nobody, is only reported
             await peer.write_raw(b'{"jsonrpc":"2.0","method":"n","params":"\\udc00"}\n')

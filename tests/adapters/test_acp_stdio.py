@@ -375,7 +375,7 @@ async def test_default_permission_policy_refuses(tmp_path: Path) -> None:
         (request,) = [e for e in events if isinstance(e, PermissionRequest)]
         assert request.tool_call_id == "t-perm" and request.permission_title == "Write file"
         assert request.prompt_generation == 3
-        assert [o.kind for o in request.permission_options] == ["reject_once", "allow_once"]
+        assert [o.kind for o in request.options] == ["reject_once", "allow_once"]
         assert "permission: selected:reject" in texts(events)
 
 
@@ -410,7 +410,7 @@ def _options(*kinds: str) -> list[PermissionOption]:
 async def test_built_in_policies_never_pick_the_wrong_kind(
     kinds: tuple[str, ...], rejected: str | None, allowed_once: str | None
 ) -> None:
-    request = PermissionRequest(request_id="1", permission_options=_options(*kinds))
+    request = PermissionRequest(request_id="1", options=_options(*kinds))
     assert await reject_permission_policy(request) == rejected
     assert await allow_once_permission_policy(request) == allowed_once
 

@@ -431,6 +431,10 @@ async def test_attachments_are_saved_privately_under_a_safe_session_folder(ws: P
     assert not (ws.parent / "escaped").exists()
 
 
+def _linked(uri: str) -> bytes:
+    return Path(url2pathname(urlsplit(uri).path)).read_bytes()
+
+
 @pytest.mark.both_backends
 async def test_attachments_of_one_name_are_saved_as_files_of_their_own(ws: Path) -> None:
     """Two ``report.txt`` from different folders, two names that fall back to the same
@@ -453,6 +457,6 @@ async def test_attachments_of_one_name_are_saved_as_files_of_their_own(ws: Path)
     assert len(links) == 8 and len({link["uri"] for link in links}) == 8
     for link, attachment in zip(links, same * 2, strict=True):
         assert link["type"] == "resource_link"
-        assert Path(url2pathname(urlsplit(link["uri"]).path)).read_bytes() == attachment.data
+        assert _linked(link["uri"]) == attachment.data
     names = sorted(p.name for p in (ws / ".acpfsm/attachments/mem-session").glob("*/*"))
     assert names == ["attachment"] * 4 + ["report.txt"] * 4

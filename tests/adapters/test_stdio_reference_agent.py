@@ -290,7 +290,7 @@ async def test_permission_requests_are_answered_by_the_policy(tmp_path: Path, ba
     assert [e for e in events if isinstance(e, PermissionRequest)] == asked
     request = asked[0]
     assert request.permission_title == "Run `echo list files`"
-    assert [(o.option_id, o.kind) for o in request.permission_options] == [
+    assert [(o.option_id, o.kind) for o in request.options] == [
         ("allow_once", "allow_once"),
         ("allow_always", "allow_always"),
         ("reject_once", "reject_once"),
@@ -765,13 +765,13 @@ async def test_permission_options_listed_reject_first(tmp_path: Path, backend: s
 
     async def first_listed(request: PermissionRequest) -> str | None:
         asked.append(request)
-        return request.permission_options[0].option_id
+        return request.options[0].option_id
 
     async with reference(tmp_path, backend, permission_policy=first_listed) as agent:
         t = agent.transport
         await t.prompt("[[fault:permission_reject_first]] [[permission]] rm -rf /", [], 1)
         events = await until(t, ends(1))
-    assert [o.kind for o in asked[0].permission_options] == [
+    assert [o.kind for o in asked[0].options] == [
         "reject_once",
         "reject_always",
         "allow_once",
@@ -911,6 +911,7 @@ COVERED = {
     "exit_at_startup",
     "no_initialize",
     "permission_reject_first",
+    "permission_other_session",  # test_permissions_stdio: refused whatever the policy
     "leak_env",
     "fs_traversal",  # test_hostile_fs_requests_are_refused, test_walk_refuses_…
     "fs_fifo",

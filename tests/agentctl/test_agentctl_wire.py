@@ -306,7 +306,7 @@ def test_other_event_types() -> None:
     )
     assert isinstance(permission, PermissionRequest)
     assert permission.request_id == "r-1"
-    assert permission.permission_options[0].kind == "allow_once"
+    assert permission.options[0].kind == "allow_once"
     idle = decode('{"type":"foreground_idle","prompt_generation":4,"data":{"prompt_handoff":true}}')
     assert idle == ForegroundIdle(prompt_generation=4, prompt_handoff=True)
     evidence = decode(
