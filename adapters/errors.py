@@ -8,6 +8,7 @@ these at the boundary; callers never see a foreign exception type.
     ├── TransportError               the carrier (pipe, WebSocket, HTTP) failed
     │   ├── StreamNotConnected       no live stream; a request was not (or may not have been) delivered
     │   ├── TransportClosed          the peer went away (EOF, broken pipe, process exit)
+    │   │   └── EventConsumerStalled the transport's event consumer fell behind past its bound
     │   ├── TransportTimeout         a bounded wait on the carrier expired
     │   ├── AuthenticationFailed     the carrier refused our credentials (agentctl token, instance id)
     │   ├── DialFailed               one redial of a lost carrier failed; a later one may succeed
@@ -48,6 +49,7 @@ __all__ = [
     "AuthenticationFailed",
     "DialFailed",
     "DialRefused",
+    "EventConsumerStalled",
     "FileTooLarge",
     "InvalidText",
     "LaunchSpecError",
@@ -109,6 +111,12 @@ class TransportClosed(TransportError):
     ) -> None:
         super().__init__(message, execution_id=execution_id)
         self.stderr_tail = stderr_tail
+
+
+class EventConsumerStalled(TransportClosed):
+    """The transport stopped reading the agent because its events were not consumed (the
+    backpressure of a flood), and the consumer did not catch up within the bound: it is gone
+    or stuck. The transport is closed for it (``notification queue overflow: …``)."""
 
 
 class TransportTimeout(TransportError):

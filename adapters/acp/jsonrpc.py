@@ -294,6 +294,7 @@ class JsonRpcConnection:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._reader_scope: anyio.CancelScope | None = None
         self._close_message: str | None = None
+        self._close_kind: type[TransportClosed] = TransportClosed
         self._close_tail = ""
         self._closed_locally = False
         self.protocol_errors = 0
@@ -320,14 +321,16 @@ class JsonRpcConnection:
         pipe. Follow with :meth:`aclose`."""
         self._die("connection closed", local=True, drain=True)
 
-    def abort(self, message: str) -> None:
+    def abort(self, message: str, *, kind: type[TransportClosed] = TransportClosed) -> None:
         """Declare the transport dead from our side for a reason that is not a local close
-        (e.g. ``notification queue overflow``): pending requests fail with ``message``."""
+        (e.g. ``notification queue overflow``): pending requests, and later calls, fail
+        with ``kind(message)``."""
+        self._close_kind = kind
         self._die(message)
 
     def _closed_error(self) -> TransportClosed:
         assert self._close_message is not None
-        return TransportClosed(self._close_message, stderr_tail=self._close_tail)
+        return self._close_kind(self._close_message, stderr_tail=self._close_tail)
 
     def _die(
         self, message: str, stderr_tail: str = "", *, local: bool = False, drain: bool = False

@@ -37,7 +37,11 @@ the agent sent before answering a prompt precedes that prompt's ``Complete``. Th
 adds ``agent_capabilities`` after initialize, ``session_mode``/``session_models``/``session_status``
 after session/new|load, convergence events after set_*, ``permission_request``/
 ``permission_cancelled``, ``protocol_error`` for garbage the agent wrote (survived), and, as
-the very last event, ``stream_disconnected`` (empty ``error`` for our own close). On transport
+the very last event, ``stream_disconnected`` (empty ``error`` for our own close). The stream
+has backpressure: with ``event_queue_limit`` events undelivered the reader stops reading the
+agent (it blocks on its full pipe) until the consumer has taken them down to half; a consumer
+that does not catch up within ``backpressure_timeout`` closes the transport
+(:class:`EventConsumerStalled`). On transport
 death every turn still owed an end first gets an ``ErrorEvent`` quoting the death
 (``peer disconnected before response: agent process exited with code N; stderr: …``).
 
@@ -89,6 +93,7 @@ from ..errors import (
     AcpfsmError,
     AgentRequestError,
     DialRefused,
+    EventConsumerStalled,
     FileTooLarge,
     InvalidText,
     LocalProtocolError,
@@ -230,7 +235,13 @@ class StdioConfig(msgspec.Struct, frozen=True, kw_only=True):
     then the transport dies (``request flood``)."""
     flood_grace: float = DEFAULT_FLOOD_GRACE
     event_queue_limit: int = 131072
-    """Undelivered events beyond this kill the transport (``notification queue overflow``)."""
+    """Backpressure: with this many events undelivered the transport stops reading the
+    agent's output (the agent then blocks on its full pipe) until the consumer has taken them
+    down to half; twice as many (events the transport makes itself, e.g. a flood of garbage
+    lines while paused) kill the transport (``notification queue overflow``)."""
+    backpressure_timeout: float = 30.0
+    """How long the transport stays paused for a consumer that does not catch up; then it
+    is closed with :class:`~acpfsm.adapters.errors.EventConsumerStalled`."""
     fs_read: bool = True
     """Serve ``fs/read_text_file`` (and advertise it); else the method answers -32601."""
     fs_write: bool = True
@@ -446,6 +457,8 @@ class StdioTransport:
         self._run_scope: anyio.CancelScope | None = None
         self._closing = False
         self._closed = anyio.Event()
+        self.paused = 0
+        """How many times reading the agent was paused for a consumer behind (diagnostics)."""
 
     # ------------------------------------------------------------------ properties
 
@@ -538,11 +551,35 @@ class StdioTransport:
     def _emit(self, event: AgentEvent, *, final: bool = False) -> None:
         if self._events.closed:
             return
-        if not final and len(self._events) >= self.config.event_queue_limit:
+        if not final and len(self._events) >= 2 * self.config.event_queue_limit:
             log.error("event queue overflow (%d undelivered events)", len(self._events))
             self._conn.abort("notification queue overflow")
             return
         self._events.put(event)
+
+    async def _backpressure(self) -> None:
+        """The consumer is behind (``event_queue_limit`` events undelivered): stop reading
+        the agent (this runs in the connection's reader) until it has taken them down to
+        half, at most ``backpressure_timeout``; then close the transport with
+        :class:`EventConsumerStalled`, saying whether it took any."""
+        events, config = self._events, self.config
+        before = len(events)
+        self.paused += 1
+        log.info("event consumer behind (%d undelivered): reading the agent paused", before)
+        if await events.wait_for_room(config.event_queue_limit // 2, config.backpressure_timeout):
+            return
+        left = len(events)
+        why = (
+            "is gone or stuck: it took none"
+            if left >= before
+            else f"is too slow: it took {before - left}"
+        )
+        message = (
+            f"notification queue overflow: the event consumer {why} of {before} undelivered "
+            f"events within {config.backpressure_timeout:g}s"
+        )
+        log.error("%s", message)
+        self._conn.abort(message, kind=EventConsumerStalled)
 
     def _finish_events(self, error: str, stderr_tail: str = "") -> None:
         if self._events.closed:
@@ -1246,6 +1283,8 @@ class StdioTransport:
             return
         for event in self._map_update(notification):
             self._emit(event)
+        if len(self._events) >= self.config.event_queue_limit:
+            await self._backpressure()
 
     def _map_update(self, notification: acp.SessionNotification) -> list[AgentEvent]:
         sid = notification.session_id

@@ -36,6 +36,7 @@ from acpfsm.adapters.acp.stdio import (
 from acpfsm.adapters.classify import Call, authorizes_load_fallback, classify_error
 from acpfsm.adapters.errors import (
     AgentRequestError,
+    EventConsumerStalled,
     LocalProtocolError,
     SteerUnsupported,
     TransportClosed,
@@ -611,21 +612,64 @@ async def test_survivable_turn_faults(tmp_path: Path, backend: str) -> None:
         assert t.is_connected()
 
 
-async def test_flood_overflowing_a_slow_consumer_kills_the_transport(
+async def test_a_flood_is_paused_for_a_slow_consumer_and_nothing_is_lost(
     tmp_path: Path, backend: str
 ) -> None:
+    """Backpressure: a flood of 5000 updates against a consumer that takes them slowly and a
+    limit of 200 undelivered: the transport stops reading the agent while the consumer is
+    behind (the agent blocks on its pipe) rather than failing, and every update arrives, in
+    order; the queue never holds more than the limit plus one notification's events."""
     small = StdioConfig(cancel_timeout=0.5, exit_grace=0.3, event_queue_limit=200)
+    async with reference(tmp_path, backend, config=small) as agent:
+        t = agent.transport
+        await t.prompt("[[fault:flood=5000]] a lot", [], 1)
+        thoughts, most = [], 0
+        with anyio.fail_after(BOUND * 4):
+            while not t.paused:  # the consumer is late: the flood is paused for it
+                await anyio.sleep(0.01)
+            assert len(t._events) <= 200 + 2
+            async for event in t.events():
+                most = max(most, len(t._events))
+                if isinstance(event, Reasoning):
+                    thoughts.append(event.reasoning_text)
+                    if len(thoughts) % 100 == 0:
+                        await anyio.sleep(0.005)  # a consumer that falls behind
+                if isinstance(event, TurnEnd) and event.prompt_generation == 1:
+                    assert isinstance(event, Complete) and event.stop_reason == "end_turn"
+                    break
+        assert len(thoughts) == 1 + 5000
+        assert thoughts[1:] == [f"flood {i}/5000\n" for i in range(1, 5001)]
+        assert most <= 200 + 2
+        assert t.is_connected()
+
+
+async def test_a_consumer_that_takes_nothing_is_given_up_after_the_bound(
+    tmp_path: Path, backend: str
+) -> None:
+    """Nobody consumes the events: the transport pauses, and when the consumer has taken
+    none within ``backpressure_timeout`` it is closed with ``EventConsumerStalled`` (a
+    transport death, ``notification queue overflow``, as kandev classifies it)."""
+    small = StdioConfig(
+        cancel_timeout=0.5, exit_grace=0.3, event_queue_limit=200, backpressure_timeout=0.5
+    )
     async with reference(tmp_path, backend, config=small) as agent:
         t = agent.transport
         await t.prompt("[[fault:flood=5000]] too much", [], 1)
         with anyio.fail_after(BOUND):
             while t.is_connected():  # nobody reads events meanwhile
                 await anyio.sleep(0.01)
+        with pytest.raises(EventConsumerStalled) as stalled:
+            await t.set_mode("plan")
         events = await drain(t)
-        assert turn_ends(events) == [("error", 1, "notification queue overflow")]
+        message = (
+            "notification queue overflow: the event consumer is gone or stuck: it took none "
+            "of 200 undelivered events within 0.5s"
+        )
+        assert str(stalled.value) == message
+        assert turn_ends(events) == [("error", 1, message)]
         last = events[-1]
         assert isinstance(last, StreamDisconnected)
-        assert last.error == "notification queue overflow"
+        assert last.error == message
         kind = classify_error(last.error, call=Call.PROMPT).kind
         assert kind is ErrorClass.TRANSPORT_DEAD
 
@@ -899,7 +943,7 @@ COVERED = {
     "prompt_error",  # test_survivable_turn_faults
     "garbage",
     "oversized",
-    "flood",  # also test_flood_overflowing_a_slow_consumer_…
+    "flood",  # also test_a_flood_is_paused_for_a_slow_consumer_…
     "close_stdout",
     "slow_start",
     "auth_required",
