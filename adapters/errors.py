@@ -1,7 +1,8 @@
 """Typed errors raised by acpfsm, rooted at :class:`AcpfsmError`.
 
 Adapters translate every foreign exception (anyio, httpx, msgspec, OS) into one of
-these at the boundary; callers never see a foreign exception type.
+these at the boundary, with :func:`map_exceptions` around each I/O call; callers never see a
+foreign exception type.
 
     AcpfsmError                      every error this library raises (acpfsm.statecharts.errors)
     ├── ChartError                   a chart declared or driven wrongly (acpfsm.statecharts.errors)
@@ -34,7 +35,9 @@ several executions knows which one failed.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -50,6 +53,7 @@ __all__ = [
     "DialFailed",
     "DialRefused",
     "EventConsumerStalled",
+    "ExceptionMapping",
     "FileTooLarge",
     "InvalidText",
     "LaunchSpecError",
@@ -66,7 +70,37 @@ __all__ = [
     "TransportError",
     "TransportTimeout",
     "WorkspaceError",
+    "map_exceptions",
 ]
+
+ExceptionMapping = Mapping[
+    type[Exception] | tuple[type[Exception], ...], Callable[[Any], BaseException]
+]
+"""Foreign exception types → what each becomes: a function of the foreign exception (or an
+exception class, called with its text)."""
+
+
+@contextlib.contextmanager
+def map_exceptions(mapping: ExceptionMapping) -> Iterator[None]:
+    """Translate the foreign exceptions of one I/O call at the boundary (httpcore's
+    ``map_exceptions``)::
+
+        with map_exceptions({OSError: lambda exc: TransportError(f"cannot start: {exc}")}):
+            process = await anyio.open_process(argv)
+
+    An exception raised in the block that is an instance of a key is replaced by what the
+    key's value makes of it, with the foreign exception as its ``__cause__``; the first key
+    that matches wins (the mapping's order). Anything else, cancellation included, passes
+    through unchanged. The mapping may hold one function with side effects (a socket marked
+    lost); it runs once, when its exception is translated."""
+    try:
+        yield
+    except Exception as exc:
+        for foreign, ours in mapping.items():
+            if isinstance(exc, foreign):
+                raise (ours(str(exc)) if isinstance(ours, type) else ours(exc)) from exc
+        raise
+
 
 UNDECODABLE_JSON: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
 """What decoding a peer's JSON raises when it is malformed: invalid JSON, or nested deeper

@@ -63,6 +63,7 @@ import anyio
 import anyio.to_thread
 
 from .errors import (
+    ExceptionMapping,
     FileTooLarge,
     InvalidText,
     MissingFile,
@@ -70,6 +71,7 @@ from .errors import (
     PathRefused,
     SymlinkRefused,
     WorkspaceError,
+    map_exceptions,
 )
 
 __all__ = [
@@ -190,13 +192,14 @@ async def run_in_thread(
     cancelled, or after ``bound`` seconds (:class:`~.errors.WorkspaceError`), this returns
     at once and ``cancelled`` is set, which the worker checks between chunks."""
     cancelled = threading.Event()
+    late: ExceptionMapping = {
+        TimeoutError: lambda exc: WorkspaceError(f"{what} timed out after {bound:g}s")
+    }
     try:
-        with anyio.fail_after(bound):
+        with map_exceptions(late), anyio.fail_after(bound):
             return await anyio.to_thread.run_sync(
                 func, cancelled, abandon_on_cancel=True, limiter=limiter
             )
-    except TimeoutError:
-        raise WorkspaceError(f"{what} timed out after {bound:g}s") from None
     finally:
         cancelled.set()
 
@@ -297,10 +300,10 @@ class Workspace:
             raise PathRefused("path contains a NUL byte", path=path)
         if not path.startswith("/"):
             raise PathRefused("path must be absolute", path=path)
-        try:
+        with map_exceptions(
+            {UnicodeError: lambda exc: PathRefused("path is not valid text", path=path)}
+        ):
             encoded = os.fsencode(path)
-        except UnicodeError:
-            raise PathRefused("path is not valid text", path=path) from None
         if len(encoded) >= PATH_MAX:
             raise PathRefused(f"path is too long (over {PATH_MAX - 1} bytes)", path=path)
         parts = _components(path)
@@ -313,12 +316,19 @@ class Workspace:
         return os.path.join(self.root, *parts)
 
     def _open_root(self, path: str) -> int:
-        try:
-            return os.open(self.root, _DIR_FLAGS)
-        except OSError as exc:
-            raise WorkspaceError(
+        unopenable: ExceptionMapping = {
+            OSError: lambda exc: WorkspaceError(
                 f"workspace {self.root} cannot be opened: {exc.strerror}", path=path
-            ) from None
+            )
+        }
+        with map_exceptions(unopenable):
+            return os.open(self.root, _DIR_FLAGS)
+
+    def _resolving(
+        self, path: str, root: int, parts: Sequence[str], *, followed: bool
+    ) -> ExceptionMapping:
+        """The kernel's refusal to resolve ``parts`` beneath ``root``, typed (:meth:`_translate`)."""
+        return {OSError: lambda exc: self._translate(exc, path, root, parts, followed=followed)}
 
     # -- errors ---------------------------------------------------------------------------
 
@@ -451,12 +461,10 @@ class Workspace:
                     created = False
                 except OSError as exc:
                     raise WorkspaceError(exc.strerror or str(exc), path=path) from None
-                try:
+                with map_exceptions(self._resolving(path, current, [name], followed=False)):
                     if created and private:
                         _chmod_dir(current, name)
                     child = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=current)
-                except OSError as exc:
-                    raise self._translate(exc, path, current, [name], followed=False) from None
                 os.close(current)
                 current = child
             result, current = current, -1
@@ -482,20 +490,15 @@ class Workspace:
         parts = self._plain(self.relative_parts(path), path)
         root = self._open_root(path)
         try:
-            try:
+            with map_exceptions(self._resolving(path, root, parts, followed=self._followed(True))):
                 fd = self._resolve(root, parts, _READ_FLAGS, follow=True)
-            except OSError as exc:
-                raise self._translate(
-                    exc, path, root, parts, followed=self._followed(True)
-                ) from None
         finally:
             os.close(root)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise NotRegularFile("not a regular file", path=path)
-            data = _read_lines(fd, line, limit, max_bytes, cancelled, read, path)
-        except OSError as exc:
-            raise WorkspaceError(exc.strerror or str(exc), path=path) from None
+            with map_exceptions(_failed(path)):
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise NotRegularFile("not a regular file", path=path)
+                data = _read_lines(fd, line, limit, max_bytes, cancelled, read, path)
         finally:
             os.close(fd)
         return data.decode("utf-8", "replace")
@@ -512,12 +515,13 @@ class Workspace:
     ) -> None:
         """Replace (or create) the regular file ``path`` with ``content``, atomically."""
         parts = self._plain(self.relative_parts(path), path)
-        try:
-            data = content.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidText(
+        invalid: ExceptionMapping = {
+            UnicodeEncodeError: lambda exc: InvalidText(
                 f"content is not valid Unicode text ({exc.reason} at {exc.start})", path=path
-            ) from None
+            )
+        }
+        with map_exceptions(invalid):
+            data = content.encode("utf-8")
         if len(data) > max_bytes:
             raise FileTooLarge(
                 f"content is {len(data)} bytes, over the {max_bytes}-byte write limit",
@@ -585,9 +589,8 @@ class Workspace:
                 os.close(directory)
                 raise SymlinkRefused(f"path crosses a symbolic link ({link})", path=path, link=link)
             try:
-                target = os.readlink(name, dir_fd=directory)
-            except OSError as exc:
-                raise WorkspaceError(exc.strerror or str(exc), path=path) from None
+                with map_exceptions(_failed(path)):
+                    target = os.readlink(name, dir_fd=directory)
             finally:
                 os.close(directory)
             if target.startswith("/"):  # as the kernel judges it for a read: an escape
@@ -597,6 +600,11 @@ class Workspace:
                 raise NotRegularFile("not a regular file", path=path)
             create = False  # a link to a missing directory is not a reason to create it
         raise PathRefused("too many levels of symbolic links", path=path)
+
+
+def _failed(path: str) -> ExceptionMapping:
+    """An I/O failure on ``path``: a :class:`WorkspaceError` saying why (no space …)."""
+    return {OSError: lambda exc: WorkspaceError(exc.strerror or str(exc), path=path)}
 
 
 def _chmod_dir(parent: int, name: str) -> None:
@@ -667,15 +675,13 @@ def _replace(
     """Atomically replace ``name`` in ``directory`` with ``data`` (temp file, fsync,
     renameat); the temporary file is removed on any failure."""
     temporary = f".acpfsm-{secrets.token_hex(8)}.tmp"
-    try:
+    with map_exceptions(_failed(path)):
         fd = os.open(
             temporary,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
             0o666 if mode is None else 0o600,
             dir_fd=directory,
         )
-    except OSError as exc:
-        raise WorkspaceError(exc.strerror or str(exc), path=path) from None
     try:
         try:
             if mode is not None:  # the old file's bits (0600 for private files, exactly)

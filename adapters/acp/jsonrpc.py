@@ -58,9 +58,11 @@ from msgspec import UNSET, Raw
 from ..errors import (
     UNDECODABLE_JSON,
     AgentRequestError,
+    ExceptionMapping,
     LocalProtocolError,
     RemoteProtocolError,
     TransportClosed,
+    map_exceptions,
 )
 from ..sync import Wakeup
 from .messages import (
@@ -298,6 +300,10 @@ class JsonRpcConnection:
         self._close_tail = ""
         self._closed_locally = False
         self.protocol_errors = 0
+        self._encoding: Any = None  # the message being encoded (for its error)
+        self._unencodable: ExceptionMapping = {
+            (msgspec.EncodeError, TypeError, ValueError, OverflowError): self._cannot_send
+        }
 
     # ---------------------------------------------------------------------------- state
 
@@ -372,15 +378,16 @@ class JsonRpcConnection:
     # ---------------------------------------------------------------------------- sending
 
     async def _write(self, message: Any) -> None:
-        try:
+        self._encoding = message
+        with map_exceptions(self._unencodable):
             data = encode_line(message)
-        except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
-            # e.g. a lone surrogate (os.fsdecode of a name that is not UTF-8): nothing is sent
-            what = getattr(message, "method", "") or "a response"
-            raise LocalProtocolError(
-                f"cannot send {what} to {self.name}: {type(exc).__name__}: {exc}"
-            ) from None
         await self._send_line(data)
+
+    def _cannot_send(self, exc: Exception) -> LocalProtocolError:
+        """A message that cannot be encoded (e.g. a lone surrogate: ``os.fsdecode`` of a
+        name that is not UTF-8) is never sent."""
+        what = getattr(self._encoding, "method", "") or "a response"
+        return LocalProtocolError(f"cannot send {what} to {self.name}: {type(exc).__name__}: {exc}")
 
     async def _send_line(self, line: bytearray) -> None:
         """Write one message's line (:func:`~.messages.encode_line`)."""

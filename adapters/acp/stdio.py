@@ -94,6 +94,7 @@ from ..errors import (
     AgentRequestError,
     DialRefused,
     EventConsumerStalled,
+    ExceptionMapping,
     FileTooLarge,
     InvalidText,
     LocalProtocolError,
@@ -105,6 +106,7 @@ from ..errors import (
     SymlinkRefused,
     TransportClosed,
     WorkspaceError,
+    map_exceptions,
 )
 from ..events import (
     AgentCapabilities,
@@ -637,10 +639,13 @@ class StdioTransport:
 
     @staticmethod
     def _decode_result(method: str, raw: Raw) -> Any:
-        try:
+        invalid: ExceptionMapping = {
+            UNDECODABLE_JSON: lambda exc: RemoteProtocolError(
+                f"invalid {method} result from agent: {exc}"
+            )
+        }
+        with map_exceptions(invalid):
             return acp.decode_result(method, raw)
-        except UNDECODABLE_JSON as exc:
-            raise RemoteProtocolError(f"invalid {method} result from agent: {exc}") from None
 
     def _require_initialized(self) -> InitializeResult:
         if self._capabilities is None:
@@ -1477,10 +1482,8 @@ class StdioTransport:
 
     @staticmethod
     def _typed_params(method: str, params: Raw | None) -> Any:
-        try:
+        with map_exceptions(_INVALID_PARAMS):
             return acp.decode_agent_params(method, params)
-        except UNDECODABLE_JSON as exc:
-            raise JsonRpcErrorReply(-32602, "Invalid params", {"details": str(exc)}) from None
 
     async def _ask_permission(
         self, request_id: str, params: acp.RequestPermissionRequest
@@ -1548,6 +1551,12 @@ class StdioTransport:
                 cancelled=cancelled,
             ),
         )
+
+
+_INVALID_PARAMS: Final[ExceptionMapping] = {
+    UNDECODABLE_JSON: lambda exc: JsonRpcErrorReply(-32602, "Invalid params", {"details": str(exc)})
+}
+"""An agent request whose params do not decode is answered ``-32602``."""
 
 
 def _fs_error_reply(exc: WorkspaceError) -> JsonRpcErrorReply:

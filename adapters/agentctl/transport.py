@@ -99,11 +99,13 @@ from ..errors import (
     AuthenticationFailed,
     DialFailed,
     DialRefused,
+    ExceptionMapping,
     RemoteProtocolError,
     SteerUnsupported,
     StreamNotConnected,
     TransportClosed,
     TransportTimeout,
+    map_exceptions,
 )
 from ..events import (
     AgentCapabilities,
@@ -197,10 +199,13 @@ class _Connection:
 def _decode_payload(raw: msgspec.Raw | None, action: str) -> dict[str, Any]:
     if raw is None:
         return {}
-    try:
+    invalid: ExceptionMapping = {
+        UNDECODABLE_JSON: lambda exc: RemoteProtocolError(
+            f"invalid {action} response from agentctl: {exc}"
+        )
+    }
+    with map_exceptions(invalid):
         data = msgspec.json.decode(raw)
-    except UNDECODABLE_JSON as exc:
-        raise RemoteProtocolError(f"invalid {action} response from agentctl: {exc}") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -785,24 +790,29 @@ class AgentctlTransport:
         request_id, frame = _wire.encode_request(action, payload)
         waiter = _Pending(action)
         conn.pending[request_id] = waiter
-        try:
-            with anyio.fail_after(self.config.write_timeout):
-                await conn.ws.send_text(frame.decode())
-        except _SEND_ERRORS as exc:
+
+        def write_failed(exc: BaseException) -> StreamNotConnected:
             conn.pending.pop(request_id, None)
             log.info("agent stream write failed (%r): dropping the socket", exc)
             conn.drop_reason = conn.drop_reason or f"websocket write failed: {exc!r}"
             conn.scope.cancel()
-            raise StreamNotConnected() from None
+            return StreamNotConnected()
+
+        with (
+            map_exceptions({_SEND_ERRORS: write_failed}),
+            anyio.fail_after(self.config.write_timeout),
+        ):
+            await conn.ws.send_text(frame.decode())
         bound = self.config.request_timeout if bound is None else bound
-        try:
-            with anyio.fail_after(bound):
-                await waiter.done.wait()
-        except TimeoutError:
-            raise TransportTimeout(
+        unanswered: ExceptionMapping = {
+            TimeoutError: lambda exc: TransportTimeout(
                 f"{_wire.CLIENT_PREFIXES.get(action, action)}: agentctl did not answer "
                 f"{action} within {bound:g}s: context deadline exceeded"
-            ) from None
+            )
+        }
+        try:
+            with map_exceptions(unanswered), anyio.fail_after(bound):
+                await waiter.done.wait()
         finally:
             conn.pending.pop(request_id, None)
         if waiter.lost is not None:
