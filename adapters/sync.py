@@ -121,6 +121,13 @@ class Mutex:
     def locked(self) -> bool:
         return self._locked
 
+    async def acquire(self) -> None:
+        """Take the mutex (held across steps: :meth:`release` gives it back)."""
+        await self.__aenter__()
+
+    def release(self) -> None:
+        self._release()
+
     async def __aenter__(self) -> None:
         if self._check:
             await anyio.lowlevel.checkpoint_if_cancelled()

@@ -272,6 +272,13 @@ class CompiledChart:
     """``(id(python-statemachine's transition object), event)`` → the declared transition's
     index (what the reference engine took, in these tables)."""
 
+    @property
+    def effect_names(self) -> frozenset[str]:
+        """The name of every effect the chart declares (on transitions, entries, its start)."""
+        names = {s.name for specs in self.transition_effects.values() for s in specs}
+        names |= {s.name for specs in self.entry_effects.values() for s in specs}
+        return frozenset(names | {s.name for s in self.initial_effects})
+
     def configuration(self, leaf: str) -> tuple[str, ...]:
         """``leaf`` and its ancestors, innermost first."""
         return self.ancestors[leaf]

@@ -44,6 +44,9 @@ from ._compile import Effects, effect
 __all__ = ["AgentStream"]
 
 _STOP = ("stop_redialling", "disarm_reconnect_budget")
+# the loss is announced; ``final``: the carrier is gone for good (nothing redials it)
+_LOST = effect("announce_loss", final=False)
+_LOST_FOR_GOOD = effect("announce_loss", final=True)
 
 
 class AgentStream(Chart):
@@ -108,11 +111,11 @@ class AgentStream(Chart):
 
     effects: ClassVar[Effects] = Effects(
         transitions={
-            "connection_lost: connected -> announced": ["announce_loss"],
-            "connection_lost: connected -> disconnected": ["announce_loss"],
-            "connection_lost: connecting -> disconnected": ["announce_loss"],
-            "connection_lost: reconnecting -> disconnected": [*_STOP, "announce_loss"],
-            "connection_lost: giving_up -> disconnected": ["announce_loss"],
+            "connection_lost: connected -> announced": [_LOST],
+            "connection_lost: connected -> disconnected": [_LOST_FOR_GOOD],
+            "connection_lost: connecting -> disconnected": [_LOST_FOR_GOOD],
+            "connection_lost: reconnecting -> disconnected": [*_STOP, _LOST_FOR_GOOD],
+            "connection_lost: giving_up -> disconnected": [_LOST_FOR_GOOD],
             "redial_succeeded: announced -> connected": [
                 "disarm_reconnect_budget",
                 effect("publish_reconnected", "session_id", "attempts"),

@@ -92,6 +92,8 @@ COORDINATION: tuple[Rule, ...] = (
     # a stop closes the stream and ends the live turn (kandev StopAgentWithReason)
     Rule("execution", "stopped", "prompt_generation", "execution_stopped", ("error",)),
     Rule("execution", "stopped", "agent_stream", "close_requested"),
+    # … and the session init is abandoned (its admission opens: nobody waits for it forever)
+    Rule("execution", "stopped", "session_init", "init_abandoned"),
 )
 
 Machines = Mapping[str, ChartMachine] | Callable[[str], ChartMachine | None]

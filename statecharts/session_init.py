@@ -69,6 +69,8 @@ class SessionInit(Chart):
     # ``prompt_composed``, so only failed and abandoned are final
     validate_final_reachability: ClassVar[bool] = False
 
+    pending = State("pending", initial=True)
+
     class initializing(State.Compound):
         connecting_stream = State("connecting_stream", initial=True)
         handshaking = State("handshaking")
@@ -85,7 +87,9 @@ class SessionInit(Chart):
         settling = State("settling")
         announcing = State("announcing")
 
-    prompting = State("prompting")
+    class prompting(State.Compound):
+        sending = State("sending", initial=True)
+        admitted = State("admitted")
 
     class booted(State.Compound):
         ready = State("ready", initial=True)
@@ -94,6 +98,9 @@ class SessionInit(Chart):
     failed = State("failed", final=True)
     abandoned = State("abandoned", final=True)
 
+    # 0. the init task starts (the machine exists from the execution's start, so a stop
+    # before the init ran still reaches it)
+    init_started = pending.to(initializing)
     # 1. stream connect
     stream_ready = initializing.connecting_stream.to(initializing.handshaking)
     stream_connect_timed_out = initializing.connecting_stream.to(failed)
@@ -146,7 +153,17 @@ class SessionInit(Chart):
         | initializing.announcing.to(booted.resume_context_pending, cond="needs_resume_context")
         | initializing.announcing.to(booted.ready)
     )
-    init_abandoned = initializing.to(abandoned) | prompting.to(None) | booted.to(None)
+    # the initial prompt's generation was admitted: callers' prompts queue behind it
+    initial_prompt_admitted = prompting.sending.to(prompting.admitted)
+    # the launch was stopped or cancelled (or the execution stopped): a working state is left;
+    # an initial prompt that never got admitted opens the admission all the same
+    init_abandoned = (
+        pending.to(abandoned)
+        | initializing.to(abandoned)
+        | prompting.sending.to(prompting.admitted)
+        | prompting.to(None)
+        | booted.to(None)
+    )
     # every later prompt's text is composed (buildEffectivePrompt): the deferred resume
     # context goes into the first one, once
     prompt_composed = (
@@ -170,6 +187,7 @@ class SessionInit(Chart):
             "settling": ["settle"],
             "announcing": ["announce"],
             "prompting": ["send_initial_prompt"],
+            "admitted": ["open_admission"],
             "booted": ["open_admission"],
             "failed": ["fail_init", "open_admission"],
             "abandoned": ["open_admission"],

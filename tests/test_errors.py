@@ -34,6 +34,10 @@ NOT_OURS: dict[str, str] = {
         "private control flow of acpfsm verify's model: a step the drivers would crash on, "
         "caught by the explorer and reported as the property no_illegal_event"
     ),
+    "acpfsm.tools.verify_model.Branch": (
+        "private control flow of acpfsm verify's model: answers given at once branch, and the "
+        "explorer follows each"
+    ),
     "acpfsm.tools.agentctl._Stop": (
         "private control flow: `acpfsm agentctl`'s SIGTERM handler stops it as Ctrl-C does"
     ),

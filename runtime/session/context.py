@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
 from acpfsm.adapters.mcp_servers import McpServer, mcp_server_kind, split_mcp_servers
 from acpfsm.adapters.sync import Mutex
 from acpfsm.adapters.transport import AgentTransport
-from acpfsm.statecharts import Chart, ChartMachine, Effect, EngineName
+from acpfsm.statecharts import Chart, ChartMachine, Effect, EngineName, flows
 from acpfsm.statecharts.coordination import Fired, fire
 
 from .. import events as le
@@ -40,13 +40,30 @@ from ..types import AgentProfile, LaunchSpec, Retention, Timeouts
 if TYPE_CHECKING:
     from ..mcp.execution import ExecutionMcp
 
-__all__ = ["Activity", "ExecutionContext", "Handler", "ModelCache", "decision_id"]
+__all__ = [
+    "Activity",
+    "ExecutionContext",
+    "Handler",
+    "ModelCache",
+    "decision_id",
+    "flow_effects",
+    "nothing",
+]
 
 log = logging.getLogger("acpfsm.runtime")
 
 Handler = Callable[[Effect, ChartMachine], Awaitable[None] | None]
 """Performs one effect of a step ``machine`` took."""
 _NO_HANDLERS: Mapping[str, Handler] = {}
+
+
+def nothing(effect: Effect, machine: ChartMachine) -> None:
+    """A flow effect: the flow that fired the event acts on it (:mod:`acpfsm.statecharts.flows`)."""
+
+
+def flow_effects(chart: str) -> dict[str, Handler]:
+    """``chart``'s flow effects, each with no handler of its own (:func:`nothing`)."""
+    return dict.fromkeys(flows.flow_effects(chart), nothing)
 
 
 def utcnow() -> dt.datetime:
@@ -200,6 +217,18 @@ class ExecutionContext:
     def fire(self, machine: ChartMachine, event: str, **data: Any) -> list[Fired]:
         """Fire ``event`` and what the coordination table makes follow (nothing performed)."""
         return fire(self.machines, machine, event, data)
+
+    def check_handlers(self, charts: Iterable[type[Chart]]) -> None:
+        """Every effect each of ``charts`` declares has a handler (raises naming the missing
+        ones): checked when the execution is built, not when an effect first fires."""
+        missing = sorted(
+            f"{chart.chart_name}.{name}"
+            for chart in charts
+            for name in chart.compiled().effect_names
+            if name not in self._handlers.get(chart.chart_name, _NO_HANDLERS)
+        )
+        if missing:
+            raise AcpfsmError(f"no handler for the effects {', '.join(missing)}")
 
     def on_step(self, chart: str, listener: Callable[[], None]) -> None:
         """Call ``listener`` after each performed step of ``chart`` (a driver's waiters)."""

@@ -142,8 +142,10 @@ class CrashGuard:
         session.permissions.close("the execution crashed")
         await session.status.fire("execution_crashed", error=message)
         async with ctx.lifecycle_lock:
-            await session.turns.stream_lost(message, final=True)
+            await session.turns.stream_lost(message)
         await session.stream.close()
+        if not session.init.machine.ended:  # its admission opens: nobody waits for it
+            await ctx.step(session.init.machine, "init_abandoned")
 
     def _release(self, message: str) -> None:
         """Whatever the charts could not release is released here, so nobody waits on a
@@ -152,7 +154,7 @@ class CrashGuard:
         ctx = session.ctx
         if not ctx.error_message:  # e.g. a teardown that failed after STOPPED
             ctx.set_failed(message)
-        session.init.admission.set()
+        session.init.admission.set()  # the charts' own release failed (a bug): the last resort
         for generation in session.turns.generations.values():
             generation.sent.set()
             generation.done.set()

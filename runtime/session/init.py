@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar, cast
 
 import anyio
 
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.errors import AcpfsmError
+from acpfsm.adapters.sync import Flag
 from acpfsm.statecharts import ChartMachine, Effect, SessionInit
+from acpfsm.statecharts.flows import Op
 
 from .. import events as le
 from ..errors import AuthenticationRequired, SessionInitError
 from .config import ConfigDriver
-from .context import ExecutionContext
+from .context import ExecutionContext, flow_effects
+from .interpreter import Answer, FlowRun, Interpreter, Later
 from .stream import StreamDriver
+
+_T = TypeVar("_T")
 
 __all__ = ["InitDriver"]
 
@@ -48,13 +54,16 @@ class InitDriver:
         self.ctx = ctx
         self.stream = stream
         self.config = config
-        self.machine: ChartMachine | None = None
-        self.admission = anyio.Event()
-        """Set once callers' prompts may be admitted: the init ended, or the initial
-        prompt's generation was admitted (so callers queue behind it)."""
+        self.machine: ChartMachine = ctx.start(SessionInit)
+        """From the execution's start (``pending`` until the init task runs), so that a stop
+        before it ran still abandons it (the coordination table)."""
+        self.admission = Flag()
+        """Set by the chart's ``open_admission`` effect only: callers' prompts may be admitted
+        (the init ended, or the initial prompt's generation was admitted, so callers queue
+        behind it)."""
+        self.flows: Interpreter = cast("Interpreter", None)
         self.failure: SessionInitError | None = None
         self._start_initial_prompt = start_initial_prompt
-        self._todo: list[str] = []
         self._error = ""
         self._cause: BaseException | None = None
         self._needs_authentication = False
@@ -64,196 +73,171 @@ class InitDriver:
         self._failures: list[str] = []
         self._resumed = False
         self._snapshot_cached = False
-        self._steps: dict[str, Callable[[ChartMachine], Awaitable[None]]] = {
-            "await_stream": self._await_stream,
-            "initialize": self._initialize,
-            "authenticate": self._authenticate,
-            "load_session": self._load_session,
-            "new_session": self._new_session,
-            "check_catalog": self._check_catalog,
-            "wait_for_catalog": self._wait_for_catalog,
-            "apply_start_model": self._apply_start_model,
-            "apply_profile_layer": self._apply_profile_layer,
-            "publish_original_snapshot": self._publish_original_snapshot,
-            "apply_runtime_mode": self._apply_runtime_mode,
-            "apply_runtime_options": self._apply_runtime_options,
-            "settle": self._settle,
-            "announce": self._announce,
-        }
-        handlers = dict.fromkeys(self._steps, self._queue)
+        handlers = flow_effects(SessionInit.chart_name)
         handlers.update(
             {
                 "send_initial_prompt": self._send_initial_prompt,
                 "open_admission": self._open_admission,
                 "fail_init": self._fail_init,
                 "require_authentication": self._require_authentication,
-                "inject_resume_context": self._noop,
             }
         )
         ctx.handle(SessionInit.chart_name, handlers)
 
-    # --- the loop ----------------------------------------------------------------------------
+    # --- the flow ------------------------------------------------------------------------
 
-    def _queue(self, effect: Effect, machine: ChartMachine) -> None:
-        self._todo.append(effect.name)
-
-    @staticmethod
-    def _noop(effect: Effect, machine: ChartMachine) -> None:
-        """Performed by the prompt that composed its text (it reads the step)."""
+    def attach(self, flows: Interpreter) -> None:
+        flows.register(
+            {
+                Op.AWAIT_STREAM: self._await_stream,
+                Op.INITIALIZE: self._initialize,
+                Op.AUTHENTICATE: self._authenticate,
+                Op.LOAD_SESSION: self._load_session,
+                Op.NEW_SESSION: self._new_session,
+                Op.CHECK_CATALOG: self._check_catalog,
+                Op.WAIT_FOR_CATALOG: self._wait_for_catalog,
+                Op.APPLY_START_MODEL: self._apply_start_model,
+                Op.APPLY_PROFILE_LAYER: self._apply_profile_layer,
+                Op.PUBLISH_ORIGINAL_SNAPSHOT: self._publish_original_snapshot,
+                Op.APPLY_RUNTIME_MODE: self._apply_runtime_mode,
+                Op.APPLY_RUNTIME_OPTIONS: self._apply_runtime_options,
+                Op.SETTLE: self._settle,
+                Op.ANNOUNCE: self._announce,
+            }
+        )
+        self.flows = flows
 
     async def run(self) -> None:
-        """Drive the init until the chart names nothing more to do."""
-        machine = self.machine = self.ctx.start(SessionInit)
-        try:
-            self._todo = [e.name for e in machine.initial_effects()]
-            while self._todo:
-                await self._steps[self._todo.pop(0)](machine)
-        except anyio.get_cancelled_exc_class():
-            self.admission.set()
-            with anyio.CancelScope(shield=True):
-                if not machine.ended:
-                    await self.ctx.step(machine, "init_abandoned")
-            raise
-        except BaseException:
-            self.admission.set()
-            raise
+        """Drive the init (the SESSION_INIT flow) until the chart names nothing more to do."""
+        await self.flows.run("session_init", error=Later(self._message))
 
-    # --- the steps ---------------------------------------------------------------------------
+    def _message(self) -> str:
+        return f"failed to initialize ACP: {self._error}"
 
-    async def _await_stream(self, machine: ChartMachine) -> None:
-        t = self.ctx.timeouts
+    def _failed(self, what: str, exc: BaseException) -> Answer:
+        self._error, self._cause = f"{what} failed: {_why(exc)}", exc
+        return "failed"
+
+    async def _request(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """One of the init's requests, bounded by ``Timeouts.request``."""
+        with anyio.fail_after(self.ctx.timeouts.request):
+            return await call()
+
+    # --- the steps (ops) ---------------------------------------------------------------------
+
+    async def _await_stream(self, run: FlowRun) -> Answer:
         transport = self.ctx.transport_or_raise()
-        with anyio.move_on_after(t.stream_connect) as scope:
-            while not transport.is_connected():  # noqa: ASYNC110 - a bounded poll
-                await anyio.sleep(t.catalog_poll)
-        if scope.cancelled_caught:
+        while not transport.is_connected():
             self._error, self._cause = "timeout waiting for agent stream to connect", None
-            await self.stream.connect_timed_out()
-            await self._fire(machine, "stream_connect_timed_out")
-        else:
-            await self.stream.connect_succeeded()
-            await self._fire(machine, "stream_ready")
+            await anyio.sleep(self.ctx.timeouts.catalog_poll)
+        self._error = ""
+        return "ok"
 
-    async def _initialize(self, machine: ChartMachine) -> None:
+    async def _initialize(self, run: FlowRun) -> Answer:
+        transport = self.ctx.transport_or_raise()
         try:
-            with anyio.fail_after(self.ctx.timeouts.request):
-                await self.ctx.transport_or_raise().initialize()
+            await self._request(transport.initialize)
         except (AcpfsmError, TimeoutError) as exc:
-            self._error, self._cause = f"initialize failed: {_why(exc)}", exc
-            await self._fire(machine, "initialize_failed")
-        else:
-            await self._fire(
-                machine,
-                "initialize_succeeded",
-                auth_method=self._auth_method(),
-                native_session_resume=self.ctx.profile.native_session_resume,
-                prior_session_id=self.ctx.spec.prior_acp_session,
-            )
+            return self._failed("initialize", exc)
+        return "ok", {
+            "auth_method": self._auth_method(),
+            "native_session_resume": self.ctx.profile.native_session_resume,
+            "prior_session_id": self.ctx.spec.prior_acp_session,
+        }
 
     def _auth_method(self) -> str:
         return self.ctx.spec.auth_method or self.ctx.profile.auth_method
 
-    async def _authenticate(self, machine: ChartMachine) -> None:
+    async def _authenticate(self, run: FlowRun) -> Answer:
         method = self._auth_method()
+        transport = self.ctx.transport_or_raise()
         try:
-            with anyio.fail_after(self.ctx.timeouts.request):
-                await self.ctx.transport_or_raise().authenticate(method)
+            await self._request(lambda: transport.authenticate(method))
         except (AcpfsmError, TimeoutError) as exc:
-            self._error, self._cause = f"authenticate {method!r} failed: {_why(exc)}", exc
-            await self._fire(machine, "authentication_failed")
-        else:
-            await self._fire(
-                machine,
-                "authenticated",
-                native_session_resume=self.ctx.profile.native_session_resume,
-                prior_session_id=self.ctx.spec.prior_acp_session,
-            )
+            return self._failed(f"authenticate {method!r}", exc)
+        return "ok", {
+            "native_session_resume": self.ctx.profile.native_session_resume,
+            "prior_session_id": self.ctx.spec.prior_acp_session,
+        }
 
-    async def _load_session(self, machine: ChartMachine) -> None:
+    async def _load_session(self, run: FlowRun) -> Answer:
         ctx = self.ctx
         prior = ctx.spec.prior_acp_session
+        transport = ctx.transport_or_raise()
         try:
-            with anyio.fail_after(ctx.timeouts.request):
-                result = await ctx.transport_or_raise().load_session(
+            result = await self._request(
+                lambda: transport.load_session(
                     prior, ctx.spec.workspace.path, ctx.session_mcp_servers()
                 )
+            )
         except (AcpfsmError, TimeoutError) as exc:
             cls = classify_error(exc, call=Call.SESSION_LOAD, loading_session_id=prior)
-            self._error, self._cause = f"session/load failed: {_why(exc)}", exc
             log.warning("session/load failed (%s): %s", cls.kind, exc)
-            await self._fire(machine, "load_failed", error_class=cls.kind)
-        else:
-            # the existing id is kept whatever the response says
-            self._snapshot_cached = self.config.establish(prior, result)
-            self._resumed = True
-            await self._fire(machine, "load_succeeded")
+            self._failed("session/load", exc)
+            return "failed", {"error_class": cls.kind}
+        # the existing id is kept whatever the response says
+        self._snapshot_cached = self.config.establish(prior, result)
+        self._resumed = True
+        return "ok"
 
-    async def _new_session(self, machine: ChartMachine) -> None:
+    async def _new_session(self, run: FlowRun) -> Answer:
         ctx = self.ctx
+        transport = ctx.transport_or_raise()
         try:
-            with anyio.fail_after(ctx.timeouts.request):
-                result = await ctx.transport_or_raise().new_session(
-                    ctx.spec.workspace.path, ctx.session_mcp_servers()
-                )
+            result = await self._request(
+                lambda: transport.new_session(ctx.spec.workspace.path, ctx.session_mcp_servers())
+            )
         except (AcpfsmError, TimeoutError) as exc:
             cls = classify_error(exc, call=Call.SESSION_NEW)
-            self._error, self._cause = f"session/new failed: {_why(exc)}", exc
-            await self._fire(machine, "new_session_failed", error_class=cls.kind)
-        else:
-            self._snapshot_cached = self.config.establish(result.session_id, result)
-            await self._fire(machine, "new_session_succeeded")
+            self._failed("session/new", exc)
+            return "failed", {"error_class": cls.kind}
+        self._snapshot_cached = self.config.establish(result.session_id, result)
+        return "ok"
 
-    async def _check_catalog(self, machine: ChartMachine) -> None:
+    async def _check_catalog(self, run: FlowRun) -> Answer:
         ctx = self.ctx
-        await self._fire(
-            machine,
-            "catalog_checked",
-            snapshot_available=self._snapshot_cached,
-            model_requested=bool(ctx.profile.model or ctx.metadata.get("runtime_model")),
-        )
+        return "ok", {
+            "snapshot_available": self._snapshot_cached,
+            "model_requested": bool(ctx.profile.model or ctx.metadata.get("runtime_model")),
+        }
 
-    async def _wait_for_catalog(self, machine: ChartMachine) -> None:
-        t = self.ctx.timeouts
+    async def _wait_for_catalog(self, run: FlowRun) -> Answer:
         models = self.ctx.models
-        with anyio.move_on_after(t.catalog_wait):
-            while not models.present():  # noqa: ASYNC110 - 10 ms polls, bounded
-                await anyio.sleep(t.catalog_poll)
-        await self._fire(
-            machine, "catalog_arrived" if models.present() else "catalog_wait_timed_out"
-        )
+        while not models.present():  # noqa: ASYNC110 - 10 ms polls, bounded (the table's)
+            await anyio.sleep(self.ctx.timeouts.catalog_poll)
+        return "ok"
 
-    async def _apply_start_model(self, machine: ChartMachine) -> None:
+    async def _apply_start_model(self, run: FlowRun) -> Answer:
         self._applied_model, error = await self.config.start_model()
         if error:
             self._error, self._cause = error, None
-            await self._fire(machine, "start_model_failed")
-        else:
-            await self._fire(machine, "start_model_settled")
+            return "failed"
+        return "ok"
 
-    async def _apply_profile_layer(self, machine: ChartMachine) -> None:
+    async def _apply_profile_layer(self, run: FlowRun) -> Answer:
         self._final_config_id, self._profile_applied = await self.config.profile_layer(
             self._applied_model
         )
-        await self._fire(machine, "profile_layer_applied")
+        return "ok"
 
-    async def _publish_original_snapshot(self, machine: ChartMachine) -> None:
+    async def _publish_original_snapshot(self, run: FlowRun) -> Answer:
         self.config.publish_original_snapshot(self._applied_model, self._profile_applied)
-        await self._fire(machine, "original_snapshot_published")
+        return "ok"
 
-    async def _apply_runtime_mode(self, machine: ChartMachine) -> None:
+    async def _apply_runtime_mode(self, run: FlowRun) -> Answer:
         self._failures = await self.config.runtime_mode(self._profile_applied)
-        await self._fire(machine, "runtime_mode_applied", catalog_known=self.config.catalog_known())
+        return "ok", {"catalog_known": self.config.catalog_known()}
 
-    async def _apply_runtime_options(self, machine: ChartMachine) -> None:
+    async def _apply_runtime_options(self, run: FlowRun) -> Answer:
         self._final_config_id, failures = await self.config.runtime_options(self._final_config_id)
         self._failures += failures
-        await self._fire(machine, "runtime_options_applied")
+        return "ok"
 
-    async def _settle(self, machine: ChartMachine) -> None:
+    async def _settle(self, run: FlowRun) -> Answer:
         await self.config.settle(self._final_config_id)
-        await self._fire(machine, "settlement_requested")
+        return "ok"
 
-    async def _announce(self, machine: ChartMachine) -> None:
+    async def _announce(self, run: FlowRun) -> Answer:
         ctx = self.ctx
         if self._failures:
             ctx.publish(le.ConfigFailures(execution_id=ctx.id, failures=self._failures))
@@ -267,17 +251,10 @@ class InitDriver:
                 resume_attempt_id=str(ctx.metadata.get("resume_attempt_id", "")),
             )
         )
-        await self._fire(
-            machine,
-            "session_announced",
-            has_initial_prompt=bool(ctx.spec.prompt or ctx.spec.attachments),
-            resume_context_pending=ctx.has_resume_context(),
-        )
-
-    async def _fire(self, machine: ChartMachine, event: str, **data: object) -> None:
-        await self.ctx.step(
-            machine, event, error=f"failed to initialize ACP: {self._error}", **data
-        )
+        return "ok", {
+            "has_initial_prompt": bool(ctx.spec.prompt or ctx.spec.attachments),
+            "resume_context_pending": ctx.has_resume_context(),
+        }
 
     # --- effects -----------------------------------------------------------------------------
 

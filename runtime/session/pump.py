@@ -17,11 +17,12 @@ import anyio
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.sync import EventQueue
+from acpfsm.statecharts.flows import Op
 
 from ..clock import loop_clock
 from .config import ConfigDriver
 from .context import ExecutionContext
-from .flows import loss_followup
+from .interpreter import Answer, FlowRun, Interpreter
 from .permissions import PermissionBroker
 from .status import StatusDriver
 from .stream import StreamDriver
@@ -43,8 +44,11 @@ class EventPump:
         turns: TurnDriver,
         config: ConfigDriver,
         permissions: PermissionBroker,
+        flows: Interpreter,
     ) -> None:
         self.ctx = ctx
+        self.flows = flows
+        flows.register({Op.FLUSH_PARTIAL: self._flush})
         self.status = status
         self.stream = stream
         self.turns = turns
@@ -110,13 +114,18 @@ class EventPump:
         ctx = self.ctx
         if isinstance(event, ev.Complete | ev.ErrorEvent):
             self.permissions.turn_ended(event.prompt_generation)
-            await self.turns.completion(event)
+            turns = self.turns
+            turns.terminal = event
+            try:
+                await self.flows.run("completion", "", **turns.completion_values(event))
+            finally:
+                turns.terminal = None
             return
         if isinstance(event, ev.StreamDisconnected):
             await self.stream_lost(event)
             return
-        if isinstance(event, ev.StreamReconnected):
-            await self.stream.redialled(event)  # published when the chart says so
+        if isinstance(event, ev.StreamReconnected):  # published when the chart says so
+            await self.flows.run("redialled", session_id=event.session_id, attempts=event.attempts)
             return
         status = self.status
         if not status.first_activity.ended:  # the chart hears of it (no coroutine made else)
@@ -140,11 +149,16 @@ class EventPump:
                 lambda h: h.append_tool_result(ctx.session_id, name, event.tool_call_id, output)
             )
         elif isinstance(event, ev.ForegroundIdle) and event.prompt_handoff:
-            await self.turns.handoff(event)
+            g = event.prompt_generation
+            await self.flows.run("handoff", stamped=g, unstamped=g == 0)
         text = _reply(event, self._newest())  # a chunk a chart heard of (else run() took it)
         if text:
             ctx.message.append(text)
         ctx.publish(event)
+
+    async def _flush(self, run: FlowRun) -> Answer:
+        await self.turns.flush_partial()
+        return "ok"
 
     def _record_activity(self, event: ev.AgentEvent) -> bool:
         """Stall accounting for ``event``; True when it is turn content that may start a
@@ -166,24 +180,23 @@ class EventPump:
         return True
 
     async def stream_lost(self, event: ev.StreamDisconnected) -> None:
-        """handleStreamDisconnect and, for a local process, its exit."""
-        ctx = self.ctx
-        if not await self.stream.lost(event):
-            return  # the AgentStream chart redials a clean close silently (kandev H9)
-        final = not self.stream.redialling  # the chart gave the carrier up for good
+        """handleStreamDisconnect and, for a local process, its exit (the LOSS flow)."""
         error = f"agent stream disconnected: {event.error or 'connection closed'}"
         if event.stderr_tail:
             error = f"{error} (stderr: {event.stderr_tail.strip()[-500:]})"
-        async with ctx.lifecycle_lock:
-            claimed = await self.turns.stream_lost(error, final=final)
-            follow = loss_followup(
-                exit_code=event.exit_code,
-                claimed=claimed,
-                error=error,
-                shutting_down=ctx.shutting_down(),
-            )
-            if follow is not None:
-                await self.status.fire(follow[0], **follow[1])
+        exit_code = event.exit_code
+        await self.flows.run(
+            "loss",
+            # only a carrier that redials, and whose process did not exit, is redialable
+            redialable=event.reconnecting and exit_code is None,
+            clean=event.clean,
+            raw_error=event.error,
+            error=error,
+            exited=exit_code is not None,
+            exit_code=exit_code,
+            exit_error=f"agent process exited with code {exit_code}",
+            shutting_down=self.ctx.shutting_down(),
+        )
 
 
 def _reply(event: ev.AgentEvent | None, newest: int) -> str:

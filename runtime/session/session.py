@@ -17,13 +17,15 @@ import anyio
 import anyio.abc
 
 from acpfsm.adapters.errors import AcpfsmError, TransportClosed
+from acpfsm.adapters.sync import Mutex
 from acpfsm.adapters.transport import (
     AgentTransport,
     Attachment,
     PermissionPolicy,
     SupportsMcpMode,
 )
-from acpfsm.statecharts import ChartMachine, EngineName
+from acpfsm.statecharts import ALL_CHARTS, ChartMachine, EngineName
+from acpfsm.statecharts.flows import Lock, Op
 
 from .. import events as le
 from ..errors import NotReadyForPrompts, PendingDispatchedPromptTimeout, PromptError
@@ -36,8 +38,8 @@ from .cancelling import Canceller
 from .config import ConfigDriver
 from .context import ExecutionContext
 from .crash import CrashGuard, copy_of
-from .flows import recovery
 from .init import InitDriver
+from .interpreter import Answer, FlowRun, Interpreter
 from .permissions import PermissionBroker
 from .prompting import PromptDriver
 from .pump import EventPump
@@ -97,22 +99,41 @@ class ExecutionSession(SessionViews):
             ctx, self.stream, self.config, start_initial_prompt=self._start_initial_prompt
         )
         self.turns = TurnDriver(ctx, self.status)
-        self.canceller = Canceller(ctx, self.turns, self.status)
-        self.prompts = PromptDriver(
-            ctx, self.turns, self.status, self.stream, self.init, self.canceller, self._spawn
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stop_requested = anyio.Event()
+        self._finished = anyio.Event()
+        self.flows = Interpreter(
+            ctx,
+            turns=self.turns,
+            status=self.status,
+            stream=self.stream,
+            locks={Lock.PROMPT: Mutex(), Lock.LIFECYCLE: ctx.lifecycle_lock},
+            admission=self.init.admission,
+            finished=self._finished.wait,
+            spawn=self._spawn,
         )
-        self.steers = SteerDriver(ctx, self.turns, self.prompts)
+        self.stream.attach(self.flows)
+        self.init.attach(self.flows)
+        self.canceller = Canceller(ctx, self.flows)
+        self.prompts = PromptDriver(ctx, self.turns, self.status, self.init, self.flows)
+        self.steers = SteerDriver(ctx, self.prompts, self.flows)
         self.permissions = PermissionBroker(
             ctx, spec.permission_policy or profile.permission_policy, self._turn_over
         )
         self.pump = EventPump(
-            ctx, self.status, self.stream, self.turns, self.config, self.permissions
+            ctx, self.status, self.stream, self.turns, self.config, self.permissions, self.flows
         )
         self.crash = CrashGuard(self)
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._stop_requested = anyio.Event()
-        self._finished = anyio.Event()
         ctx.handle("execution", {"close_subscriptions": lambda effect, m: ctx.hub.close()})
+        self.flows.register(
+            {
+                Op.CLOSE_PERMISSIONS: self._close_permissions,
+                Op.STOP_AGENT: self._stop_agent,
+                Op.END_TASKS: self._end_tasks,
+            }
+        )
+        self.flows.check()
+        ctx.check_handlers(ALL_CHARTS)
         if mcp is not None:
             ctx.mcp = mcp
             mcp.publish = ctx.publish
@@ -134,8 +155,7 @@ class ExecutionSession(SessionViews):
                 task_status.started()
                 started = True
                 async with anyio.create_task_group() as tg:
-                    self._tg = tg
-                    self.stream.attach(tg)  # the redials and the reconnect budget run here
+                    self._tg = tg  # the flows in the background (redials, budget …) run here
                     tg.start_soon(self.pump.run)
                     tg.start_soon(self.init.run)
                     tg.start_soon(self.prompts.stalls.run)
@@ -152,7 +172,6 @@ class ExecutionSession(SessionViews):
             if rest is not None:
                 raise rest from None  # a cancellation from outside, KeyboardInterrupt …
         finally:
-            self.init.admission.set()
             ctx.hub.close()
             self._finished.set()
 
@@ -186,28 +205,25 @@ class ExecutionSession(SessionViews):
         prompt; its failure is reported, never raised (seed D9)."""
         ctx = self.ctx
         try:
-            text = ctx.spec.prompt
-            if ctx.has_resume_context():
-                text = await ctx.with_resume_context(text)
-            try:
-                await self.prompts.prompt(
-                    text, attachments=ctx.spec.attachments, validate_status=False, initial=True
+            await self.prompts.prompt(
+                ctx.spec.prompt,
+                attachments=ctx.spec.attachments,
+                validate_status=False,
+                initial=True,
+            )
+        except PendingDispatchedPromptTimeout:
+            pass  # a barrier failure is not reported (seed D9)
+        except AcpfsmError as exc:
+            generation = exc.generation if isinstance(exc, PromptError) else 0
+            log.warning("initial prompt failed: %s", exc)
+            ctx.publish(
+                le.InitialPromptFailed(
+                    execution_id=ctx.id,
+                    session_id=ctx.session_id,
+                    prompt_generation=generation,
+                    error=str(exc),
                 )
-            except PendingDispatchedPromptTimeout:
-                pass  # a barrier failure is not reported (seed D9)
-            except AcpfsmError as exc:
-                generation = exc.generation if isinstance(exc, PromptError) else 0
-                log.warning("initial prompt failed: %s", exc)
-                ctx.publish(
-                    le.InitialPromptFailed(
-                        execution_id=ctx.id,
-                        session_id=ctx.session_id,
-                        prompt_generation=generation,
-                        error=str(exc),
-                    )
-                )
-        finally:
-            self.init.admission.set()  # also when it failed before its generation was admitted
+            )
 
     # --- the facade's operations ----------------------------------------------------------------
 
@@ -309,44 +325,40 @@ class ExecutionSession(SessionViews):
 
     async def _stop(self, reason: str, *, force: bool) -> ExecutionSnapshot:
         ctx = self.ctx
-        self.permissions.close("the execution stopped")
-        if not self.status.ended:
-            async with ctx.lifecycle_lock:
-                await self.status.fire(
-                    "stop_requested",
-                    reason=reason,
-                    error=f"agent stream disconnected: execution stopped: {reason}",
-                )
-        else:  # already STOPPED (R32): close the stream too
-            await self.stream.close()
-        transport = ctx.transport
-        try:
-            if not force and transport is not None and ctx.crashed is None:
-                # a graceful stop first (agentctl's /api/v1/stop); its failure is only logged.
-                # A stdio agent has none: its shutdown escalates close stdin → SIGTERM → SIGKILL.
-                with anyio.move_on_after(ctx.timeouts.cancel_wait):
-                    try:
-                        await transport.stop_agent()
-                    except AcpfsmError as exc:
-                        log.warning("graceful agent stop failed for %s: %s", ctx.id, exc)
-        finally:  # STOPPED: its tasks end even when the caller is cancelled meanwhile
-            self._stop_requested.set()
-        with anyio.CancelScope(shield=True):
-            await self._finished.wait()
+        await self.flows.run(
+            "stop",
+            reason=reason,
+            error=f"agent stream disconnected: execution stopped: {reason}",
+            graceful=not force and ctx.transport is not None and ctx.crashed is None,
+        )
         return self.snapshot()
+
+    async def _close_permissions(self, run: FlowRun) -> Answer:
+        self.permissions.close("the execution stopped")
+        return "ok"
+
+    async def _stop_agent(self, run: FlowRun) -> Answer:
+        """A graceful agent stop (agentctl's /api/v1/stop; a stdio agent has none: its
+        shutdown escalates close stdin → SIGTERM → SIGKILL); its failure is only logged."""
+        try:
+            await self.ctx.transport_or_raise().stop_agent()
+        except AcpfsmError as exc:
+            log.warning("graceful agent stop failed for %s: %s", self.ctx.id, exc)
+            return "failed"
+        return "ok"
+
+    async def _end_tasks(self, run: FlowRun) -> Answer:
+        """STOPPED: the execution's tasks end (even when the caller left meanwhile)."""
+        self._stop_requested.set()
+        return "ok"
 
     async def recover_stream(self) -> None:
         """RecoverAgentPromptStream: revive a FAILED execution whose stream is back. A no-op
         before ACP init (the startup owns its stream, R34) and unless FAILED."""
         init, ctx = self.init.machine, self.ctx
-        then = recovery(
-            established=init is not None and init.is_in("prompting", "booted"),
-            failed=self.status.machine.is_in("failed"),
-            carrier_up=ctx.exit_code is None and self.stream.connected,
-        )
-        if then == "ignored":
+        if not init.is_in("prompting", "booted") or not self.status.machine.is_in("failed"):
             return
-        if then == "refused":
+        if ctx.exit_code is not None or not self.stream.connected:
             raise TransportClosed(
                 f'agent process is not running for execution "{ctx.id}" (stream not recovered)',
                 execution_id=ctx.id,

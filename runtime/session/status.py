@@ -16,14 +16,9 @@ from acpfsm.statecharts.coordination import Fired
 
 from .. import events as le
 from ..types import ExecutionStatus
-from .context import ExecutionContext, utcnow
-from .flows import flow_effects
+from .context import ExecutionContext, flow_effects, utcnow
 
 __all__ = ["StatusDriver"]
-
-
-def _flow(effect: Effect, machine: ChartMachine) -> None:
-    """A flow effect: the caller that fired the event acts on it."""
 
 
 class StatusDriver:
@@ -52,7 +47,7 @@ class StatusDriver:
                 "unwatch_wakeup": self._unwatch,
                 "announce_first_activity": self._announce,
             }
-            | dict.fromkeys(flow_effects(Execution.chart_name), _flow),
+            | flow_effects(Execution.chart_name),
         )
         ctx.handle(FirstActivity.chart_name, {"publish_agent_running": self._running})
         ctx.on_step(Execution.chart_name, self._notify)

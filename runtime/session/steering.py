@@ -1,11 +1,12 @@
-"""The PromptGeneration charts' driver, caller side: the steer (kandev lifecycle/session.go
-``SendPromptSteerWithDispatchCallback``, seed D6-D7).
+"""The steer (kandev lifecycle/session.go ``SendPromptSteerWithDispatchCallback``, seed
+D6-D7): the STEER flow of the table run by the interpreter, its request, and what each
+outcome is for the caller.
 
 A steer folds text into the turn the agent is running. The chart decides whether there is one
 (``steer_requested``: ``dispatch_steer`` only for the current generation while it is
-dispatched, else ``steer_refused``); the pre-check before the attachments are uploaded is only
-an optimisation, the selection under the lifecycle lock decides (R1), and the request is
-bounded (R4). A refused or undelivered steer raises :class:`SteerNotDispatched`: whether to
+dispatched, else ``steer_refused``); the flow's pre-check before the attachments are uploaded
+is only an optimisation, the selection under the lifecycle lock decides (R1), and the request
+is bounded (R4). A refused or undelivered steer raises :class:`SteerNotDispatched`: whether to
 re-admit the text as a prompt is the caller's decision (kandev H1).
 """
 
@@ -17,9 +18,10 @@ import anyio
 
 from acpfsm.adapters.errors import AcpfsmError, SteerUnsupported, StreamNotConnected
 from acpfsm.adapters.transport import Attachment
+from acpfsm.statecharts.flows import Op, Outcome
 
 from ..errors import (
-    AttachmentError,
+    NotReadyForPrompts,
     PromptDispatchError,
     SteerAttachmentMaterializationError,
     SteerDispatchTimeout,
@@ -27,21 +29,20 @@ from ..errors import (
 )
 from ..types import PromptResult
 from .context import ExecutionContext
-from .flows import FLOW, wants
+from .interpreter import Answer, FlowRun, Interpreter
 from .prompting import PromptDriver
-from .turns import Generation, TurnDriver
 
 __all__ = ["SteerDriver"]
 
 
 class SteerDriver:
-    """Callers' steers for one execution (the status check, the composition and the
-    attachments are the prompt's)."""
+    """Callers' steers for one execution."""
 
-    def __init__(self, ctx: ExecutionContext, turns: TurnDriver, prompts: PromptDriver) -> None:
+    def __init__(self, ctx: ExecutionContext, prompts: PromptDriver, flows: Interpreter) -> None:
         self.ctx = ctx
-        self.turns = turns
         self.prompts = prompts
+        self.flows = flows
+        flows.register({Op.SEND_STEER: self._send})
 
     async def steer(
         self,
@@ -52,49 +53,48 @@ class SteerDriver:
         validate_status: bool = True,
     ) -> PromptResult:
         """SendPromptSteerWithDispatchCallback (see the module docstring)."""
-        ctx, prompts = self.ctx, self.prompts
-        await prompts.init.admission.wait()
-        if validate_status:
-            await prompts.validate_status()
-        await self._target()  # before materializing: nothing to steer into is cheap
-        try:
-            materialized = await prompts.materialize(attachments)
-        except AttachmentError as exc:
+        run = await self.flows.run(
+            "steer",
+            text=text,
+            attachments=attachments,
+            on_dispatched=on_dispatched,
+            validate_status=validate_status,
+        )
+        ctx, values, outcome = self.ctx, run.values, run.outcome
+        cause = values.get("cause")
+        if outcome is Outcome.DISPATCHED:
+            ctx.activity.last_at = anyio.current_time()
+            return PromptResult(stop_reason="dispatched", generation=run.number)
+        if outcome is Outcome.NOT_READY:
+            raise NotReadyForPrompts(ctx.id, self.prompts.status.status) from (
+                self.prompts.init.failure
+            )
+        if outcome is Outcome.STEER_NOT_DISPATCHED:
+            message = str(cause) if cause is not None else "no live prompt generation"
+            raise SteerNotDispatched(message, execution_id=ctx.id) from cause
+        if outcome is Outcome.STEER_ATTACHMENT_FAILED:
             raise SteerAttachmentMaterializationError(
-                f"steer attachment materialization failed: {exc}", execution_id=ctx.id
-            ) from exc
-        async with ctx.lifecycle_lock:
-            generation = await self._target()
-            effective = await prompts.compose(text)
-            try:
-                with anyio.fail_after(ctx.timeouts.steer_dispatch):
-                    await ctx.transport_or_raise().steer(effective, materialized, generation.number)
-            except (StreamNotConnected, SteerUnsupported) as exc:
-                raise SteerNotDispatched(str(exc), execution_id=ctx.id) from exc
-            except TimeoutError as exc:
-                raise SteerDispatchTimeout(
-                    f"steer dispatch timed out after {ctx.timeouts.steer_dispatch:g}s",
-                    execution_id=ctx.id,
-                    generation=generation.number,
-                ) from exc
-            except AcpfsmError as exc:
-                raise PromptDispatchError(
-                    f"failed to steer prompt: {exc}",
-                    execution_id=ctx.id,
-                    generation=generation.number,
-                ) from exc
-            await ctx.step(generation.machine, FLOW["dispatch_steer"].then)
-        await ctx.history_append(lambda h: h.append_user(ctx.session_id, text))
-        ctx.activity.last_at = anyio.current_time()
-        if on_dispatched is not None:
-            on_dispatched()
-        return PromptResult(stop_reason="dispatched", generation=generation.number)
+                f"steer attachment materialization failed: {cause}", execution_id=ctx.id
+            ) from cause
+        if outcome is Outcome.STEER_TIMED_OUT:
+            raise SteerDispatchTimeout(
+                f"steer dispatch timed out after {ctx.timeouts.steer_dispatch:g}s",
+                execution_id=ctx.id,
+                generation=run.number,
+            )
+        assert outcome is Outcome.STEER_FAILED, outcome
+        raise PromptDispatchError(
+            f"failed to steer prompt: {cause}", execution_id=ctx.id, generation=run.number
+        ) from cause
 
-    async def _target(self) -> Generation:
-        """The generation the chart lets the steer go to, else SteerNotDispatched."""
-        generation = self.turns.current
-        if generation is not None:
-            fired = await self.ctx.step(generation.machine, "steer_requested")
-            if wants(fired, "dispatch_steer"):
-                return generation
-        raise SteerNotDispatched("no live prompt generation", execution_id=self.ctx.id)
+    async def _send(self, run: FlowRun) -> Answer:
+        """The steer request into the flow's generation (under the lifecycle lock)."""
+        values = run.values
+        text = values.get("effective", values["text"])
+        try:
+            await self.ctx.transport_or_raise().steer(text, values["materialized"], run.number)
+        except (StreamNotConnected, SteerUnsupported) as exc:
+            return "not_dispatched", {"cause": exc}
+        except AcpfsmError as exc:
+            return "failed", {"cause": exc}
+        return "ok"

@@ -14,24 +14,23 @@ and the execution.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from typing import Any
-
-import anyio
-import anyio.abc
+from typing import TYPE_CHECKING, Any
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import DialFailed, DialRefused
 from acpfsm.statecharts import AgentStream, ChartMachine, Effect
+from acpfsm.statecharts.flows import Op
 
-from .context import ExecutionContext
-from .flows import FLOW, flow_effects, loss_data, wants
+from .context import ExecutionContext, flow_effects
+from .interpreter import Later
+
+if TYPE_CHECKING:
+    from .interpreter import Answer, FlowRun, Interpreter
 
 __all__ = ["StreamDriver"]
 
 
-def _flow(effect: Effect, machine: ChartMachine) -> None:
-    """A flow effect: the caller that fired the event acts on it."""
+_NO_FLOWS: Any = None  # attached once the interpreter exists (:meth:`StreamDriver.attach`)
 
 
 class StreamDriver:
@@ -40,28 +39,25 @@ class StreamDriver:
     def __init__(self, ctx: ExecutionContext) -> None:
         self.ctx = ctx
         self.machine = ctx.start(AgentStream)
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._dial = anyio.CancelScope()
-        self._budget = anyio.CancelScope()
         self._last_dial_error = ""
-        ctx.handle(
-            AgentStream.chart_name, dict.fromkeys(flow_effects(AgentStream.chart_name), _flow)
-        )
+        self.flows: Interpreter = _NO_FLOWS
+        ctx.handle(AgentStream.chart_name, flow_effects(AgentStream.chart_name))
         ctx.handle(
             AgentStream.chart_name,
             {
                 "redial": self._redial,
-                "stop_redialling": lambda effect, machine: self._dial.cancel(),
+                "stop_redialling": lambda effect, machine: self.flows.stop("redial"),
                 "arm_reconnect_budget": self._arm_budget,
-                "disarm_reconnect_budget": lambda effect, machine: self._budget.cancel(),
+                "disarm_reconnect_budget": lambda e, m: self.flows.stop("reconnect_budget"),
                 "give_up": self._give_up,
                 "publish_reconnected": self._publish_reconnected,
             },
         )
 
-    def attach(self, tg: anyio.abc.TaskGroup) -> None:
-        """The execution's task group, where the dials and the budget's timer run."""
-        self._tg = tg
+    def attach(self, flows: Interpreter) -> None:
+        """The execution's interpreter (the redials and the budget run as its flows)."""
+        self.flows = flows
+        flows.register({Op.DIAL: self._dial})
 
     # --- the chart's view ---------------------------------------------------------------
 
@@ -99,81 +95,34 @@ class StreamDriver:
     async def connect_timed_out(self) -> None:
         await self._fire("connect_timed_out")
 
-    async def lost(self, event: ev.StreamDisconnected) -> bool:
-        """The transport lost the stream; True when the chart announces the loss (the
-        caller then releases the generations and tells the execution)."""
-        if self.machine.ended:
-            return False  # closed on purpose (the execution stopped): nobody's news any more
-        fired = await self._fire(
-            "connection_lost",
-            **loss_data(
-                reconnecting=event.reconnecting,
-                exit_code=event.exit_code,
-                clean=event.clean,
-                error=event.error,
-            ),
-        )
-        return wants(fired, "announce_loss") is not None
-
-    async def redialled(self, event: ev.StreamReconnected) -> None:
-        """The transport's redial is up (its ``StreamReconnected``, ahead of the new
-        connection's events)."""
-        await self._fire("redial_succeeded", session_id=event.session_id, attempts=event.attempts)
-
     async def close(self) -> None:
         await self._fire("close_requested")
 
-    # --- effects --------------------------------------------------------------------------
-
-    def _spawn(
-        self,
-        scope: anyio.CancelScope,
-        task: Callable[[anyio.CancelScope], Coroutine[Any, Any, None]],
-    ) -> None:
-        if self._tg is None:  # pragma: no cover - attached before the pump runs
-            raise RuntimeError("StreamDriver: no task group attached")
-        self._tg.start_soon(task, scope)
+    # --- effects and the DIAL op ------------------------------------------------------------
 
     def _redial(self, effect: Effect, machine: ChartMachine) -> None:
-        failures = int(effect["failures"])
-        self._dial.cancel()
-        self._dial = anyio.CancelScope()
-
-        async def dial(scope: anyio.CancelScope) -> None:
-            transport = self.ctx.transport_or_raise()
-            fatal: bool | None = None
-            error = ""
-            with scope:
-                await anyio.sleep(transport.redial_policy.delay(failures))
-                try:
-                    await transport.redial()
-                except DialRefused as exc:
-                    fatal, error = True, f"redial failed: {exc}"
-                except DialFailed as exc:
-                    fatal, error = False, f"redial failed: {exc}"
-                    self._last_dial_error = str(exc)
-            if fatal is not None:  # success is the transport's StreamReconnected
-                await self._fire("redial_failed", fatal=fatal, error=error, failures=failures + 1)
-
-        self._spawn(self._dial, dial)
+        self.flows.start("redial", failures=int(effect["failures"]))
 
     def _arm_budget(self, effect: Effect, machine: ChartMachine) -> None:
-        self._budget.cancel()
-        self._budget = anyio.CancelScope()
         self._last_dial_error = ""
+        budget = self.ctx.transport_or_raise().redial_policy.budget
+        self.flows.start("reconnect_budget", error=Later(lambda: self.budget_error(budget)))
 
-        async def timer(scope: anyio.CancelScope) -> None:
-            budget = self.ctx.transport_or_raise().redial_policy.budget
-            with scope:
-                await anyio.sleep(budget)
-            if not scope.cancel_called:
-                last = self._last_dial_error or "no dial answered"
-                await self._fire(
-                    FLOW["arm_reconnect_budget"].expired,
-                    error=f"not redialled within {budget:g}s (last dial: {last})",
-                )
+    async def _dial(self, run: FlowRun) -> Answer:
+        """One dial; success is the transport's StreamReconnected (the pump's)."""
+        failures = int(run.values.get("failures", 0)) + 1
+        try:
+            await self.ctx.transport_or_raise().redial()
+        except DialRefused as exc:
+            return "refused", {"error": f"redial failed: {exc}", "failures": failures}
+        except DialFailed as exc:
+            self._last_dial_error = str(exc)
+            return "failed", {"error": f"redial failed: {exc}", "failures": failures}
+        return "ok"
 
-        self._spawn(self._budget, timer)
+    def budget_error(self, budget: float) -> str:
+        last = self._last_dial_error or "no dial answered"
+        return f"not redialled within {budget:g}s (last dial: {last})"
 
     def _give_up(self, effect: Effect, machine: ChartMachine) -> None:
         self.ctx.transport_or_raise().give_up(str(effect["error"]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from typing import Any
 
 import anyio
 import msgspec
@@ -23,29 +24,17 @@ from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.sync import Flag
 from acpfsm.statecharts import ChartMachine, Effect, PromptGeneration
 from acpfsm.statecharts.coordination import Fired
+from acpfsm.statecharts.flows import Cond
 
 from .. import events as le
 from ..errors import CANCEL_ESCALATED_SIGNAL, NotReadyForPrompts
-from .context import ExecutionContext, Handler
-from .flows import (
-    ADMISSION,
-    admits,
-    completion_route,
-    ends_wakeup,
-    flow_effects,
-    wakeup_fact,
-    wants,
-)
+from .context import ExecutionContext, Handler, flow_effects
 from .status import StatusDriver
 
-__all__ = ["Generation", "TurnDriver", "wants"]
+__all__ = ["Generation", "TurnDriver"]
 
 log = logging.getLogger("acpfsm.runtime")
 _GENERATIONS_KEPT = 64
-
-
-def _nothing(effect: Effect, machine: ChartMachine) -> None:
-    """A flow effect: the caller that fired the event acts on it (see :mod:`.flows`)."""
 
 
 class Generation:
@@ -84,6 +73,17 @@ class Generation:
     def generation(self) -> int:
         return self.number
 
+    def signal(self, cond: Cond) -> Flag:
+        """The signal ``cond`` names (``done``, ``sent``, ``returned``, ``turn_over``)."""
+        flag = getattr(self, cond.value)
+        assert isinstance(flag, Flag)
+        return flag
+
+    def renew(self, cond: Cond) -> None:
+        """A new send attempt: its signal is unset again (a cancel waits for its answer)."""
+        if self.signal(cond).is_set():
+            setattr(self, cond.value, Flag())
+
     @property
     def state(self) -> str:
         return self.machine.state
@@ -105,11 +105,10 @@ class TurnDriver:
         self.generations: collections.OrderedDict[int, Generation] = collections.OrderedDict()
         self.current: Generation | None = None
         self._next = 0
-        self._terminal: ev.Complete | ev.ErrorEvent | None = None
+        self.terminal: ev.Complete | ev.ErrorEvent | None = None
+        """The agent's terminal event whose COMPLETION flow runs (its publishing effects)."""
         self._partial = ""
-        handlers: dict[str, Handler] = dict.fromkeys(
-            flow_effects(PromptGeneration.chart_name), _nothing
-        )
+        handlers: dict[str, Handler] = flow_effects(PromptGeneration.chart_name)
         own: dict[str, Handler] = {
             "arm_activity": self._arm_activity,
             "claim_outcome": self._claim_outcome,
@@ -138,13 +137,12 @@ class TurnDriver:
         the caller performs what was fired); raises NotReadyForPrompts once the execution
         was stopped (R24)."""
         ctx = self.ctx
-        if not admits(self.status.ended):
+        if self.status.ended:
             raise NotReadyForPrompts(ctx.id, self.status.status)
         fired: list[Fired] = []
-        supersede, begin = ADMISSION
         previous = self.current
         if previous is not None:
-            fired += ctx.fire(previous.machine, supersede)
+            fired += ctx.fire(previous.machine, "superseded_by_successor")
             # its prompt call has returned (the prompt lock): its reply is no longer kept
             previous.agent_message = ""
         self._next += 1
@@ -156,69 +154,49 @@ class TurnDriver:
         while len(self.generations) > _GENERATIONS_KEPT:
             self.generations.popitem(last=False)
         self.current = generation
-        fired += ctx.fire(self.status.machine, begin)
+        fired += ctx.fire(self.status.machine, "prompt_began")
         return generation, fired
 
-    # --- the agent's facts -------------------------------------------------------------------
+    # --- the agent's facts (the flows COMPLETION, HANDOFF, LOSS of the table) ---------------
 
-    async def completion(self, event: ev.Complete | ev.ErrorEvent) -> None:
-        """``handleCompleteEvent``: claim once per generation, or end a wakeup turn.
+    def route(self, stamped: int) -> Generation | None:
+        """The generation an event stamped ``stamped`` goes to (handleCompleteEvent): its own
+        while it is kept (R6, R7); the current one for generation 0 (the unstamped path)."""
+        if stamped == 0:
+            return self.current
+        return self.generations.get(stamped)
 
-        A generation-bearing event is offered to its own generation only (R6, R7); a
-        generation-0 event (the wildcard/legacy path) to the current one and, when that one
-        does not claim it, it ends a wakeup turn (kandev's gen-0 path, R27)."""
-        ctx = self.ctx
+    def completion_values(self, event: ev.Complete | ev.ErrorEvent) -> dict[str, Any]:
+        """The COMPLETION flow's values for a terminal event (its ``_terminal`` is set)."""
         is_error = isinstance(event, ev.ErrorEvent) or bool(event.data.get("is_error"))
         message = event.error if is_error else ""  # extractErrorMessage: error, else text
         if is_error and not message:
             message = "agent error completion"
         cls = classify_error(message, call=Call.PROMPT) if is_error else None
         stop_reason = (event.stop_reason if isinstance(event, ev.Complete) else "") or "end_turn"
-        async with ctx.lifecycle_lock:
-            g = event.prompt_generation
-            current = self.current.number if self.current is not None else None
-            target = completion_route(g, current, self.generations)
-            generation = self.generations[target] if target is not None else None
-            if generation is None:
-                if ends_wakeup(g, claimed=False):
-                    await self._wakeup_ended(event, is_error, message, stop_reason)
-                else:
-                    log.debug("ignoring completion for unknown generation %s", g)
-                return
-            self._terminal = event
-            fired = ctx.fire(
-                generation.machine,
-                "completion_received",
-                is_error=is_error,
-                cancel_release=bool(cls and cls.cancel_release),
-                error=message,
-                stop_reason=stop_reason,
-                shutting_down=ctx.shutting_down(),
-            )
-            await ctx.perform(fired)
-            self._terminal = None
-            claimed = wants(fired, "unclaimed") is None
-            if ends_wakeup(g, claimed):
-                await self._wakeup_ended(event, is_error, message, stop_reason)
-            elif not claimed:
-                log.debug("ignoring completion for prompt generation %s", g)
+        return {
+            "stamped": event.prompt_generation,
+            "unstamped": event.prompt_generation == 0,
+            "is_error": is_error,
+            "cancel_release": bool(cls and cls.cancel_release),
+            "error": message,
+            "stop_reason": stop_reason,
+            "shutting_down": self.ctx.shutting_down(),
+        }
 
-    async def _wakeup_ended(
-        self, event: ev.Complete | ev.ErrorEvent, is_error: bool, message: str, stop_reason: str
-    ) -> None:
-        """A generation-0 terminal event no generation claimed: a wakeup turn ended (the
-        Execution chart decides; before the session is initialized it is ignored, R10)."""
-        fact, data = wakeup_fact(
-            is_error=is_error,
-            error=message,
-            stop_reason=stop_reason,
-            shutting_down=self.ctx.shutting_down(),
-        )
-        self._terminal = event
-        try:
-            await self.status.fire(fact, **data)
-        finally:
-            self._terminal = None
+    async def flush_partial(self) -> None:
+        """handleStreamDisconnect's flush (R20): the partial text detached and persisted once,
+        kept for the current generation's reply should it claim the loss."""
+        partial = self.ctx.take_message()
+        await self.ctx.persist_assistant(partial)
+        self._partial = partial if self.current is not None else ""
+
+    async def stream_lost(self, error: str) -> None:
+        """The current generation's stream is gone for good (a crash): as the LOSS flow's
+        steps for it (under the lifecycle lock)."""
+        await self.flush_partial()
+        if self.current is not None:
+            await self.ctx.step(self.current.machine, "stream_lost", error=error, final=True)
 
     async def _end_wakeup_turn(self, effect: Effect, machine: ChartMachine) -> None:
         """The wakeup turn's reply and terminal event, as a claimed turn's are."""
@@ -226,32 +204,8 @@ class TurnDriver:
         text = ctx.take_message()
         ctx.activity.last_at = anyio.current_time()
         await ctx.persist_assistant(text)
-        if self._terminal is not None:
-            ctx.publish(self._terminal)
-
-    async def handoff(self, event: ev.ForegroundIdle) -> None:
-        """``handlePromptHandoffEvent``: only the owning generation's waiter is released (R22)."""
-        if event.prompt_generation == 0:
-            return
-        async with self.ctx.lifecycle_lock:
-            generation = self.generations.get(event.prompt_generation)
-            if generation is not None:
-                await self.ctx.step(generation.machine, "handoff_received")
-
-    async def stream_lost(self, error: str, *, final: bool) -> bool:
-        """``handleStreamDisconnect`` for the current generation: True when it claimed the
-        loss (the caller then leaves the execution's status to the coordination). ``final``:
-        the carrier is gone for good (the AgentStream chart does not redial)."""
-        ctx = self.ctx
-        # flush the partial text once (R20): detached here, so a later reset finds nothing
-        partial = ctx.take_message()
-        await ctx.persist_assistant(partial)
-        generation = self.current
-        if generation is None:
-            return False
-        self._partial = partial
-        fired = await ctx.step(generation.machine, "stream_lost", error=error, final=final)
-        return bool(wants(fired, "claim_disconnect"))
+        if self.terminal is not None:
+            ctx.publish(self.terminal)
 
     # --- effects -------------------------------------------------------------------------------
 
@@ -302,7 +256,7 @@ class TurnDriver:
     async def _publish_terminal(self, effect: Effect, machine: ChartMachine) -> None:
         generation = self.of(machine)
         await self.ctx.persist_assistant(generation.agent_message)
-        event = self._terminal
+        event = self.terminal
         if event is None:  # pragma: no cover - only completions publish their event
             return
         if event.prompt_generation == 0:  # like kandev's turn id: name the turn it ended

@@ -193,7 +193,7 @@ class LifecycleRules:
     claim_events: frozenset[str] = frozenset({"completion_received", "handoff_received"})
     end_states: tuple[tuple[str, frozenset[str]], ...] = (
         ("execution", frozenset()),
-        ("session_init", frozenset({"prompting", "ready", "resume_context_pending"})),
+        ("session_init", frozenset({"admitted", "ready", "resume_context_pending"})),
         ("agent_stream", frozenset({"disconnected"})),
     )
     """Charts whose instances must be at rest once their execution ended: in a final state

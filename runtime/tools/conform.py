@@ -819,6 +819,7 @@ def _lifecycle_after_load_error(error: BaseException | str, session_id: str) -> 
 
     cls = classify_error(error, call=Call.SESSION_LOAD, loading_session_id=session_id)
     init = SessionInit.start()
+    init.fire("init_started")
     init.fire("stream_ready")
     init.fire("initialize_succeeded", native_session_resume=True, prior_session_id=session_id)
     step = init.fire("load_failed", error_class=cls.kind)

@@ -35,12 +35,11 @@ stops where the property failed, before the execution is stopped) and ``acpfsm d
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import importlib.abc
 import importlib.util
 import inspect
 import itertools
-import json
 import sys
 import time
 from array import array
@@ -50,8 +49,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
-
-import msgspec
 
 from acpfsm.runtime.trace import TraceRecord
 from acpfsm.statecharts import (
@@ -63,19 +60,20 @@ from acpfsm.statecharts import (
     SessionInit,
 )
 from acpfsm.statecharts.coordination import COORDINATION, Rule
+from acpfsm.statecharts.flows import FLOWS, Flow, Step
 
 from .races import race
 from .verify_model import (
+    CALLER,
     CALLER_ACTIONS,
     EXECUTION_ID,
     LEAF,
     OWED_LEAVES,
-    S_CANCEL,
+    R_NAME,
+    R_OWNER,
     S_EXE,
+    S_FLOWS,
     S_GENS,
-    S_PROMPT,
-    S_STEER,
-    S_STOP,
     Explorer,
     Label,
     Violated,
@@ -86,6 +84,7 @@ __all__ = [
     "DEFAULT_CHARTS",
     "DEFAULT_DEPTH",
     "DEFAULT_GENERATIONS",
+    "DESCRIPTION",
     "PROPERTIES",
     "Bounds",
     "Coverage",
@@ -98,6 +97,7 @@ __all__ = [
     "render_text",
     "run",
     "seeded_copy",
+    "seeded_flows",
     "verify",
     "write_counterexamples",
 ]
@@ -111,9 +111,9 @@ DEFAULT_CHARTS: Mapping[str, type[Chart]] = MappingProxyType(
 )
 
 #: The default breadth-first depth: every declared transition the model reaches at all is
-#: taken within it (at 3 generations, depth 14 and an exhaustive run at 2 generations take no
+#: taken within it (at 3 generations, depth 11, 2 generations at depth 12 and 14 take no
 #: other; re-measure with ``--depth`` when the charts or the model grow).
-DEFAULT_DEPTH = 12
+DEFAULT_DEPTH = 11
 
 #: The default bound on admitted prompt generations.
 DEFAULT_GENERATIONS = 3
@@ -182,6 +182,18 @@ PROPERTIES: tuple[Property, ...] = (
         "stopped_leaves_no_live_generation",
         "every final execution state (STOPPED, nothing left to happen) has no live generation",
         ("H7", "H9"),
+    ),
+    Property(
+        "cancel_waits_for_its_prompt",
+        "session/cancel is sent for a generation only once its prompt request was answered: "
+        "the cancel never overtakes the prompt it cancels",
+        (),
+    ),
+    Property(
+        "the_init_comes_to_rest",
+        "from every reachable state where the session init runs, some path of the "
+        "environment brings it to rest (prompting, booted, failed or abandoned)",
+        (),
     ),
     Property(
         "no_illegal_event",
@@ -273,22 +285,25 @@ class _Graph:
 
 
 # who waits: a caller of each kind (bit) in a state
-_WAITERS = ("prompt", "initial prompt", "steer", "cancel", "stop")
+_WAITERS = ("prompt", "initial prompt", "steer", "cancel", "stop", "session init")
+
+
+_WAITER_BITS = {
+    (CALLER, "prompt"): 1,
+    ("task", "prompt"): 2,
+    (CALLER, "steer"): 4,
+    (CALLER, "cancel"): 8,
+    (CALLER, "stop"): 16,
+    ("task", "session_init"): 32,
+}
 
 
 def _waiting(state: tuple[Any, ...]) -> int:
     if len(state) == 1:  # the crash
         return 0
-    prompt, steer, cancel = state[S_PROMPT], state[S_STEER], state[S_CANCEL]
     bits = 0
-    if prompt is not None:
-        bits |= 2 if prompt[0] == "initial" else 1
-    if steer:
-        bits |= 4
-    if cancel is not None:
-        bits |= 8
-    if state[S_STOP] == 1:
-        bits |= 16
+    for flow in state[S_FLOWS]:
+        bits |= _WAITER_BITS.get((flow[R_OWNER], flow[R_NAME]), 0)
     return bits
 
 
@@ -297,13 +312,14 @@ def verify(
     *,
     charts: Mapping[str, type[Chart]] | None = None,
     table: tuple[Rule, ...] | None = None,
+    flows: Mapping[str, Flow] | None = None,
 ) -> VerifyResult:
     """Explore the life of one execution within ``bounds`` and check :data:`PROPERTIES`.
     ``charts`` replaces some of :data:`DEFAULT_CHARTS` (by chart name), ``table`` the
-    coordination table (a modified copy: a seeded bug)."""
+    coordination table, ``flows`` the flow table (modified copies: a seeded bug)."""
     chosen = {**DEFAULT_CHARTS, **(charts or {})}
     coordination = table if table is not None and table != COORDINATION else None
-    x = Explorer(chosen, coordination, bounds.generations)
+    x = Explorer(chosen, coordination, bounds.generations, flows)
     started = time.perf_counter()
     graph = _Graph()
     index: dict[tuple[Any, ...], int] = {}
@@ -337,6 +353,13 @@ def verify(
         if state not in index:
             add(state, -1, ("start", carrier), 0)
 
+    def _add_successor(n: int, label: Label, after: tuple[Any, ...]) -> int:
+        m = index.get(after)
+        if m is None:
+            m = add(after, n, label, graph.depth[n] + 1)
+            _state_checks(x, found, m, after)
+        return m
+
     max_depth = 0
     truncated = False
     while queue:
@@ -351,28 +374,22 @@ def verify(
         w.thaw(state)
         labels = x.enabled(w)
         env_moves = False
-        for label in labels:
-            w.thaw(state)
-            try:
-                x.apply(w, label)
-            except Violated as exc:
-                # the step raises: reported; whoever waited on it got the exception
-                _note(found["no_illegal_event"], n, label, exc.message)
-                graph.src.append(n)
-                graph.dst.append(crash)
-                env_moves = True
-                continue
-            for prop, message in w.violations:
-                _note(found[prop], n, label, message)
-            after = w.freeze()
-            m = index.get(after)
-            if m is None:
-                m = add(after, n, label, depth + 1)
-                _state_checks(x, found, m, after)
-            if m != n and label[0] not in CALLER_ACTIONS:
-                graph.src.append(n)
-                graph.dst.append(m)
-                env_moves = True
+        for action in labels:
+            for label, after, violations, crashed in x.successors(w, state, action):
+                for prop, message in violations:
+                    _note(found[prop], n, label, message)
+                if after is None:
+                    # the step raises: reported; whoever waited on it got the exception
+                    _note(found["no_illegal_event"], n, label, crashed)
+                    graph.src.append(n)
+                    graph.dst.append(crash)
+                    env_moves = True
+                    continue
+                m = _add_successor(n, label, after)
+                if m != n and label[0] not in CALLER_ACTIONS:
+                    graph.src.append(n)
+                    graph.dst.append(m)
+                    env_moves = True
         graph.moves[n] = 1 if env_moves else 0
     _liveness(x, graph, found)
     seconds = time.perf_counter() - started
@@ -450,7 +467,9 @@ def _liveness(x: Explorer, graph: _Graph, found: dict[str, _Found]) -> None:
 
     for bit, who in enumerate(_WAITERS):
         waits = stuck(graph.waiting, 1 << bit)
-        if waits:
+        if waits and who == "session init":
+            report("the_init_comes_to_rest", waits, lambda _: "the session init never rests")
+        elif waits:
             report("no_caller_waits_forever", waits, _waits_forever(who))
     for g in range(x.generations):
         lives = stuck(graph.live, 1 << g)
@@ -563,26 +582,57 @@ def _replay(x: Explorer, path: Sequence[tuple[int, Label]]) -> tuple[list[str], 
                     target=step.target,
                 )
             )
-        steps.append(_describe(label) + crashed)
+        steps.append(_describe(label, state) + crashed)
         if crashed:
             break
         state = w.freeze()
     return steps, records
 
 
-def _describe(label: Label) -> str:
-    """``complete 2 error (runtime closing)`` for ``("complete", 2, "error", True)``."""
-    parts = [str(p) for p in label if not isinstance(p, bool)]
-    if label[0] in ("complete", "loss") and label[-1] is True:
-        parts.append("(runtime closing)")
-    elif label[0] == "cancel_wait":
-        parts.append("happened" if label[2] else "timed out")
-    return " ".join(parts)
+def _describe(label: Label, state: tuple[Any, ...]) -> str:
+    """``complete 2 error (runtime closing)`` for ``("complete", 2, "error", True)``; a flow
+    step names the flow and the step it was at (``cancel.await_dispatch: timed out``)."""
+    choices: tuple[Any, ...] = ()
+    if "+" in label:
+        at = label.index("+")
+        label, choices = label[:at], label[at + 1 :]
+    if label[0] in _FLOW_ACTIONS:
+        run = state[S_FLOWS][label[1]]
+        where = f"{run[R_NAME]}.{run[2]}"
+        if label[0] == "wait":
+            text = f"{where}: {'happened' if label[2] else 'timed out'}"
+        elif label[0] == "answer":
+            text = f"{where}: answered {label[2]}"
+        else:
+            text = f"{where}: {label[0]}"
+    else:
+        parts = [str(p) for p in label if not isinstance(p, bool)]
+        if label[0] in ("complete", "loss") and label[-1] is True:
+            parts.append("(runtime closing)")
+        text = " ".join(parts)
+    if choices:
+        text += f" (answers at once: {', '.join(map(str, choices))})"
+    return text
+
+
+_FLOW_ACTIONS = frozenset({"answer", "wait", "tick", "admit", "go", "leave", "drop"})
 
 
 # --------------------------------------------------------------------------- broken copies
 
 _copies = itertools.count()
+
+
+def seeded_flows(name: str, **steps: Step) -> dict[str, Flow]:
+    """A copy of the flow table with flow ``name``'s steps replaced (label → step): a flow
+    with a seeded bug, for showing that ``acpfsm verify`` catches it (pass it in
+    ``verify(flows=…)``). The table itself is not touched."""
+    flow = FLOWS[name]
+    unknown = set(steps) - set(flow.steps)
+    if unknown:
+        raise ValueError(f"flow {name} has no steps {sorted(unknown)}")
+    copy = dataclasses.replace(flow, steps={**flow.steps, **steps})
+    return {**FLOWS, name: copy}
 
 
 def seeded_copy(chart: type[Chart], *edits: tuple[str, str]) -> type[Chart]:
@@ -622,159 +672,13 @@ class _Source(importlib.abc.SourceLoader):
         return self.source.encode()
 
 
-# --------------------------------------------------------------------------- output
-
-
-def render_text(result: VerifyResult) -> str:
-    b = result.bounds
-    depth = "unbounded" if b.depth is None else str(b.depth)
-    bound = " (the depth bound left states unexpanded)" if result.truncated else ""
-    carriers = " + ".join(b.carriers)
-    lines = [
-        f"acpfsm verify: {b.generations} generations, depth {depth}, carriers {carriers}",
-        (
-            f"explored {result.states} states, {result.transitions} environment transitions, "
-            f"depth {result.depth}{bound}, in {result.seconds:.1f} s"
-        ),
-        "",
-        "coverage of the declared transitions:",
-    ]
-    for c in result.coverage:
-        lines.append(f"  {c.chart}: {c.covered}/{c.declared}")
-    for c in result.coverage:
-        for source, event, target in c.unreached:
-            arrow = f"{source} --{event}-->" + ("" if target == source else f" {target}")
-            lines.append(f"  unreached {c.chart}: {arrow}")
-    lines += ["", "properties:"]
-    for p in result.properties:
-        ids = f" ({', '.join(p.ids)})" if p.ids else ""
-        verdict = "holds" if p.holds else f"VIOLATED ({p.violations})"
-        lines.append(f"  {p.name}{ids}: {verdict}")
-    for p in result.properties:
-        if p.holds:
-            continue
-        lines += ["", f"counterexample for {p.name}: {p.message}", "  steps:"]
-        lines += [f"    {i}. {s}" for i, s in enumerate(p.steps)]
-        lines.append("  trace (check-trace JSONL):")
-        lines += [f"    {msgspec.json.encode(r).decode()}" for r in p.trace]
-    lines.append("")
-    lines.append("OK: every property holds" if result.ok else "FAILED: see the counterexamples")
-    return "\n".join(lines)
-
-
-def render_json(result: VerifyResult) -> dict[str, Any]:
-    b = result.bounds
-    return {
-        "ok": result.ok,
-        "bounds": {"generations": b.generations, "depth": b.depth, "carriers": list(b.carriers)},
-        "states": result.states,
-        "transitions": result.transitions,
-        "depth": result.depth,
-        "truncated": result.truncated,
-        "seconds": round(result.seconds, 3),
-        "coverage": [
-            {
-                "chart": c.chart,
-                "declared": c.declared,
-                "covered": c.covered,
-                "unreached": [list(t) for t in c.unreached],
-            }
-            for c in result.coverage
-        ],
-        "properties": [
-            {
-                "name": p.name,
-                "summary": p.summary,
-                "ids": list(p.ids),
-                "holds": p.holds,
-                "violations": p.violations,
-                "message": p.message,
-                "steps": list(p.steps),
-                "trace": [msgspec.to_builtins(r) for r in p.trace],
-            }
-            for p in result.properties
-        ],
-    }
-
-
-def write_counterexamples(result: VerifyResult, out: Path) -> list[Path]:
-    """Each violated property's counterexample as ``<property>.jsonl`` in ``out``."""
-    written: list[Path] = []
-    for p in result.properties:
-        if p.holds:
-            continue
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / f"{p.name}.jsonl"
-        path.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in p.trace))
-        written.append(path)
-    return written
-
-
-DESCRIPTION = (
-    "Explore every interleaving of one execution's life (the charts, the coordination "
-    "table and the drivers' flow table and decisions, with every answer the agent, the "
-    "carrier and the clock can give) and check kandev's races as properties. Exit 0 when "
-    "every property holds, 1 with a shortest counterexample per violated property."
+# the output and the command line (their own module; the names stay this module's)
+from .verify_output import (
+    DESCRIPTION,
+    add_arguments,
+    main,
+    render_json,
+    render_text,
+    run,
+    write_counterexamples,
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--generations",
-        type=int,
-        default=DEFAULT_GENERATIONS,
-        metavar="N",
-        help=f"admit at most N prompt generations (default {DEFAULT_GENERATIONS})",
-    )
-    parser.add_argument(
-        "--depth",
-        type=int,
-        default=DEFAULT_DEPTH,
-        metavar="D",
-        help=f"explore at most D steps deep; 0: no bound (default {DEFAULT_DEPTH})",
-    )
-    parser.add_argument(
-        "--carrier",
-        choices=("agentctl", "stdio", "both"),
-        default="both",
-        help="the carrier kinds explored (default both)",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        default=None,
-        help="also write each counterexample as DIR/<property>.jsonl",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.generations < 1 or args.depth < 0:
-        print(
-            "acpfsm verify: --generations must be at least 1 and --depth at least 0",
-            file=sys.stderr,
-        )
-        return 2
-    carriers: tuple[str, ...] = (
-        ("agentctl", "stdio") if args.carrier == "both" else (str(args.carrier),)
-    )
-    depth = args.depth or None
-    result = verify(Bounds(generations=args.generations, depth=depth, carriers=carriers))
-    if args.json:
-        print(json.dumps(render_json(result)))
-    else:
-        print(render_text(result))
-    if args.out:
-        for path in write_counterexamples(result, Path(args.out)):
-            print(f"wrote {path}", file=sys.stderr)
-    return 0 if result.ok else 1
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="acpfsm verify", description=DESCRIPTION)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

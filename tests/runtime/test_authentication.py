@@ -112,7 +112,7 @@ async def test_an_auth_method_authenticates_before_the_session(
         # the spec's method wins over the profile's
         assert ("authenticate", ("codex-api-key",)) in executor.last.calls
         init = [r.event for r in session_of(rt, ref.id).transitions("session_init")]
-        assert init[1:4] == ["initialize_succeeded", "authenticated", "new_session_succeeded"]
+        assert init[2:5] == ["initialize_succeeded", "authenticated", "new_session_succeeded"]
 
 
 async def test_a_refused_authenticate_fails_the_init_with_its_cause(time_scale: float) -> None:

@@ -22,7 +22,7 @@ from acpfsm.runtime import (
 )
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session import ExecutionSession
-from acpfsm.runtime.session.flows import CANCEL_ANSWERS, cancel_answer
+from acpfsm.statecharts.flows import CANCEL, Do
 
 from .memory_runtime import (
     MemoryExecutor,
@@ -310,15 +310,19 @@ async def test_a_caller_that_leaves_an_unanswered_turn_does_not_block_the_next(
         await rt.stop(ref.id, "done")
 
 
-@pytest.mark.parametrize("answer", sorted(CANCEL_ANSWERS))
+_CANCEL_SEND = CANCEL["send"]
+assert isinstance(_CANCEL_SEND, Do)
+
+
+@pytest.mark.parametrize("answer", sorted(set(_CANCEL_SEND.answers) - {"failed"}))
 async def test_each_cancel_answer_reaches_the_chart_as_the_model_verifier_explores_it(
     answer: str, time_scale: float
 ) -> None:
-    """``acpfsm verify`` feeds the PromptGeneration chart session/cancel's answers from one
-    table (kandev manager_interaction.go ``CancelAgent``: acknowledged, not acknowledged, or
-    no answer because the stream is gone); each row must be what the runtime itself fires
-    when the agent answers that way, or the verifier explores a runtime that does not exist
-    (a lost stream taken for an acknowledged cancel never escalates)."""
+    """The flow table says what each of session/cancel's answers is for the chart (kandev
+    manager_interaction.go ``CancelAgent``: acknowledged, not acknowledged, or no answer
+    because the stream is gone), and ``acpfsm verify`` explores exactly that; each row must
+    be what the runtime fires when the agent answers that way (a lost stream taken for an
+    acknowledged cancel never escalates)."""
     ex = MemoryExecutor()
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt, ready=True)
@@ -346,7 +350,7 @@ async def test_each_cancel_answer_reaches_the_chart_as_the_model_verifier_explor
             c = start(tg, rt.cancel, ref.id)
             await c.wait()
             await p.wait()
-        assert fed == [cancel_answer(*CANCEL_ANSWERS[answer])]
+        assert fed == [dict(_CANCEL_SEND.answers[answer].values)]
         assert (c.error is None) is (answer == "acknowledged")
         await rt.stop(ref.id, "done")
 

@@ -351,8 +351,8 @@ async def test_a_launch_cancelled_while_its_agent_starts_leaves_nothing_behind(
     time_scale: float,
 ) -> None:
     """The caller gives up on a launch whose agent never comes up: the execution is FAILED
-    then STOPPED in its trace (its stream closed), it is gone from the Runtime, and the
-    Runtime goes on launching."""
+    then STOPPED in its trace (its stream closed, its session init abandoned before it
+    started), it is gone from the Runtime, and the Runtime goes on launching."""
     hangs = HangingStart()
     async with make_runtime(time_scale, hangs=hangs) as rt:
         async with anyio.create_task_group() as tg:
@@ -364,10 +364,11 @@ async def test_a_launch_cancelled_while_its_agent_starts_leaves_nothing_behind(
             await hangs.opening.wait()
             tg.cancel_scope.cancel()
         steps = [(r.chart, r.event, r.target) for r in rt.trace.records]
-        assert steps[-3:] == [
+        assert steps[-4:] == [
             ("execution", "agent_start_failed", "failed"),
             ("execution", "stop_requested", "stopped"),
             ("agent_stream", "close_requested", "closed"),
+            ("session_init", "init_abandoned", "abandoned"),
         ]
         assert rt.list_executions() == []
         ref = await rt.launch(spec())
@@ -385,7 +386,7 @@ async def test_a_waiter_is_released_even_when_the_crash_cannot_end_its_turn(
         ref, transport = await launched(rt)
         session = session_of(rt, ref.id)
 
-        async def broken(error: str, *, final: bool) -> bool:
+        async def broken(error: str) -> None:
             raise RuntimeError("the turn cannot be ended")
 
         session.config.models_updated = illegal_models_update  # type: ignore[method-assign]

@@ -90,14 +90,14 @@ def prompts_sent(t: MemoryTransport) -> list[str]:
 
 
 def init_events(s: ExecutionSession) -> list[str]:
-    assert s.init is not None
-    return [r.event for r in s.transitions("session_init")]
+    """The session init's facts after its start (``init_started``, when its task runs)."""
+    events = [r.event for r in s.transitions("session_init")]
+    assert events[:1] == ["init_started"] or not events
+    return events[1:]
 
 
 async def init_finished(s: ExecutionSession, *, limit: float = 30.0) -> None:
-    await wait_until(
-        lambda: s.init.machine is not None and not s.init.machine.is_in("initializing"), limit=limit
-    )
+    await wait_until(lambda: not s.init.machine.is_in("pending", "initializing"), limit=limit)
 
 
 async def turn_settled(s: ExecutionSession, generation: int) -> None:
@@ -141,9 +141,7 @@ async def test_s1_stream_connects_before_initialize(
     ) as rt:
         ref, s = await launch_session(rt)
         holder.append(s)
-        await wait_until(
-            lambda: s.init.machine is not None and s.init.machine.state == "connecting_stream"
-        )
+        await wait_until(lambda: s.init.machine.state == "connecting_stream")
         await anyio.sleep(0.05 * time_scale)
         assert methods(ex.last) == []  # nothing is sent before the stream is up
         ex.last.connected = True
@@ -376,7 +374,7 @@ async def test_s8_other_load_errors_fail_and_preserve_the_session_id(
         assert snap.acp_session_id == PRIOR
         assert of_type(s, le.AcpSessionCreated) == []
         assert init_events(s)[-1] == "load_failed"
-        assert s.init.machine is not None and s.init.machine.state == "failed"
+        assert s.init.machine.state == "failed"
         await rt.stop(ref.id, "done")
 
 
@@ -419,7 +417,7 @@ async def test_s10_cancelled_launch_stops_the_fallback(time_scale: float) -> Non
         ref, s = await launch_session(rt, prior_acp_session=PRIOR)
         await loading.wait()
         snap = await rt.stop(ref.id, "user cancelled the launch")
-        assert s.init.machine is not None and s.init.machine.state == "abandoned"
+        assert s.init.machine.state == "abandoned"
         assert "session/new" not in methods(ex.last)
         assert snap.acp_session_id == PRIOR
         assert snap.status == "STOPPED"
@@ -529,7 +527,7 @@ async def test_s16_task_description_triggers_an_async_prompt(time_scale: float) 
         assert methods(ex.last) == ["initialize", "session/new", "prompt"]
         assert prompts_sent(ex.last) == ["Build a feature"]
         await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
-        assert s.init.machine is not None and s.init.machine.state == "prompting"
+        assert s.init.machine.is_in("prompting")
         assert rt.get_execution(ref.id).status == "RUNNING"
         announced = next(r.seq for r in rt.trace.records if r.event == "session_announced")
         ex.last.complete(1)
@@ -557,7 +555,7 @@ async def test_s17_no_prompt_and_no_history_means_boot_ready(
         (boot,) = of_type(s, le.AgentBootReady)
         assert boot.resume_context_pending is False
         assert [r.event for r in s.transitions("execution")].count("booted") == 1
-        assert s.init.machine is not None and s.init.machine.state == "ready"
+        assert s.init.machine.state == "ready"
         assert "prompt" not in methods(ex.last)
         await rt.stop(ref.id, "done")
 
@@ -591,7 +589,7 @@ async def test_s19_resume_context_is_injected_only_once(
     ex = memory_agent(auto_complete=True)
     async with resuming_runtime(ex, time_scale, tmp_path) as rt:
         ref, s = await resumed_ready(rt)
-        assert s.init.machine is not None and s.init.machine.state == "resume_context_pending"
+        assert s.init.machine.state == "resume_context_pending"
         (boot,) = of_type(s, le.AgentBootReady)
         assert boot.resume_context_pending is True
 
@@ -695,7 +693,7 @@ async def test_s23_history_presence_and_file_paths(
     ex = memory_agent(auto_complete=True)
     async with resuming_runtime(ex, time_scale, tmp_path) as rt:
         ref, s = await resumed_ready(rt)
-        assert s.init.machine is not None and s.init.machine.state == "ready"
+        assert s.init.machine.state == "ready"
         await rt.prompt(ref.id, "hello")
         await turn_settled(s, 1)
         assert "[USER]" not in prompts_sent(ex.last)[0]
@@ -704,7 +702,7 @@ async def test_s23_history_presence_and_file_paths(
         again = await rt.launch(spec(metadata={"session_id": "task-1"}))
         s2 = session_of(rt, again.id)
         await init_finished(s2)
-        assert s2.init.machine is not None and s2.init.machine.state == "resume_context_pending"
+        assert s2.init.machine.state == "resume_context_pending"
         await rt.stop(again.id, "done")
 
         evil = await rt.launch(spec("x", metadata={"session_id": "../../etc/passwd"}))

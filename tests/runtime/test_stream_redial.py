@@ -263,17 +263,17 @@ async def test_a_drop_after_the_stop_closed_the_stream_is_nobodys_news(
     async with history_runtime(ex, tmp_path, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         handled: list[bool] = []
-        lost = s.stream.lost
+        lost = s.pump.stream_lost
 
-        async def noting(event: ev.StreamDisconnected) -> bool:
+        async def noting(event: ev.StreamDisconnected) -> None:
             handled.append(s.stream.machine.ended)
-            return await lost(event)
+            await lost(event)
 
         async def stop_agent() -> None:  # the agent stops: its carrier drops at once
             tr.emit(ev.StreamDisconnected(error="websocket: close 1006 (abnormal closure)"))
             await wait_until(lambda: bool(handled))
 
-        s.stream.lost = noting  # type: ignore[method-assign]
+        s.pump.stream_lost = noting  # type: ignore[method-assign]
         tr.handlers["stop_agent"] = stop_agent
         async with anyio.create_task_group() as tg:
             run = start(tg, rt.prompt, eid, "go")

@@ -1,6 +1,9 @@
-"""``acpfsm verify``: the properties hold on the shipped charts; each property catches a bug
-seeded into a copy of a chart or of the coordination table, with a shortest counterexample
-that replays in ``acpfsm check-trace`` and draws with ``acpfsm diagrams --trace``.
+"""``acpfsm verify``: the properties hold on the shipped charts and flows; each property
+catches a bug seeded into a copy of a chart, of the coordination table or of the flow table,
+with a shortest counterexample that replays in ``acpfsm check-trace`` and draws with
+``acpfsm diagrams --trace``; and a bug seeded into each flow (prompt, steer, cancel, redial,
+session init, stop, the agent's completion) is caught the same way, because ``acpfsm
+verify`` runs the runtime's own flow table.
 
 The bounds here are small (the run at the default bounds is ``make verify``, part of
 ``make test``); the state counts and times are printed, never asserted.
@@ -14,18 +17,20 @@ from typing import Any
 
 import pytest
 
+from acpfsm.runtime.session import interpreter
 from acpfsm.statecharts import ALL_CHARTS, Chart, PromptGeneration, SessionInit
+from acpfsm.statecharts import flows as F
 from acpfsm.statecharts.coordination import COORDINATION, Rule
-from acpfsm.tools import check_trace, cli, verify
+from acpfsm.tools import check_trace, cli, verify, verify_model
 from acpfsm.tools.races import RACES, race
 from acpfsm.tools.verify import (
     PROPERTIES,
     Bounds,
     VerifyResult,
     seeded_copy,
+    seeded_flows,
     write_counterexamples,
 )
-from acpfsm.tools.verify_model import InitPaths
 
 PG = PromptGeneration
 
@@ -41,6 +46,122 @@ def _without(event: str) -> dict[str, Any]:
 
 
 STDIO_2 = Bounds(generations=2, depth=8, carriers=("stdio",))
+AGENTCTL_2 = Bounds(generations=2, depth=7, carriers=("agentctl",))
+
+#: One bug seeded into each flow of the table (a step of the order, not a chart), and the
+#: property that catches it: what a plausible wrong change to the drivers' order would be.
+FLOW_SEEDS: dict[str, tuple[str, dict[str, Any], Bounds]] = {
+    # sendPrompt without its barrier: the successor does not wait for the dispatch-only turn
+    "prompt": (
+        "dispatch_only_barrier_holds",
+        {
+            "flows": seeded_flows(
+                "prompt",
+                barrier=F.Fire(
+                    F.On.PREDECESSOR, "successor_admitting", then="status", absent="status"
+                ),
+            )
+        },
+        STDIO_2,
+    ),
+    # the steer target chosen before the attachments' upload is not asked again under the
+    # lifecycle lock (R1)
+    "steer": (
+        "steer_only_into_a_live_dispatched_turn",
+        {
+            "flows": seeded_flows(
+                "steer",
+                precheck=F.Fire(
+                    F.On.CURRENT,
+                    "steer_requested",
+                    bind=True,
+                    branch=(("dispatch_steer", "materialize"), ("steer_refused", "not_dispatched")),
+                    then="not_dispatched",
+                    absent="not_dispatched",
+                ),
+                select=F.Choose("validate_status", yes="compose", no="compose"),
+            )
+        },
+        STDIO_2,
+    ),
+    # session/cancel sent at once for a prompt whose request is in flight
+    "cancel": (
+        "cancel_waits_for_its_prompt",
+        {
+            "flows": seeded_flows(
+                "cancel",
+                request=F.Fire(
+                    F.On.CURRENT,
+                    "cancel_requested",
+                    locked=True,
+                    bind=True,
+                    branch=(("await_dispatch", "send"), ("send_cancel", "send")),
+                    then="done",
+                    absent="send_idle",
+                ),
+            )
+        },
+        AGENTCTL_2,
+    ),
+    # a dial that succeeded is reported as failed
+    "redial": (
+        "no_illegal_event",
+        {
+            "flows": seeded_flows(
+                "redial",
+                dial=F.Do(
+                    F.Op.DIAL,
+                    {
+                        "ok": F.go(F.NEXT, fatal=False),
+                        "failed": F.go(F.NEXT, fatal=False),
+                        "refused": F.go(F.NEXT, fatal=True),
+                    },
+                ),
+            )
+        },
+        AGENTCTL_2,
+    ),
+    # the stream wait, expired, waits again instead of failing the init
+    "session_init": (
+        "the_init_comes_to_rest",
+        {
+            "flows": seeded_flows(
+                "session_init",
+                await_stream=F.Do(
+                    F.Op.AWAIT_STREAM,
+                    {"ok": F.go("await_stream.ok"), "expired": F.go("await_stream")},
+                    bound="stream_connect",
+                ),
+            )
+        },
+        STDIO_2,
+    ),
+    # the stop forgets to end the execution's tasks
+    "stop": (
+        "no_caller_waits_forever",
+        {"flows": seeded_flows("stop", end=F.Choose("graceful", yes="finished", no="finished"))},
+        STDIO_2,
+    ),
+    # a claimed generation-0 end also ends a wakeup turn
+    "completion": (
+        "completion_claimed_at_most_once",
+        {
+            "flows": seeded_flows(
+                "completion",
+                claim=F.Fire(
+                    F.On.STAMPED,
+                    "completion_received",
+                    data=("is_error", "cancel_release", "error", "stop_reason", "shutting_down"),
+                    bind=True,
+                    branch=(("unclaimed", "unclaimed"),),
+                    then="unclaimed",
+                    absent="unclaimed",
+                ),
+            )
+        },
+        STDIO_2,
+    ),
+}
 
 #: One bug per property: where it is seeded, and the bounds that find it.
 SEEDS: dict[str, tuple[dict[str, Any], Bounds]] = {
@@ -122,6 +243,8 @@ SEEDS: dict[str, tuple[dict[str, Any], Bounds]] = {
     ),
     # a stop no longer ends the live turn
     "stopped_leaves_no_live_generation": (_without("execution_stopped"), STDIO_2),
+    "cancel_waits_for_its_prompt": FLOW_SEEDS["cancel"][1:],
+    "the_init_comes_to_rest": FLOW_SEEDS["session_init"][1:],
     # an event an ended turn ignores is no longer declared
     "no_illegal_event": (
         _pg(
@@ -169,9 +292,9 @@ def test_every_property_cites_the_catalogue_and_has_a_seeded_bug() -> None:
     assert len({r.id for r in RACES}) == len(RACES) == 48
 
 
-@pytest.mark.parametrize("name", list(SEEDS))
-def test_a_seeded_bug_is_caught_with_a_shortest_counterexample(name: str) -> None:
-    seed, bounds = SEEDS[name]
+def _caught(name: str, seed: dict[str, Any], bounds: Bounds) -> None:
+    """``seed`` breaks property ``name``: caught within ``bounds``, with a shortest
+    counterexample that replays cleanly in check-trace."""
     result = verify.verify(bounds, **seed)
     found = result.property(name)
     assert not found.holds, verify.render_text(result)
@@ -191,6 +314,37 @@ def test_a_seeded_bug_is_caught_with_a_shortest_counterexample(name: str) -> Non
     actions = len(found.steps) - 1  # the first step is the start
     shorter = verify.verify(Bounds(bounds.generations, actions - 1, bounds.carriers), **seed)
     assert shorter.property(name).holds
+
+
+@pytest.mark.parametrize("name", list(SEEDS))
+def test_a_seeded_bug_is_caught_with_a_shortest_counterexample(name: str) -> None:
+    _caught(name, *SEEDS[name])
+
+
+@pytest.mark.parametrize("flow", list(FLOW_SEEDS))
+def test_a_bug_seeded_in_a_flow_step_is_caught(flow: str) -> None:
+    """One model: the order of each flow is the runtime's own table, so a wrong step of the
+    order (not of a chart) fails a property, with a counterexample."""
+    prop, seed, bounds = FLOW_SEEDS[flow]
+    _caught(prop, seed, bounds)
+
+
+def test_the_runtime_and_the_checker_run_the_same_table() -> None:
+    """No second copy of the flows can come back: the runtime's interpreter and the model
+    read the one table, and the model has no step order of its own (it knows the flows only
+    through the table's step kinds)."""
+    assert verify_model.Flows().table is F.FLOWS
+    assert interpreter.F.FLOWS is F.FLOWS
+    assert verify_model.F is F
+    source = Path(verify_model.__file__).read_text(encoding="utf-8")
+    for event in (
+        "cancel_requested",
+        "dispatch_started",
+        "successor_admitting",
+        "waiter_abandoned",
+    ):
+        assert f'"{event}"' not in source, event  # what a flow fires is the table's
+    assert "class World" in source  # the model's world (the environment), not the flows
 
 
 def _seeded_result(name: str) -> VerifyResult:
@@ -247,19 +401,12 @@ def test_the_command_line_reports_states_coverage_and_properties(
     assert cli.main(["verify", "--depth", "-1"]) == 2
 
 
-def test_every_rest_of_the_session_init_is_explored() -> None:
-    """The init's working steps are one action per rest state: every declared path from the
-    handshake is walked once, and every declared working transition is taken."""
-    paths = InitPaths(SessionInit)
-    assert paths.failure == ""
-    assert set(paths.paths) == {"failed", "ready", "resume_context_pending", "prompting"}
-    working = {
-        (s, e, t)
-        for s, e, t in SessionInit.compiled().declared
-        if e not in ("init_abandoned", "prompt_composed") and s != "connecting_stream"
-    }
-    taken = {(s, e, t) for _, s, e, t in paths.taken}
-    assert working - taken == set()
+def test_every_path_of_the_session_init_is_explored() -> None:
+    """The init's steps are answered at once, every declared answer over its values: every
+    declared transition of the SessionInit chart is taken at small bounds."""
+    result = verify.verify(Bounds(generations=1, depth=6))
+    (init,) = (c for c in result.coverage if c.chart == SessionInit.chart_name)
+    assert init.unreached == (), init.unreached
 
 
 def test_the_catalogue_is_in_the_diagrams_index() -> None:

@@ -24,7 +24,8 @@ Recipe = list[tuple[str, dict[str, Any]]]
 
 # --- SessionInit ------------------------------------------------------------------------
 
-_TO_HANDSHAKE: Recipe = [("stream_ready", {})]
+_TO_CONNECTING: Recipe = [("init_started", {})]
+_TO_HANDSHAKE: Recipe = [*_TO_CONNECTING, ("stream_ready", {})]
 _TO_CREATING: Recipe = [*_TO_HANDSHAKE, ("initialize_succeeded", {})]
 _TO_LOADING: Recipe = [
     *_TO_HANDSHAKE,
@@ -45,8 +46,9 @@ _TO_SETTLING: Recipe = [*_TO_OPTIONS, ("runtime_options_applied", {})]
 _TO_ANNOUNCING: Recipe = [*_TO_SETTLING, ("settlement_requested", {})]
 
 SESSION_INIT_RECIPES: dict[str, Recipe] = {
-    "initializing": [],
-    "connecting_stream": [],
+    "pending": [],
+    "initializing": _TO_CONNECTING,
+    "connecting_stream": _TO_CONNECTING,
     "handshaking": _TO_HANDSHAKE,
     "authenticating": _TO_AUTHENTICATING,
     "loading": _TO_LOADING,
@@ -61,6 +63,12 @@ SESSION_INIT_RECIPES: dict[str, Recipe] = {
     "settling": _TO_SETTLING,
     "announcing": _TO_ANNOUNCING,
     "prompting": [*_TO_ANNOUNCING, ("session_announced", {"has_initial_prompt": True})],
+    "sending": [*_TO_ANNOUNCING, ("session_announced", {"has_initial_prompt": True})],
+    "admitted": [
+        *_TO_ANNOUNCING,
+        ("session_announced", {"has_initial_prompt": True}),
+        ("initial_prompt_admitted", {}),
+    ],
     "booted": [*_TO_ANNOUNCING, ("session_announced", {})],
     "ready": [*_TO_ANNOUNCING, ("session_announced", {})],
     "resume_context_pending": [

@@ -25,6 +25,8 @@ SILENT: Walk = [*UP, ("connection_lost", {**LOST, "clean": True})]
 GIVING_UP: Walk = [*ANNOUNCED, ("reconnect_timed_out", {"error": "not redialled within 30s"})]
 
 REDIAL_0 = Effect("redial", (("failures", 0),))
+ANNOUNCED_LOSS = Effect("announce_loss", (("final", False),))  # the carrier may come back
+LOST_FOR_GOOD = Effect("announce_loss", (("final", True),))
 STOP = (Effect("stop_redialling"), Effect("disarm_reconnect_budget"))
 
 
@@ -72,7 +74,7 @@ CASES: list[tuple[Walk, str, dict[str, Any], str, str | None, str, tuple[Effect,
         "connected",
         "announced",
         "announced",
-        (Effect("announce_loss"), Effect("arm_reconnect_budget"), REDIAL_0),
+        (ANNOUNCED_LOSS, Effect("arm_reconnect_budget"), REDIAL_0),
     ),
     (
         UP,
@@ -90,7 +92,7 @@ CASES: list[tuple[Walk, str, dict[str, Any], str, str | None, str, tuple[Effect,
         "connected",
         "disconnected",
         "disconnected",
-        (Effect("announce_loss"),),
+        (LOST_FOR_GOOD,),
     ),
     (
         [("connect_started", {})],
@@ -99,7 +101,7 @@ CASES: list[tuple[Walk, str, dict[str, Any], str, str | None, str, tuple[Effect,
         "connecting",
         "disconnected",
         "disconnected",
-        (Effect("announce_loss"),),
+        (LOST_FOR_GOOD,),
     ),
     (SILENT, "connection_lost", LOST, "reconnecting", None, "silent", ()),
     (
@@ -109,7 +111,7 @@ CASES: list[tuple[Walk, str, dict[str, Any], str, str | None, str, tuple[Effect,
         "reconnecting",
         "disconnected",
         "disconnected",
-        (*STOP, Effect("announce_loss")),
+        (*STOP, LOST_FOR_GOOD),
     ),
     (
         GIVING_UP,
@@ -118,7 +120,7 @@ CASES: list[tuple[Walk, str, dict[str, Any], str, str | None, str, tuple[Effect,
         "giving_up",
         "disconnected",
         "disconnected",
-        (Effect("announce_loss"),),
+        (LOST_FOR_GOOD,),
     ),
     ([], "connection_lost", {}, "disconnected", None, "disconnected", ()),
     # the redial's results
@@ -250,7 +252,7 @@ def test_a_stdio_loss_is_final() -> None:
     nothing redials it: a dial result that raced the carrier's end changes nothing."""
     machine = walk(AgentStream.start(), UP)
     step = machine.fire("connection_lost", error="peer disconnected")
-    assert machine.state == "disconnected" and step.effects == (Effect("announce_loss"),)
+    assert machine.state == "disconnected" and step.effects == (LOST_FOR_GOOD,)
     for event in ("redial_failed", "redial_succeeded"):
         late = machine.fire(event, failures=1, error="x")
         assert late.targetless and late.effects == () and machine.state == "disconnected"

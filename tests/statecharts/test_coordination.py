@@ -426,7 +426,7 @@ def test_init_outcomes_move_the_execution(engine: EngineName) -> None:
         ("session_init", "session_announced", "ready"),
         ("execution", "booted", "ready"),
     ]
-    failing = SessionInit.start(engine=engine)
+    failing = walk(SessionInit.start(engine=engine), [("init_started", {})])
     ex2 = walk(Execution.start(engine=engine), [("start_requested", {})])
     fired = fire(
         {"session_init": failing, "execution": ex2},

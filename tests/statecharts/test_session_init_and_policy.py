@@ -22,7 +22,7 @@ from acpfsm.statecharts import (
 
 from .recipes import SESSION_INIT_RECIPES, walk
 
-HANDSHAKE = [("stream_ready", {})]
+HANDSHAKE = [("init_started", {}), ("stream_ready", {})]
 
 
 def names(step: Step) -> list[str]:
@@ -35,15 +35,17 @@ def _init(engine: EngineName, towards: str) -> ChartMachine:
 
 def test_each_working_state_names_the_next_thing_to_do(engine: EngineName) -> None:
     """Every step of a full init enters one working state whose entry effect is the one
-    call the runtime makes next; the initial state's comes with the machine."""
+    call the runtime makes next; the init's start (``init_started``, when its task runs)
+    enters the first; the machine itself is pending and names nothing."""
     init = SessionInit.start(engine=engine)
-    assert [e.name for e in init.initial_effects()] == ["await_stream"]
-    assert init.configuration == ("connecting_stream", "initializing")
+    assert [e.name for e in init.initial_effects()] == []
+    assert init.configuration == ("pending",)
     done = [
         (step.state, names(step))
         for step in (init.fire(e, **d) for e, d in SESSION_INIT_RECIPES["announcing"])
     ]
     assert done == [
+        ("connecting_stream", ["await_stream"]),
         ("handshaking", ["initialize"]),
         ("creating", ["new_session"]),
         ("awaiting_catalog", ["check_catalog"]),
@@ -121,7 +123,7 @@ def test_fallback_then_new_session_failure_fails(engine: EngineName) -> None:
 
 
 def test_stream_connect_timeout_and_initialize_failure_fail(engine: EngineName) -> None:
-    a = SessionInit.start(engine=engine)
+    a = walk(SessionInit.start(engine=engine), [("init_started", {})])
     assert a.fire("stream_connect_timed_out").state == "failed"
     b = walk(SessionInit.start(engine=engine), HANDSHAKE)
     assert names(b.fire("initialize_failed")) == ["fail_init", "open_admission"]
@@ -170,7 +172,7 @@ def test_runtime_options_are_withheld_when_the_catalog_is_unknown(engine: Engine
         (
             {"has_initial_prompt": True, "resume_context_pending": True},
             ["send_initial_prompt"],
-            ("prompting",),
+            ("sending", "prompting"),
         ),
         (
             {"has_initial_prompt": False, "resume_context_pending": True},
@@ -218,9 +220,24 @@ def test_start_model_failure_fails_init_and_abandon_leaves_any_working_state(
             ["open_admission"],
         )
         assert other.ended
-    for towards in ("prompting", "ready"):  # a session at rest is not abandoned
+    for towards in ("admitted", "ready"):  # a session at rest is not abandoned
         at_rest = _init(engine, towards)
         assert at_rest.fire("init_abandoned").targetless and not at_rest.ended
+    # an initial prompt never admitted (the execution stopped first) opens the admission
+    sending = _init(engine, "sending")
+    step = sending.fire("init_abandoned")
+    assert (step.state, names(step)) == ("admitted", ["open_admission"])
+    assert not sending.ended
+
+
+def test_the_initial_prompt_admitted_opens_the_admission(engine: EngineName) -> None:
+    """Callers' prompts queue behind the initial prompt once its generation is admitted:
+    the chart opens the admission then, once."""
+    init = _init(engine, "sending")
+    step = init.fire("initial_prompt_admitted")
+    assert (step.state, names(step)) == ("admitted", ["open_admission"])
+    with pytest.raises(IllegalTransition):
+        init.fire("initial_prompt_admitted")
 
 
 # --- StartModelPolicy: kandev start_model.go's decision table, one case per row -----------
