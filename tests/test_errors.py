@@ -21,7 +21,7 @@ from acpfsm.statecharts import Execution, IllegalTransition
 #: section says the same).
 NOT_OURS: dict[str, str] = {
     "acpfsm.adapters.classify._NoDecode": "private control flow inside the error classifier",
-    "acpfsm.adapters.acp.jsonrpc.JsonRpcErrorReply": (
+    "acpfsm.adapters.acp._jsonrpc_peer.JsonRpcErrorReply": (
         "raised by a request handler to answer the peer with a JSON-RPC error object; the "
         "connection catches it, it never reaches a caller"
     ),
@@ -30,11 +30,11 @@ NOT_OURS: dict[str, str] = {
     ),
     "acpfsm.adapters.reference_agent._wire.RpcError": "the reference agent's, as above",
     "acpfsm.adapters.reference_agent._faults.FaultError": "the reference agent's, as above",
-    "acpfsm.tools.verify_model.Violated": (
+    "acpfsm.tools.verify_world.Violated": (
         "private control flow of acpfsm verify's model: a step the drivers would crash on, "
         "caught by the explorer and reported as the property no_illegal_event"
     ),
-    "acpfsm.tools.verify_model.Branch": (
+    "acpfsm.tools.verify_world.Branch": (
         "private control flow of acpfsm verify's model: answers given at once branch, and the "
         "explorer follows each"
     ),
