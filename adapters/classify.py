@@ -13,15 +13,16 @@ Inputs
       ``load session failed: failed to load session: {"code":-32002,…}``;
     * any other exception (our transport errors, cancellation, a wrapper raised ``from`` one).
 
-Both carriers take the same decision. kandev classifies agentctl's *string*, in which a
-structured code no longer exists, so its ``…: {"code":-32002,…}`` is inconclusive (the init
-fails) where the same error over stdio is ``session_unknown`` (fall back to session/new).
-acpfsm's agentctl adapter recovers the JSON-RPC error from agentctl's text
-(:func:`acpfsm.adapters.agentctl.error_from_text` raises the structured
-:class:`~acpfsm.adapters.errors.AgentRequestError`, kept as the ``__cause__``), so the
-structural rows below see the code over agentctl too and session/load errors are classified
-exactly as over stdio. A bare string given to :func:`classify_error` is still judged by its
-text alone, as the seed does.
+kandev classifies agentctl's session/load failure as a *string*, in which a structured code
+no longer exists (seed ``isSessionLoadFallbackErr``: "Errors from the agentctl WebSocket
+boundary are message-only"), so its ``…: {"code":-32002,…}`` is inconclusive (the init fails,
+the stored ACP session id is kept) where the same error over stdio is ``session_unknown``
+(fall back to session/new). acpfsm does the same: the agentctl adapter hands a session/load
+failure over as text (:func:`acpfsm.adapters.agentctl.error_from_text`), and only the
+canonical phrases and the Codex rollout object read from the text authorize the fallback. For
+the other calls the adapter rebuilds the JSON-RPC error closing agentctl's text as the
+structured :class:`~acpfsm.adapters.errors.AgentRequestError`, so they classify as over stdio.
+A bare string given to :func:`classify_error` is judged by its text alone, as the seed does.
 
 Matching model (the Python reading of Go's ``errors.Is``/``errors.As`` and ``err.Error()``)
     * *Structural* checks (type, JSON-RPC code) search the whole error tree: the
@@ -35,8 +36,8 @@ The canonical rule (seed ``hasCanonicalSessionLoadMessage``, D2): trim (Go's
 the message equals it or ends with ``": " + phrase``. A phrase in the middle, or one followed
 by anything (a JSON object, ``: abc``), does not match. Consequently the *string*
 ``…: {"code":-32002,"message":"Resource not found",…}`` is **inconclusive**, exactly as the
-seed code decides, while a structured −32002 is ``session_unknown`` (which is what the agentctl
-adapter hands over: see above).
+seed code decides (and what acpfsm decides over agentctl: see above), while a structured
+−32002 is ``session_unknown``.
 
 The Codex missing-rollout check (D3) decodes a JSON object the way the seed's Go decoder
 does: ``code`` must be a JSON integer −32603, ``message`` exactly ``Internal error``,

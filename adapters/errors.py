@@ -1,13 +1,15 @@
 """Typed errors raised by acpfsm, rooted at :class:`AcpfsmError`.
 
 Adapters translate every foreign exception (anyio, httpx, msgspec, OS) into one of
-these at the boundary; callers never see a foreign exception type.
+these at the boundary, with :func:`map_exceptions` around each I/O call; callers never see a
+foreign exception type.
 
     AcpfsmError                      every error this library raises (acpfsm.statecharts.errors)
     ├── ChartError                   a chart declared or driven wrongly (acpfsm.statecharts.errors)
     ├── TransportError               the carrier (pipe, WebSocket, HTTP) failed
     │   ├── StreamNotConnected       no live stream; a request was not (or may not have been) delivered
     │   ├── TransportClosed          the peer went away (EOF, broken pipe, process exit)
+    │   │   └── EventConsumerStalled the transport's event consumer fell behind past its bound
     │   ├── TransportTimeout         a bounded wait on the carrier expired
     │   ├── AuthenticationFailed     the carrier refused our credentials (agentctl token, instance id)
     │   ├── DialFailed               one redial of a lost carrier failed; a later one may succeed
@@ -33,7 +35,9 @@ several executions knows which one failed.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -48,6 +52,8 @@ __all__ = [
     "AuthenticationFailed",
     "DialFailed",
     "DialRefused",
+    "EventConsumerStalled",
+    "ExceptionMapping",
     "FileTooLarge",
     "InvalidText",
     "LaunchSpecError",
@@ -64,7 +70,37 @@ __all__ = [
     "TransportError",
     "TransportTimeout",
     "WorkspaceError",
+    "map_exceptions",
 ]
+
+ExceptionMapping = Mapping[
+    type[Exception] | tuple[type[Exception], ...], Callable[[Any], BaseException]
+]
+"""Foreign exception types → what each becomes: a function of the foreign exception (or an
+exception class, called with its text)."""
+
+
+@contextlib.contextmanager
+def map_exceptions(mapping: ExceptionMapping) -> Iterator[None]:
+    """Translate the foreign exceptions of one I/O call at the boundary (httpcore's
+    ``map_exceptions``)::
+
+        with map_exceptions({OSError: lambda exc: TransportError(f"cannot start: {exc}")}):
+            process = await anyio.open_process(argv)
+
+    An exception raised in the block that is an instance of a key is replaced by what the
+    key's value makes of it, with the foreign exception as its ``__cause__``; the first key
+    that matches wins (the mapping's order). Anything else, cancellation included, passes
+    through unchanged. The mapping may hold one function with side effects (a socket marked
+    lost); it runs once, when its exception is translated."""
+    try:
+        yield
+    except Exception as exc:
+        for foreign, ours in mapping.items():
+            if isinstance(exc, foreign):
+                raise (ours(str(exc)) if isinstance(ours, type) else ours(exc)) from exc
+        raise
+
 
 UNDECODABLE_JSON: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
 """What decoding a peer's JSON raises when it is malformed: invalid JSON, or nested deeper
@@ -109,6 +145,12 @@ class TransportClosed(TransportError):
     ) -> None:
         super().__init__(message, execution_id=execution_id)
         self.stderr_tail = stderr_tail
+
+
+class EventConsumerStalled(TransportClosed):
+    """The transport stopped reading the agent because its events were not consumed (the
+    backpressure of a flood), and the consumer did not catch up within the bound: it is gone
+    or stuck. The transport is closed for it (``notification queue overflow: …``)."""
 
 
 class TransportTimeout(TransportError):

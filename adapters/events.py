@@ -18,7 +18,8 @@ list inside it made to hold the event) would therefore never be collected: do no
 from __future__ import annotations
 
 import functools
-from typing import Any, TypeGuard, cast, get_args
+import warnings
+from typing import Any, ClassVar, TypeGuard, cast, get_args
 
 import msgspec
 
@@ -144,19 +145,48 @@ class PermissionOption(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     kind: str
 
 
-class PermissionRequest(_Event, tag="permission_request", frozen=True):
+class _RenamedFields(type(msgspec.Struct)):  # type: ignore[misc]
+    """Accepts a field's former keyword (``_renamed``: old → new) with a DeprecationWarning."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        for old, new in cls._renamed.items():
+            if old in kwargs:
+                warnings.warn(
+                    f"{cls.__name__}({old}=…) is deprecated: use {new}=…",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                kwargs.setdefault(new, kwargs.pop(old))
+        return super().__call__(*args, **kwargs)
+
+
+class PermissionRequest(_Event, tag="permission_request", frozen=True, metaclass=_RenamedFields):
     """The agent asks before running a tool. ``tool_kind`` and ``raw_input`` say what it
     wants to do (stdio: the request's ``toolCall.kind`` and ``rawInput``; agentctl: its
     ``action_type`` and ``action_details``). ``request_id`` is one string per distinct request
     (stdio: :func:`~acpfsm.adapters.acp.stdio.permission_request_id` of its JSON-RPC id, so
-    that ids ``1`` and ``"1"`` are ``"1"`` and ``'"1"'``)."""
+    that ids ``1`` and ``"1"`` are ``"1"`` and ``'"1"'``); ``session_id`` is the ACP session
+    the request names. ``options`` are the answers it offers (the name the lifecycle's
+    ``PermissionRequested`` uses too; ``permission_options`` is its deprecated former name)."""
+
+    _renamed: ClassVar[dict[str, str]] = {"permission_options": "options"}
 
     request_id: str
     tool_call_id: str = ""
     permission_title: str = ""
-    permission_options: list[PermissionOption] = []
+    options: list[PermissionOption] = []
     tool_kind: str = ""
     raw_input: Any = None
+
+    @property
+    def permission_options(self) -> list[PermissionOption]:
+        """Deprecated: :attr:`options`."""
+        warnings.warn(
+            "PermissionRequest.permission_options is deprecated: use options",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.options
 
 
 class PermissionCancelled(_Event, tag="permission_cancelled", frozen=True):

@@ -200,6 +200,28 @@ class EventQueue(Generic[_T]):
         self._batch = batch
         self._taken = 0
         self._check: Callable[[], Awaitable[None]] | None = None
+        self._room: _Event | None = None  # a producer waits for the queue to drain …
+        self._low = 0  # … to this many items
+
+    async def wait_for_room(self, low: int, bound: float) -> bool:
+        """Wait (at most ``bound`` seconds) until the consumer has taken the queue down to
+        ``low`` items, or it is closed: a producer's backpressure. False when the bound
+        expired first. One producer waits at a time; the consumer's cost is one attribute
+        test per item while nobody waits."""
+        if self.closed or len(self.items) <= low:
+            return True
+        self._low = low
+        room = self._room = _event_class()()
+        with anyio.move_on_after(bound):
+            await room.wait()
+        self._room = None
+        return room.is_set()
+
+    def _drained(self) -> None:
+        room = self._room
+        if room is not None and (len(self.items) <= self._low or self.closed):
+            self._room = None
+            room.set()
 
     def __len__(self) -> int:
         return len(self.items)
@@ -211,6 +233,7 @@ class EventQueue(Generic[_T]):
     def close(self) -> None:
         self.closed = True
         self._wakeup.wake()
+        self._drained()
 
     async def changed(self) -> None:
         """Wait for the next ``put`` or ``close``."""
@@ -225,7 +248,10 @@ class EventQueue(Generic[_T]):
         handling yielded, go back to :meth:`__anext__`, which does."""
         if self.items and self._taken < self._batch:
             self._taken += 1
-            return self.items.popleft()
+            item = self.items.popleft()
+            if self._room is not None:
+                self._drained()
+            return item
         return None
 
     def __aiter__(self) -> EventQueue[_T]:
@@ -249,4 +275,7 @@ class EventQueue(Generic[_T]):
                 check = self._check = cancellation_check()
             await check()
         self._taken += 1
-        return self.items.popleft()
+        item = self.items.popleft()
+        if self._room is not None:
+            self._drained()
+        return item

@@ -18,7 +18,7 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from .errors import LocalProtocolError
+from .errors import ExceptionMapping, LocalProtocolError, map_exceptions
 from .events import (
     AgentEvent,
     ConfigOption,
@@ -117,13 +117,14 @@ async def attachment_content(attachment: Attachment) -> tuple[bytes, str]:
     :class:`LocalProtocolError` naming it."""
     data = attachment.data
     if not data and attachment.path:
-        try:
-            data = await anyio.Path(attachment.path).read_bytes()
-        except OSError as exc:
-            raise LocalProtocolError(
+        unreadable: ExceptionMapping = {
+            OSError: lambda exc: LocalProtocolError(
                 f"cannot read attachment {attachment.name!r} at {attachment.path}: "
                 f"{exc.strerror or exc}"
-            ) from None
+            )
+        }
+        with map_exceptions(unreadable):
+            data = await anyio.Path(attachment.path).read_bytes()
     mime = attachment.mime_type
     if mime == "application/octet-stream":
         import mimetypes  # rare path (and reads the system's MIME tables): imported here
@@ -194,14 +195,14 @@ def allow_once_option(options: Sequence[PermissionOption]) -> str | None:
 async def reject_permission_policy(request: PermissionRequest) -> str | None:
     """The default policy: refuse (:func:`reject_option`; ``cancelled`` when the request
     offers no reject option). An agent with it cannot run a tool that needs permission."""
-    return reject_option(request.permission_options)
+    return reject_option(request.options)
 
 
 async def allow_once_permission_policy(request: PermissionRequest) -> str | None:
     """Allow this one request (:func:`allow_once_option`); refuse it when it offers no
     ``allow_once`` option. Only for agents you trust with the workspace (the reference
     agent, tests, sandboxes)."""
-    options = request.permission_options
+    options = request.options
     return allow_once_option(options) or reject_option(options)
 
 

@@ -44,6 +44,7 @@ from .errors import ExecutionAlreadyExists as ExecutionAlreadyExists
 from .errors import ExecutionCrashed as ExecutionCrashed
 from .errors import ExecutionIdRequired as ExecutionIdRequired
 from .errors import ExecutionNotFound as ExecutionNotFound
+from .errors import ExecutorError as ExecutorError
 from .errors import ExecutorNotFound as ExecutorNotFound
 from .errors import InvalidPrompt as InvalidPrompt
 from .errors import InvalidWorkspace as InvalidWorkspace
@@ -66,6 +67,7 @@ from .errors import SteerNotDispatched as SteerNotDispatched
 from .errors import Unsupported as Unsupported
 from .hub import SubscriberOverflow as SubscriberOverflow
 from .hub import Subscription as Subscription
+from .mcp.tools import ErrorExposure as ErrorExposure
 from .mcp.tools import Tool as Tool
 from .mcp.tools import ToolDeclarationError as ToolDeclarationError
 from .mcp.tools import ToolSet as ToolSet
@@ -120,6 +122,7 @@ __all__ = [
     "CancelFailed",
     "DialFailed",
     "DialRefused",
+    "ErrorExposure",
     "Execution",
     "ExecutionAlreadyExists",
     "ExecutionCrashed",
@@ -128,6 +131,7 @@ __all__ = [
     "ExecutionRef",
     "ExecutionStatus",
     "Executor",
+    "ExecutorError",
     "ExecutorNotFound",
     "InvalidPrompt",
     "InvalidWorkspace",

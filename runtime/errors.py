@@ -12,6 +12,8 @@
     │   └── InvalidWorkspace         the workspace path is empty, relative or not encodable
     ├── ExecutionCrashed             the execution's own code failed (an executor, the
     │                                transport, a bug): it is FAILED, no other one is touched
+    ├── ExecutorError                the app's executor failed to start the agent, or its close
+    │                                hung past its bound (``__cause__``: its own exception)
     ├── PermissionAnswerError        the app's answer to a permission request was not taken
     │   ├── PermissionRequestNotFound    no such request was asked
     │   ├── PermissionAlreadyResolved    it was already answered, refused or cancelled
@@ -76,6 +78,7 @@ __all__ = [
     "ExecutionCrashed",
     "ExecutionIdRequired",
     "ExecutionNotFound",
+    "ExecutorError",
     "ExecutorNotFound",
     "InvalidPrompt",
     "InvalidWorkspace",
@@ -147,6 +150,13 @@ class ExecutionCrashed(AcpfsmError):
     transport, a bug in acpfsm, an illegal chart event): the execution is FAILED (its
     ``agent.failed`` has phase ``crash``), its waiters are released with this error, and no
     other execution is touched. ``__cause__`` is the failure."""
+
+
+class ExecutorError(AcpfsmError):
+    """The executor failed outside acpfsm's error tree: its ``open()`` raised or its context
+    manager failed on enter (the launch fails with this error; ``__cause__`` is the
+    executor's own exception), or its close did not finish within ``Timeouts.executor_close``
+    (abandoned: ``Runtime.stop`` raises this once the rest of the execution is released)."""
 
 
 class PermissionAnswerError(AcpfsmError):

@@ -283,6 +283,9 @@ class PermissionRequested(_Lifecycle, frozen=True, tag="permission.requested"):
     policy: str
     prompt_generation: int = 0
     expires_in: float = 0.0
+    session_id: str = ""
+    """The ACP session the request is for: always the execution's own (over stdio a request
+    naming another session is refused before it is asked; agentctl relays only its own)."""
 
 
 class PermissionResolved(_Lifecycle, frozen=True, tag="permission.resolved"):

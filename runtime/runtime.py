@@ -43,11 +43,13 @@ from .errors import (
     ExecutionAlreadyExists,
     ExecutionIdRequired,
     ExecutionNotFound,
+    ExecutorError,
     ExecutorNotFound,
     LaunchSpecError,
     ProfileNotFound,
     Unsupported,
 )
+from .guard import GuardedExecutor
 from .history import HistoryStore
 from .hub import Subscription
 from .mcp.execution import KANDEV_MCP_MODES, ExecutionMcp, RuntimeTools
@@ -64,6 +66,7 @@ from .types import (
     PromptResult,
     Retention,
     Timeouts,
+    WorkspaceRef,
 )
 
 __all__ = [
@@ -78,19 +81,33 @@ log = logging.getLogger("acpfsm.runtime")
 
 MCP_MODES = KANDEV_MCP_MODES
 LAUNCH_REQUEST_KEY = "launch_request"
+DEFAULT_EXECUTOR_ID = "stdio"
+"""The executor of a spec that names none, neither itself nor through its base request."""
 _BASE_SPEC_FIELDS = ("agent_profile_id", "executor_id", "prompt", "prior_acp_session", "mcp_mode")
+#: The base request's workspace keys (kandev ``LaunchRequest`` ``WorkspacePath``,
+#: ``RepositoryID``, ``IsEphemeral``) and the :class:`WorkspaceRef` field each fills.
+_BASE_WORKSPACE_FIELDS = {
+    "workspace_path": "path",
+    "repository_id": "repository_id",
+    "is_ephemeral": "is_ephemeral",
+}
 
 
 def launch_spec_from_request(spec: LaunchSpec) -> LaunchSpec:
     """kandev's ``launchRequestFromSpec`` in Python terms: the spec actually launched.
 
     ``spec.metadata["launch_request"]``, when a mapping, is the base request: its keys become
-    metadata, except those naming a typed spec field (``prompt``, ``prior_acp_session``,
-    ``mcp_mode`` …), which fill that field only when the spec leaves it empty. The spec's own
-    metadata keys override the base, and the ``launch_request`` key itself is dropped. The MCP
-    mode is recorded as metadata ``mcp_mode``. Unlike kandev's shallow copy (H11, KANDEV.md),
-    nothing the caller passed is written to: the base mapping is copied."""
-    base = spec.metadata.get(LAUNCH_REQUEST_KEY)
+    metadata, except those naming a typed spec field (``executor_id``, ``prompt``,
+    ``prior_acp_session``, ``mcp_mode`` …) or a workspace field (``workspace_path``,
+    ``repository_id``, ``is_ephemeral``), which fill that field only when the spec leaves it
+    unset, as kandev overlays only the spec's non-zero fields (``is_ephemeral``: only the
+    spec's ``True`` overrides). An executor named nowhere is :data:`DEFAULT_EXECUTOR_ID`. The
+    spec's own metadata keys override the base, and the ``launch_request`` key itself is
+    dropped. The MCP mode is recorded as metadata ``mcp_mode``. Unlike kandev's shallow copy
+    (H11, KANDEV.md), nothing the caller passed is written to: the base mapping is copied."""
+    if not isinstance(spec, LaunchSpec):
+        raise LaunchSpecError(f"a LaunchSpec is needed, not {type(spec).__name__}")
+    base = spec.metadata.get(LAUNCH_REQUEST_KEY) if isinstance(spec.metadata, Mapping) else None
     metadata: dict[str, Any] = dict(base) if isinstance(base, Mapping) else {}
     typed: dict[str, Any] = {}
     for name in _BASE_SPEC_FIELDS:
@@ -98,7 +115,18 @@ def launch_spec_from_request(spec: LaunchSpec) -> LaunchSpec:
             value = metadata.pop(name)
             if not getattr(spec, name) and value:
                 typed[name] = str(value)
-    metadata.update((k, v) for k, v in spec.metadata.items() if k != LAUNCH_REQUEST_KEY)
+    workspace: dict[str, Any] = {}
+    for key, field in _BASE_WORKSPACE_FIELDS.items():
+        if key in metadata:
+            value = metadata.pop(key)
+            if not getattr(spec.workspace, field, None) and value:
+                workspace[field] = True if field == "is_ephemeral" else str(value)
+    if workspace and isinstance(spec.workspace, WorkspaceRef):
+        typed["workspace"] = msgspec.structs.replace(spec.workspace, **workspace)
+    if not typed.get("executor_id", spec.executor_id):
+        typed["executor_id"] = DEFAULT_EXECUTOR_ID
+    if isinstance(spec.metadata, Mapping):
+        metadata.update((k, v) for k, v in spec.metadata.items() if k != LAUNCH_REQUEST_KEY)
     mcp_mode = typed.get("mcp_mode", spec.mcp_mode)
     if mcp_mode:
         metadata["mcp_mode"] = mcp_mode
@@ -234,6 +262,7 @@ class Runtime:
         self.engine: EngineName = engine or default_engine()
         self._sessions: dict[str, ExecutionSession] = {}
         self._by_task_session: dict[str, str] = {}
+        self._stuck: dict[str, ExecutorError] = {}  # executors whose close was abandoned
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
         tool_sets = tuple(tool_sets)
@@ -301,9 +330,8 @@ class Runtime:
         initialization (and the initial prompt) continue in the background: watch them with
         :meth:`subscribe_events`, or just call :meth:`prompt`, which waits for them."""
         tg = self._task_group()
+        spec = launch_spec_from_request(spec)  # the base request fills what the spec leaves unset
         check_launch_spec(spec)
-        spec = launch_spec_from_request(spec)
-        check_launch_spec(spec)  # what the base request filled in, too
         profile = self.profiles.get(spec.agent_profile_id)
         if profile is None:
             raise ProfileNotFound(f"unknown agent profile {spec.agent_profile_id!r}")
@@ -336,13 +364,19 @@ class Runtime:
             mcp_mode=spec.mcp_mode,
         )
         mcp = self._execution_mcp(execution_id, spec, profile)
+        guarded = GuardedExecutor(
+            executor,
+            spec.executor_id,
+            close_bound=self.timeouts.executor_close,
+            stuck=lambda error: self._stuck.__setitem__(execution_id, error),
+        )
 
         def open_transport(policy: PermissionPolicy) -> AbstractAsyncContextManager[AgentTransport]:
             # the execution's own permission policy (its PermissionBroker) goes with the launch
             with_policy = dataclasses.replace(launch, permission_policy=policy)
             if mcp is not None:
-                return mcp.open_transport(executor, with_policy)
-            return executor.open(with_policy)
+                return mcp.open_transport(guarded, with_policy)
+            return guarded.open(with_policy)
 
         session = ExecutionSession(
             execution_id=execution_id,
@@ -385,6 +419,7 @@ class Runtime:
             tools=self.tools,
             mode=spec.mcp_mode or (self.tools.default_mode if self.tools is not None else ""),
             call_timeout=self.timeouts.tool_call,
+            idle_timeout=self.timeouts.tool_server_idle,
         )
 
     def _forget(self, session: ExecutionSession) -> None:
@@ -401,10 +436,14 @@ class Runtime:
         cancelled before the stop began stops nothing, and the execution stays."""
         session = self._session(execution_id)
         try:
-            return await session.stop(reason, force=force)
+            final = await session.stop(reason, force=force)
         finally:
             if session.stopping:
                 self._forget(session)
+        stuck = self._stuck.pop(execution_id, None)
+        if stuck is not None:  # its executor's close was abandoned (all else is released)
+            raise stuck
+        return final
 
     def get_execution(self, execution_id: str) -> Execution:
         return self._session(execution_id).snapshot()

@@ -91,7 +91,9 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     the Runtime's tool server); ``mcp_mode`` picks the tool set (see ``Runtime.set_mcp_mode``)."""
 
     agent_profile_id: str
-    executor_id: str = "stdio"
+    executor_id: str = ""
+    """The executor to launch on; ``""`` (unset): the base request's
+    (``metadata["launch_request"]``), else ``"stdio"``."""
     workspace: WorkspaceRef
     prompt: str = ""
     prior_acp_session: str = ""
@@ -209,6 +211,11 @@ class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
     permission_wait: float = 300.0
     """How long an ``ask`` permission request waits for the app's answer before it is
     refused (its turn's end cancels it sooner)."""
+    executor_close: float = 30.0
+    """How long an executor's close (the agent's stop) may take before it is abandoned."""
+    tool_server_idle: float = 5.0
+    """How long a connection to an execution's tool server may stay open without an
+    authenticated request (any local process can connect; only the agent has the secret)."""
 
     def scaled(self, factor: float) -> Timeouts:
         return Timeouts(**{f: getattr(self, f) * factor for f in self.__struct_fields__})

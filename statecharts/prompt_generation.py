@@ -63,7 +63,7 @@ is published), ``release_waiter`` (the prompt caller's result: ``result`` names 
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from statemachine import State
 
@@ -73,6 +73,158 @@ from ._compile import Effects, effect
 __all__ = ["PromptGeneration"]
 
 _DONE = effect("end_cancel", result="ended")
+
+
+#: What each state entered and each transition taken asks the runtime to do (see the module
+#: docstring for the effects).
+_EFFECTS: Final = Effects(
+    on_enter={
+        "dispatched": ["arm_activity"],
+        "reconnecting": ["wait_for_carrier"],
+        "abandoned": ["send_cancel"],
+        "releasing": [
+            "record_escalation",
+            effect("release_waiter", result="cancel_escalated"),
+            "await_waiter",
+        ],
+        "escalating": [
+            "record_escalation",
+            effect("release_waiter", result="cancel_escalated"),
+            "await_waiter",
+        ],
+        "completed": [
+            effect("claim_outcome", "stop_reason"),
+            effect("release_waiter", result="completed"),
+            effect("publish_terminal_event", "generation"),
+            effect("publish_prompt_completed", "generation", "stop_reason"),
+            _DONE,
+        ],
+        "failed": [
+            effect("claim_outcome", "error"),
+            effect("publish_terminal_event", "generation"),
+            effect("publish_prompt_failed", "generation", "error", outcome="failed"),
+            _DONE,
+        ],
+        "disconnected": [
+            effect("claim_disconnect", "error"),
+            effect("release_waiter", result="disconnected"),
+            _DONE,
+        ],
+        "undelivered": [
+            effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
+            effect("release_waiter", "error", result="undelivered"),
+            _DONE,
+        ],
+        "withdrawn": [
+            effect("release_waiter", result="withdrawn"),
+            effect("publish_prompt_completed", "generation", stop_reason="cancelled"),
+            _DONE,
+        ],
+        "handed_off": [
+            "claim_handoff",
+            effect("release_waiter", result="handed_off"),
+            _DONE,
+        ],
+        "superseded": [_DONE],
+    },
+    transitions={
+        "successor_admitting: unawaited": ["hold_barrier"],
+        "successor_admitting: abandoned": ["hold_barrier"],
+        "barrier_timed_out: unawaited": ["barrier_failed"],
+        "dispatch_started: withdrawn": ["skip_dispatch"],
+        "dispatch_failed: escalating -> cancel_escalated": [_DONE],
+        "dispatch_failed: escalated -> cancel_escalated": [_DONE],
+        "dispatch_unreachable: escalating -> cancel_escalated": [_DONE],
+        "dispatch_unreachable: escalated -> cancel_escalated": [_DONE],
+        "dispatch_failed: sending -> cancel_escalated": [
+            effect("publish_prompt_failed", "generation", "error", outcome="cancel_escalated"),
+            effect("release_waiter", "error", result="dispatch_cancel_escalated"),
+            _DONE,
+        ],
+        # an error completion: the execution fails either way (handleCompleteEventMarkState);
+        # the waiter learns a cancel escalation when the error is a cancel release
+        "completion_received: dispatched -> failed [is_cancel_release]": [
+            effect("release_waiter", "error", result="agent_cancel_escalated")
+        ],
+        "completion_received: dispatched -> failed [is_error]": [
+            effect("release_waiter", "error", result="agent_error")
+        ],
+        "completion_received: sending -> failed [is_cancel_release]": [
+            effect("release_waiter", "error", result="agent_cancel_escalated")
+        ],
+        "completion_received: sending -> failed [is_error]": [
+            effect("release_waiter", "error", result="agent_error")
+        ],
+        "completion_received: handed_off -> failed": [
+            effect("release_waiter", "error", result="agent_error")
+        ],
+        "completion_received: abandoned -> failed": [
+            effect("release_waiter", "error", result="agent_error")
+        ],
+        "completion_received: releasing -> cancel_escalated": [
+            effect("claim_outcome", "stop_reason", "error"),
+            effect("publish_terminal_event", "generation"),
+            _DONE,
+        ],
+        "completion_received: escalating -> cancel_escalated": [
+            effect("claim_outcome", "stop_reason", "error"),
+            effect("publish_terminal_event", "generation"),
+            _DONE,
+        ],
+        "completion_received: escalated -> cancel_escalated": [
+            effect("claim_outcome", "stop_reason", "error"),
+            effect("publish_terminal_event", "generation"),
+            _DONE,
+        ],
+        "completion_received: dispatched": ["unclaimed"],
+        "completion_received: live": ["unclaimed"],
+        "completion_received: ended": ["unclaimed"],
+        "completion_received: superseded": ["unclaimed"],
+        "stream_lost: dispatched -> disconnected": [
+            effect("publish_stream_error", "generation", "error")
+        ],
+        "stream_lost: sending -> disconnected": [
+            effect("publish_stream_error", "generation", "error")
+        ],
+        "stream_lost: handed_off -> disconnected": [
+            effect("publish_stream_error", "generation", "error")
+        ],
+        "stream_lost: abandoned -> disconnected": [
+            effect("publish_stream_error", "generation", "error")
+        ],
+        "stream_lost: escalated -> disconnected": [
+            effect("publish_stream_error", "generation", "error")
+        ],
+        "stream_lost: releasing -> disconnected": [
+            effect("publish_stream_error", "generation", "error")
+        ],
+        "stream_lost: escalating -> disconnected": [
+            effect("publish_stream_error", "generation", "error")
+        ],
+        "cancel_requested: sending": ["await_dispatch"],
+        "send_wait_timed_out: sending": ["send_cancel"],
+        "cancel_requested: live": ["send_cancel"],
+        "cancel_requested: ended": ["send_cancel"],
+        "cancel_answered: escalated [cancel_unacknowledged]": ["report_escalation"],
+        "cancel_answered: live": ["arm_cancel_wait"],
+        "cancel_answered: ended [cancel_unacknowledged]": ["escalate_idle"],
+        "cancel_wait_timed_out: escalated": ["report_escalation"],
+        "waiter_returned: escalating -> escalated": ["report_escalation"],
+        "escalation_wait_timed_out: escalating -> escalated": ["report_escalation"],
+        "waiter_returned: releasing -> cancel_escalated": ["report_escalation", _DONE],
+        "escalation_wait_timed_out: releasing -> cancel_escalated": [
+            "report_escalation",
+            _DONE,
+        ],
+        "steer_requested: dispatched": ["dispatch_steer"],
+        "steer_requested: live": ["steer_refused"],
+        "steer_requested: ended": ["steer_refused"],
+        "steer_requested: superseded": ["steer_refused"],
+        "stall_detected: awaited -> stall_reported": [
+            effect("report_stall", "generation", "stalled_for")
+        ],
+    },
+)
 
 
 class PromptGeneration(Chart):
@@ -322,154 +474,7 @@ class PromptGeneration(Chart):
     # --- supersession (P>g) --------------------------------------------------------------
     superseded_by_successor = live.to(superseded) | ended.to(superseded)
 
-    effects: ClassVar[Effects] = Effects(
-        on_enter={
-            "dispatched": ["arm_activity"],
-            "reconnecting": ["wait_for_carrier"],
-            "abandoned": ["send_cancel"],
-            "releasing": [
-                "record_escalation",
-                effect("release_waiter", result="cancel_escalated"),
-                "await_waiter",
-            ],
-            "escalating": [
-                "record_escalation",
-                effect("release_waiter", result="cancel_escalated"),
-                "await_waiter",
-            ],
-            "completed": [
-                effect("claim_outcome", "stop_reason"),
-                effect("release_waiter", result="completed"),
-                effect("publish_terminal_event", "generation"),
-                effect("publish_prompt_completed", "generation", "stop_reason"),
-                _DONE,
-            ],
-            "failed": [
-                effect("claim_outcome", "error"),
-                effect("publish_terminal_event", "generation"),
-                effect("publish_prompt_failed", "generation", "error", outcome="failed"),
-                _DONE,
-            ],
-            "disconnected": [
-                effect("claim_disconnect", "error"),
-                effect("release_waiter", result="disconnected"),
-                _DONE,
-            ],
-            "undelivered": [
-                effect("publish_prompt_failed", "generation", "error", outcome="undelivered"),
-                effect("release_waiter", "error", result="undelivered"),
-                _DONE,
-            ],
-            "withdrawn": [
-                effect("release_waiter", result="withdrawn"),
-                effect("publish_prompt_completed", "generation", stop_reason="cancelled"),
-                _DONE,
-            ],
-            "handed_off": [
-                "claim_handoff",
-                effect("release_waiter", result="handed_off"),
-                _DONE,
-            ],
-            "superseded": [_DONE],
-        },
-        transitions={
-            "successor_admitting: unawaited": ["hold_barrier"],
-            "successor_admitting: abandoned": ["hold_barrier"],
-            "barrier_timed_out: unawaited": ["barrier_failed"],
-            "dispatch_started: withdrawn": ["skip_dispatch"],
-            "dispatch_failed: escalating -> cancel_escalated": [_DONE],
-            "dispatch_failed: escalated -> cancel_escalated": [_DONE],
-            "dispatch_unreachable: escalating -> cancel_escalated": [_DONE],
-            "dispatch_unreachable: escalated -> cancel_escalated": [_DONE],
-            "dispatch_failed: sending -> cancel_escalated": [
-                effect("publish_prompt_failed", "generation", "error", outcome="cancel_escalated"),
-                effect("release_waiter", "error", result="dispatch_cancel_escalated"),
-                _DONE,
-            ],
-            # an error completion: the execution fails either way (handleCompleteEventMarkState);
-            # the waiter learns a cancel escalation when the error is a cancel release
-            "completion_received: dispatched -> failed [is_cancel_release]": [
-                effect("release_waiter", "error", result="agent_cancel_escalated")
-            ],
-            "completion_received: dispatched -> failed [is_error]": [
-                effect("release_waiter", "error", result="agent_error")
-            ],
-            "completion_received: sending -> failed [is_cancel_release]": [
-                effect("release_waiter", "error", result="agent_cancel_escalated")
-            ],
-            "completion_received: sending -> failed [is_error]": [
-                effect("release_waiter", "error", result="agent_error")
-            ],
-            "completion_received: handed_off -> failed": [
-                effect("release_waiter", "error", result="agent_error")
-            ],
-            "completion_received: abandoned -> failed": [
-                effect("release_waiter", "error", result="agent_error")
-            ],
-            "completion_received: releasing -> cancel_escalated": [
-                effect("claim_outcome", "stop_reason", "error"),
-                effect("publish_terminal_event", "generation"),
-                _DONE,
-            ],
-            "completion_received: escalating -> cancel_escalated": [
-                effect("claim_outcome", "stop_reason", "error"),
-                effect("publish_terminal_event", "generation"),
-                _DONE,
-            ],
-            "completion_received: escalated -> cancel_escalated": [
-                effect("claim_outcome", "stop_reason", "error"),
-                effect("publish_terminal_event", "generation"),
-                _DONE,
-            ],
-            "completion_received: dispatched": ["unclaimed"],
-            "completion_received: live": ["unclaimed"],
-            "completion_received: ended": ["unclaimed"],
-            "completion_received: superseded": ["unclaimed"],
-            "stream_lost: dispatched -> disconnected": [
-                effect("publish_stream_error", "generation", "error")
-            ],
-            "stream_lost: sending -> disconnected": [
-                effect("publish_stream_error", "generation", "error")
-            ],
-            "stream_lost: handed_off -> disconnected": [
-                effect("publish_stream_error", "generation", "error")
-            ],
-            "stream_lost: abandoned -> disconnected": [
-                effect("publish_stream_error", "generation", "error")
-            ],
-            "stream_lost: escalated -> disconnected": [
-                effect("publish_stream_error", "generation", "error")
-            ],
-            "stream_lost: releasing -> disconnected": [
-                effect("publish_stream_error", "generation", "error")
-            ],
-            "stream_lost: escalating -> disconnected": [
-                effect("publish_stream_error", "generation", "error")
-            ],
-            "cancel_requested: sending": ["await_dispatch"],
-            "send_wait_timed_out: sending": ["send_cancel"],
-            "cancel_requested: live": ["send_cancel"],
-            "cancel_requested: ended": ["send_cancel"],
-            "cancel_answered: escalated [cancel_unacknowledged]": ["report_escalation"],
-            "cancel_answered: live": ["arm_cancel_wait"],
-            "cancel_answered: ended [cancel_unacknowledged]": ["escalate_idle"],
-            "cancel_wait_timed_out: escalated": ["report_escalation"],
-            "waiter_returned: escalating -> escalated": ["report_escalation"],
-            "escalation_wait_timed_out: escalating -> escalated": ["report_escalation"],
-            "waiter_returned: releasing -> cancel_escalated": ["report_escalation", _DONE],
-            "escalation_wait_timed_out: releasing -> cancel_escalated": [
-                "report_escalation",
-                _DONE,
-            ],
-            "steer_requested: dispatched": ["dispatch_steer"],
-            "steer_requested: live": ["steer_refused"],
-            "steer_requested: ended": ["steer_refused"],
-            "steer_requested: superseded": ["steer_refused"],
-            "stall_detected: awaited -> stall_reported": [
-                effect("report_stall", "generation", "stalled_for")
-            ],
-        },
-    )
+    effects: ClassVar[Effects] = _EFFECTS
 
     # --- guards: pure functions of event data and the chart's constants -----------------
 

@@ -20,7 +20,7 @@ from acpfsm.statecharts import Execution, IllegalTransition
 #: Exception classes that are deliberately not AcpfsmErrors, and why (the errors guide,
 #: docs/guides/errors.md, says the same).
 NOT_OURS: dict[str, str] = {
-    "acpfsm.adapters.acp.jsonrpc.JsonRpcErrorReply": (
+    "acpfsm.adapters.acp._jsonrpc_peer.JsonRpcErrorReply": (
         "raised by a request handler to answer the peer with a JSON-RPC error object; the "
         "connection catches it, it never reaches a caller"
     ),

@@ -20,7 +20,11 @@ What the peer gets wrong is a :class:`RemoteProtocolError` passed to ``on_protoc
 and survived: a line longer than ``max_line_bytes`` (discarded up to its newline), malformed
 JSON, a message that is not JSON-RPC, a response to an id we never sent, an error without id.
 A request whose id is neither a string nor an integer (``null``, ``1.5``, ``true``, ``[1]``)
-is also answered, as JSON-RPC 2.0 asks: ``-32600 Invalid Request`` under id ``null``.
+is also answered, as JSON-RPC 2.0 asks: ``-32600 Invalid Request`` under id ``null``. A
+request that does not decode (a lone-surrogate escape, nesting deeper than the decoder
+allows) but whose id and method can be read off the top-level object is answered ``-32700
+Parse error`` under that id, so the peer is not left waiting; a response that does not
+decode fails the request it answers (a :class:`RemoteProtocolError`).
 
 The peer's requests are served concurrently, at most ``max_incoming`` at once (being served
 or answered, the refusals included). The reader waits for a free slot before it takes the
@@ -42,31 +46,36 @@ abandoned (a late answer is dropped quietly) and the peer is told with a
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, cast
 
 import anyio
 import anyio.abc
 import msgspec
-from msgspec import UNSET, Raw, UnsetType
+from msgspec import Raw
 
 from ..errors import (
-    UNDECODABLE_JSON,
-    AgentRequestError,
+    ExceptionMapping,
     LocalProtocolError,
     RemoteProtocolError,
     TransportClosed,
+    map_exceptions,
 )
 from ..sync import Wakeup
+from ._jsonrpc_peer import (
+    CloseHandler,
+    JsonRpcErrorReply,
+    NotificationHandler,
+    OnResponse,
+    PeerInfo,
+    ProtocolErrorHandler,
+    RequestHandler,
+    _PeerSide,
+    method_not_found,
+)
 from .messages import (
-    JsonRpcError,
-    JsonRpcErrorResponse,
-    JsonRpcMessage,
     JsonRpcNotification,
     JsonRpcRequest,
-    JsonRpcResponse,
     RequestId,
-    decode_message,
     encode_line,
 )
 
@@ -87,72 +96,10 @@ DEFAULT_MAX_INCOMING: Final = 1024
 """The peer's requests served or answered at once; the next one waits for a free slot."""
 DEFAULT_FLOOD_GRACE: Final = 5.0
 """How long the next request waits for a free slot before the peer counts as flooding."""
-_READ_CHUNK: Final = 64 * 1024
-_PREVIEW: Final = 120
-
-RequestHandler = Callable[[RequestId, str, Raw | None], Awaitable[Any]]
-NotificationHandler = Callable[[str, Raw | None], Awaitable[None]]
-ProtocolErrorHandler = Callable[[RemoteProtocolError], None]
-CloseHandler = Callable[[TransportClosed | None], None]
-PeerInfo = Callable[[], Awaitable[tuple[str, str]]]
-OnResponse = Callable[[Raw | None, Exception | None], None]
-"""Told a written request's end, synchronously: its result, or what it raised instead."""
-
-
-class JsonRpcErrorReply(Exception):
-    """Raise from a request handler to answer with a JSON-RPC error object."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(f"{code} {message}")
-        self.code = code
-        self.message = message
-        self.data = data
-
-
-def method_not_found(method: str) -> JsonRpcErrorReply:
-    return JsonRpcErrorReply(-32601, "Method not found", {"method": method})
-
-
-def _preview(line: bytes) -> str:
-    text = line[:_PREVIEW].decode("utf-8", "replace")
-    return text + ("…" if len(line) > _PREVIEW else "")
 
 
 def _log_protocol_error(error: RemoteProtocolError) -> None:
     log.warning("%s", error)
-
-
-class _Call(msgspec.Struct):
-    """A message's method and raw id, whatever the id is (to tell a request by its bad id)."""
-
-    method: str | UnsetType = UNSET
-    id: Raw | UnsetType = UNSET
-
-
-_CALL_DECODER: Final = msgspec.json.Decoder(_Call)
-_ID_DECODER: Final = msgspec.json.Decoder(RequestId)
-_INVALID_ID: Final = JsonRpcError(
-    code=-32600,
-    message="Invalid Request",
-    data={"details": "a request id is a string or an integer"},
-)
-
-
-def _invalid_request_id(line: bytes) -> bytes | None:
-    """The id (as sent) of the message on ``line`` that did not decode, if it is a request (a
-    method and an id) whose id is neither a string nor an integer; else ``None``."""
-    try:
-        call = _CALL_DECODER.decode(line)
-    except UNDECODABLE_JSON:
-        return None
-    if isinstance(call.method, UnsetType) or isinstance(call.id, UnsetType):
-        return None
-    sent = bytes(call.id)
-    try:
-        _ID_DECODER.decode(sent)
-    except UNDECODABLE_JSON:
-        return sent
-    return None
 
 
 class _Slot:
@@ -216,7 +163,7 @@ class PendingRequest:
         self._connection._abandon(self.id, self._slot)
 
 
-class JsonRpcConnection:
+class JsonRpcConnection(_PeerSide):
     """See the module docstring. Start :meth:`run` in a task group (``await tg.start(conn.run)``)."""
 
     def __init__(
@@ -241,14 +188,14 @@ class JsonRpcConnection:
         self._on_protocol_error = on_protocol_error or _log_protocol_error
         self._on_close = on_close
         self._peer_info = peer_info
-        self.max_line_bytes: Final = max_line_bytes
+        self.max_line_bytes = max_line_bytes
         if max_incoming < 1 or not flood_grace >= 0:  # (not >= : NaN too)
             raise ValueError(
                 f"max_incoming must be at least 1 and flood_grace at least 0, not "
                 f"{max_incoming!r} and {flood_grace!r}"
             )
-        self.max_incoming: Final = max_incoming
-        self.flood_grace: Final = flood_grace
+        self.max_incoming = max_incoming
+        self.flood_grace = flood_grace
         self._incoming = 0  # the peer's requests being served or answered
         self._slot_freed = Wakeup()  # one of them finished, or the connection closed
         self.name: Final = name
@@ -261,9 +208,14 @@ class JsonRpcConnection:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._reader_scope: anyio.CancelScope | None = None
         self._close_message: str | None = None
+        self._close_kind: type[TransportClosed] = TransportClosed
         self._close_tail = ""
         self._closed_locally = False
         self.protocol_errors = 0
+        self._encoding: Any = None  # the message being encoded (for its error)
+        self._unencodable: ExceptionMapping = {
+            (msgspec.EncodeError, TypeError, ValueError, OverflowError): self._cannot_send
+        }
 
     # ---------------------------------------------------------------------------- state
 
@@ -287,14 +239,16 @@ class JsonRpcConnection:
         pipe. Follow with :meth:`aclose`."""
         self._die("connection closed", local=True, drain=True)
 
-    def abort(self, message: str) -> None:
+    def abort(self, message: str, *, kind: type[TransportClosed] = TransportClosed) -> None:
         """Declare the transport dead from our side for a reason that is not a local close
-        (e.g. ``notification queue overflow``): pending requests fail with ``message``."""
+        (e.g. ``notification queue overflow``): pending requests, and later calls, fail
+        with ``kind(message)``."""
+        self._close_kind = kind
         self._die(message)
 
     def _closed_error(self) -> TransportClosed:
         assert self._close_message is not None
-        return TransportClosed(self._close_message, stderr_tail=self._close_tail)
+        return self._close_kind(self._close_message, stderr_tail=self._close_tail)
 
     def _die(
         self, message: str, stderr_tail: str = "", *, local: bool = False, drain: bool = False
@@ -336,15 +290,16 @@ class JsonRpcConnection:
     # ---------------------------------------------------------------------------- sending
 
     async def _write(self, message: Any) -> None:
-        try:
+        self._encoding = message
+        with map_exceptions(self._unencodable):
             data = encode_line(message)
-        except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
-            # e.g. a lone surrogate (os.fsdecode of a name that is not UTF-8): nothing is sent
-            what = getattr(message, "method", "") or "a response"
-            raise LocalProtocolError(
-                f"cannot send {what} to {self.name}: {type(exc).__name__}: {exc}"
-            ) from None
         await self._send_line(data)
+
+    def _cannot_send(self, exc: Exception) -> LocalProtocolError:
+        """A message that cannot be encoded (e.g. a lone surrogate: ``os.fsdecode`` of a
+        name that is not UTF-8) is never sent."""
+        what = getattr(self._encoding, "method", "") or "a response"
+        return LocalProtocolError(f"cannot send {what} to {self.name}: {type(exc).__name__}: {exc}")
 
     async def _send_line(self, line: bytearray) -> None:
         """Write one message's line (:func:`~.messages.encode_line`)."""
@@ -445,199 +400,3 @@ class JsonRpcConnection:
                     await stream.aclose()
                 except (anyio.BrokenResourceError, OSError):
                     pass
-
-    # ---------------------------------------------------------------------------- reading
-
-    def _report(self, message: str) -> None:
-        self.protocol_errors += 1
-        self._on_protocol_error(RemoteProtocolError(message))
-
-    async def _read_loop(self) -> None:
-        buffer = bytearray()
-        discarding = False
-        limit = self.max_line_bytes
-        while True:
-            try:
-                chunk = await self._receive.receive(_READ_CHUNK)
-            except anyio.EndOfStream:
-                if buffer and not discarding:
-                    await self._handle_line(bytes(buffer))
-                await self._peer_died("peer disconnected before response")
-                return
-            except anyio.ClosedResourceError:
-                self._die("connection closed", local=True)
-                return
-            except (anyio.BrokenResourceError, OSError) as exc:
-                await self._peer_died(f"peer disconnected before response ({exc!r})")
-                return
-            if self.closed:  # draining after shutdown(): discard
-                buffer.clear()
-                continue
-            start = len(buffer)
-            buffer += chunk
-            while True:
-                newline = buffer.find(b"\n", start)
-                if newline < 0:
-                    break
-                line = bytes(buffer[:newline])
-                del buffer[: newline + 1]
-                start = 0
-                if discarding:
-                    discarding = False
-                    continue
-                if len(line) > limit:
-                    self._report(
-                        f"line from {self.name} exceeds {limit} bytes ({len(line)} bytes); discarded"
-                    )
-                    continue
-                await self._handle_line(line)
-                if self._close_message is not None:
-                    break
-            if not discarding and len(buffer) > limit:
-                self._report(f"line from {self.name} exceeds {limit} bytes; discarded")
-                discarding = True
-            if discarding:
-                buffer.clear()
-
-    async def _handle_line(self, line: bytes) -> None:
-        if not line.strip():
-            return
-        try:
-            message = decode_message(line)
-        except UNDECODABLE_JSON as exc:
-            bad_id = _invalid_request_id(line)
-            if bad_id is None:
-                self._report(
-                    f"malformed JSON-RPC message from {self.name} ({exc}): {_preview(line)}"
-                )
-            else:
-                await self._refuse_request(
-                    f"request with invalid id {_preview(bad_id)} from {self.name}: {_preview(line)}"
-                )
-            return
-        if message.method is not UNSET:
-            await self._handle_call(message, message.method, line)
-        elif message.id is UNSET or message.id is None:
-            if message.error is not UNSET:
-                error = message.error
-                self._report(
-                    f"error response without id from {self.name}: "
-                    f"{AgentRequestError(error.code, error.message, error.data)}"
-                )
-            else:
-                self._report(f"invalid JSON-RPC message from {self.name}: {_preview(line)}")
-        else:
-            self._handle_response(message, message.id, line)
-
-    async def _handle_call(self, message: JsonRpcMessage, method: str, line: bytes) -> None:
-        params = None if message.params is UNSET else message.params
-        if message.id is UNSET:
-            if self._notification_handler is not None:
-                try:
-                    await self._notification_handler(method, params)
-                except Exception:
-                    log.exception("notification handler failed for %s", method)
-        elif message.id is None:
-            await self._refuse_request(f"request with null id from {self.name}: {_preview(line)}")
-        elif await self._free_slot():
-            self._incoming_task(self._serve_request(message.id, method, params))
-
-    async def _refuse_request(self, error: str) -> None:
-        """Report a request whose id is not one, and answer it ``Invalid Request`` (id null)."""
-        self._report(error)
-        if await self._free_slot():
-            reply = JsonRpcErrorResponse(id=None, error=_INVALID_ID)
-            self._incoming_task(self._send_reply(reply))
-
-    async def _free_slot(self) -> bool:
-        """Wait until fewer than ``max_incoming`` of the peer's requests are in flight; False
-        (the connection aborted: the peer floods) when none finished within
-        ``flood_grace``, or when the connection is closed."""
-        if self._incoming >= self.max_incoming:
-            with anyio.move_on_after(self.flood_grace):
-                while self._incoming >= self.max_incoming and not self.closed:
-                    await self._slot_freed.wait()
-            if self._incoming >= self.max_incoming and not self.closed:
-                message = (
-                    f"request flood: {self.name} keeps sending requests while "
-                    f"{self.max_incoming} are not answered for {self.flood_grace:g}s"
-                )
-                self._report(message)
-                self.abort(message)
-        return self._task_group is not None and not self.closed
-
-    def _incoming_task(self, work: Coroutine[Any, Any, None]) -> None:
-        """Serve or answer one of the peer's requests in a task of its own (a slot is free)."""
-        assert self._task_group is not None
-        self._incoming += 1
-        try:
-            self._task_group.start_soon(self._counted, work)
-        except BaseException:
-            self._incoming -= 1
-            work.close()
-            raise
-
-    async def _counted(self, work: Coroutine[Any, Any, None]) -> None:
-        try:
-            await work
-        finally:
-            self._incoming -= 1
-            self._slot_freed.wake()
-
-    async def _send_reply(self, reply: JsonRpcErrorResponse) -> None:
-        try:
-            await self._write(reply)
-        except TransportClosed:
-            pass
-
-    def _handle_response(self, message: JsonRpcMessage, request_id: RequestId, line: bytes) -> None:
-        slot = self._pending.pop(request_id, None)
-        if slot is None:
-            if request_id in self._abandoned:
-                self._abandoned.discard(request_id)
-            else:
-                self._report(f"response to unknown request id {request_id!r} from {self.name}")
-            return
-        if message.error is not UNSET:
-            error = message.error
-            slot.end(
-                error=AgentRequestError(error.code, error.message, error.data, method=slot.method)
-            )
-        elif message.result is not UNSET:
-            slot.end(result=message.result)
-        else:
-            neither = RemoteProtocolError(
-                f"response to {slot.method} from {self.name} has neither result nor error"
-            )
-            try:
-                self._report(str(neither))
-            finally:  # an owner's failing report still ends the request
-                slot.end(error=neither)
-
-    async def _serve_request(self, request_id: RequestId, method: str, params: Raw | None) -> None:
-        reply: JsonRpcErrorResponse | None = None
-        try:
-            if self._request_handler is None:
-                raise method_not_found(method)
-            result = await self._request_handler(request_id, method, params)
-            # encoded once, here: a result that cannot be encoded is answered -32603
-            data = encode_line(JsonRpcResponse(id=request_id, result=result))
-        except JsonRpcErrorReply as exc:
-            reply = JsonRpcErrorResponse(
-                id=request_id, error=JsonRpcError(code=exc.code, message=exc.message, data=exc.data)
-            )
-        except Exception as exc:
-            log.exception("request handler failed for %s", method)
-            reply = JsonRpcErrorResponse(
-                id=request_id,
-                error=JsonRpcError(
-                    code=-32603, message="Internal error", data={"details": str(exc)}
-                ),
-            )
-        if reply is not None:
-            await self._send_reply(reply)
-            return
-        try:
-            await self._send_line(data)
-        except TransportClosed:
-            pass

@@ -33,7 +33,7 @@ import anyio
 import anyio.abc
 import msgspec
 
-from ..errors import TransportError
+from ..errors import ExceptionMapping, TransportError, map_exceptions
 from ..redaction import NO_REDACTION, Redactor, secret_values
 
 __all__ = [
@@ -274,7 +274,12 @@ async def open_agent_process(
     if isinstance(argv, str | bytes) or not argv:
         raise TypeError("argv must be a non-empty sequence of strings (no shell)")
     agent_env = build_agent_env(env, inherit_env=inherit_env)
-    try:
+    cannot_start: ExceptionMapping = {
+        OSError: lambda exc: TransportError(
+            f"cannot start agent {argv[0]!r}: {exc.strerror or exc}"
+        )
+    }
+    with map_exceptions(cannot_start):
         process = await anyio.open_process(
             list(argv),
             stdin=subprocess.PIPE,
@@ -284,8 +289,6 @@ async def open_agent_process(
             env=agent_env,
             start_new_session=True,
         )
-    except OSError as exc:
-        raise TransportError(f"cannot start agent {argv[0]!r}: {exc.strerror or exc}") from None
     redact = Redactor([*secret_values(agent_env), *secrets])
     ring = StderrRing(stderr_max_bytes, stderr_max_lines, redact=redact)
     agent = AgentProcess(process, argv, stderr=ring, shutdown=shutdown)

@@ -177,17 +177,35 @@ def _trailing_rpc_error(text: str) -> tuple[int, dict[str, Any]] | None:
     return None
 
 
+#: Actions whose failure text is judged as text alone, as kandev does: no JSON-RPC error is
+#: rebuilt from it and no death is read into it.
+#:
+#: * ``agent.session.load``: kandev classifies agentctl's load failure by its message
+#:   (seed ``isSessionLoadFallbackErr``: "Errors from the agentctl WebSocket boundary are
+#:   message-only"), so ``…: {"code":-32002,…}`` and the −32601 shape are *inconclusive*
+#:   there (the launch fails, the stored ACP session id is kept); only the canonical phrases
+#:   and the Codex rollout shape (read from the text) fall back to session/new. Over stdio
+#:   the error is structured and classified by its code.
+#: * ``agent.cancel``: kandev lifecycle/manager_interaction.go ``CancelAgent`` tolerates only
+#:   stream-not-connected and not-acknowledged; any other answer, ``file already closed``
+#:   included, is ``failed to cancel agent: …`` (acpfsm's ``CancelFailed``).
+TEXT_ONLY_ACTIONS: Final = frozenset({"agent.session.load"})
+NO_DEATH_ACTIONS: Final = frozenset({"agent.cancel"})
+
+
 def error_from_text(action: str, message: str, *, code: str = "") -> AcpfsmError:
     """The acpfsm error for agentctl's failure ``message`` on ``action`` (an error frame, or a
     ``success:false`` answer). The text becomes what kandev's client would print
-    (``load session failed: failed to load session: {…}``); a closing JSON-RPC error object is
+    (``load session failed: failed to load session: {…}``). A closing JSON-RPC error object is
     rebuilt as a structured :class:`AgentRequestError` (with that text as its ``str``), so the
-    charts decide exactly as they do on a stdio error; a dead agent is
-    :class:`TransportClosed`; anything else is :class:`AgentctlError`."""
+    charts decide as they do on a stdio error, except for the actions of
+    :data:`TEXT_ONLY_ACTIONS` (session/load: judged by its text, as kandev does); a dead agent
+    is :class:`TransportClosed` (never for :data:`NO_DEATH_ACTIONS`: a cancel's failure is
+    its own); anything else is :class:`AgentctlError`."""
     prefix = CLIENT_PREFIXES.get(action, f"{action} failed")
     text = f"{prefix}: {message}" if message else prefix
     structured: AgentRequestError | None = None
-    found = _trailing_rpc_error(text)
+    found = None if action in TEXT_ONLY_ACTIONS else _trailing_rpc_error(text)
     if found is not None:
         offset, obj = found
         structured = AgentRequestError(
@@ -198,7 +216,7 @@ def error_from_text(action: str, message: str, *, code: str = "") -> AcpfsmError
             prefix=text[:offset].rstrip().removesuffix(":"),
         )
     lowered = text.lower()
-    if any(phrase in lowered for phrase in _DEAD_PHRASES):
+    if action not in NO_DEATH_ACTIONS and any(phrase in lowered for phrase in _DEAD_PHRASES):
         dead = TransportClosed(text)
         dead.__cause__ = structured
         return dead
@@ -430,7 +448,7 @@ def to_event(event: WireEvent, raw: str | bytes) -> AgentEvent:
                 request_id=event.request_id or event.pending_id,
                 tool_call_id=event.tool_call_id,
                 permission_title=event.permission_title,
-                permission_options=[
+                options=[
                     PermissionOption(
                         option_id=_str(o.get("option_id")),
                         name=_str(o.get("name")),

@@ -27,10 +27,12 @@ from ..errors import (
     UNDECODABLE_JSON,
     AgentctlError,
     AuthenticationFailed,
+    ExceptionMapping,
     LocalProtocolError,
     RemoteProtocolError,
     TransportClosed,
     TransportTimeout,
+    map_exceptions,
 )
 from ..transport import Attachment, attachment_content
 
@@ -137,35 +139,37 @@ class _Http:
         """Send, check the status, decode the JSON body (``None`` for an empty body)."""
         url = self.base_url + path
         total = self.config.http_timeout if bound is None else bound
-        try:
-            with anyio.fail_after(total + 1.0):  # httpx's own bounds are per phase
-                response = await self.client.request(
-                    method, url, headers=self.headers, timeout=self.timeout(total), **kwargs
-                )
-        except (httpx.TimeoutException, TimeoutError):
-            raise TransportTimeout(
+        failed: ExceptionMapping = {
+            (httpx.TimeoutException, TimeoutError): lambda exc: TransportTimeout(
                 f"{op} request to agentctl at {self.base_url} timed out after {total:g}s: "
                 "context deadline exceeded"
-            ) from None
-        except httpx.InvalidURL as exc:
-            raise LocalProtocolError(f"{op}: invalid agentctl URL {url!r}: {exc}") from None
-        except httpx.HTTPError as exc:
-            raise TransportClosed(
+            ),
+            httpx.InvalidURL: lambda exc: LocalProtocolError(
+                f"{op}: invalid agentctl URL {url!r}: {exc}"
+            ),
+            httpx.HTTPError: lambda exc: TransportClosed(
                 f"{op} request failed: agentctl unreachable at {self.base_url}: "
                 f"{exc or type(exc).__name__}"
-            ) from None
+            ),
+        }
+        # httpx's own bounds are per phase: the whole call is bounded too
+        with map_exceptions(failed), anyio.fail_after(total + 1.0):
+            response = await self.client.request(
+                method, url, headers=self.headers, timeout=self.timeout(total), **kwargs
+            )
         body = response.text
         status = response.status_code
         if status not in ok:
             raise _status_error(op, status, body)
         if not body.strip():
             return None
-        try:
-            return msgspec.json.decode(body)
-        except UNDECODABLE_JSON:
-            raise RemoteProtocolError(
+        unparsable: ExceptionMapping = {
+            UNDECODABLE_JSON: lambda exc: RemoteProtocolError(
                 f"failed to parse {op} response (status {status}, body: {_short(body)})"
-            ) from None
+            )
+        }
+        with map_exceptions(unparsable):
+            return msgspec.json.decode(body)
 
 
 def _status_error(op: str, status: int, body: str) -> Exception:
@@ -238,10 +242,13 @@ class ControlClient:
         data = await self._http.call(
             "POST", "/api/v1/instances", "create instance", ok=(200, 201), json=request
         )
-        try:
+        unparsable: ExceptionMapping = {
+            msgspec.ValidationError: lambda exc: RemoteProtocolError(
+                f"failed to parse create instance response: {exc}"
+            )
+        }
+        with map_exceptions(unparsable):
             return msgspec.convert(data, InstanceInfo)
-        except msgspec.ValidationError as exc:
-            raise RemoteProtocolError(f"failed to parse create instance response: {exc}") from None
 
     async def delete_instance(self, instance_id: str) -> None:
         await self._http.call("DELETE", f"/api/v1/instances/{instance_id}", "delete instance")

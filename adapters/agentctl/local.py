@@ -52,7 +52,7 @@ from typing import Self
 import httpx
 
 from ..acp.process import DEFAULT_INHERITED_ENV
-from ..errors import AcpfsmError
+from ..errors import AcpfsmError, ExceptionMapping, map_exceptions
 
 __all__ = [
     "MARKER",
@@ -111,14 +111,17 @@ def _check_platform() -> None:
 def _fetch_once(npm: str, workdir: Path, target: Path) -> None:
     """``npm pack`` the package into ``workdir`` and install the checked binary at
     ``target``."""
-    try:
+    slow: ExceptionMapping = {
+        subprocess.TimeoutExpired: lambda exc: AgentctlUnavailable(
+            f"npm pack took more than {NPM_TIMEOUT:g}s"
+        )
+    }
+    with map_exceptions(slow):
         result = subprocess.run(
             [npm, "pack", f"{PACKAGE}@{VERSION}", "--pack-destination", str(workdir),
              "--cache", str(workdir / "npm-cache"), "--no-audit", "--no-fund"],
             capture_output=True, text=True, timeout=NPM_TIMEOUT, check=False, cwd=workdir,
         )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise AgentctlUnavailable(f"npm pack took more than {NPM_TIMEOUT:g}s") from None
     if result.returncode != 0:
         raise AgentctlUnavailable(
             f"`npm pack {PACKAGE}@{VERSION}` failed (exit {result.returncode}): "
@@ -129,10 +132,11 @@ def _fetch_once(npm: str, workdir: Path, target: Path) -> None:
         raise AgentctlUnavailable(f"`npm pack` produced no tarball in {workdir}")
     unpacked = workdir / "agentctl"
     with tarfile.open(tarballs[0], "r:gz") as archive:
-        try:
+        missing: ExceptionMapping = {
+            KeyError: lambda exc: AgentctlUnavailable(f"{tarballs[0].name} has no {MEMBER}")
+        }
+        with map_exceptions(missing):
             member = archive.getmember(MEMBER)
-        except KeyError:
-            raise AgentctlUnavailable(f"{tarballs[0].name} has no {MEMBER}") from None
         source = archive.extractfile(member)
         if source is None:
             raise AgentctlUnavailable(f"{MEMBER} in {tarballs[0].name} is not a file")
@@ -164,7 +168,10 @@ def ensure_agentctl(cache: Path | None = None) -> Path:
     _check_platform()
     folder = cache or default_cache_dir()
     binary = binary_path(folder)
-    try:
+    unusable: ExceptionMapping = {
+        OSError: lambda exc: AgentctlUnavailable(f"cannot use the cache folder {folder}: {exc}")
+    }
+    with map_exceptions(unusable):
         folder.mkdir(parents=True, exist_ok=True)
         with (folder / ".lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one download even with parallel processes
@@ -184,8 +191,6 @@ def ensure_agentctl(cache: Path | None = None) -> Path:
                         return binary
                     except (AgentctlUnavailable, OSError, tarfile.TarError) as exc:
                         errors.append(f"attempt {attempt}: {exc}")
-    except OSError as exc:
-        raise AgentctlUnavailable(f"cannot use the cache folder {folder}: {exc}") from exc
     raise AgentctlUnavailable(
         f"could not fetch {PACKAGE}@{VERSION} from the npm registry: " + " | ".join(errors)
     )
@@ -291,7 +296,10 @@ class LocalAgentctl:
         """Start agentctl and wait until ``/health`` answers."""
         if not _port_free(self.port):
             raise AgentctlUnavailable(f"port {self.port} on 127.0.0.1 is taken")
-        try:
+        cannot_start: ExceptionMapping = {
+            OSError: lambda exc: AgentctlUnavailable(f"cannot start {self.binary}: {exc}")
+        }
+        with map_exceptions(cannot_start):
             self.workdir.mkdir(parents=True, exist_ok=True)
             with self.log_path.open("ab") as log:
                 self.process = subprocess.Popen(
@@ -303,8 +311,6 @@ class LocalAgentctl:
                     start_new_session=True,
                     cwd=self.workdir,
                 )
-        except OSError as exc:
-            raise AgentctlUnavailable(f"cannot start {self.binary}: {exc}") from exc
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -101,11 +101,15 @@ name                      scope  directive                              observab
                                                                         (default 5000); turn completes
 ``close_stdout``          turn   ``[[fault:close_stdout]]``             stdout reaches EOF; process lives until
                                                                         stdin EOF, then exits 0
+``close_stdin``           turn   ``[[fault:close_stdin]]``              stdin closed (the client's writes fail:
+                                                                        broken pipe); the turn never ends
 ``non_utf8``              turn   ``[[fault:non_utf8]]``                 one session/update line with bytes that
                                                                         are not UTF-8; turn completes
 ``permission_reject_first`` (turn, ``[[fault:permission_reject_first]]``): permission options
                                                                         listed reject first (reject_once,
                                                                         reject_always, allow_once, allow_always)
+``permission_other_session`` (turn, ``[[fault:permission_other_session]]``): the permission
+                                                                        request names another session
 ``fs_traversal``          turn   ``[[fault:fs_traversal]]``             fs/* asked for paths outside the
                                                                         workspace (``..``, absolute, the sibling
                                                                         ``<cwd>-evil``, planted links); reported
@@ -117,6 +121,9 @@ name                      scope  directive                              observab
                                                                         ``limit: 1``, then whole; reported
 ``fs_bad_paths``          turn   ``[[fault:fs_bad_paths]]``             a NUL byte, a relative path, a path over
                                                                         4096 bytes, read and written; reported
+``undecodable_requests``  turn   ``[[fault:undecodable_requests]]``     two fs requests whose params do not
+                                                                        decode (a lone surrogate, deep nesting);
+                                                                        their answers reported
 ``exit_at_startup[=CODE]`` run   —                                      one stderr line, exit CODE (1) before
                                                                         reading stdin
 ``no_initialize``         run    —                                      initialize is never answered

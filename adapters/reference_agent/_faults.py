@@ -126,6 +126,12 @@ FAULTS: Mapping[str, FaultSpec] = {
             "process keeps running; it exits 0 on stdin EOF",
         ),
         _spec(
+            "close_stdin",
+            _T,
+            "after the first chunk stdin is closed (the client's writes fail: broken pipe) "
+            "while the process keeps running; the turn never ends",
+        ),
+        _spec(
             "non_utf8",
             _T,
             "after the first chunk one session/update line whose text holds bytes that are "
@@ -136,6 +142,12 @@ FAULTS: Mapping[str, FaultSpec] = {
             _T,
             "permission requests list their options reject first: reject_once, "
             "reject_always, allow_once, allow_always",
+        ),
+        _spec(
+            "permission_other_session",
+            _T,
+            "session/request_permission names another session id (the turn's own id with "
+            "'-other' appended); a refusal or an error is taken as a rejection",
         ),
         _spec(
             "fs_traversal",
@@ -173,6 +185,13 @@ FAULTS: Mapping[str, FaultSpec] = {
             _T,
             "after the first chunk a path with a NUL byte, a relative path and one over "
             "4096 bytes are read and written through the client; reported",
+        ),
+        _spec(
+            "undecodable_requests",
+            _T,
+            "after the first chunk two fs/read_text_file requests whose params do not decode "
+            "(a lone-surrogate escape, arrays nested 100000 deep) are sent, each answer "
+            "awaited 5 s; reported (answered, refused by code, unanswered)",
         ),
         _spec(
             "exit_at_startup",

@@ -31,7 +31,13 @@ import msgspec
 
 from . import _wire as w
 
-__all__ = ["HOSTILE_FS_FAULTS", "ProbeResult", "run_probe", "swap_forever"]
+__all__ = [
+    "HOSTILE_FS_FAULTS",
+    "ProbeResult",
+    "run_probe",
+    "swap_forever",
+    "undecodable_requests",
+]
 
 Call = Callable[[str, object], Awaitable[msgspec.Raw]]
 """Sends one request to the client and returns its result (raises ``RpcError``)."""
@@ -380,3 +386,31 @@ async def run_probe(
     else:
         await _bad_paths(probe, cwd)
     return probe.result
+
+
+UNDECODABLE_WAIT = 5.0
+"""How long the ``undecodable_requests`` probe waits for each answer."""
+
+
+async def undecodable_requests(call: Call, session_id: str) -> ProbeResult:
+    """Two ``fs/read_text_file`` requests whose params do not decode on a strict client (a
+    lone-surrogate escape; arrays nested 100000 deep) but whose id and method are plain: a
+    client should answer each with a JSON-RPC error rather than leave it unanswered."""
+    result = ProbeResult("undecodable_requests", details={"unanswered": 0})
+    sid = msgspec.json.encode(session_id)
+    deep = b"[" * 100_000 + b"]" * 100_000
+    for params in (
+        b'{"sessionId":' + sid + b',"path":"/tmp/\\ud800"}',
+        b'{"sessionId":' + sid + b',"path":"/tmp/x","_meta":{"deep":' + deep + b"}}",
+    ):
+        result.requests += 1
+        try:
+            with anyio.fail_after(UNDECODABLE_WAIT):
+                await call("fs/read_text_file", msgspec.Raw(params))
+        except w.RpcError as exc:
+            result.error(exc)
+        except TimeoutError:
+            result.details["unanswered"] += 1
+        else:
+            result.answered += 1
+    return result

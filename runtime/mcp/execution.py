@@ -30,7 +30,7 @@ from acpfsm.adapters.mcp_servers import McpServer, McpServerHttp
 from acpfsm.adapters.transport import AgentTransport
 
 from .. import events as le
-from .tools import ToolDeclarationError, ToolSet
+from .tools import ToolDeclarationError, ToolSet, describe_failure
 
 if TYPE_CHECKING:
     from .server import CompiledTools
@@ -120,12 +120,15 @@ class ExecutionMcp:
         tools: RuntimeTools | None,
         mode: str,
         call_timeout: float,
+        idle_timeout: float = 5.0,
     ) -> None:
         self.execution_id = execution_id
         self.static_servers = tuple(servers)
         self.tools = tools
         self.mode = mode
         self.call_timeout = call_timeout
+        self.idle_timeout = idle_timeout
+        """How long a tool server connection may go without an authenticated request."""
         self.tool_server: McpServerHttp | None = None
         """The running tool server's configuration (its URL and bearer secret)."""
         self.publish: Callable[[le.RuntimeEvent], None] = lambda event: None
@@ -243,7 +246,8 @@ class ExecutionMcp:
             raise
         except Exception as exc:
             log.warning("mcp action %s of %s failed", action, self.execution_id, exc_info=True)
-            error = f"{action} failed: {type(exc).__name__}: {exc}"
+            assert tool_set is not None  # it has the handler
+            error = f"{action} failed: {describe_failure(exc, tool_set.expose_errors)}"
             raise self._refused(call_id, action, error, "INTERNAL_ERROR") from None
         self.call_ended(call_id, "action", action, output=_json(result))
         return result

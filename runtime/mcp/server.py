@@ -31,7 +31,7 @@ import logging
 import secrets
 import socket
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -39,11 +39,7 @@ import jsonschema
 import mcp_types as types
 import pydantic
 import pydantic_core
-import sniffio
-from hypercorn.app_wrappers import ASGIWrapper
-from hypercorn.asyncio.run import worker_serve as asyncio_serve
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve as trio_serve
+from hypercorn.config import Config
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
@@ -57,16 +53,16 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from acpfsm.adapters.errors import TransportError
 from acpfsm.adapters.mcp_servers import McpServerHttp
 
+from ._http import ConnectionGate, serve_gated
 from .execution import TOOL_SERVER_NAME, ExecutionMcp
-from .tools import Tool, ToolDeclarationError, ToolSet
-
-if TYPE_CHECKING:
-    import trio
+from .tools import ErrorExposure, Tool, ToolDeclarationError, ToolSet, describe_failure
 
 __all__ = ["CompiledTool", "CompiledTools", "serve_tools"]
 
 log = logging.getLogger("acpfsm.runtime.mcp")
 
+MAX_CONNECTIONS = 64
+"""Connections one tool server holds at once; more are refused (``503``)."""
 MAX_CONCURRENT_CALLS = 16
 """Tool calls one execution runs at once; more wait for a slot (within their bound)."""
 _SESSIONS_REMEMBERED = 64
@@ -77,8 +73,9 @@ _GRACEFUL_SHUTDOWN = 1.0
 class CompiledTool:
     """A tool ready to serve: its MCP definition, argument check and result conversion."""
 
-    def __init__(self, tool: Tool) -> None:
+    def __init__(self, tool: Tool, expose_errors: ErrorExposure = False) -> None:
         self.tool = tool
+        self.expose_errors = expose_errors if tool.expose_errors is None else tool.expose_errors
         try:
             # unstructured output: the result becomes text (or content blocks) for the agent
             self.meta: FuncMetadata = func_metadata(tool.fn, structured_output=False)
@@ -140,7 +137,8 @@ class CompiledTools:
 
     def __init__(self, tool_sets: Iterable[ToolSet]) -> None:
         self.by_mode: dict[str, dict[str, CompiledTool]] = {
-            s.name: {t.name: CompiledTool(t) for t in s.tool_list()} for s in tool_sets
+            s.name: {t.name: CompiledTool(t, s.expose_errors) for t in s.tool_list()}
+            for s in tool_sets
         }
 
     def of(self, mode: str) -> Mapping[str, CompiledTool]:
@@ -260,7 +258,9 @@ class _ToolServer(Server[Any]):
             return _error(f"tool {tool.name!r} did not finish within {timeout:g}s")
         except Exception as exc:  # noqa: BLE001 - the app's tool: any failure is an answer
             log.info("tool %s of %s raised %r", tool.name, self.execution.execution_id, exc)
-            return _error(f"tool {tool.name!r} failed: {type(exc).__name__}: {exc}")
+            return _error(
+                f"tool {tool.name!r} failed: {describe_failure(exc, compiled.expose_errors)}"
+            )
         size = len(pydantic_core.to_json(result.content))
         if size > tool.max_result_bytes:
             return _error(
@@ -285,30 +285,6 @@ def _loopback_socket() -> socket.socket:
     return sock
 
 
-async def _serve(
-    app: Any,
-    config: Config,
-    sock: socket.socket,
-    stop: anyio.Event,
-    *,
-    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """hypercorn on ``sock`` under the running event loop, until ``stop``."""
-    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
-    wrapped = ASGIWrapper(app)
-    if sniffio.current_async_library() == "trio":
-        await trio_serve(
-            wrapped,
-            config,
-            sockets=sockets,
-            shutdown_trigger=stop.wait,
-            task_status=cast("trio.TaskStatus[list[str]]", task_status),
-        )
-    else:
-        task_status.started()  # the socket listens already: connections wait in its backlog
-        await asyncio_serve(wrapped, config, sockets=sockets, shutdown_trigger=stop.wait)
-
-
 @contextlib.asynccontextmanager
 async def serve_tools(
     execution: ExecutionMcp, compiled: CompiledTools
@@ -328,13 +304,14 @@ async def serve_tools(
     config.accesslog = None
     config.errorlog = logging.getLogger("acpfsm.runtime.mcp.http")
     config.graceful_timeout = _GRACEFUL_SHUTDOWN
+    gate = ConnectionGate(app, secret, max_connections=MAX_CONNECTIONS, idle=execution.idle_timeout)
     sock = _loopback_socket()
     port = sock.getsockname()[1]
     unregister = execution.on_mode_change(server.announce)
     stop = anyio.Event()
     try:
         async with anyio.create_task_group() as tg:
-            await tg.start(_serve, app, config, sock, stop)
+            await tg.start(serve_gated, app, config, sock, gate, stop)
             try:
                 yield McpServerHttp(
                     name=TOOL_SERVER_NAME,

@@ -88,11 +88,12 @@ class PermissionBroker:
             error = f"permission request {rid!r} reuses the id of one still waiting: refused"
             log.warning("%s: %s", self.ctx.id, error)
             self.ctx.publish(ev.ProtocolErrorEvent(session_id=request.session_id, error=error))
-            return reject_option(request.permission_options)
+            return reject_option(request.options)
         bound = self.ctx.timeouts.permission_wait
         self.ctx.publish(
             le.PermissionRequested(
                 execution_id=self.ctx.id,
+                session_id=self.ctx.acp_session_id,
                 request_id=request.request_id,
                 prompt_generation=request.prompt_generation,
                 tool_call=le.PermissionToolCall(
@@ -101,13 +102,13 @@ class PermissionBroker:
                     kind=request.tool_kind,
                     raw_input=request.raw_input,
                 ),
-                options=list(request.permission_options),
+                options=list(request.options),
                 policy=self.policy,
                 expires_in=bound if ask else 0.0,
             )
         )
         if self.policy == "allow_once":
-            choice = allow_once_option(request.permission_options)
+            choice = allow_once_option(request.options)
             if choice is None:
                 return self._refuse(request, "policy", "allow_once, but no allow_once option")
             return self._settle(request, choice, "policy", "the execution's policy: allow_once")
@@ -155,7 +156,7 @@ class PermissionBroker:
                     execution_id=self.ctx.id, request_id=request_id, resolution=resolution
                 )
             raise PermissionRequestNotFound(execution_id=self.ctx.id, request_id=request_id)
-        offered = [o.option_id for o in pending.request.permission_options]
+        offered = [o.option_id for o in pending.request.options]
         if not isinstance(option_id, str) or option_id not in offered:
             raise PermissionOptionNotOffered(
                 execution_id=self.ctx.id,
@@ -175,12 +176,12 @@ class PermissionBroker:
     def _refuse(self, request: ev.PermissionRequest, decided_by: str, reason: str) -> str | None:
         """Refuse: the reject option (``reject_once``, else ``reject_always``), else
         ``cancelled``."""
-        return self._settle(request, reject_option(request.permission_options), decided_by, reason)
+        return self._settle(request, reject_option(request.options), decided_by, reason)
 
     def _settle(
         self, request: ev.PermissionRequest, choice: str | None, decided_by: str, reason: str
     ) -> str | None:
-        kind = next((o.kind for o in request.permission_options if o.option_id == choice), "")
+        kind = next((o.kind for o in request.options if o.option_id == choice), "")
         outcome = "cancelled" if choice is None else "selected"
         self._resolved[request.request_id] = f"{decided_by}: {reason}; {outcome}" + (
             f" {choice}" if choice is not None else ""

@@ -381,7 +381,7 @@ DEEP = sys.getrecursionlimit() + 1000
         (b"false", "request with invalid id false"),
         (b"[1]", "request with invalid id [1]"),
         (b'{"id": 1}', 'request with invalid id {"id": 1}'),
-        (b"[" * DEEP + b"]" * DEEP, "malformed JSON-RPC message"),
+        (b"[" * DEEP + b"]" * DEEP, "request with invalid id [[["),
     ],
     ids=["null", "1.0", "1.5", "-1e3", "true", "false", "array", "object", "deep"],
 )
@@ -390,8 +390,8 @@ async def test_a_request_whose_id_is_no_id_is_refused_and_answered(
 ) -> None:
     """A request whose id is neither a string nor an integer never reaches the handler: the
     peer gets ``Invalid Request`` under id null (it cannot be answered under its own), the
-    owner a protocol error naming the id; one nested too deep to read is a malformed message.
-    The connection goes on: ids 1 and "1" are then served, each under its own."""
+    owner a protocol error naming the id (also one nested too deep to decode). The connection
+    goes on: ids 1 and "1" are then served, each under its own."""
     served: list[Any] = []
 
     async def handler(request_id: Any, method: str, params: Any) -> Any:
@@ -414,6 +414,63 @@ async def test_a_request_whose_id_is_no_id_is_refused_and_answered(
             assert sorted(served, key=repr) == ["1", 1]
             (error,) = [str(e) for e in record.protocol_errors]
             assert error.startswith(told)
+            assert not conn.closed
+
+
+UNDECODABLE = [
+    (b'{"sessionId":"s","path":"/tmp/\\ud800"}', "lone surrogate"),
+    (b'{"deep":' + b"[" * DEEP + b"]" * DEEP + b"}", "deep"),
+]
+
+
+@pytest.mark.parametrize(("params", "what"), UNDECODABLE, ids=[u[1] for u in UNDECODABLE])
+@pytest.mark.parametrize("request_id", [b"7", b'"r-1"'], ids=["int", "str"])
+async def test_an_undecodable_request_is_answered_under_its_id(
+    params: bytes, what: str, request_id: bytes
+) -> None:
+    """A request the decoder refuses (a lone-surrogate escape, nesting deeper than it
+    allows) whose id and method are plain is answered ``-32700 Parse error`` under its own
+    id, never reaching the handler: the peer does not wait for an answer that never comes.
+    The owner is told; the connection goes on."""
+    served: list[Any] = []
+
+    async def handler(request_id: Any, method: str, params: Any) -> Any:
+        served.append(request_id)
+        return "ok"
+
+    with anyio.fail_after(10):
+        async with wired(request_handler=handler, max_line_bytes=1 << 16) as (conn, peer, record):
+            line = b'{"jsonrpc":"2.0","params":' + params + b',"method":"fs/read_text_file","id":'
+            await peer.write_raw(line + request_id + b"}\n")
+            answer = await peer.read()
+            assert answer["id"] == json.loads(request_id)
+            assert (answer["error"]["code"], answer["error"]["message"]) == (-32700, "Parse error")
+            assert answer["error"]["data"]["details"]
+            (error,) = [str(e) for e in record.protocol_errors]
+            assert error.startswith("undecodable request from peer (")
+            await peer.write({"jsonrpc": "2.0", "id": 8, "method": "x"})
+            assert (await peer.read())["result"] == "ok"
+            assert served == [8] and not conn.closed
+
+
+async def test_an_undecodable_response_fails_its_request() -> None:
+    async with wired() as (conn, peer, record):
+        with anyio.fail_after(10):
+            pending = await conn.send_request("ask")
+            request = await peer.read()
+            bad = b'{"jsonrpc":"2.0","id":%d,"result":{"text":"\\udc00"}}\n' % request["id"]
+            await peer.write_raw(bad)
+            with pytest.raises(RemoteProtocolError, match=r"^undecodable response to ask from"):
+                await pending.wait()
+            # an undecodable notification, or a response to nobody, is only reported
+            await peer.write_raw(b'{"jsonrpc":"2.0","method":"n","params":"\\udc00"}\n')
+            await peer.write_raw(b'{"jsonrpc":"2.0","id":99,"result":"\\udc00"}\n')
+            while len(record.protocol_errors) < 3:
+                await anyio.sleep(0.01)
+            assert [str(e).split(" (")[0] for e in record.protocol_errors[1:]] == [
+                "malformed JSON-RPC message from peer",
+                "malformed JSON-RPC message from peer",
+            ]
             assert not conn.closed
 
 

@@ -163,7 +163,7 @@ async def test_our_client_drives_an_sdk_agent(tmp_path: Path) -> None:
         await t.prompt("permission please", [], 2)
         events = await until(t, ends(2))
         request = next(e for e in events if isinstance(e, PermissionRequest))
-        assert [o.option_id for o in request.permission_options] == ["yes", "no"]
+        assert [o.option_id for o in request.options] == ["yes", "no"]
         assert said(events) == "echo: permission please [permission: yes]"
 
         # mode, model (through the category "model" option), and their validation errors

@@ -21,6 +21,8 @@ import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import anyio
 import anyio.abc
@@ -419,11 +421,42 @@ async def test_attachments_are_saved_privately_under_a_safe_session_folder(ws: P
         os.umask(old)
     assert end is not None and not isinstance(end, ErrorEvent)
     folder = ws / ".acpfsm" / "attachments" / ".._.._escaped"
-    saved = folder / "notes.bin"
+    [saved] = folder.glob("*/notes.bin")
     assert saved.read_bytes() == b"attachment bytes"
     link = agent.prompts[0][1]
     assert (link["type"], link["uri"]) == ("resource_link", saved.as_uri())
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
-    for directory in (ws / ".acpfsm", ws / ".acpfsm" / "attachments", folder):
+    for directory in (ws / ".acpfsm", ws / ".acpfsm" / "attachments", folder, saved.parent):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert not (ws.parent / "escaped").exists()
+
+
+def _linked(uri: str) -> bytes:
+    return Path(url2pathname(urlsplit(uri).path)).read_bytes()
+
+
+@pytest.mark.both_backends
+async def test_attachments_of_one_name_are_saved_as_files_of_their_own(ws: Path) -> None:
+    """Two ``report.txt`` from different folders, two names that fall back to the same
+    default, and the same again in a later prompt: each is its own file, and each link
+    names the file holding that attachment's bytes."""
+    same = [
+        Attachment(name="a/report.txt", data=b"first report"),
+        Attachment(name="b/report.txt", data=b"second report"),
+        Attachment(name="", data=b"nameless one"),
+        Attachment(name="..", data=b"nameless two"),
+    ]
+    async with wired(ws, session=True) as (transport, agent):
+        for generation in (1, 2):
+            await transport.prompt("see attached", same, generation)
+            with anyio.fail_after(BOUND):
+                async for event in transport.events():
+                    if getattr(event, "stop_reason", ""):
+                        break
+    links = [block for prompt in agent.prompts for block in prompt[1:]]
+    assert len(links) == 8 and len({link["uri"] for link in links}) == 8
+    for link, attachment in zip(links, same * 2, strict=True):
+        assert link["type"] == "resource_link"
+        assert _linked(link["uri"]) == attachment.data
+    names = sorted(p.name for p in (ws / ".acpfsm/attachments/mem-session").glob("*/*"))
+    assert names == ["attachment"] * 4 + ["report.txt"] * 4

@@ -36,6 +36,7 @@ from acpfsm.adapters.acp.stdio import (
 from acpfsm.adapters.classify import Call, authorizes_load_fallback, classify_error
 from acpfsm.adapters.errors import (
     AgentRequestError,
+    EventConsumerStalled,
     LocalProtocolError,
     SteerUnsupported,
     TransportClosed,
@@ -290,7 +291,7 @@ async def test_permission_requests_are_answered_by_the_policy(tmp_path: Path, ba
     assert [e for e in events if isinstance(e, PermissionRequest)] == asked
     request = asked[0]
     assert request.permission_title == "Run `echo list files`"
-    assert [(o.option_id, o.kind) for o in request.permission_options] == [
+    assert [(o.option_id, o.kind) for o in request.options] == [
         ("allow_once", "allow_once"),
         ("allow_always", "allow_always"),
         ("reject_once", "reject_once"),
@@ -611,21 +612,64 @@ async def test_survivable_turn_faults(tmp_path: Path, backend: str) -> None:
         assert t.is_connected()
 
 
-async def test_flood_overflowing_a_slow_consumer_kills_the_transport(
+async def test_a_flood_is_paused_for_a_slow_consumer_and_nothing_is_lost(
     tmp_path: Path, backend: str
 ) -> None:
+    """Backpressure: a flood of 5000 updates against a consumer that takes them slowly and a
+    limit of 200 undelivered: the transport stops reading the agent while the consumer is
+    behind (the agent blocks on its pipe) rather than failing, and every update arrives, in
+    order; the queue never holds more than the limit plus one notification's events."""
     small = StdioConfig(cancel_timeout=0.5, exit_grace=0.3, event_queue_limit=200)
+    async with reference(tmp_path, backend, config=small) as agent:
+        t = agent.transport
+        await t.prompt("[[fault:flood=5000]] a lot", [], 1)
+        thoughts, most = [], 0
+        with anyio.fail_after(BOUND * 4):
+            while not t.paused:  # the consumer is late: the flood is paused for it
+                await anyio.sleep(0.01)
+            assert len(t._events) <= 200 + 2
+            async for event in t.events():
+                most = max(most, len(t._events))
+                if isinstance(event, Reasoning):
+                    thoughts.append(event.reasoning_text)
+                    if len(thoughts) % 100 == 0:
+                        await anyio.sleep(0.005)  # a consumer that falls behind
+                if isinstance(event, TurnEnd) and event.prompt_generation == 1:
+                    assert isinstance(event, Complete) and event.stop_reason == "end_turn"
+                    break
+        assert len(thoughts) == 1 + 5000
+        assert thoughts[1:] == [f"flood {i}/5000\n" for i in range(1, 5001)]
+        assert most <= 200 + 2
+        assert t.is_connected()
+
+
+async def test_a_consumer_that_takes_nothing_is_given_up_after_the_bound(
+    tmp_path: Path, backend: str
+) -> None:
+    """Nobody consumes the events: the transport pauses, and when the consumer has taken
+    none within ``backpressure_timeout`` it is closed with ``EventConsumerStalled`` (a
+    transport death, ``notification queue overflow``, as kandev classifies it)."""
+    small = StdioConfig(
+        cancel_timeout=0.5, exit_grace=0.3, event_queue_limit=200, backpressure_timeout=0.5
+    )
     async with reference(tmp_path, backend, config=small) as agent:
         t = agent.transport
         await t.prompt("[[fault:flood=5000]] too much", [], 1)
         with anyio.fail_after(BOUND):
             while t.is_connected():  # nobody reads events meanwhile
                 await anyio.sleep(0.01)
+        with pytest.raises(EventConsumerStalled) as stalled:
+            await t.set_mode("plan")
         events = await drain(t)
-        assert turn_ends(events) == [("error", 1, "notification queue overflow")]
+        message = (
+            "notification queue overflow: the event consumer is gone or stuck: it took none "
+            "of 200 undelivered events within 0.5s"
+        )
+        assert str(stalled.value) == message
+        assert turn_ends(events) == [("error", 1, message)]
         last = events[-1]
         assert isinstance(last, StreamDisconnected)
-        assert last.error == "notification queue overflow"
+        assert last.error == message
         kind = classify_error(last.error, call=Call.PROMPT).kind
         assert kind is ErrorClass.TRANSPORT_DEAD
 
@@ -765,13 +809,13 @@ async def test_permission_options_listed_reject_first(tmp_path: Path, backend: s
 
     async def first_listed(request: PermissionRequest) -> str | None:
         asked.append(request)
-        return request.permission_options[0].option_id
+        return request.options[0].option_id
 
     async with reference(tmp_path, backend, permission_policy=first_listed) as agent:
         t = agent.transport
         await t.prompt("[[fault:permission_reject_first]] [[permission]] rm -rf /", [], 1)
         events = await until(t, ends(1))
-    assert [o.kind for o in asked[0].permission_options] == [
+    assert [o.kind for o in asked[0].options] == [
         "reject_once",
         "reject_always",
         "allow_once",
@@ -804,6 +848,8 @@ HOSTILE = [
             "-32602 Invalid params: path is too long (over 4095 bytes)": 2,
         },
     ),
+    # requests that do not decode, answered under their ids rather than left waiting
+    ("undecodable_requests", "auto", {"-32700 Parse error": 2}),
 ]
 
 
@@ -820,6 +866,7 @@ async def test_hostile_fs_requests_are_refused(
         events = await until(t, ends(1))
         report = probe(events)
         assert (report["escaped"], report["answered"], report["errors"]) == (0, 0, errors)
+        assert report.get("unanswered", 0) == 0
         assert turn_ends(events) == [("complete", 1, "end_turn")]
         assert f"{fault}: {sum(errors.values())} requests, 0 answered" in said(events)
         with anyio.fail_after(BOUND):
@@ -896,7 +943,7 @@ COVERED = {
     "prompt_error",  # test_survivable_turn_faults
     "garbage",
     "oversized",
-    "flood",  # also test_flood_overflowing_a_slow_consumer_…
+    "flood",  # also test_a_flood_is_paused_for_a_slow_consumer_…
     "close_stdout",
     "slow_start",
     "auth_required",
@@ -908,12 +955,15 @@ COVERED = {
     "exit_at_startup",
     "no_initialize",
     "permission_reject_first",
+    "permission_other_session",  # test_permissions_stdio: refused whatever the policy
     "leak_env",
     "fs_traversal",  # test_hostile_fs_requests_are_refused, test_walk_refuses_…
     "fs_fifo",
     "fs_bad_paths",
     "fs_huge_read",
     "fs_symlink_race",
+    "undecodable_requests",  # test_hostile_fs_requests_are_refused
+    "close_stdin",  # tests/agentctl/test_agentctl_faults.py: agentctl's cancel write fails
     "no_mcp_http",  # test_mcp_tools::test_an_agent_without_http_support_gets_no_tool_server
     *(shape[0] for shape in LOAD_SHAPES),
 }

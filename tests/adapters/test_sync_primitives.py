@@ -349,3 +349,37 @@ async def test_an_event_queue_hands_out_what_is_queued_without_waiting_a_batch_a
     assert queue.take() is None  # empty
     queue.close()
     assert [item async for item in queue] == []
+
+
+async def test_a_producer_waits_for_room_until_the_consumer_drains_or_the_bound() -> None:
+    """``wait_for_room``: True once the consumer has taken the queue down to ``low`` (by
+    ``take`` or by iterating) or the queue closes; False when the bound passes first."""
+    queue: EventQueue[int] = EventQueue(batch=1000)
+    for i in range(10):
+        queue.put(i)
+    assert await queue.wait_for_room(10, 1.0)  # already there: no wait
+    got: list[bool] = []
+    async with anyio.create_task_group() as tg:
+
+        async def produce() -> None:
+            got.append(await queue.wait_for_room(5, 10.0))
+
+        tg.start_soon(produce)
+        await anyio.wait_all_tasks_blocked()
+        assert got == []
+        taken = [queue.take() for _ in range(4)]
+        await anyio.wait_all_tasks_blocked()
+        assert got == []  # 6 left: not yet
+        taken.append(await queue.__anext__())
+    assert got == [True] and taken == [0, 1, 2, 3, 4]
+    with anyio.fail_after(5):
+        assert not await queue.wait_for_room(0, 0.05)  # nobody consumes: the bound
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append(got, queue.wait_for_room(0, 10.0)))
+        await anyio.wait_all_tasks_blocked()
+        queue.close()
+    assert got == [True, True]
+
+
+async def _append(into: list[bool], waited: Awaitable[bool]) -> None:
+    into.append(await waited)

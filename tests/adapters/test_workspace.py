@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
+from acpfsm.adapters import _fileops as fileops
 from acpfsm.adapters import workspace as workspace_module
 from acpfsm.adapters.errors import (
     FileTooLarge,
@@ -106,10 +107,10 @@ def test_openat2_is_not_used_off_linux_on_an_unknown_machine_or_a_refusing_kerne
     without a known syscall number, a kernel whose probe fails (ENOSYS, seccomp's EPERM)."""
     with monkeypatch.context() as m:
         m.setattr(sys, "platform", "darwin")
-        assert workspace_module._load_openat2() is None
+        assert fileops._load_openat2() is None
     with monkeypatch.context() as m:
         m.setattr(platform, "machine", lambda: "vax")
-        assert workspace_module._load_openat2() is None
+        assert fileops._load_openat2() is None
 
     class Refusing:
         restype: object = None
@@ -123,8 +124,8 @@ def test_openat2_is_not_used_off_linux_on_an_unknown_machine_or_a_refusing_kerne
             self.syscall = Refusing()
 
     with monkeypatch.context() as m:
-        m.setattr(workspace_module.ctypes, "CDLL", Libc)
-        assert workspace_module._load_openat2() is None
+        m.setattr(fileops.ctypes, "CDLL", Libc)
+        assert fileops._load_openat2() is None
 
     class NoSyscall:  # a libc that exports no syscall()
         def __init__(self, *args: object, **kw: object) -> None:

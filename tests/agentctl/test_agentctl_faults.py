@@ -39,6 +39,7 @@ from acpfsm.adapters.executor import AgentLaunch
 from acpfsm.runtime import (
     AgentReportedError,
     CancelEscalated,
+    CancelFailed,
     LaunchSpecError,
     NotReadyForPrompts,
     PromptResult,
@@ -507,3 +508,31 @@ async def test_agentctl_mcp_requests(agentctl: AgentctlServer, tmp_path: Path) -
             assert [a for a, _ in asked if a != "mcp.list_plugin_tools"] == ["mcp.list_workspaces"]
             await rt.stop(refused.id, "done")
             await rt.stop(served.id, "done")
+
+
+@pytest.mark.both_backends
+async def test_cancel_refused_by_a_closed_stdin_is_cancel_failed(
+    agentctl: AgentctlServer, tmp_path: Path
+) -> None:
+    """The agent closed its stdin: agentctl's ``session/cancel`` write fails (broken pipe)
+    and agentctl answers the cancel ``success:false`` with that error. kandev
+    (lifecycle/manager_interaction.go ``CancelAgent``) tolerates only stream-not-connected
+    and not-acknowledged: anything else is ``failed to cancel agent: …`` (CancelFailed), not
+    a lost stream and no escalation; the execution stays RUNNING with its turn."""
+    executor = AgentctlExecutor(url=agentctl.url, token=agentctl.token(), config=TEST_CONFIG)
+    async with make_runtime({"agentctl": executor}) as rt:
+        with anyio.fail_after(30):
+            ref = await rt.launch(spec(workspace(tmp_path)))
+            async with anyio.create_task_group() as tg:
+                errors = failing_turn(tg, rt, ref.id, "[[fault:close_stdin]] go deaf")
+                await wait_turn_streaming(rt, ref.id, 1)
+                with pytest.raises(CancelFailed, match=r"^failed to cancel agent: cancel failed: "):
+                    await rt.cancel(ref.id)
+                snap = rt.get_execution(ref.id)
+                assert snap.status == "RUNNING"
+                current = session_of(rt, ref.id).current
+                assert current is not None and current.leaf != "cancel_escalated"
+                tg.cancel_scope.cancel()
+            assert not errors
+            await rt.stop(ref.id, "done")
+    assert agentctl.agents() == []

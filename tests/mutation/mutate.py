@@ -97,7 +97,7 @@ TARGETS: tuple[Target, ...] = (
     Target("classify", ("adapters/classify.py",), ("tests/adapters/test_classify.py",)),
     Target(
         "fs",
-        ("adapters/workspace.py",),
+        ("adapters/workspace.py", "adapters/_fileops.py"),
         ("tests/adapters/test_workspace.py", "tests/adapters/test_stdio_fs.py"),
     ),
     Target(

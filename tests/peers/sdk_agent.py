@@ -13,7 +13,8 @@ Script
       current modes and options; an id starting ``codex-`` answers Codex's missing-rollout
       shape; any other id answers ``RequestError.resource_not_found`` (-32002).
     * ``session/prompt``: a thought, a ``read`` tool call (pending → completed), a plan, then
-      ``echo:`` and the prompt text as two agent message chunks; ``end_turn``. A prompt
+      ``echo:`` and the prompt text as two agent message chunks (then a ``link NAME URI`` line
+      per ``resource_link`` block); ``end_turn``. A prompt
       containing ``permission`` first asks ``session/request_permission`` and reports the
       chosen option in a third chunk; one containing ``hang`` waits for ``session/cancel``
       and answers ``cancelled``.
@@ -159,6 +160,10 @@ class ScriptedAgent:
         await self._say(session_id, update_plan([plan_entry("Answer", status="completed")]))
         await self._say(session_id, update_agent_message_text("echo: "))
         await self._say(session_id, update_agent_message_text(text))
+        for block in prompt:  # each file the client linked, as a line of its own
+            if getattr(block, "type", "") == "resource_link":
+                link = f"\nlink {block.name!r} {block.uri}"
+                await self._say(session_id, update_agent_message_text(link))
         session.history.append(("agent", "echo: " + text))
         if "permission" in text:
             answer = await self._conn.request_permission(

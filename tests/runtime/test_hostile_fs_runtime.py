@@ -34,6 +34,22 @@ async def test_a_fifo_read_is_refused_and_stop_is_prompt(tmp_path: Any) -> None:
         assert final.status == "STOPPED"
 
 
+async def test_an_undecodable_request_is_answered_not_left_waiting(tmp_path: Any) -> None:
+    """The agent's requests that do not decode (a lone-surrogate escape, nesting deeper than
+    the decoder allows) are answered ``-32700 Parse error`` under their ids: the agent does
+    not hang until its own timeout, the turn ends, the execution stays usable."""
+    reference = ReferenceAgent(tmp_path / "ws")
+    async with reference.runtime() as rt:
+        ref = await rt.launch(reference.spec())
+        with anyio.fail_after(BOUND):  # the probe waits 5 s per unanswered request
+            result = await rt.prompt(ref.id, "[[fault:undecodable_requests]] probe")
+        assert result.stop_reason == "end_turn"
+        assert "undecodable_requests: 2 requests, 0 answered, 2 refused" in result.agent_message
+        assert "-32700 Parse error ×2" in result.agent_message
+        assert (await rt.prompt(ref.id, "still there?")).stop_reason == "end_turn"
+        await rt.stop(ref.id, "done")
+
+
 async def test_an_fs_operation_stuck_in_the_kernel_does_not_hold_stop(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

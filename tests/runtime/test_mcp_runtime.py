@@ -30,6 +30,7 @@ from acpfsm.runtime import (
 )
 from acpfsm.runtime import events as le
 from acpfsm.runtime.mcp.execution import ExecutionMcp, RuntimeTools
+from acpfsm.runtime.mcp.tools import describe_failure
 from acpfsm.testing.memory import MemoryExecutor
 
 from .memory_runtime import make_runtime, session_of, spec, wait_until
@@ -173,7 +174,7 @@ async def test_mcp_actions_follow_the_mode_and_are_bounded(autojump_clock: Any) 
         await anyio.sleep_forever()
 
     async def fail(payload: Any) -> Any:
-        raise KeyError("no such thing")
+        raise KeyError("no such thing: token tk-123")
 
     tools = RuntimeTools(
         [
@@ -200,7 +201,8 @@ async def test_mcp_actions_follow_the_mode_and_are_bounded(autojump_clock: Any) 
     )
     with pytest.raises(AgentctlError) as failed:
         await mcp.handle_action("mcp.fail", None)
-    assert failed.value.code == "INTERNAL_ERROR" and "KeyError" in str(failed.value)
+    assert failed.value.code == "INTERNAL_ERROR"
+    assert str(failed.value) == "mcp.fail failed: KeyError"  # not its message: its type
 
     await mcp.set_mode("config")
     with pytest.raises(AgentctlError) as refused:
@@ -216,6 +218,38 @@ async def test_mcp_actions_follow_the_mode_and_are_bounded(autojump_clock: Any) 
         ("mcp.create_task", "config", True),
     ]
     assert [e.mode for e in events if isinstance(e, le.McpModeChanged)] == ["config"]
+
+
+async def test_an_action_tells_its_message_when_the_tool_set_says_so() -> None:
+    async def fail(payload: Any) -> Any:
+        raise KeyError("no such thing: token tk-123")
+
+    told, redacted = (
+        ExecutionMcp(
+            execution_id="e-1",
+            servers=(),
+            tools=RuntimeTools([ToolSet("task", actions={"mcp.fail": fail}, expose_errors=x)]),
+            mode="task",
+            call_timeout=5.0,
+        )
+        for x in (True, lambda exc: str(exc).replace("tk-123", "***"))
+    )
+    with pytest.raises(AgentctlError, match=r"^mcp.fail failed: KeyError: .*tk-123"):
+        await told.handle_action("mcp.fail", None)
+    with pytest.raises(AgentctlError) as hidden:
+        await redacted.handle_action("mcp.fail", None)
+    assert str(hidden.value) == "mcp.fail failed: KeyError: 'no such thing: token ***'"
+    with pytest.raises(ToolDeclarationError, match="expose_errors"):
+        ToolSet("bad", expose_errors="yes")  # type: ignore[arg-type]
+
+
+def test_a_failing_redaction_tells_the_type_alone(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(exc: BaseException) -> str:
+        raise RuntimeError("the redaction broke")
+
+    assert describe_failure(ValueError("secret"), broken) == "ValueError"
+    assert describe_failure(ValueError(""), True) == "ValueError"
+    assert "redaction failed" in caplog.text
 
 
 @pytest.mark.both_backends

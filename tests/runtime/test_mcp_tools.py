@@ -189,7 +189,7 @@ async def test_failing_hanging_oversized_and_badly_called_tools_answer_with_mcp_
             ref = await rt.launch(launch_spec(tmp_path))
             prompts = {
                 '[[tool:explode {"reason": "boom"}]]': (
-                    "Tool explode failed: tool 'explode' failed: RuntimeError: exploded: boom."
+                    "Tool explode failed: tool 'explode' failed: RuntimeError."
                 ),
                 "[[tool:never {}]]": "Tool never failed: tool 'never' did not finish within 0.5s.",
                 '[[tool:huge {"size": 200000}]]': "Tool huge failed: tool 'huge' returned",
@@ -211,6 +211,60 @@ async def test_failing_hanging_oversized_and_badly_called_tools_answer_with_mcp_
             result = await rt.prompt(ref.id, 'again [[tool:add {"a": 1, "b": 2}]]')
             assert "Tool add returned: 3." in result.agent_message
             await rt.stop(ref.id, "done")
+
+
+DSN = "postgresql://app:s3cr3t-pw@db.internal/tickets"
+
+
+@tool
+async def query(sql: str) -> str:
+    """Fails as a database driver does: its message quotes the connection URL."""
+    raise ConnectionError(f"could not connect to {DSN}: connection refused")
+
+
+@tool(expose_errors=True)
+async def query_told(sql: str) -> str:
+    """The same, its message told (the app opted in for this tool)."""
+    raise ConnectionError(f"could not connect to {DSN}: connection refused")
+
+
+def _redact(exc: BaseException) -> str:
+    return str(exc).replace(DSN, "postgresql://***@db.internal/tickets")
+
+
+async def test_a_tool_exception_tells_the_agent_its_type_not_its_message(
+    tmp_path: Path,
+) -> None:
+    """By default the agent learns the tool's name and the exception's type, never the
+    message (a password in a database URL); the app opts in to the message per tool, or per
+    tool set with its own redaction; the app's own event carries the same text."""
+    sets = [
+        ToolSet("task", tools=[query, query_told]),
+        ToolSet("redacted", tools=[query], expose_errors=_redact),
+    ]
+    async with Runtime(
+        profiles=[reference_profile("--delay", "0", *SLOW_MACHINE)],
+        executors={"stdio": StdioExecutor(shutdown=FAST_SHUTDOWN)},
+        tool_sets=sets,
+    ) as rt:
+        with anyio.fail_after(60):
+            ref = await rt.launch(launch_spec(tmp_path))
+            plain = await rt.prompt(ref.id, 'go [[tool:query {"sql": "select 1"}]]')
+            assert "Tool query failed: tool 'query' failed: ConnectionError." in (
+                plain.agent_message
+            ), plain.agent_message
+            told = await rt.prompt(ref.id, 'go [[tool:query_told {"sql": "select 1"}]]')
+            assert f"ConnectionError: could not connect to {DSN}" in told.agent_message
+            await rt.set_mcp_mode(ref.id, "redacted")
+            redacted = await rt.prompt(ref.id, 'go [[tool:query {"sql": "select 1"}]]')
+            assert (
+                "failed: ConnectionError: could not connect to "
+                "postgresql://***@db.internal/tickets: connection refused"
+            ) in redacted.agent_message, redacted.agent_message
+            ended = published(rt, ref.id, le.McpCallEnded)
+            await rt.stop(ref.id, "done")
+    assert DSN not in plain.agent_message and DSN not in redacted.agent_message
+    assert [DSN in e.error for e in ended] == [False, True, False]
 
 
 async def test_the_tool_server_wants_its_bearer_secret_and_never_tells_it(

@@ -56,7 +56,7 @@ def ask(rid: str, generation: int = 0, options: list[PermissionOption] = OPTIONS
         prompt_generation=generation,
         tool_call_id=f"call-{rid}",
         permission_title="Run `rm -rf /`",
-        permission_options=options,
+        options=options,
         tool_kind="execute",
         raw_input={"command": ["rm", "-rf", "/"]},
     )

@@ -106,9 +106,7 @@ async def test_by_default_only_the_reference_agent_may_act(tmp_path: Path) -> No
             prompt = "list files [[fault:permission_reject_first]] [[permission]]"
             assert RAN in (await rt.prompt(mine.id, prompt)).agent_message
             assert DENIED in (await rt.prompt(other.id, prompt)).agent_message
-            kinds = [
-                o.kind for o in backlog(rt, other.id, PermissionRequest)[-1].permission_options
-            ]
+            kinds = [o.kind for o in backlog(rt, other.id, PermissionRequest)[-1].options]
             assert kinds == ["reject_once", "reject_always", "allow_once", "allow_always"]
             chosen = [r.option_id for r in backlog(rt, mine.id, le.PermissionResolved)]
             assert chosen == ["allow_once", "allow_once"]  # never allow_always
@@ -251,3 +249,29 @@ async def test_a_reused_id_is_still_refused_and_reported(tmp_path: Path) -> None
             await wait_for(lambda: len(results) == 1)
             assert results[0].agent_message == "permission-ids: 5 reject,allow"
             await rt.stop(eid, "done")
+
+
+async def test_a_request_for_another_session_is_refused_whatever_the_policy(
+    tmp_path: Path,
+) -> None:
+    """Under ``allow_once`` (the reference profile's policy), a permission request naming an
+    ACP session the execution does not own is refused at the transport (``-32602``, a protocol
+    error for the app), never put to the policy: the agent runs nothing. A request for its own
+    session is asked, and ``permission.requested`` names that session."""
+    async with make_runtime() as rt:
+        with anyio.fail_after(30):
+            ref = await rt.launch(spec(tmp_path))
+            foreign = await rt.prompt(
+                ref.id, "[[fault:permission_other_session]] [[permission]] list files"
+            )
+            assert DENIED in foreign.agent_message and RAN not in foreign.agent_message
+            acp_id = rt.get_execution(ref.id).acp_session_id
+            [error] = backlog(rt, ref.id, le.ProtocolErrorEvent)
+            assert f"names ACP session '{acp_id}-other', not this client's" in error.error
+            assert backlog(rt, ref.id, le.PermissionRequested) == []
+            assert backlog(rt, ref.id, le.PermissionResolved) == []
+            own = await rt.prompt(ref.id, "[[permission]] list files")
+            assert RAN in own.agent_message
+            [asked] = backlog(rt, ref.id, le.PermissionRequested)
+            assert asked.session_id == acp_id
+            await rt.stop(ref.id, "done")

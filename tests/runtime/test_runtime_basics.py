@@ -302,6 +302,8 @@ def test_the_lifecycle_bounds_are_kandevs() -> None:
         "request": 120.0,
         "tool_call": 60.0,
         "permission_wait": 300.0,
+        "executor_close": 30.0,
+        "tool_server_idle": 5.0,
     }
     assert Timeouts().scaled(0.5).cancel_wait == 5.0
     # one set of bounds is shared by every execution of a runtime: it cannot be changed in

@@ -212,6 +212,63 @@ async def test_s140_base_launch_request_is_used(time_scale: float, tmp_path: Pat
         assert [c[1][0] for c in ex.last.calls if c[0] == "prompt"] == ["hello"]
 
 
+async def test_s140_unset_spec_fields_take_the_base_request(
+    time_scale: float, tmp_path: Path
+) -> None:
+    """An unset spec field does not override the base request (kandev's
+    ``launchRequestFromSpec`` overlays only non-zero fields): a spec naming no executor runs
+    on the base's, and the base's workspace path, repository and ephemeral flag reach the
+    ``WorkspaceRef``; a spec naming neither runs on ``stdio``, and what the spec sets wins."""
+    ex, other = RecordingExecutor(), RecordingExecutor()
+    path = str(tmp_path)
+    base = {
+        "executor_id": "sprites",
+        "workspace_path": path,
+        "repository_id": "repo-9",
+        "is_ephemeral": True,
+    }
+    async with Runtime(
+        profiles=PROFILES,
+        executors={"local_pc": ex, "sprites": other},
+        timeouts=Timeouts().scaled(time_scale),
+    ) as rt:
+        ref = await rt.launch(
+            LaunchSpec(
+                agent_profile_id="p1",
+                workspace=WorkspaceRef(path=""),
+                metadata={"launch_request": base, "source": "engine"},
+            )
+        )
+        assert ex.opened == [] and len(other.opened) == 1
+        assert other.opened[0].workspace == path
+        sent = session_of(rt, ref.id).spec
+        assert sent.executor_id == "sprites"
+        assert sent.workspace == WorkspaceRef(path=path, repository_id="repo-9", is_ephemeral=True)
+        assert sent.metadata == {"source": "engine"}
+        assert rt.get_execution(ref.id).workspace_path == path
+        # what the spec sets wins over the base
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        mine = await rt.launch(
+            LaunchSpec(
+                agent_profile_id="p1",
+                executor_id="local_pc",
+                workspace=WorkspaceRef(path=str(elsewhere), repository_id="repo-1"),
+                metadata={"launch_request": base, "session_id": "s-2"},
+            )
+        )
+        assert len(ex.opened) == 1 and len(other.opened) == 1
+        assert session_of(rt, mine.id).spec.workspace == WorkspaceRef(
+            path=str(elsewhere), repository_id="repo-1", is_ephemeral=True
+        )
+    # no executor named anywhere: stdio
+    fallback = RecordingExecutor()
+    async with runtime(fallback, time_scale, name="stdio") as rt:
+        ref = await rt.launch(LaunchSpec(agent_profile_id="p1", workspace=WorkspaceRef(path=path)))
+        assert len(fallback.opened) == 1
+        assert session_of(rt, ref.id).spec.executor_id == "stdio"
+
+
 async def test_s142_resume_maps_not_found(time_scale: float, tmp_path: Path) -> None:
     """Go's Resume passed the lifecycle's not-found error through unmapped (H11, pinned by
     the Go scenario). Our facade maps not-found consistently: ``resume`` on an unknown (or

@@ -53,7 +53,7 @@ def content(g: int, tag: str) -> list[TurnUpdate]:
             prompt_generation=g,
             request_id=f"{tag}-p",
             tool_call_id=f"{tag}-t",
-            permission_options=[PermissionOption(option_id="ok", name="Allow", kind="allow_once")],
+            options=[PermissionOption(option_id="ok", name="Allow", kind="allow_once")],
         ),
         ToolUpdate(prompt_generation=g, tool_call_id=f"{tag}-t", tool_status="completed"),
         MessageChunk(prompt_generation=g, text=f"{tag} says"),

@@ -180,15 +180,15 @@ SEEDS: dict[str, tuple[dict[str, Any], Bounds]] = {
     ),
     # a completed turn does not release its waiter
     "no_caller_waits_forever": (
-        _pg(('                effect("release_waiter", result="completed"),\n', "")),
+        _pg(('            effect("release_waiter", result="completed"),\n', "")),
         STDIO_2,
     ),
     # H6: a handed-off (or any live) turn accepts a steer
     "steer_only_into_a_live_dispatched_turn": (
         _pg(
             (
-                '            "steer_requested: live": ["steer_refused"],',
-                '            "steer_requested: live": ["dispatch_steer"],',
+                '        "steer_requested: live": ["steer_refused"],',
+                '        "steer_requested: live": ["dispatch_steer"],',
             )
         ),
         STDIO_2,
@@ -209,10 +209,10 @@ SEEDS: dict[str, tuple[dict[str, Any], Bounds]] = {
     "completion_claimed_at_most_once": (
         _pg(
             (
-                '            "completion_received: dispatched": ["unclaimed"],',
+                '        "completion_received: dispatched": ["unclaimed"],',
                 (
-                    '            "completion_received: dispatched": ["unclaimed"],\n'
-                    '            "completion_received: dispatched -> completed": ["unclaimed"],'
+                    '        "completion_received: dispatched": ["unclaimed"],\n'
+                    '        "completion_received: dispatched -> completed": ["unclaimed"],'
                 ),
             )
         ),
@@ -220,7 +220,7 @@ SEEDS: dict[str, tuple[dict[str, Any], Bounds]] = {
     ),
     # R14: the dispatch-only turn holds no barrier
     "dispatch_only_barrier_holds": (
-        _pg(('            "successor_admitting: unawaited": ["hold_barrier"],\n', "")),
+        _pg(('        "successor_admitting: unawaited": ["hold_barrier"],\n', "")),
         STDIO_2,
     ),
     # what acpfsm verify found: a stop ignored a prompt admitted but not yet sent

@@ -125,9 +125,7 @@ class _Permissions:
     async def answer(self, request: PermissionRequest) -> str | None:
         if self.cancelling:
             return None
-        chosen: str | None = _reject_option(
-            (o.kind, o.option_id) for o in request.permission_options
-        )
+        chosen: str | None = _reject_option((o.kind, o.option_id) for o in request.options)
         return chosen
 
 
