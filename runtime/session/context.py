@@ -161,6 +161,9 @@ class ExecutionContext:
         self.error_message = ""
         self.acp_session_id = spec.prior_acp_session
         self.endpoint = ""
+        self.reattach = False
+        """The transport reaches an agent that survived a restart of the app, its session
+        established (the session init reattaches, :mod:`acpfsm.runtime.recovery`)."""
         self.transport: AgentTransport | None = None
         self.models = ModelCache()
         self.activity = Activity()

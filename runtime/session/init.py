@@ -132,7 +132,7 @@ class InitDriver:
             await self._fire(machine, "stream_connect_timed_out")
         else:
             await self.stream.connect_succeeded()
-            await self._fire(machine, "stream_ready")
+            await self._fire(machine, "stream_ready", reattach=self.ctx.reattach)
 
     async def _initialize(self, machine: ChartMachine) -> None:
         try:

@@ -27,7 +27,7 @@ from .errors import (
     StoreSchemaError,
     StoreUnavailable,
 )
-from .records import StoreBatch, StoredEvent, StoredExecution
+from .records import StoreBatch, StoredEvent, StoredExecution, StoredRow
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
@@ -47,6 +47,7 @@ __all__ = [
     "StoreUnavailable",
     "StoredEvent",
     "StoredExecution",
+    "StoredRow",
 ]
 
 _LAZY = {"SqliteStore": ".sqlite", "PostgresStore": ".postgres"}

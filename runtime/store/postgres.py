@@ -44,7 +44,7 @@ from .errors import (
     StoreUnavailable,
 )
 from .migrations import pending
-from .records import StoreBatch, StoredEvent, StoredExecution, decode_record, encode_record
+from .records import StoreBatch, StoredEvent, StoredExecution, decode_record
 
 __all__ = ["PostgresStore", "translate"]
 
@@ -283,7 +283,7 @@ class PostgresStore:
                 await cur.executemany(
                     _UPSERT,
                     [
-                        (ns, r.id, r.executor_id, r.status, r.acp_session_id, encode_record(r))
+                        (ns, r.id, r.executor_id, r.status, r.acp_session_id, r.record)
                         for r in batch.upserts
                     ],
                 )

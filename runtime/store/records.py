@@ -26,6 +26,7 @@ __all__ = [
     "StoreBatch",
     "StoredEvent",
     "StoredExecution",
+    "StoredRow",
     "decode_record",
     "encode_record",
 ]
@@ -72,11 +73,32 @@ class StoredEvent(msgspec.Struct, frozen=True):
     body: bytes
 
 
+class StoredRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A record as written: encoded when the write was decided (the record itself goes on
+    changing), with the columns beside it."""
+
+    id: str
+    executor_id: str
+    status: str
+    acp_session_id: str
+    record: bytes
+
+    @classmethod
+    def of(cls, record: StoredExecution) -> StoredRow:
+        return cls(
+            id=record.id,
+            executor_id=record.executor_id,
+            status=record.status,
+            acp_session_id=record.acp_session_id,
+            record=encode_record(record),
+        )
+
+
 class StoreBatch(msgspec.Struct, kw_only=True):
     """What one transaction writes: rows upserted, rows deleted (with their event logs), and
     events appended (each execution's log then trimmed to its newest ``keep_events``)."""
 
-    upserts: list[StoredExecution] = []
+    upserts: list[StoredRow] = []
     deletes: list[str] = []
     events: dict[str, list[StoredEvent]] = {}
     keep_events: int = 10_000

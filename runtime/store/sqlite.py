@@ -48,7 +48,7 @@ from .errors import (
     StoreUnavailable,
 )
 from .migrations import pending
-from .records import StoreBatch, StoredEvent, StoredExecution, decode_record, encode_record
+from .records import StoreBatch, StoredEvent, StoredExecution, decode_record
 
 __all__ = ["SqliteStore", "translate"]
 
@@ -260,7 +260,7 @@ class SqliteStore:
             for r in batch.upserts:
                 conn.execute(
                     _UPSERT,
-                    (r.id, r.executor_id, r.status, r.acp_session_id, encode_record(r), now),
+                    (r.id, r.executor_id, r.status, r.acp_session_id, r.record, now),
                 )
             for execution_id, events in batch.events.items():
                 conn.executemany(

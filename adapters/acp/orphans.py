@@ -1,0 +1,116 @@
+"""Finding a stdio agent again after the app that started it died, and ending it.
+
+A stdio agent cannot outlive its parent's pipes in any useful way: nobody can write to its
+stdin or read its stdout again. Most agents exit on stdin EOF; one that does not (codex-acp's
+wrapper, an agent stuck in a tool) is left running with no owner. The stdio executor stores
+the agent's process group id, its leader's start time (``/proc/<pid>/stat`` field 22, with
+the boot id, so a reused pid or a reboot is never taken for it) and its command; at the next
+start :func:`probe_group` says whether that very process still runs that command, and
+:func:`end_group` ends its whole group (``SIGTERM``, then ``SIGKILL``), so nothing is
+orphaned. Linux only (``/proc``); elsewhere the agent is reported gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+__all__ = ["boot_id", "end_group", "group_handle", "probe_group", "start_ticks"]
+
+_PROC = Path("/proc")
+
+
+def boot_id() -> str:
+    try:
+        return (_PROC / "sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot; None when it is gone."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        return int(fields[19])  # field 22 (starttime), after pid and (comm)
+    except (IndexError, ValueError):
+        return None
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rfind(")") + 2 :][:1]
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = (_PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode("utf-8", "surrogateescape") for part in raw.split(b"\0")[:-1]]
+
+
+def group_handle(pid: int, pgid: int, argv: Sequence[str]) -> dict[str, Any]:
+    """What the store keeps to find the agent again."""
+    return {
+        "pid": pid,
+        "pgid": pgid,
+        "argv": list(argv),
+        "start_ticks": start_ticks(pid),
+        "boot_id": boot_id(),
+    }
+
+
+def probe_group(handle: Mapping[str, Any]) -> tuple[bool, str]:
+    """``(running, reason)``: whether the stored leader still runs the stored command."""
+    pid, argv = handle.get("pid"), handle.get("argv")
+    if not isinstance(pid, int) or pid <= 0 or not isinstance(argv, list):
+        return False, "no agent process was recorded (the app died before it started)"
+    if handle.get("boot_id") and handle.get("boot_id") != boot_id():
+        return False, "the machine restarted since the agent was started"
+    state = _state(pid)
+    if state in ("", "Z", "X"):
+        return False, f"the agent process {pid} ended with the app (its pipes closed)"
+    if handle.get("start_ticks") is not None and start_ticks(pid) != handle.get("start_ticks"):
+        return False, f"pid {pid} now belongs to another process (the agent ended)"
+    if _cmdline(pid) != argv:
+        return False, f"pid {pid} runs another command (the agent ended)"
+    return True, f"the agent process {pid} still runs with nobody at its pipes"
+
+
+def _signal(pgid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+async def end_group(handle: Mapping[str, Any], *, grace: float = 2.0) -> str:
+    """End the stored agent's process group: ``SIGTERM``, then ``SIGKILL`` after ``grace``
+    seconds; checked again first (a process that is no longer the agent is never signalled).
+    Returns what was done."""
+    running, reason = probe_group(handle)
+    if not running:
+        return reason
+    pid, pgid = int(handle["pid"]), int(handle.get("pgid") or handle["pid"])
+    _signal(pgid, signal.SIGTERM)
+    with anyio.move_on_after(grace):
+        while _state(pid) not in ("", "Z", "X"):
+            await anyio.sleep(0.02)
+    if _state(pid) in ("", "Z", "X"):
+        _signal(pgid, signal.SIGKILL)  # helpers left in the group
+        return f"ended the orphaned agent process group {pgid} (SIGTERM)"
+    _signal(pgid, signal.SIGKILL)
+    return f"ended the orphaned agent process group {pgid} (SIGKILL)"
