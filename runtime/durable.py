@@ -298,6 +298,8 @@ class Durability:
             if deleted:
                 entry.delete_written = True
                 continue
+            if entry.deleted:  # stopped while this batch was written: its deletion follows
+                continue
             if version:
                 entry.row_written = version
             if n:
@@ -331,7 +333,10 @@ class Durability:
                 batch, taken, complete = self._take()
                 try:
                     await self.store.write(batch)
-                except StoreError as exc:
+                except Exception as exc:
+                    if not isinstance(exc, StoreError):
+                        log.exception("execution store write raised")
+                        exc = StoreError(f"the execution store {self.store.name} failed: {exc!r}")
                     self._failed(exc)
                     pause = min(max(pause * 2, 0.05), 2.0)
                     await anyio.sleep(pause)
@@ -433,8 +438,8 @@ class DurableSubscription:
             if self._next <= entry.committed:
                 await self._fill()
                 continue
-            if not entry.open or entry.deleted:
-                raise StopAsyncIteration
+            if entry.deleted or (not entry.open and self._next >= entry.next_seq):
+                raise StopAsyncIteration  # nothing more will be logged here, all delivered
             await entry.changed.wait()
 
     async def _fill(self) -> None:

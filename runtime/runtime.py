@@ -267,12 +267,14 @@ class Runtime:
             persistence = Persistence(self, self.store)
             try:
                 await persistence.open(self._tg)
-            except BaseException as exc:
+            except BaseException:  # StoreLocked, StoreCorrupt …: raised as themselves
                 self._tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True):
                     await persistence.abort()
-                    await self._tg.__aexit__(type(exc), exc, exc.__traceback__)
-                self.trace.close()
+                try:
+                    await self._tg.__aexit__(None, None, None)
+                finally:
+                    self.trace.close()
                 raise
             self._persistence = persistence
         return self

@@ -257,7 +257,11 @@ class PostgresStore:
                 await pool.close()
         finally:
             if writer is not None:
-                await writer.close()  # ends its session: the advisory lock goes with it
+                try:  # at once: the server ends a closed connection's session a moment later
+                    if not writer.broken:
+                        await writer.execute("SELECT pg_advisory_unlock(%s)", (self._key,))
+                finally:
+                    await writer.close()
 
     # --- writes and reads ----------------------------------------------------------------------
 
