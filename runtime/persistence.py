@@ -92,8 +92,9 @@ class Persistence:
         await self.durability.close(0.0)
 
     async def close(self) -> None:
-        for session in list(self.rt._sessions.values()):
-            await self._detach(session)
+        async with anyio.create_task_group() as tg:
+            for session in list(self.rt._sessions.values()):
+                tg.start_soon(self._detach, session)
         await self.durability.close(CLOSE_FLUSH)
 
     async def _detach(self, session: ExecutionSession) -> None:

@@ -96,7 +96,7 @@ _STATUSES = ("STARTING", "RUNNING", "READY", "COMPLETED", "FAILED", "STOPPED")
 
 
 class _Attempt:
-    __slots__ = ("entry", "error", "generation", "reason", "todo")
+    __slots__ = ("cancel_turn", "entry", "error", "generation", "reason", "todo")
 
     def __init__(self, entry: ExecutionLog, generation: int) -> None:
         self.entry = entry
@@ -104,6 +104,8 @@ class _Attempt:
         self.todo: list[str] = []
         self.reason = ""
         self.error: BaseException | None = None
+        self.cancel_turn = False
+        """The chart asked for the interrupted turn to be cancelled once reattached."""
 
 
 Work = Callable[[_Attempt], Awaitable[None]]
@@ -127,6 +129,7 @@ class RecoveryDriver:
         self._now: dict[str, Callable[[_Attempt, Effect], Awaitable[None] | None]] = {
             "claim_attempt": self._claim,
             "publish_turn_interrupted": self._interrupted,
+            "cancel_interrupted_turn": self._cancel_later,
             "mark_lost": self._mark_lost,
             "mark_finished": self._mark_finished,
             "persist_recovery": lambda a, e: self.durability.persist(a.entry),
@@ -194,6 +197,21 @@ class RecoveryDriver:
                 reason=INTERRUPTED,
             ),
         )
+
+    def _cancel_later(self, attempt: _Attempt, effect: Effect) -> None:
+        attempt.cancel_turn = True
+
+    async def _cancel_interrupted(self, session: ExecutionSession) -> None:
+        """Ask the reattached agent to end the turn nobody waits for (bounded; its late end
+        is ignored by generation); a failure is only logged."""
+        transport = session.ctx.transport
+        if transport is None:
+            return
+        with anyio.move_on_after(self.rt.timeouts.cancel_wait):
+            try:
+                await transport.cancel()
+            except AcpfsmError as exc:
+                log.warning("interrupted turn of %s not cancelled: %s", session.id, exc)
 
     def _mark_lost(self, attempt: _Attempt, effect: Effect) -> None:
         record = attempt.entry.record
@@ -270,6 +288,8 @@ class RecoveryDriver:
         session = self.rt.session_from(record, attempt.entry, reattach=True)
         failure = await self._start(attempt, session)
         if failure is None:
+            if attempt.cancel_turn:
+                await self._cancel_interrupted(session)
             self.dormant.pop(record.id, None)
             await self._fire(attempt, "reattached")
         else:

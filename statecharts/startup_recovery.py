@@ -21,9 +21,10 @@ not expect is illegal, loudly.
    its exit code) rests in ``finished`` as it was. Otherwise the executor is asked about the
    agent (``probing``: ``probe_agent``). When the row says a turn was in flight
    (``turn_in_flight``: the stored status is RUNNING) its caller is gone: the generation is
-   closed as interrupted (``publish_turn_interrupted``), and the recovered execution numbers
-   its prompts past the stored reservation, so a late completion of that turn is ignored by
-   generation.
+   closed as interrupted (``publish_turn_interrupted``), a reattached agent still running it
+   is asked to cancel it (``cancel_interrupted_turn``: it takes the next prompt at once), and
+   the recovered execution numbers its prompts past the stored reservation, so a late
+   completion of that turn is ignored by generation.
 2. The executor's answer: ``agent_alive`` (agentctl: the instance is listed and its agent
    runs) → ``reattaching``: a new stream to the same agent process and ACP session, no
    session/new (``reattach_agent``); ``reattached`` once READY (the session init publishes
@@ -38,7 +39,7 @@ not expect is illegal, loudly.
    ``relaunched`` → ``recovered``, or ``relaunch_failed`` → ``lost``.
 
 Effects: ``claim_attempt`` (the row's startup generation becomes this attempt's, flushed),
-``publish_turn_interrupted``, ``probe_agent``, ``reattach_agent``, ``end_orphan``,
+``publish_turn_interrupted``, ``cancel_interrupted_turn``, ``probe_agent``, ``reattach_agent``, ``end_orphan``,
 ``relaunch_agent``, ``mark_lost``, ``mark_finished``, ``persist_recovery``.
 """
 
@@ -112,6 +113,7 @@ class StartupRecovery(Chart):
             "recovery_started: stored -> probing [turn_in_flight]": [
                 "claim_attempt",
                 effect("publish_turn_interrupted", "generation"),
+                "cancel_interrupted_turn",
             ],
             "recovery_started: stored -> probing []": ["claim_attempt"],
             "relaunch_requested: stored -> relaunching": ["claim_attempt"],

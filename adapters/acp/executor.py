@@ -3,9 +3,10 @@ its pipes (:func:`~acpfsm.adapters.acp.stdio.open_stdio_transport`).
 
 Recovery (:class:`~acpfsm.adapters.executor.RecoverableExecutor`): a stdio agent cannot be
 reattached, its pipes died with the app. Its reattach handle is its process group (leader
-pid, start time, command: :mod:`.orphans`); after a restart :meth:`StdioExecutor.probe`
-reports a leader still running that command as ``orphaned`` (then ended, with its group),
-anything else as ``gone``. Either way the execution can be started again and its
+pid, start time, command: :mod:`.orphans`), and its environment carries its execution id
+(``ACPFSM_EXECUTION_ID``); after a restart :meth:`StdioExecutor.probe` reports a leader still
+running that command, or a process carrying the id, as ``orphaned`` (then ended, with its
+group), anything else as ``gone``. Either way the execution can be started again and its
 conversation loaded (the runtime's ``relaunch``)."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..errors import LaunchSpecError, TransportError
 from ..executor import AgentLaunch, Probe
 from ..mcp_servers import mcp_server_secrets
 from ..transport import AgentTransport, InitializeResult
-from .orphans import end_group, group_handle, probe_group
+from .orphans import EXECUTION_ENV, end_group, group_handle, probe_group
 from .process import DEFAULT_INHERITED_ENV, DEFAULT_SHUTDOWN, ShutdownPolicy
 from .stdio import DEFAULT_CONFIG, StdioConfig, TerminalHandler
 
@@ -63,7 +64,7 @@ class StdioExecutor:
         return open_stdio_transport(
             list(launch.command),
             cwd=launch.workspace,
-            env={**self.env, **launch.env},
+            env={**self.env, **launch.env, EXECUTION_ENV: launch.execution_id},
             inherit_env=self.inherit_env,
             permission_policy=launch.permission_policy,
             terminal_handler=self.terminal_handler,
@@ -83,7 +84,7 @@ class StdioExecutor:
         return group_handle(process.pid, process.pgid, process.argv)
 
     async def probe(self, execution_id: str, handle: Mapping[str, Any]) -> Probe:
-        running, reason = probe_group(handle)
+        running, reason = probe_group(handle, execution_id)
         return Probe(found="orphaned" if running else "gone", reason=reason)
 
     def reattach(
@@ -98,7 +99,7 @@ class StdioExecutor:
         )
 
     async def end_orphan(self, execution_id: str, handle: Mapping[str, Any]) -> str:
-        return await end_group(handle, grace=self.shutdown.term_wait)
+        return await end_group(handle, execution_id, grace=self.shutdown.term_wait)
 
     def detach(self, execution_id: str) -> None:
         """A stdio agent cannot outlive the app's pipes: closing its transport ends it."""

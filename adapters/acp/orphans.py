@@ -8,10 +8,16 @@ the boot id, so a reused pid or a reboot is never taken for it) and its command;
 start :func:`probe_group` says whether that very process still runs that command, and
 :func:`end_group` ends its whole group (``SIGTERM``, then ``SIGKILL``), so nothing is
 orphaned. Linux only (``/proc``); elsewhere the agent is reported gone.
+
+The app may die after starting an agent and before its row records the process (a few
+milliseconds). Every agent therefore carries its execution id in its environment
+(:data:`EXECUTION_ENV`); when the stored process is not running, the processes carrying the
+id are looked for (:func:`marked`) and ended too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Mapping, Sequence
@@ -20,9 +26,39 @@ from typing import Any
 
 import anyio
 
-__all__ = ["boot_id", "end_group", "group_handle", "probe_group", "start_ticks"]
+__all__ = [
+    "EXECUTION_ENV",
+    "boot_id",
+    "end_group",
+    "group_handle",
+    "marked",
+    "probe_group",
+    "start_ticks",
+]
 
 _PROC = Path("/proc")
+EXECUTION_ENV = "ACPFSM_EXECUTION_ID"
+"""Set in every stdio agent's environment to its execution id."""
+
+
+def marked(execution_id: str) -> list[int]:
+    """Live processes whose environment carries ``execution_id`` (:data:`EXECUTION_ENV`)."""
+    needle = f"{EXECUTION_ENV}={execution_id}".encode()
+    out: list[int] = []
+    try:
+        entries = list(_PROC.iterdir())
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and _state(int(entry.name)) not in ("", "Z", "X"):
+            out.append(int(entry.name))
+    return out
 
 
 def boot_id() -> str:
@@ -72,8 +108,22 @@ def group_handle(pid: int, pgid: int, argv: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def probe_group(handle: Mapping[str, Any]) -> tuple[bool, str]:
-    """``(running, reason)``: whether the stored leader still runs the stored command."""
+def probe_group(handle: Mapping[str, Any], execution_id: str = "") -> tuple[bool, str]:
+    """``(running, reason)``: whether the stored leader still runs the stored command, or
+    else (``execution_id`` given) a process carrying the execution id does."""
+    running, reason = _probe_leader(handle)
+    if running or not execution_id:
+        return running, reason
+    found = marked(execution_id)
+    if found:
+        return True, (
+            f"agent processes {', '.join(map(str, found))} of this execution still run with "
+            "nobody at their pipes (started before their row recorded them)"
+        )
+    return False, reason
+
+
+def _probe_leader(handle: Mapping[str, Any]) -> tuple[bool, str]:
     pid, argv = handle.get("pid"), handle.get("argv")
     if not isinstance(pid, int) or pid <= 0 or not isinstance(argv, list):
         return False, "no agent process was recorded (the app died before it started)"
@@ -97,20 +147,30 @@ def _signal(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-async def end_group(handle: Mapping[str, Any], *, grace: float = 2.0) -> str:
-    """End the stored agent's process group: ``SIGTERM``, then ``SIGKILL`` after ``grace``
-    seconds; checked again first (a process that is no longer the agent is never signalled).
-    Returns what was done."""
-    running, reason = probe_group(handle)
-    if not running:
-        return reason
-    pid, pgid = int(handle["pid"]), int(handle.get("pgid") or handle["pid"])
-    _signal(pgid, signal.SIGTERM)
+async def end_group(
+    handle: Mapping[str, Any], execution_id: str = "", *, grace: float = 2.0
+) -> str:
+    """End the stored agent's process group, and the groups of the processes carrying the
+    execution id: ``SIGTERM``, then ``SIGKILL`` after ``grace`` seconds; checked again
+    first (a process that is no longer the agent is never signalled). Returns what was
+    done."""
+    groups: dict[int, int] = {}  # pgid → a member to watch
+    if _probe_leader(handle)[0]:
+        groups[int(handle.get("pgid") or handle["pid"])] = int(handle["pid"])
+    for pid in marked(execution_id) if execution_id else ():
+        with contextlib.suppress(OSError):
+            groups.setdefault(os.getpgid(pid), pid)
+    if not groups:
+        return "its processes had ended meanwhile"
+    for pgid in groups:
+        _signal(pgid, signal.SIGTERM)
     with anyio.move_on_after(grace):
-        while _state(pid) not in ("", "Z", "X"):
-            await anyio.sleep(0.02)
-    if _state(pid) in ("", "Z", "X"):
+        while any(_state(pid) not in ("", "Z", "X") for pid in groups.values()):  # noqa: ASYNC110
+            await anyio.sleep(0.02)  # a process of another parent: no wait() to be woken by
+    how = "SIGTERM"
+    if any(_state(pid) not in ("", "Z", "X") for pid in groups.values()):
+        how = "SIGKILL"
+    for pgid in groups:
         _signal(pgid, signal.SIGKILL)  # helpers left in the group
-        return f"ended the orphaned agent process group {pgid} (SIGTERM)"
-    _signal(pgid, signal.SIGKILL)
-    return f"ended the orphaned agent process group {pgid} (SIGKILL)"
+    names = ", ".join(map(str, groups))
+    return f"ended the orphaned agent process group{'s' if len(groups) > 1 else ''} {names} ({how})"

@@ -1,9 +1,16 @@
 """Helpers for the durable-execution tests: a store of either backend, rows written by hand,
-a log read back."""
+a log read back; the app killed with ``kill -9`` (``tests/peers/durable_app.py``) and its
+agents."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +31,14 @@ from acpfsm.runtime.store import (
 )
 
 StoreFactory = Callable[[], ExecutionStore]
+
+#: (store, the app's backend, where the kill falls): every pair of values at least once
+PAIRWISE = [
+    ("sqlite", "trio", "mid"),
+    ("sqlite", "asyncio", "between"),
+    ("postgres", "trio", "between"),
+    ("postgres", "asyncio", "mid"),
+]
 
 
 def store_factory(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> StoreFactory:
@@ -88,3 +103,97 @@ async def read_log(
 
 def kinds(items: list[le.SequencedEvent]) -> list[str]:
     return [type(i.event).__name__ for i in items]
+
+
+# --- the app in a process of its own ---------------------------------------------------------
+
+APP = Path(__file__).resolve().parents[1] / "peers" / "durable_app.py"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def agents_of(marker: str) -> list[int]:
+    """Live processes carrying the run's marker (the agents the app started)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"ACPFSM_DURABLE_TEST={marker}".encode() in env and state not in ("Z", "X"):
+            out.append(int(entry.name))
+    return sorted(out)
+
+
+class App:
+    """One run of the app: its config, its output lines, its process."""
+
+    def __init__(self, base: dict[str, Any], tmp: Path, **config: Any) -> None:
+        self.config = {**base, **config}
+        self.config.setdefault("marker", uuid.uuid4().hex)
+        self.config["seen"] = str(tmp / f"seen-{uuid.uuid4().hex[:8]}.jsonl")
+        self.path = tmp / f"app-{uuid.uuid4().hex[:8]}.json"
+        self.path.write_text(json.dumps(self.config))
+        self.lines: dict[str, Any] = {}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(APP), str(self.path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+
+    def read_until(self, key: str, *, limit: float = 120.0) -> Any:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + limit
+        while key not in self.lines:
+            line = self.proc.stdout.readline()
+            if not line:
+                stderr = self.proc.stderr.read() if self.proc.stderr else ""
+                pytest.fail(f"the app ended before {key!r}:\n{stderr[-4000:]}")
+            self.lines.update(json.loads(line))
+            assert time.monotonic() < deadline, f"no {key!r} within {limit} s"
+        return self.lines[key]
+
+    def kill(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.close()
+
+    def close(self) -> None:
+        self.proc.wait(timeout=120)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+    def seen(self) -> dict[str, list[tuple[int, str]]]:
+        out: dict[str, list[tuple[int, str]]] = {}
+        path = Path(self.config["seen"])
+        for line in path.read_text().splitlines() if path.exists() else ():
+            execution_id, seq, kind = json.loads(line)
+            out.setdefault(execution_id, []).append((seq, kind))
+        return out
+
+
+def store_config_for(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """The app's store settings: a file in ``tmp_path``, or a namespace of its own in the
+    session's PostgreSQL cluster."""
+    if kind == "sqlite":
+        return {"store": "sqlite", "path": str(tmp_path / "executions.db")}
+    cluster = request.getfixturevalue("postgres_cluster")
+    return {"store": "postgres", "dsn": cluster.dsn, "namespace": uuid.uuid4().hex[:12]}
+
+
+def check_log(
+    before: dict[str, list[tuple[int, str]]], recovered: dict[str, Any], ids: list[str]
+) -> None:
+    """The log of each execution, read from 0 after the restart: numbered 1, 2, 3 … with no
+    gap or double, and what the killed app had seen is its beginning, event for event."""
+    for execution_id in ids:
+        logged = [tuple(e) for e in recovered[execution_id]["events"]]
+        assert [seq for seq, _ in logged] == list(range(1, len(logged) + 1))
+        seen = sorted(set(before.get(execution_id, [])))
+        assert seen, f"the app saw nothing of {execution_id}"
+        assert logged[: len(seen)] == seen

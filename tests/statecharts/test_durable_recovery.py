@@ -145,7 +145,12 @@ def test_a_turn_in_flight_is_closed_as_interrupted_then_the_agent_probed(
     step = r.fire("recovery_started", turn_in_flight=True, generation=9)
     assert (step.target, _names(step)) == (
         "probing",
-        ["claim_attempt", "publish_turn_interrupted(generation=9)", "probe_agent"],
+        [
+            "claim_attempt",
+            "publish_turn_interrupted(generation=9)",
+            "cancel_interrupted_turn",
+            "probe_agent",
+        ],
     )
 
 
