@@ -16,7 +16,8 @@ its prompts past it), ``delete_execution`` queues the row's deletion with its lo
 Every event an execution publishes is numbered (``seq``, from 1, continuing across restarts)
 and queued by the hub's sink; nothing is written per event. One writer task takes everything
 queued, the newest row of each execution and its events, and writes it as one transaction
-(:class:`~acpfsm.runtime.store.StoreBatch`). A durable subscriber is handed an event only once
+(:class:`~acpfsm.runtime.store.StoreBatch`), after letting changes gather for
+``group_commit`` seconds (5 ms) unless someone waits for a flush. A durable subscriber is handed an event only once
 it is committed: what it saw before a crash is in the store, and ``after=`` continues it
 without a gap or a double.
 
@@ -114,11 +115,20 @@ class Durability:
     """A Runtime's store, its writer and its executions' logs (see the module docstring)."""
 
     def __init__(
-        self, store: ExecutionStore, *, keep_events: int = 10_000, flush_timeout: float = 5.0
+        self,
+        store: ExecutionStore,
+        *,
+        keep_events: int = 10_000,
+        flush_timeout: float = 5.0,
+        group_commit: float = 0.005,
     ) -> None:
         self.store = store
         self.keep_events = keep_events
         self.flush_timeout = flush_timeout
+        self.group_commit = group_commit
+        """How long the writer lets changes gather before a batch nobody waits for (a
+        flush is written at once): fewer, larger transactions."""
+        self._flushing = 0
         self.logs: dict[str, ExecutionLog] = {}
         self.health = StoreHealth()
         self._hubs: dict[str, EventHub] = {}
@@ -174,9 +184,14 @@ class Durability:
         """Wait until everything queued so far is committed (at most ``bound`` seconds, default
         ``flush_timeout``); False when the store did not take it in time."""
         target = self._version
-        with anyio.move_on_after(self.flush_timeout if bound is None else bound):
-            while self._written < target:
-                await self._written_changed.wait()
+        self._flushing += 1
+        self._work.wake()  # the writer may be gathering: write now
+        try:
+            with anyio.move_on_after(self.flush_timeout if bound is None else bound):
+                while self._written < target:
+                    await self._written_changed.wait()
+        finally:
+            self._flushing -= 1
         return self._written >= target
 
     # --- a live execution -----------------------------------------------------------------------
@@ -329,6 +344,10 @@ class Durability:
                         return
                     await self._work.wait()
                     continue
+                if not (self._flushing or self._closing):
+                    with anyio.move_on_after(self.group_commit):  # let changes gather
+                        while not (self._flushing or self._closing):
+                            await self._work.wait()
                 version = self._version
                 batch, taken, complete = self._take()
                 try:

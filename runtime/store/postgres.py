@@ -127,7 +127,7 @@ class PostgresStore:
     # --- open / close ------------------------------------------------------------------------
 
     async def open(self) -> list[StoredExecution]:
-        runner = asyncio_runner("acpfsm-postgres")
+        runner = AsyncioLoopThread("acpfsm-postgres")  # off the caller's loop, on any backend
         await runner.__aenter__()
         self._runner = runner
         try:
