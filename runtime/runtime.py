@@ -193,6 +193,65 @@ AGENT_ENV: tuple[str, ...] = tuple(
 it knows nothing about (beside ``PATH``, ``HOME`` and ``LANG``)."""
 
 
+Opener = Callable[[AgentLaunch], AbstractAsyncContextManager[AgentTransport]]
+"""Opens a transport to the execution's agent instead of its executor's ``open`` (a
+reattach)."""
+
+
+def agent_launch(
+    execution_id: str, session_id: str, spec: LaunchSpec, profile: AgentProfile
+) -> AgentLaunch:
+    """What the executor is given to start the execution's agent."""
+    return AgentLaunch(
+        execution_id=execution_id,
+        session_id=session_id,
+        agent_id=profile.id,
+        command=tuple(profile.command),
+        workspace=spec.workspace.path,
+        env=profile.launch_env(os.environ),
+        task_id=str(spec.metadata.get("task_id", "")),
+        mcp_mode=spec.mcp_mode,
+    )
+
+
+def make_session(
+    rt: Runtime,
+    launch: AgentLaunch,
+    spec: LaunchSpec,
+    profile: AgentProfile,
+    executor: Executor,
+    mcp: ExecutionMcp | None,
+    opener: Opener | None,
+) -> ExecutionSession:
+    """An execution's session in ``rt``: its transport opened by ``opener`` when given (then
+    without the execution's MCP side), else by the executor, through ``mcp`` when it has
+    one."""
+
+    def open_transport(policy: PermissionPolicy) -> AbstractAsyncContextManager[AgentTransport]:
+        # the execution's own permission policy (its PermissionBroker) goes with the launch
+        with_policy = dataclasses.replace(launch, permission_policy=policy)
+        if opener is not None:
+            return opener(with_policy)
+        if mcp is not None:
+            return mcp.open_transport(executor, with_policy)
+        return executor.open(with_policy)
+
+    return ExecutionSession(
+        execution_id=launch.execution_id,
+        session_id=launch.session_id,
+        spec=spec,
+        profile=profile,
+        open_transport=open_transport,
+        trace=rt.trace,
+        timeouts=rt.timeouts,
+        history=rt.history,
+        shutting_down=lambda: rt._closing,
+        engine=rt.engine,
+        mcp=mcp,
+        retention=rt.retention,
+    )
+
+
 class Runtime:
     """Launch, prompt, steer, cancel, stop and observe agent executions.
 
@@ -380,21 +439,6 @@ class Runtime:
             started_at=session.started_at,
         )
 
-    def agent_launch(
-        self, execution_id: str, session_id: str, spec: LaunchSpec, profile: AgentProfile
-    ) -> AgentLaunch:
-        """What the executor is given to start the execution's agent."""
-        return AgentLaunch(
-            execution_id=execution_id,
-            session_id=session_id,
-            agent_id=profile.id,
-            command=tuple(profile.command),
-            workspace=spec.workspace.path,
-            env=profile.launch_env(os.environ),
-            task_id=str(spec.metadata.get("task_id", "")),
-            mcp_mode=spec.mcp_mode,
-        )
-
     def _make_session(
         self,
         execution_id: str,
@@ -402,36 +446,14 @@ class Runtime:
         spec: LaunchSpec,
         profile: AgentProfile,
         executor: Executor,
-        opener: Callable[[AgentLaunch], AbstractAsyncContextManager[AgentTransport]] | None = None,
+        opener: Opener | None = None,
     ) -> ExecutionSession:
-        """The execution's session, not yet running; ``opener`` opens its transport instead
-        of ``executor.open`` (a reattach: then without the execution's MCP side)."""
-        launch = self.agent_launch(execution_id, session_id, spec, profile)
+        """The execution's session, not yet running (see :func:`make_session`)."""
         mcp = self._execution_mcp(execution_id, spec, profile) if opener is None else None
-
-        def open_transport(policy: PermissionPolicy) -> AbstractAsyncContextManager[AgentTransport]:
-            # the execution's own permission policy (its PermissionBroker) goes with the launch
-            with_policy = dataclasses.replace(launch, permission_policy=policy)
-            if opener is not None:
-                return opener(with_policy)
-            if mcp is not None:
-                return mcp.open_transport(executor, with_policy)
-            return executor.open(with_policy)
-
-        return ExecutionSession(
-            execution_id=execution_id,
-            session_id=session_id,
-            spec=spec,
-            profile=profile,
-            open_transport=open_transport,
-            trace=self.trace,
-            timeouts=self.timeouts,
-            history=self.history,
-            shutting_down=lambda: self._closing,
-            engine=self.engine,
-            mcp=mcp,
-            retention=self.retention,
-        )
+        return make_session(
+            self, agent_launch(execution_id, session_id, spec, profile), spec, profile,
+            executor, mcp, opener,
+        )  # fmt: skip
 
     def _execution_mcp(
         self, execution_id: str, spec: LaunchSpec, profile: AgentProfile
@@ -483,11 +505,9 @@ class Runtime:
     # ----------------------------------------------------------- durable executions --
 
     def subscribe(self, execution_id: str, *, after: int = 0) -> DurableSubscription:
-        """The execution's logged events after sequence number ``after``, each as a
-        :class:`~acpfsm.runtime.events.SequencedEvent` once the store has it, across
-        restarts of the app (``after``: the last ``seq`` seen; 0 replays the whole log,
-        bounded by ``Retention.backlog_events``). Ends when the execution no longer runs in
-        this Runtime. Needs ``Runtime(store=...)``."""
+        """The execution's stored events after sequence number ``after`` (the last ``seq``
+        seen; 0: the whole bounded log), each a :class:`~.events.SequencedEvent`, across
+        restarts; ends when the execution no longer runs here. Needs a store."""
         return self._need_store("subscribe").subscribe(execution_id, after)
 
     async def relaunch(self, execution_id: str) -> Execution:

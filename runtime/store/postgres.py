@@ -34,7 +34,7 @@ import psycopg.conninfo
 import psycopg.errors
 import psycopg_pool
 
-from .._aioloop import AsyncioLoopThread, DirectRunner, asyncio_runner
+from .._aioloop import AsyncioLoopThread, DirectRunner
 from .errors import (
     StoreCorrupt,
     StoreError,
