@@ -31,12 +31,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from acpfsm.adapters.errors import AcpfsmError
+
 __all__ = ["ClusterUnavailable", "PostgresCluster", "find_binaries", "throwaway_cluster"]
 
 ROLE = "acpfsm"
 
 
-class ClusterUnavailable(RuntimeError):
+class ClusterUnavailable(AcpfsmError):
     """The throwaway PostgreSQL cluster could not be made or started (the message says why)."""
 
 
