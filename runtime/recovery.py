@@ -158,8 +158,10 @@ class RecoveryDriver:
         generation = record.startup_generation + 1
         machine = StartupRecovery.start(
             engine=self.rt.engine,
-            tags={"execution_id": record.id, "startup_generation": generation},
-            observers=(self.rt.trace.observer(record.id),),
+            # the trace's "generation": the reservation its prompts are numbered past; each
+            # attempt is an instance of its own
+            tags={"execution_id": record.id, "generation": record.generation_reserved},
+            observers=(self.rt.trace.observer(record.id, instance=generation),),
             startup_generation=generation,
         )
         self.attempts[record.id] = machine

@@ -66,8 +66,8 @@ GOALS = [
     ("Runtime.prompt median with SqliteStore vs without", "asyncio", "compiled", "<= 1.10x"),
     ("Runtime.prompt median with PostgresStore vs without", "trio", "compiled", "<= 1.30x"),
     ("Runtime.prompt median with SqliteStore vs without", "trio", "compiled", "<= 1.10x"),
-    ("recovery of 10 stored executions (PostgresStore)", "trio", "compiled", "< 2000.0 ms"),
-    ("recovery of 10 stored executions (SqliteStore)", "trio", "compiled", "< 2000.0 ms"),
+    ("recovery of 10 stored executions (PostgresStore)", "trio", "compiled", "< 2.0 s"),
+    ("recovery of 10 stored executions (SqliteStore)", "trio", "compiled", "< 2.0 s"),
 ]
 SECTIONS = (
     "prompt round trip (reference agent over stdio)",
@@ -82,7 +82,7 @@ SECTIONS = (
     "the runtime's extra CPU per prompt by component (CPU profile, 20 prompts per path)",
     "durable executions (5 prompts per path)",
 )
-NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(x| ms| B)?$")
+NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(x| ms| s| B)?$")
 
 
 def _lines(out: str, name: str) -> list[str]:
