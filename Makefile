@@ -7,8 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.acpfsm-installed
 SOURCES := $(shell find statecharts runtime adapters -name '*.py' -o -name 'py.typed' 2>/dev/null)
 
-.PHONY: all install test lint typecheck diagrams diagrams-check verify chromium pytest demo bench \
-	soak mutate-charts mutate docs clean
+.PHONY: all install test lint typecheck diagrams diagrams-check verify chromium postgresql pytest \
+	demo bench soak mutate-charts mutate docs clean
 
 all: test
 
@@ -57,6 +57,11 @@ docs: $(STAMP)
 chromium:
 	-.ci/install-chromium
 
+# PostgreSQL's server programs for the PostgresStore tests (each test run starts a throwaway
+# cluster of its own): Debian's package, installed the same way.
+postgresql:
+	-.ci/install-postgresql
+
 # The scenario suites again with every chart on python-statemachine's own engine (the chart
 # tests run both engines side by side in the first run).
 REFERENCE_SUITES := tests/runtime/test_scenarios_s1_init.py tests/runtime/test_scenarios_s2_s3_model.py \
@@ -73,7 +78,7 @@ pytest: $(STAMP)
 	ACPFSM_ENGINE=reference $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal \
 		-p no:acpfsm_coverage --acpfsm-check-traces $(REFERENCE_SUITES)
 
-test: lint typecheck diagrams-check verify docs chromium pytest
+test: lint typecheck diagrams-check verify docs chromium postgresql pytest
 
 demo: $(STAMP)
 	$(BIN)/acpfsm demo

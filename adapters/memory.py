@@ -128,6 +128,12 @@ class MemoryTransport:
 
     # --- test controls -----------------------------------------------------------------
 
+    def adopt_session(self, session_id: str, capabilities: InitializeResult | None) -> None:
+        """Reattached to an agent that survived the app: its session and capabilities are
+        the stored ones (nothing is initialized again)."""
+        self.session_id = session_id
+        self._initialized = capabilities or self._caps
+
     def emit(self, event: AgentEvent) -> None:
         if not self.connected:
             raise RuntimeError("MemoryTransport is disconnected")

@@ -43,6 +43,7 @@ from .errors import CancelFailed as CancelFailed
 from .errors import ExecutionAlreadyExists as ExecutionAlreadyExists
 from .errors import ExecutionCrashed as ExecutionCrashed
 from .errors import ExecutionIdRequired as ExecutionIdRequired
+from .errors import ExecutionLost as ExecutionLost
 from .errors import ExecutionNotFound as ExecutionNotFound
 from .errors import ExecutorError as ExecutorError
 from .errors import ExecutorNotFound as ExecutorNotFound
@@ -127,6 +128,7 @@ __all__ = [
     "ExecutionAlreadyExists",
     "ExecutionCrashed",
     "ExecutionIdRequired",
+    "ExecutionLost",
     "ExecutionNotFound",
     "ExecutionRef",
     "ExecutionStatus",

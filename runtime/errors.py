@@ -22,6 +22,8 @@
     ├── SessionInitError             failed to initialize ACP (the launch failed)
     │   └── AuthenticationRequired   … because the agent wants authentication first (authMethods)
     ├── NotReadyForPrompts           status is not RUNNING or READY
+    │   └── ExecutionLost            the app restarted and the execution's agent did not
+    │                                survive (its reason; ``Runtime.relaunch`` restarts it)
     ├── PromptError                  a prompt could not be delivered or did not complete
     │   ├── InvalidPrompt            text or attachments refused before anything was sent
     │   ├── PromptDispatchError      the trigger failed (failed to trigger prompt: …)
@@ -77,6 +79,7 @@ __all__ = [
     "ExecutionAlreadyExists",
     "ExecutionCrashed",
     "ExecutionIdRequired",
+    "ExecutionLost",
     "ExecutionNotFound",
     "ExecutorError",
     "ExecutorNotFound",
@@ -263,6 +266,19 @@ class NotReadyForPrompts(AcpfsmError):
             execution_id=execution_id,
         )
         self.status = status
+
+
+class ExecutionLost(NotReadyForPrompts):
+    """The app restarted and this execution's agent did not survive: it is FAILED with
+    ``reason`` (e.g. "the agent instance ended while the app was down"), its ACP session id
+    kept; ``Runtime.relaunch`` starts the agent again and loads the conversation."""
+
+    reason: str
+
+    def __init__(self, execution_id: str, reason: str) -> None:
+        super().__init__(execution_id, "FAILED")
+        self.args = (f'execution "{execution_id}" was lost: {reason}',)
+        self.reason = reason
 
 
 class PromptError(AcpfsmError):

@@ -65,7 +65,9 @@ __all__ = [  # the agent's events (re-exported) and the lifecycle's
     "AgentCompleted",
     "AgentEvent",
     "AgentFailed",
+    "AgentLost",
     "AgentReady",
+    "AgentRecovered",
     "AgentRunning",
     "AgentStalled",
     "AgentStopped",
@@ -100,13 +102,17 @@ __all__ = [  # the agent's events (re-exported) and the lifecycle's
     "PlanEntry",
     "PromptCompleted",
     "PromptFailed",
+    "PromptInterrupted",
     "ProtocolErrorEvent",
     "Reasoning",
     "RuntimeEvent",
+    "SequencedEvent",
     "SessionInfo",
     "SessionMode",
     "SessionModels",
     "SessionStatus",
+    "StoreWriteFailed",
+    "StoreWriteResumed",
     "StreamDisconnected",
     "StreamReconnected",
     "ToolCall",
@@ -212,6 +218,48 @@ class InitialPromptFailed(_Lifecycle, frozen=True, tag="prompt.initial_failed"):
     session_id: str
     prompt_generation: int
     error: str
+
+
+class AgentRecovered(_Lifecycle, frozen=True, tag="agent.recovered"):
+    """The app restarted and found this execution's agent still running: a new stream
+    reaches the same agent process and ACP session (``startup_generation``: the recovery
+    attempt). ``agent.boot_ready`` follows."""
+
+    startup_generation: int
+    acp_session_id: str = ""
+
+
+class AgentLost(_Lifecycle, frozen=True, tag="agent.lost"):
+    """The app restarted and this execution's agent did not survive (``reason`` says what
+    was found, and what was ended so nothing is orphaned); the execution is FAILED and its
+    ACP session id kept: ``Runtime.relaunch`` starts the agent again and loads it."""
+
+    reason: str
+    acp_session_id: str = ""
+    startup_generation: int = 0
+
+
+class PromptInterrupted(_Lifecycle, frozen=True, tag="prompt.interrupted"):
+    """The app died while this prompt generation's turn was in flight: its caller is gone,
+    and a late completion of it is ignored (a recovered execution numbers its prompts past
+    it)."""
+
+    prompt_generation: int
+    reason: str = ""
+
+
+class StoreWriteFailed(_Lifecycle, frozen=True, tag="store.write_failed"):
+    """The execution store could not be written (``error``); the execution goes on and the
+    writes are retried (``Runtime.store_health`` says so too)."""
+
+    error: str
+    kind: str = ""
+
+
+class StoreWriteResumed(_Lifecycle, frozen=True, tag="store.write_resumed"):
+    """The execution store is written again; nothing queued meanwhile was lost."""
+
+    failed_for: float = 0.0
 
 
 class EventsTruncated(_Lifecycle, frozen=True, tag="events.truncated"):
@@ -323,6 +371,11 @@ LifecycleEvent = (
     | PromptFailed
     | InitialPromptFailed
     | EventsTruncated
+    | AgentRecovered
+    | AgentLost
+    | PromptInterrupted
+    | StoreWriteFailed
+    | StoreWriteResumed
     | McpServerDropped
     | McpModeChanged
     | McpCallStarted
@@ -332,3 +385,12 @@ LifecycleEvent = (
 )
 
 RuntimeEvent = AgentEvent | LifecycleEvent
+
+
+class SequencedEvent(msgspec.Struct, frozen=True, gc=False):
+    """One event of an execution's durable log (``Runtime.subscribe``): ``seq`` numbers the
+    execution's events from 1, in order, across restarts of the app; pass the last one
+    seen as ``after=`` to continue."""
+
+    seq: int
+    event: RuntimeEvent

@@ -15,12 +15,16 @@ then :class:`SubscriberOverflow` naming how many events it missed.
 
 Sizes are estimates (:func:`event_size`): an event's text, or for any other event its JSON,
 plus a fixed overhead for the object itself.
+
+Durable log: with an execution store (``Runtime(store=...)``) the hub's ``sink`` receives every
+event published, in order, before any subscriber does (the store numbers and logs them, in
+batches; see :mod:`acpfsm.runtime.durable`).
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -201,6 +205,8 @@ class EventHub:
         self._published = 0
         self._subscribers: list[Subscription] = []
         self._closed = False
+        self.sink: Callable[[Sequence[RuntimeEvent]], None] | None = None
+        """Receives every event published, in order (the durable log), when set."""
 
     @property
     def retained(self) -> int:
@@ -216,6 +222,8 @@ class EventHub:
         """Retain ``event`` and hand it to every subscriber."""
         if self._closed:
             return
+        if self.sink is not None:
+            self.sink((event,))
         size = event_size(event)
         self._published += 1
         self._backlog.append(event)
@@ -229,6 +237,8 @@ class EventHub:
         call, one trim of the backlog and one hand-over to each subscriber."""
         if self._closed or not events:
             return
+        if self.sink is not None:
+            self.sink(events)
         # a chunk's size as event_size gives it, with no call per chunk
         sizes = [
             EVENT_OVERHEAD + len(e.text)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 import anyio.abc
@@ -68,6 +68,11 @@ from .types import (
     Timeouts,
     WorkspaceRef,
 )
+
+if TYPE_CHECKING:  # the store's code is imported only by a Runtime given a store
+    from .durable import DurableSubscription, StoreHealth
+    from .persistence import Persistence
+    from .store import ExecutionStore
 
 __all__ = [
     "AGENT_ENV",
@@ -216,6 +221,73 @@ AGENT_ENV: tuple[str, ...] = tuple(
 it knows nothing about (beside ``PATH``, ``HOME`` and ``LANG``)."""
 
 
+Opener = Callable[[AgentLaunch], AbstractAsyncContextManager[AgentTransport]]
+"""Opens a transport to the execution's agent instead of its executor's ``open`` (a
+reattach)."""
+
+
+def agent_launch(
+    execution_id: str, session_id: str, spec: LaunchSpec, profile: AgentProfile
+) -> AgentLaunch:
+    """What the executor is given to start the execution's agent."""
+    return AgentLaunch(
+        execution_id=execution_id,
+        session_id=session_id,
+        agent_id=profile.id,
+        command=tuple(profile.command),
+        workspace=spec.workspace.path,
+        env=profile.launch_env(os.environ),
+        task_id=str(spec.metadata.get("task_id", "")),
+        mcp_mode=spec.mcp_mode,
+    )
+
+
+def make_session(
+    rt: Runtime,
+    launch: AgentLaunch,
+    spec: LaunchSpec,
+    profile: AgentProfile,
+    executor: Executor,
+    mcp: ExecutionMcp | None,
+    opener: Opener | None,
+) -> ExecutionSession:
+    """An execution's session in ``rt``: its transport opened by ``opener`` when given (then
+    without the execution's MCP side), else by the executor, through ``mcp`` when it has
+    one. The executor is guarded: whatever its ``open`` raises is a launch error with the
+    cause, and its close is bounded (a hung one is reported by :meth:`Runtime.stop`)."""
+    execution_id = launch.execution_id
+    guarded = GuardedExecutor(
+        executor,
+        spec.executor_id,
+        close_bound=rt.timeouts.executor_close,
+        stuck=lambda error: rt._stuck.__setitem__(execution_id, error),
+    )
+
+    def open_transport(policy: PermissionPolicy) -> AbstractAsyncContextManager[AgentTransport]:
+        # the execution's own permission policy (its PermissionBroker) goes with the launch
+        with_policy = dataclasses.replace(launch, permission_policy=policy)
+        if opener is not None:
+            return opener(with_policy)
+        if mcp is not None:
+            return mcp.open_transport(guarded, with_policy)
+        return guarded.open(with_policy)
+
+    return ExecutionSession(
+        execution_id=launch.execution_id,
+        session_id=launch.session_id,
+        spec=spec,
+        profile=profile,
+        open_transport=open_transport,
+        trace=rt.trace,
+        timeouts=rt.timeouts,
+        history=rt.history,
+        shutting_down=lambda: rt._closing,
+        engine=rt.engine,
+        mcp=mcp,
+        retention=rt.retention,
+    )
+
+
 class Runtime:
     """Launch, prompt, steer, cancel, stop and observe agent executions.
 
@@ -237,6 +309,13 @@ class Runtime:
     events for a late subscriber (told by an ``EventsTruncated`` marker what it missed) and
     lets one subscriber fall 16 MiB behind before cutting it off with
     :class:`SubscriberOverflow`.
+
+    ``store`` (an :class:`~acpfsm.runtime.store.ExecutionStore`: ``SqliteStore``,
+    ``PostgresStore``) makes the executions durable: each one's row and event log are kept
+    there, ``async with`` recovers every stored execution before its body runs (reattached,
+    or lost with its reason: :meth:`relaunch`), leaving it leaves the agents that can
+    outlive the app running, and :meth:`subscribe` continues an event log across restarts.
+    See :mod:`acpfsm.runtime.persistence`.
     """
 
     def __init__(
@@ -250,8 +329,11 @@ class Runtime:
         engine: EngineName | None = None,
         tool_sets: Iterable[ToolSet] = (),
         retention: Retention | None = None,
+        store: ExecutionStore | None = None,
     ) -> None:
         self.retention = retention or Retention()
+        self.store = store
+        self._persistence: Persistence | None = None
         self.profiles: dict[str, AgentProfile] = {p.id: p for p in BUILTIN_PROFILES}
         self.profiles.update({p.id: p for p in profiles})
         self.executors: dict[str, Executor] = {"stdio": StdioExecutor()}
@@ -275,6 +357,22 @@ class Runtime:
     async def __aenter__(self) -> Self:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        if self.store is not None:
+            from .persistence import Persistence
+
+            persistence = Persistence(self, self.store)
+            try:
+                await persistence.open(self._tg)
+            except BaseException:  # StoreLocked, StoreCorrupt …: raised as themselves
+                self._tg.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await persistence.abort()
+                try:
+                    await self._tg.__aexit__(None, None, None)
+                finally:
+                    self.trace.close()
+                raise
+            self._persistence = persistence
         return self
 
     async def __aexit__(
@@ -290,6 +388,8 @@ class Runtime:
         assert self._tg is not None
         try:
             with anyio.CancelScope(shield=True):
+                if self._persistence is not None:  # the agents that can outlive us do
+                    await self._persistence.close()
                 for session in list(self._sessions.values()):
                     try:
                         await session.stop("runtime closed")
@@ -320,6 +420,9 @@ class Runtime:
             raise ExecutionIdRequired()
         session = self._sessions.get(execution_id)
         if session is None:
+            dormant = self._persistence.dormant(execution_id) if self._persistence else None
+            if dormant is not None:
+                raise dormant.error()
             raise ExecutionNotFound(execution_id)
         return session
 
@@ -353,45 +456,9 @@ class Runtime:
             raise ExecutionAlreadyExists(
                 f"session {session_id!r} already has execution {self._by_task_session[session_id]}"
             )
-        launch = AgentLaunch(
-            execution_id=execution_id,
-            session_id=session_id,
-            agent_id=profile.id,
-            command=tuple(profile.command),
-            workspace=spec.workspace.path,
-            env=profile.launch_env(os.environ),
-            task_id=str(spec.metadata.get("task_id", "")),
-            mcp_mode=spec.mcp_mode,
-        )
-        mcp = self._execution_mcp(execution_id, spec, profile)
-        guarded = GuardedExecutor(
-            executor,
-            spec.executor_id,
-            close_bound=self.timeouts.executor_close,
-            stuck=lambda error: self._stuck.__setitem__(execution_id, error),
-        )
-
-        def open_transport(policy: PermissionPolicy) -> AbstractAsyncContextManager[AgentTransport]:
-            # the execution's own permission policy (its PermissionBroker) goes with the launch
-            with_policy = dataclasses.replace(launch, permission_policy=policy)
-            if mcp is not None:
-                return mcp.open_transport(guarded, with_policy)
-            return guarded.open(with_policy)
-
-        session = ExecutionSession(
-            execution_id=execution_id,
-            session_id=session_id,
-            spec=spec,
-            profile=profile,
-            open_transport=open_transport,
-            trace=self.trace,
-            timeouts=self.timeouts,
-            history=self.history,
-            shutting_down=lambda: self._closing,
-            engine=self.engine,
-            mcp=mcp,
-            retention=self.retention,
-        )
+        session = self._make_session(execution_id, session_id, spec, profile, executor)
+        if self._persistence is not None:
+            self._persistence.record_new(session, executor)
         self._sessions[execution_id] = session
         self._by_task_session[session_id] = execution_id
         try:
@@ -399,12 +466,30 @@ class Runtime:
         except BaseException:
             self._forget(session)
             raise
+        if self._persistence is not None:
+            self._persistence.follow(session)
         return ExecutionRef(
             id=execution_id,
             session_id=session_id,
             agentctl_url=session.endpoint,
             started_at=session.started_at,
         )
+
+    def _make_session(
+        self,
+        execution_id: str,
+        session_id: str,
+        spec: LaunchSpec,
+        profile: AgentProfile,
+        executor: Executor,
+        opener: Opener | None = None,
+    ) -> ExecutionSession:
+        """The execution's session, not yet running (see :func:`make_session`)."""
+        mcp = self._execution_mcp(execution_id, spec, profile) if opener is None else None
+        return make_session(
+            self, agent_launch(execution_id, session_id, spec, profile), spec, profile,
+            executor, mcp, opener,
+        )  # fmt: skip
 
     def _execution_mcp(
         self, execution_id: str, spec: LaunchSpec, profile: AgentProfile
@@ -433,7 +518,10 @@ class Runtime:
 
     async def stop(self, execution_id: str, reason: str, *, force: bool = False) -> Execution:
         """Stop the agent and remove the execution; returns its final snapshot. A caller
-        cancelled before the stop began stops nothing, and the execution stays."""
+        cancelled before the stop began stops nothing, and the execution stays. A lost
+        execution (nothing runs) is removed, with its stored row and events."""
+        if self._persistence is not None and self._persistence.dormant(execution_id):
+            return self._persistence.remove_dormant(execution_id)
         session = self._session(execution_id)
         try:
             final = await session.stop(reason, force=force)
@@ -446,10 +534,40 @@ class Runtime:
         return final
 
     def get_execution(self, execution_id: str) -> Execution:
+        dormant = self._persistence.dormant(execution_id) if self._persistence else None
+        if dormant is not None:
+            return dormant.snapshot()
         return self._session(execution_id).snapshot()
 
     def list_executions(self) -> list[Execution]:
-        return [s.snapshot() for s in self._sessions.values()]
+        stored = self._persistence.dormant_snapshots() if self._persistence else []
+        return [s.snapshot() for s in self._sessions.values()] + stored
+
+    # ----------------------------------------------------------- durable executions --
+
+    def subscribe(self, execution_id: str, *, after: int = 0) -> DurableSubscription:
+        """The execution's stored events after sequence number ``after`` (the last ``seq``
+        seen; 0: the whole bounded log), each a :class:`~.events.SequencedEvent`, across
+        restarts; ends when the execution no longer runs here. Needs a store."""
+        return self._need_store("subscribe").subscribe(execution_id, after)
+
+    async def relaunch(self, execution_id: str) -> Execution:
+        """Start a lost execution's agent again (a new recovery attempt) and bring its
+        conversation back with session/load (the stored ACP session id, where the agent's
+        profile has ``native_session_resume``); returns once READY. Raises
+        :class:`ExecutionLost` (the failure as its cause) when it could not be started."""
+        return await self._need_store("relaunch").relaunch(execution_id)
+
+    @property
+    def store_health(self) -> StoreHealth | None:
+        """Whether the store is being written (None without a store): ``ok`` false while
+        writes fail (retried; the executions go on and nothing queued is lost)."""
+        return self._persistence.durability.health_now() if self._persistence else None
+
+    def _need_store(self, what: str) -> Persistence:
+        if self._persistence is None:
+            raise Unsupported(f"{what} needs Runtime(store=...)")
+        return self._persistence
 
     def subscribe_events(self, execution_id: str, *, replay: bool = True) -> Subscription:
         """Every event of the execution in order, from its start (``replay=False``: from
@@ -561,10 +679,16 @@ class Runtime:
         self._session(execution_id).permissions.respond(request_id, option_id)
 
     async def set_model(self, execution_id: str, model_id: str) -> None:
-        await self._session(execution_id).set_model(model_id)
+        session = self._session(execution_id)
+        await session.set_model(model_id)
+        if self._persistence is not None:
+            await self._persistence.override(session, "runtime_model", model_id)
 
     async def set_mode(self, execution_id: str, mode_id: str) -> None:
-        await self._session(execution_id).set_mode(mode_id)
+        session = self._session(execution_id)
+        await session.set_mode(mode_id)
+        if self._persistence is not None:
+            await self._persistence.override(session, "session_mode", mode_id)
 
     async def set_config_option(self, execution_id: str, config_id: str, value: str) -> None:
         await self._session(execution_id).set_config_option(config_id, value)

@@ -12,6 +12,8 @@ python-statemachine and run on acpfsm's compiled engine (:mod:`._compile`, :mod:
 * :class:`Execution` - the execution's status (STARTING … STOPPED).
 * :class:`FirstActivity` - the one ``agent.running`` of the first activity.
 * :class:`AgentStream` - the transport connection (pipes or WebSocket).
+* :class:`DurableRecord` - when an execution's stored row is written (with a store).
+* :class:`StartupRecovery` - one stored execution at start-up: recovered, or lost.
 """
 
 from ._base import Chart as Chart
@@ -35,6 +37,7 @@ from ._machine import default_engine as default_engine
 from ._machine import remove_transition_observer as remove_transition_observer
 from .agent_stream import AgentStream as AgentStream
 from .config_settlement import ConfigSettlement as ConfigSettlement
+from .durable_record import DurableRecord as DurableRecord
 from .errors import AcpfsmError as AcpfsmError
 from .errors import ChartDefinitionError as ChartDefinitionError
 from .errors import ChartError as ChartError
@@ -47,11 +50,13 @@ from .session_init import SessionInit as SessionInit
 from .start_model import ModelSelectionDecision as ModelSelectionDecision
 from .start_model import StartModelPolicy as StartModelPolicy
 from .start_model import decision as model_decision
+from .startup_recovery import StartupRecovery as StartupRecovery
 from .vocab import FALLBACK_AUTHORIZING as FALLBACK_AUTHORIZING
 from .vocab import ErrorClass as ErrorClass
 
-#: Every chart, in the order diagrams and coverage list them.
-ALL_CHARTS: tuple[type[Chart], ...] = (
+#: The charts an execution's session runs (a store adds DurableRecord; StartupRecovery runs
+#: once per stored execution at a Runtime's start).
+SESSION_CHARTS: tuple[type[Chart], ...] = (
     SessionInit,
     StartModelPolicy,
     ConfigSettlement,
@@ -60,6 +65,8 @@ ALL_CHARTS: tuple[type[Chart], ...] = (
     FirstActivity,
     AgentStream,
 )
+#: Every chart, in the order diagrams and coverage list them.
+ALL_CHARTS: tuple[type[Chart], ...] = (*SESSION_CHARTS, DurableRecord, StartupRecovery)
 
 # The charts compile on first use (Chart.start / Chart.compiled), not here: compiling all
 # seven at import was a fifth of acpfsm's own import time, paid by every program that imports
@@ -76,9 +83,11 @@ del _mutant
 __all__ = [
     "ALL_CHARTS",
     "FALLBACK_AUTHORIZING",
+    "SESSION_CHARTS",
     "AgentStream",
     "Chart",
     "ConfigSettlement",
+    "DurableRecord",
     "ErrorClass",
     "Execution",
     "FirstActivity",
@@ -88,6 +97,7 @@ __all__ = [
     "PromptGeneration",
     "SessionInit",
     "StartModelPolicy",
+    "StartupRecovery",
     "TransitionObserver",
     "TransitionRecord",
     "add_transition_observer",

@@ -94,6 +94,18 @@ COORDINATION: tuple[Rule, ...] = (
     Rule("execution", "stopped", "agent_stream", "close_requested"),
     # … and the session init is abandoned (its admission opens: nobody waits for it forever)
     Rule("execution", "stopped", "session_init", "init_abandoned"),
+    # what recovery needs changed: the stored row follows (kandev lifecycle/persistence.go
+    # persistExecutorRunning, deleteExecutorRunning); only with a store (durable_record.py)
+    Rule("execution", "starting", "durable_record", "launch_accepted"),
+    Rule("session_init", "handshaking", "durable_record", "agent_reachable"),
+    Rule("session_init", "booted", "durable_record", "session_established"),
+    Rule("session_init", "prompting", "durable_record", "session_established"),
+    Rule("execution", "ready", "durable_record", "status_changed"),
+    Rule("execution", "running", "durable_record", "status_changed"),
+    Rule("execution", "failed", "durable_record", "status_changed"),
+    Rule("execution", "completed", "durable_record", "status_changed"),
+    Rule("execution", "stopped", "durable_record", "execution_stopped"),
+    Rule("prompt_generation", "sending", "durable_record", "turn_sending", ("generation",)),
 )
 
 Machines = Mapping[str, ChartMachine] | Callable[[str], ChartMachine | None]

@@ -84,7 +84,7 @@ _INIT_STEPS: tuple[tuple[str, Op, Mapping[str, tuple[str, tuple[str, ...]]]], ..
         "await_stream",
         Op.AWAIT_STREAM,
         {
-            "ok": ("stream_ready", ()),
+            "ok": ("stream_ready", ("reattach",)),
             "expired": ("stream_connect_timed_out", ()),
         },
     ),
@@ -186,6 +186,7 @@ _STREAM_FACTS: Mapping[str, str] = {
 
 #: The values each init answer may carry, as ``acpfsm verify`` explores them.
 INIT_DOMAINS: Mapping[str, tuple[Any, ...]] = {
+    "reattach": (False, True),  # a recovered execution: its agent and session survived
     "auth_method": ("", "m"),
     "native_session_resume": (False, True),
     "prior_session_id": ("", "s"),

@@ -9,7 +9,11 @@ reports the fact.
 
 1. ``connecting_stream`` - stream connect, bounded by 10 s. The dial attempt
    finishing (success *or* refusal) is ``stream_ready``; a refused dial then fails at the
-   handshake, as in kandev. ``stream_connect_timed_out`` fails the init.
+   handshake, as in kandev. ``stream_connect_timed_out`` fails the init. A *reattach* (the
+   app restarted and its agent survived, see :mod:`.startup_recovery`; ``reattach``) has
+   nothing to initialize: the agent process and its ACP session are the ones the app had, so
+   the init goes straight to ``booted.ready`` and publishes ``agent.recovered``
+   (``publish_agent_recovered``) ahead of the execution's ``agent.boot_ready``.
 2. ``handshaking`` - ``initialize``. On success, when the launch names an ACP auth method
    (``auth_method``, not in kandev) → ``authenticating``: ACP ``authenticate`` with it before
    any session (``authenticated``, or ``authentication_failed`` → ``failed``). Then (or at
@@ -101,8 +105,10 @@ class SessionInit(Chart):
     # 0. the init task starts (the machine exists from the execution's start, so a stop
     # before the init ran still reaches it)
     init_started = pending.to(initializing)
-    # 1. stream connect
-    stream_ready = initializing.connecting_stream.to(initializing.handshaking)
+    # 1. stream connect (a reattach to a surviving agent: its session is established already)
+    stream_ready = initializing.connecting_stream.to(
+        booted.ready, cond="reattach"
+    ) | initializing.connecting_stream.to(initializing.handshaking)
     stream_connect_timed_out = initializing.connecting_stream.to(failed)
     # 2. initialize, authenticate when the launch names a method, and the load/new decision
     initialize_succeeded = (
@@ -192,6 +198,7 @@ class SessionInit(Chart):
             "abandoned": ["open_admission"],
         },
         transitions={
+            "stream_ready: connecting_stream -> ready": ["publish_agent_recovered"],
             "prompt_composed: resume_context_pending -> ready": ["inject_resume_context"],
             "load_failed: loading -> failed [needs_authentication]": ["require_authentication"],
             "new_session_failed: creating -> failed [needs_authentication]": [
@@ -201,6 +208,9 @@ class SessionInit(Chart):
     )
 
     # --- guards: pure functions of event data ------------------------------------------
+
+    def reattach(self, reattach: bool = False) -> bool:
+        return reattach
 
     def should_authenticate(self, auth_method: str = "") -> bool:
         return auth_method.strip() != ""

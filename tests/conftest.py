@@ -7,6 +7,10 @@ async fixtures (pytest-trio's fixtures are trio-only), so such tests open their 
 inside the test body. Timeouts that the trio run skips with the virtual clock are shrunk on
 asyncio through the ``time_scale`` fixture, so nothing sleeps for real for seconds.
 
+``postgres_cluster`` (session): a throwaway PostgreSQL cluster (``initdb`` into a temporary
+folder, a unix socket only; see :mod:`acpfsm.testing.postgres`); unavailable → the test
+*fails*.
+
 ``sdk_corpus`` (session): the official ACP SDK's golden messages and example agents, fetched
 once into ``.cache/`` (see ``tests/peers/sdk_corpus.py``); unavailable → the test *fails*.
 """
@@ -15,12 +19,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 
 from acpfsm.statecharts import ALL_CHARTS
+from acpfsm.testing.postgres import ClusterUnavailable, PostgresCluster, throwaway_cluster
 from tests.peers.sdk_corpus import SdkCorpus, SdkCorpusUnavailable, ensure_sdk_corpus
 
 # The charts compile on first use; compile them all here, before any test: a declaration the
@@ -85,3 +91,14 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     kwargs: dict[str, Any] = {name: pyfuncitem.funcargs[name] for name in names}
     anyio.run(functools.partial(pyfuncitem.obj, **kwargs), backend="asyncio")
     return True
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """A throwaway PostgreSQL cluster for this test process (one per xdist worker): started
+    on first use, removed at the end; unavailable → the test *fails* with the reason."""
+    try:
+        with throwaway_cluster() as cluster:
+            yield cluster
+    except ClusterUnavailable as exc:
+        pytest.fail(f"PostgreSQL is needed for the PostgresStore tests: {exc}", pytrace=False)

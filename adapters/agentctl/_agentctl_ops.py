@@ -139,6 +139,15 @@ class _OperationSide(_AgentctlBase):
     async def authenticate(self, method_id: str) -> None:
         await self._request("agent.session.authenticate", {"method_id": method_id})
 
+    def adopt_session(self, session_id: str, capabilities: InitializeResult | None) -> None:
+        """A reattach to an agent that survived the app (its executor's ``reattach``): the
+        agent's ACP connection and ``session_id`` are the ones the app had, so nothing is
+        initialized again (agentctl's ``agent.initialize`` would open a second ACP
+        connection on the same pipes) and nothing is created or loaded. ``capabilities`` are
+        what the agent said when the app initialized it (stored)."""
+        self._session_id = session_id or None
+        self._caps = capabilities
+
     @staticmethod
     def _mcp_servers(servers: Sequence[McpServer]) -> list[dict[str, Any]]:
         """agentctl's ``McpServer`` JSON: ``env`` and ``headers`` as maps."""

@@ -178,6 +178,11 @@ class ExecutionContext:
         self.error_message = ""
         self.acp_session_id = spec.prior_acp_session
         self.endpoint = ""
+        self.reattach = False
+        """The transport reaches an agent that survived a restart of the app, its session
+        established (the session init reattaches, :mod:`acpfsm.runtime.recovery`)."""
+        self.startup_generation = 0
+        """The recovery attempt that rebuilt this execution (0: launched in this process)."""
         self.transport: AgentTransport | None = None
         self.models = ModelCache()
         self.activity = Activity()

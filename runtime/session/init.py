@@ -80,9 +80,20 @@ class InitDriver:
                 "open_admission": self._open_admission,
                 "fail_init": self._fail_init,
                 "require_authentication": self._require_authentication,
+                "publish_agent_recovered": self._publish_agent_recovered,
             }
         )
         ctx.handle(SessionInit.chart_name, handlers)
+
+    def _publish_agent_recovered(self, effect: Effect, machine: ChartMachine) -> None:
+        ctx = self.ctx
+        ctx.publish(
+            le.AgentRecovered(
+                execution_id=ctx.id,
+                startup_generation=ctx.startup_generation,
+                acp_session_id=ctx.acp_session_id,
+            )
+        )
 
     # --- the flow ------------------------------------------------------------------------
 
@@ -131,7 +142,7 @@ class InitDriver:
             self._error, self._cause = "timeout waiting for agent stream to connect", None
             await anyio.sleep(self.ctx.timeouts.catalog_poll)
         self._error = ""
-        return "ok"
+        return "ok", {"reattach": self.ctx.reattach}
 
     async def _initialize(self, run: FlowRun) -> Answer:
         transport = self.ctx.transport_or_raise()

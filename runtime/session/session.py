@@ -24,7 +24,7 @@ from acpfsm.adapters.transport import (
     PermissionPolicy,
     SupportsMcpMode,
 )
-from acpfsm.statecharts import ALL_CHARTS, ChartMachine, EngineName
+from acpfsm.statecharts import SESSION_CHARTS, ChartMachine, EngineName
 from acpfsm.statecharts.flows import Lock, Op
 
 from .. import events as le
@@ -133,7 +133,7 @@ class ExecutionSession(SessionViews):
             }
         )
         self.flows.check()
-        ctx.check_handlers(ALL_CHARTS)
+        ctx.check_handlers(SESSION_CHARTS)
         if mcp is not None:
             ctx.mcp = mcp
             mcp.publish = ctx.publish

@@ -52,6 +52,10 @@ then each section's detail:
    ``engine="compiled"``) and **memory per idle execution** (``tracemalloc`` per execution
    brought to READY, and the agents' RSS).
 
+9. **Durable executions** (:mod:`.bench_durable`): the prompt round trip with an
+   ``SqliteStore`` and a ``PostgresStore`` against none, the recovery of stored executions
+   at start-up, the store's size per execution.
+
 8. **Where the runtime's extra CPU per prompt goes**: the bare and the runtime paths of
    section 1 again, fresh, each sampled for ``--profile-prompts`` prompts: at every tick of
    the process's CPU (``ITIMER_PROF``) the running Python code's module is counted into a
@@ -104,6 +108,7 @@ from acpfsm.statecharts import Execution as ExecutionChart
 from acpfsm.testing.memory import MemoryExecutor
 from acpfsm.tools.bench_conform import CONFORM_FIGURE, CONFORM_GOAL, ConformRow, bench_conform
 
+from . import bench_durable
 from .bench_peer import MemoryAgentExecutor, memory_agent
 
 __all__ = [
@@ -341,6 +346,8 @@ class BenchOptions:
     idle_stdio: int = 3
     profile_prompts: int = 3000
     conform_runs: int = 5
+    durable_prompts: int = 1000
+    recover_executions: int = 1000
     backends: tuple[str, ...] = ("trio", "asyncio")
     sdk: bool = True
     quick: bool = False
@@ -362,6 +369,8 @@ QUICK = BenchOptions(
     idle_stdio=1,
     profile_prompts=300,
     conform_runs=2,
+    durable_prompts=100,
+    recover_executions=200,
     quick=True,
 )
 #: The bounds the heap row runs with under ``--quick`` (filled sooner than the defaults).
@@ -382,6 +391,7 @@ class BenchReport:
     memory: list[MemoryRow] = field(default_factory=list)
     breakdown: list[ShareRow] = field(default_factory=list)
     conform: ConformRow | None = None
+    durable: bench_durable.DurableReport | None = None
     seconds: float = 0.0
     section_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -1470,6 +1480,15 @@ def run_bench(opts: BenchOptions) -> BenchReport:
         for backend in opts.backends:
             anyio.run(_per_backend, opts, root, backend, report, backend=backend)
         anyio.run(_common, opts, root, report, backend="trio")
+        mark = time.perf_counter()
+        if opts.durable_prompts or opts.recover_executions:
+            report.durable = bench_durable.run(
+                root,
+                backends=opts.backends,
+                prompts=opts.durable_prompts,
+                executions=opts.recover_executions,
+            )
+        report.section_seconds["durable"] = time.perf_counter() - mark
     mark = time.perf_counter()
     if opts.imports > 0:
         report.imports = bench_import(opts.imports)
@@ -1586,6 +1605,7 @@ def goals(report: BenchReport) -> list[Goal]:
         out.append(Goal("lifecycle CPU per prompt, compiled vs reference engine", "trio", "both",
                         _div(comp.client_cpu_ms, ref.client_cpu_ms), 0.25, "x",
                         detail=detail))  # fmt: skip
+    out.extend(bench_durable.goals(report.durable, Goal))
     return out
 
 
@@ -1816,6 +1836,8 @@ def format_report(report: BenchReport) -> str:
                     ],
                 )
 
+    bench_durable.format_into(table, report.durable)
+
     table.lines.append("")
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in report.section_seconds.items())
     table.lines.append(f"total {report.seconds:.1f} s ({parts})")
@@ -1845,6 +1867,8 @@ _COUNTS: dict[str, str] = {
     "idle_stdio": "idle executions (and bare transports) against real reference agents",
     "profile_prompts": "prompts per path under the CPU profile of the runtime's extra",
     "conform_runs": "conform runs on the reference agent with and without the schema check",
+    "durable_prompts": "prompts per path without a store, with SQLite, with PostgreSQL",
+    "recover_executions": "stored executions recovered at start-up, per store",
 }
 
 

@@ -56,7 +56,11 @@ Violations (``Violation.kind``)
     ``end_state``
         at the end of the trace an execution's ``execution`` chart is not in a final state
         (``STOPPED``), or an ended execution left its ``session_init`` chart in a working
-        state or its ``agent_stream`` live (connecting, connected, reconnecting).
+        state or its ``agent_stream`` live (connecting, connected, reconnecting). An
+        execution the Runtime left running on purpose (its ``durable_record`` chart
+        ``detached``: the app exited with a store, the next start recovers it) need not
+        have ended; one recovered from a store (a ``startup_recovery`` record, whose
+        ``generation`` is the stored reservation) numbers its generations past it.
 
 The completion-before-dispatch rule. The PromptGeneration chart *declares* a completion
 claimed before dispatch (``sending --completion_received--> completed``, lifecycle race R23:
@@ -199,6 +203,11 @@ class LifecycleRules:
     """Charts whose instances must be at rest once their execution ended: in a final state
     of the chart or one of the states listed (a lost stream that was never closed is
     ``disconnected``: nothing is live, so that is at rest too)."""
+    detached: tuple[str, str] = ("durable_record", "detached")
+    """The chart and state of an execution left running on purpose (need not have ended)."""
+    recovery_chart: str = "startup_recovery"
+    """A record of it (its ``generation``: the stored reservation) says the execution was
+    recovered from a store: its prompts are numbered past the reservation."""
 
 
 DEFAULT_RULES = LifecycleRules()
@@ -215,6 +224,8 @@ class _Replay:
     unfinished: bool = False
     leaf: dict[Key, str] = field(default_factory=dict)
     admitted: dict[str, int] = field(default_factory=dict)
+    base: dict[str, int] = field(default_factory=dict)
+    """A recovered execution's first generation, less one (its stored reservation)."""
     outcome_line: dict[Key, int] = field(default_factory=dict)
     ended: dict[str, int] = field(default_factory=dict)
     executions: set[str] = field(default_factory=set)
@@ -267,6 +278,7 @@ class _Replay:
         executions = self.executions
         generation_chart = self.rules.generation_chart
         execution_chart = self.rules.execution_chart
+        recovery_chart = self.rules.recovery_chart
         top = self.top_seq
         prev = self.prev_seq
         count = 0
@@ -290,7 +302,7 @@ class _Replay:
                 if self.partial and rec.source in chart.states:
                     leaf = chart.default_leaf[rec.source]
             after = chart.step.get((leaf, rec.event, rec.source, rec.target))
-            if after is None or name in (generation_chart, execution_chart):
+            if after is None or name in (generation_chart, execution_chart, recovery_chart):
                 self._slow(rec, line, chart, key, leaf, after)
             else:
                 leaves[key] = after
@@ -341,6 +353,9 @@ class _Replay:
             flagged = self._generation_rules(rec, line, chart, key, leaf, after)
         elif rec.chart == rules.execution_chart and rec.event == rules.admission_event:
             self._admission(rec, line)
+        elif rec.chart == rules.recovery_chart and rec.generation:
+            base = max(self.admitted.get(rec.execution_id, 0), rec.generation)
+            self.admitted[rec.execution_id] = self.base[rec.execution_id] = base
         if after is None:
             if not flagged:
                 self._diagnose(rec, line, chart, leaf)
@@ -356,7 +371,7 @@ class _Replay:
     def _admission(self, rec: TraceRecord, line: int) -> None:
         n = self.admitted.get(rec.execution_id, 0) + 1
         self.admitted[rec.execution_id] = n
-        if self.partial or n < 2:
+        if self.partial or n < 2 or n - 1 <= self.base.get(rec.execution_id, 0):
             return
         rules = self.rules
         gen = self.charts.get(rules.generation_chart)
@@ -483,9 +498,12 @@ class _Replay:
             for name, extra in rules.end_states
             if name in self.charts
         }
+        left_running = {
+            key[0] for key, leaf in self.leaf.items() if (key[1], leaf) == rules.detached
+        }
         for (execution_id, name, generation, instance), leaf in self.leaf.items():
             allowed = at_rest.get(name)
-            if allowed is None or leaf in allowed:
+            if allowed is None or leaf in allowed or execution_id in left_running:
                 continue
             if name != rules.execution_chart and execution_id not in self.ended:
                 continue  # reported once, for the execution chart

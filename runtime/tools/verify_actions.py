@@ -135,8 +135,8 @@ def _answer(x: Explorer, w: World, label: Label) -> None:
     run = w.runs[label[1]]
     step = x.flows.table[run.name][run.label]
     assert isinstance(step, F.Do)
-    values = dict(w.answers(run, step, at_once=False))[label[2]]
-    w.answer(run, step, label[2], values)
+    answer, values = w.answers(run, step, at_once=False)[label[3]]
+    w.answer(run, step, answer, values)
 
 
 @_action("drop")

@@ -325,8 +325,8 @@ class FlowSteps(WorldState):
             self.goto(run, step.absent)
             return
         fired = self.fire(machine, step.event, **data)
-        for key in _TRANSIENT.intersection(run.values):
-            del run.values[key]  # an answer's values, now told to the chart
+        for key in _TRANSIENT.intersection(step.data):
+            run.values.pop(key, None)  # an answer's values, now told to the chart
         if step.bind and step.on in (F.On.CURRENT, F.On.STAMPED):
             run.gen = int(machine.constant("generation"))
         for effect_name, to in step.branch:

@@ -157,7 +157,8 @@ class World(FlowSteps):
         if op is F.Op.AWAIT_STREAM:
             out = [("expired", {})]
             if self.x.stream.snapshot() == "connecting":
-                out.insert(0, ("ok", {}))
+                # a fresh agent, or one that survived the app's restart (its session kept)
+                out[:0] = _declared(step, only="ok")
             return out
         raise Violated(f"the model has no answers for {op}")  # pragma: no cover
 
@@ -301,10 +302,13 @@ _UNREACHABLE = {
 }
 
 
-def _declared(step: F.Do) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every answer the table declares for ``step``, over its value domains."""
+def _declared(step: F.Do, only: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every answer the table declares for ``step`` (or its answer ``only``), over its value
+    domains."""
     domains = [[(name, v) for v in domain] for name, domain in step.domains]
     for answer in step.answers:
+        if only and answer != only:
+            continue
         if answer in ("expired",) and step.op not in (F.Op.WAIT_FOR_CATALOG,):
             continue
         if answer == "ok":
@@ -469,8 +473,8 @@ class Explorer:
         if leaves and (not run.on_cancel or w.lock_free_for(run)):
             add(("leave", i))
         if isinstance(step, F.Do):
-            for answer, _ in w.answers(run, step, at_once=False):
-                add(("answer", i, answer))
+            for k, (answer, _) in enumerate(w.answers(run, step, at_once=False)):
+                add(("answer", i, answer, k))  # k: which of its values
             if run.ended:
                 add(("drop", i))
         elif isinstance(step, F.Wait):

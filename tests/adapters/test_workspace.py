@@ -136,8 +136,8 @@ def test_openat2_is_not_used_off_linux_on_an_unknown_machine_or_a_refusing_kerne
 
     for cdll in (NoSyscall, no_libc):
         with monkeypatch.context() as m:
-            m.setattr(workspace_module.ctypes, "CDLL", cdll)
-            assert workspace_module._load_openat2() is None
+            m.setattr(fileops.ctypes, "CDLL", cdll)
+            assert fileops._load_openat2() is None
 
 
 def test_without_openat2_auto_walks_and_forcing_it_is_refused(

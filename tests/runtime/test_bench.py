@@ -31,6 +31,8 @@ TINY = [
     "--stream-turns", "1", "--launches", "1", "--heap-prompts", "20", "--imports", "1",
     "--lifecycle-prompts", "3", "--cycles", "5", "--idle", "2", "--idle-stdio", "1",
     "--primitives", "20", "--profile-prompts", "20", "--conform-runs", "1",
+    "--primitives", "20", "--profile-prompts", "20", "--durable-prompts", "5",
+    "--recover-executions", "10",
 ]  # fmt: skip
 
 #: (figure, backend, engine, goal) of every summary line of a run on both backends
@@ -67,6 +69,12 @@ GOALS = [
         "< 2.00x",
     ),
     ("lifecycle CPU per prompt, compiled vs reference engine", "trio", "both", "<= 0.25x"),
+    ("Runtime.prompt median with PostgresStore vs without", "asyncio", "compiled", "<= 1.30x"),
+    ("Runtime.prompt median with SqliteStore vs without", "asyncio", "compiled", "<= 1.10x"),
+    ("Runtime.prompt median with PostgresStore vs without", "trio", "compiled", "<= 1.30x"),
+    ("Runtime.prompt median with SqliteStore vs without", "trio", "compiled", "<= 1.10x"),
+    ("recovery of 10 stored executions (PostgresStore)", "trio", "compiled", "< 2.0 s"),
+    ("recovery of 10 stored executions (SqliteStore)", "trio", "compiled", "< 2.0 s"),
 ]
 SECTIONS = (
     "prompt round trip (reference agent over stdio)",
@@ -79,8 +87,9 @@ SECTIONS = (
     "memory per idle execution",
     f"anyio's primitives, CPU per call inside {PRIMITIVE_DEPTH} cancel scopes (the floor)",
     "the runtime's extra CPU per prompt by component (CPU profile, 20 prompts per path)",
+    "durable executions (5 prompts per path)",
 )
-NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(x| ms| B)?$")
+NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(x| ms| s| B)?$")
 
 
 def _lines(out: str, name: str) -> list[str]:

@@ -63,6 +63,8 @@ DISTINCT = Timeouts(
     request=29.0,
     tool_call=37.0,
     permission_wait=43.0,
+    executor_close=47.0,
+    tool_server_idle=53.0,
 )
 # the polls only set how soon a wait notices; they are left small
 _BOUNDS = [f for f in DISTINCT.__struct_fields__ if not f.endswith("_poll")]
@@ -379,7 +381,7 @@ async def test_an_unanswered_permission_request_is_refused_after_its_bound(
                 request_id="perm-1",
                 tool_call_id="t1",
                 permission_title="Run `ls`",
-                permission_options=[
+                options=[
                     PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
                     PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
                 ],

@@ -97,7 +97,10 @@ async def test_a_real_agent_sees_only_the_listed_variables(
     assert seen[LISTED] == "listed-value"
     assert UNLISTED not in seen
     assert "ANTHROPIC_API_KEY" not in seen  # set, but not this profile's
-    assert set(seen) <= {LISTED, *DEFAULT_INHERITED_ENV, "PWD", "LC_CTYPE", "SHLVL", "_"}
+    # beside them only the execution's id, which a restarted app finds its agents by
+    assert seen["ACPFSM_EXECUTION_ID"] == ref.id
+    allowed = {LISTED, *DEFAULT_INHERITED_ENV, "ACPFSM_EXECUTION_ID", "PWD", "LC_CTYPE"}
+    assert set(seen) <= {*allowed, "SHLVL", "_"}
 
 
 @pytest.mark.integration

@@ -11,12 +11,14 @@ from acpfsm.statecharts import (
     Chart,
     ChartMachine,
     ConfigSettlement,
+    DurableRecord,
     ErrorClass,
     Execution,
     FirstActivity,
     PromptGeneration,
     SessionInit,
     StartModelPolicy,
+    StartupRecovery,
     Step,
 )
 
@@ -152,9 +154,33 @@ STREAM_RECIPES: dict[str, Recipe] = {
     "giving_up": [*_ANNOUNCED, ("reconnect_timed_out", {})],
 }
 
+# --- DurableRecord and StartupRecovery --------------------------------------------------------
+
+DURABLE_RECIPES: dict[str, Recipe] = {
+    "kept": [],
+    "detached": [("runtime_detached", {})],
+    "removed": [("execution_stopped", {})],
+}
+
+_NOW = {"startup_generation": 1}  # the attempt's own generation (CHARTS' constants)
+_PROBING: Recipe = [("recovery_started", {})]
+RECOVERY_RECIPES: dict[str, Recipe] = {
+    "attempt": [],
+    "stored": [],
+    "probing": _PROBING,
+    "ending_orphan": [*_PROBING, ("orphan_found", _NOW)],
+    "reattaching": [*_PROBING, ("agent_alive", _NOW)],
+    "relaunching": [("relaunch_requested", {})],
+    "recovered": [*_PROBING, ("agent_alive", _NOW), ("reattached", _NOW)],
+    "lost": [*_PROBING, ("agent_gone", {**_NOW, "reason": "gone"})],
+    "finished": [("recovery_started", {"agent_ended": True})],
+}
+_ATTEMPTS = [_NOW, {"startup_generation": 0}]  # this attempt's fact, another attempt's
+
 #: Event data tried, in order, to select each guarded branch of an event.
 GUARD_DATA: dict[str, list[dict[str, Any]]] = {
     # SessionInit
+    "stream_ready": [{"reattach": True}, {}],
     "initialize_succeeded": [
         {},
         {"native_session_resume": True, "prior_session_id": "s-1"},
@@ -208,6 +234,21 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
         {"exit_code": 1},
     ],
     "stream_lost": [{"generation": 2}, {"final": True}, {}],
+    # StartupRecovery
+    "recovery_started": [{"agent_ended": True}, {"turn_in_flight": True}, {}],
+    **dict.fromkeys(
+        (
+            "agent_alive",
+            "agent_gone",
+            "orphan_found",
+            "orphan_ended",
+            "reattached",
+            "reattach_failed",
+            "relaunched",
+            "relaunch_failed",
+        ),
+        _ATTEMPTS,
+    ),
     # AgentStream
     "connection_lost": [{"redialable": True, "clean": True}, {"redialable": True}, {}],
     "redial_failed": [{"fatal": True}, {}],
@@ -234,6 +275,8 @@ CHARTS: dict[type[Chart], tuple[list[dict[str, Any]], dict[str, Recipe]]] = {
     Execution: ([{}], EXECUTION_RECIPES),
     FirstActivity: ([{}], FIRST_ACTIVITY_RECIPES),
     AgentStream: ([{}], STREAM_RECIPES),
+    DurableRecord: ([{}], DURABLE_RECIPES),
+    StartupRecovery: ([{"startup_generation": 1}], RECOVERY_RECIPES),
 }
 
 
