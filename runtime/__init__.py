@@ -45,6 +45,7 @@ from .errors import ExecutionCrashed as ExecutionCrashed
 from .errors import ExecutionIdRequired as ExecutionIdRequired
 from .errors import ExecutionLost as ExecutionLost
 from .errors import ExecutionNotFound as ExecutionNotFound
+from .errors import ExecutionStopped as ExecutionStopped
 from .errors import ExecutorError as ExecutorError
 from .errors import ExecutorNotFound as ExecutorNotFound
 from .errors import InvalidPrompt as InvalidPrompt
@@ -132,6 +133,7 @@ __all__ = [
     "ExecutionNotFound",
     "ExecutionRef",
     "ExecutionStatus",
+    "ExecutionStopped",
     "Executor",
     "ExecutorError",
     "ExecutorNotFound",

@@ -359,6 +359,24 @@ class AgentReportedError(PromptError):
         self.agent_message = agent_message
 
 
+class ExecutionStopped(PromptError):
+    """The app stopped the execution (``reason``) while this call was in progress: the
+    prompt's turn was ended by the stop, or the cancel found nothing left to cancel. Nothing
+    the agent did: it is never an :class:`AgentReportedError`."""
+
+    reason: str
+
+    def __init__(
+        self, reason: str, what: str, *, execution_id: str | None = None, generation: int = 0
+    ) -> None:
+        super().__init__(
+            f"the execution was stopped by the app{f' ({reason})' if reason else ''}: {what}",
+            execution_id=execution_id,
+            generation=generation,
+        )
+        self.reason = reason
+
+
 class CancelEscalatedAgentError(AgentReportedError, CancelEscalated):
     """The turn was released by a cancel escalation: both AgentReported and CancelEscalated."""
 

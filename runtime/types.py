@@ -135,6 +135,10 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True):
     charts: dict[str, str]
     prompt_generation: int
     metadata: dict[str, Any]
+    accepts_prompts: bool = False
+    """Whether a prompt sent now would be admitted (RUNNING or READY: a prompt while RUNNING
+    takes the next turn): the Execution chart's own decision, asked without sending one, for
+    a UI's send button or a scheduler."""
     agent_capabilities: InitializeResult | None = None
     """What the agent's initialize answered (capabilities, auth methods, ``_meta`` and the
     fields acpfsm does not model, ``unmodelled``); ``None`` before initialize."""

@@ -34,6 +34,7 @@ from ._machine import TransitionObserver as TransitionObserver
 from ._machine import TransitionRecord as TransitionRecord
 from ._machine import add_transition_observer as add_transition_observer
 from ._machine import default_engine as default_engine
+from ._machine import peek as peek
 from ._machine import remove_transition_observer as remove_transition_observer
 from .agent_stream import AgentStream as AgentStream
 from .config_settlement import ConfigSettlement as ConfigSettlement
@@ -103,5 +104,6 @@ __all__ = [
     "add_transition_observer",
     "declared_transitions",
     "model_decision",
+    "peek",
     "remove_transition_observer",
 ]

@@ -63,6 +63,7 @@ __all__ = [
     "TransitionRecord",
     "add_transition_observer",
     "default_engine",
+    "peek",
     "remove_transition_observer",
 ]
 
@@ -177,6 +178,22 @@ def _step(cand: Candidate, machine: ChartMachine, event: str, data: Mapping[str,
             _fill(cand.plans, data, machine),
         ),
     )
+
+
+def peek(machine: ChartMachine, event: str, **data: Any) -> Step | None:
+    """The step ``event`` with ``data`` would take now, without taking it (``None``: it is
+    illegal here). A question a chart answers as it would decide, on either engine: the
+    guards are the chart's own, read from its compiled table."""
+    if machine.ended:
+        return None
+    for cand in machine.compiled.table[machine.state].get(event, ()):
+        for fn, params, expected in cand.guards:
+            kw = {p: data[p] for p in params if p in data}
+            if bool(fn(machine, **kw)) is not expected:
+                break
+        else:
+            return _step(cand, machine, event, data)
+    return None
 
 
 def _initial(machine: ChartMachine) -> tuple[Effect, ...]:

@@ -122,6 +122,9 @@ class Execution(Chart):
         | failed.to(None)
         | completed.to(None)
     )
+    # a cancel asks whether the execution still runs (the app's stop ends it: the cancel
+    # then says so, kandev has no such row)
+    cancel_requested = active.to(None) | failed.to(None) | completed.to(None)
     # a prompt or steer asks whether prompts are accepted (validateStatus: RUNNING or READY)
     prompt_requested = (
         active.running.to(None)

@@ -162,6 +162,8 @@ def _cancel_answers(**extra: Go) -> dict[str, Go]:
 
 CANCEL = flow(
     "cancel",
+    # a cancel of an execution the app stopped (or is stopping) says so
+    ("status", Fire(On.EXECUTION, "cancel_requested", then=NEXT, absent="stopped")),
     # CancelAgent: the current generation's chart decides (a prompt not yet sent is
     # withdrawn there and then; one in flight is cancelled once its request is answered)
     (
@@ -171,7 +173,11 @@ CANCEL = flow(
             "cancel_requested",
             locked=True,
             bind=True,
-            branch=(("await_dispatch", "await_dispatch"), ("send_cancel", "send")),
+            branch=(
+                ("await_dispatch", "await_dispatch"),
+                ("send_cancel", "send"),
+                ("cancel_stopped", "stopped"),
+            ),
             then="done",
             absent="send_idle",
         ),
@@ -206,7 +212,13 @@ CANCEL = flow(
     ),
     (
         "escalate_idle",
-        Fire(On.EXECUTION, "cancel_escalated", data=("generation",), then="escalated"),
+        Fire(
+            On.EXECUTION,
+            "cancel_escalated",
+            data=("generation",),
+            then="escalated",
+            absent="stopped",
+        ),
     ),
     (
         "arm_cancel_wait",
@@ -231,9 +243,14 @@ CANCEL = flow(
     ("after_waiter", Check(Cond.RETURNED, yes="waiter_returned", no="escalation_over")),
     ("waiter_returned", Fire(_PG, "waiter_returned", locked=True, then="escalated")),
     ("escalation_over", Fire(_PG, "escalation_wait_timed_out", locked=True, then="escalated")),
-    ("escalated", End(Outcome.CANCEL_ESCALATED)),
-    ("done", End(Outcome.DONE)),
-    ("failed", End(Outcome.CANCEL_FAILED)),
+    # the end: unless the app's stop came meanwhile (then that is what happened)
+    ("escalated", Fire(On.EXECUTION, "cancel_requested", then="escalated_end", absent="stopped")),
+    ("escalated_end", End(Outcome.CANCEL_ESCALATED)),
+    ("done", Fire(On.EXECUTION, "cancel_requested", then="done_end", absent="stopped")),
+    ("done_end", End(Outcome.DONE)),
+    ("failed", Fire(On.EXECUTION, "cancel_requested", then="failed_end", absent="stopped")),
+    ("failed_end", End(Outcome.CANCEL_FAILED)),
+    ("stopped", End(Outcome.STOPPED)),
     # the background cancel of a turn whose waiter left: the request bounded, nobody told
     (
         "send_abandoned",

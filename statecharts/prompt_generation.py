@@ -16,13 +16,19 @@ live.dispatched.*    P==g, D==g, C!=g (steerable) MarkPromptDispatched after an 
 live.handed_off      foreground_idle handoff      handlePromptHandoffEvent (waiter released;
                                                   the turn may still complete)
 live.escalating      cancel escalated, waiter     escalateStuckCancel: the waiter is released,
-                     being released               its return awaited (≤ 2 s)
+                     being released               its return awaited (≤ 2 s); then READY
 ended.completed      C==g, success                a claimed completion
 ended.failed         C==g, error                  a claimed error completion
 ended.disconnected   owning stream lost           handleStreamDisconnect (a later completion
                                                   may still be claimed)
-ended.cancel_escalated                            escalateStuckCancel done, or a cancel-release
-                                                  error (``prompt abandoned after cancel``)
+ended.cancel_escalated                            escalateStuckCancel done (READY and
+                                                  agent.ready, though a hung agent may still
+                                                  owe the turn: its late end is ignored), or a
+                                                  cancel-release error (``prompt abandoned
+                                                  after cancel``)
+ended.stopped        the app's stop ended it       StopAgentWithReason (its waiter and a cancel
+                                                  waiting for it learn that the app stopped the
+                                                  execution, not an agent error)
 ended.undelivered    trigger never reached agent  a failed trigger, materialization or
                                                   reconnect (kandev H7 left RUNNING)
 superseded           P>g                          the next BeginPrompt
@@ -56,7 +62,9 @@ is published), ``release_waiter`` (the prompt caller's result: ``result`` names 
 ``report_stall``, ``wait_for_carrier`` (retry the dispatch while the carrier redials),
 ``steer_refused``, ``await_waiter`` (escalation waits for the released waiter), ``end_cancel``
 (a cancel waiting for this turn is answered: ``result`` says escalated or not),
-``escalate_idle`` (a cancel nobody acknowledged while no turn is live), ``hold_barrier``
+``escalate_idle`` (a cancel nobody acknowledged while no turn is live, once a prompt that
+waited armed kandev's barrier: ``waited_before`` or this one), ``cancel_stopped`` (a cancel
+of a turn the app's stop ended), ``hold_barrier``
 (a successor must wait for this dispatch-only turn), ``barrier_failed``,
 ``arm_cancel_wait`` (the cancel is acknowledged: wait ≤ 10 s for the turn to end).
 """
@@ -120,6 +128,11 @@ _EFFECTS: Final = Effects(
             effect("publish_prompt_completed", "generation", stop_reason="cancelled"),
             _DONE,
         ],
+        "stopped": [
+            effect("claim_disconnect", "error"),
+            effect("release_waiter", "error", result="stopped"),
+            effect("end_cancel", result="stopped"),
+        ],
         "handed_off": [
             "claim_handoff",
             effect("release_waiter", result="handed_off"),
@@ -133,9 +146,7 @@ _EFFECTS: Final = Effects(
         "barrier_timed_out: unawaited": ["barrier_failed"],
         "dispatch_started: withdrawn": ["skip_dispatch"],
         "dispatch_failed: escalating -> cancel_escalated": [_DONE],
-        "dispatch_failed: escalated -> cancel_escalated": [_DONE],
         "dispatch_unreachable: escalating -> cancel_escalated": [_DONE],
-        "dispatch_unreachable: escalated -> cancel_escalated": [_DONE],
         "dispatch_failed: sending -> cancel_escalated": [
             effect("publish_prompt_failed", "generation", "error", outcome="cancel_escalated"),
             effect("release_waiter", "error", result="dispatch_cancel_escalated"),
@@ -171,11 +182,6 @@ _EFFECTS: Final = Effects(
             effect("publish_terminal_event", "generation"),
             _DONE,
         ],
-        "completion_received: escalated -> cancel_escalated": [
-            effect("claim_outcome", "stop_reason", "error"),
-            effect("publish_terminal_event", "generation"),
-            _DONE,
-        ],
         "completion_received: dispatched": ["unclaimed"],
         "completion_received: live": ["unclaimed"],
         "completion_received: ended": ["unclaimed"],
@@ -192,9 +198,6 @@ _EFFECTS: Final = Effects(
         "stream_lost: abandoned -> disconnected": [
             effect("publish_stream_error", "generation", "error")
         ],
-        "stream_lost: escalated -> disconnected": [
-            effect("publish_stream_error", "generation", "error")
-        ],
         "stream_lost: releasing -> disconnected": [
             effect("publish_stream_error", "generation", "error")
         ],
@@ -205,12 +208,14 @@ _EFFECTS: Final = Effects(
         "send_wait_timed_out: sending": ["send_cancel"],
         "cancel_requested: live": ["send_cancel"],
         "cancel_requested: ended": ["send_cancel"],
-        "cancel_answered: escalated [cancel_unacknowledged]": ["report_escalation"],
         "cancel_answered: live": ["arm_cancel_wait"],
-        "cancel_answered: ended [cancel_unacknowledged]": ["escalate_idle"],
-        "cancel_wait_timed_out: escalated": ["report_escalation"],
-        "waiter_returned: escalating -> escalated": ["report_escalation"],
-        "escalation_wait_timed_out: escalating -> escalated": ["report_escalation"],
+        "cancel_answered: ended [escalates_idle]": ["escalate_idle"],
+        "cancel_requested: stopped": ["cancel_stopped"],
+        "waiter_returned: escalating -> cancel_escalated": ["report_escalation", _DONE],
+        "escalation_wait_timed_out: escalating -> cancel_escalated": [
+            "report_escalation",
+            _DONE,
+        ],
         "waiter_returned: releasing -> cancel_escalated": ["report_escalation", _DONE],
         "escalation_wait_timed_out: releasing -> cancel_escalated": [
             "report_escalation",
@@ -235,10 +240,14 @@ class PromptGeneration(Chart):
         "generation": 0,
         "startup_generation": 0,
         "dispatch_only": False,
+        "waited_before": False,
     }
     generation: int
     startup_generation: int
     dispatch_only: bool
+    waited_before: bool
+    """An earlier prompt of this execution waited for its turn: with this one, when it waits,
+    that says whether kandev's ``promptFinished`` barrier is armed (``beginPromptBarrier``)."""
 
     class live(State.Compound):
         admitted = State("admitted", initial=True)
@@ -254,7 +263,6 @@ class PromptGeneration(Chart):
         abandoned = State("abandoned")
         releasing = State("releasing")
         escalating = State("escalating")
-        escalated = State("escalated")
 
     class ended(State.Compound):
         completed = State("completed", initial=True)
@@ -263,6 +271,7 @@ class PromptGeneration(Chart):
         cancel_escalated = State("cancel_escalated")
         undelivered = State("undelivered")
         withdrawn = State("withdrawn")
+        stopped = State("stopped")
 
     superseded = State("superseded")
 
@@ -291,7 +300,6 @@ class PromptGeneration(Chart):
         | live.abandoned.to(None)  # the ack of a prompt whose waiter left: a cancel follows
         | live.releasing.to(None)  # a late ack after the carrier gave the turn up
         | live.escalating.to(None)  # a late ack after the cancel released the trigger
-        | live.escalated.to(None)
         | ended.to(None)  # R23: completion claimed before MarkPromptDispatched
         | superseded.to(None)
     )
@@ -302,7 +310,6 @@ class PromptGeneration(Chart):
         # a cancel escalated the turn while its request was in flight, and the request never
         # reached the agent: no end will come, the escalation is over
         | live.escalating.to(ended.cancel_escalated)
-        | live.escalated.to(ended.cancel_escalated)
         | live.to(None)
         | ended.to(None)
     )
@@ -310,7 +317,6 @@ class PromptGeneration(Chart):
         live.sending.to(ended.cancel_escalated, cond="cancel_release")
         | live.sending.to(ended.undelivered)
         | live.escalating.to(ended.cancel_escalated)
-        | live.escalated.to(ended.cancel_escalated)
         | live.to(None)
         | ended.to(None)
     )
@@ -332,7 +338,6 @@ class PromptGeneration(Chart):
         | live.abandoned.to(ended.completed)
         | live.releasing.to(ended.cancel_escalated)
         | live.escalating.to(ended.cancel_escalated)  # the turn ended after all
-        | live.escalated.to(ended.cancel_escalated)
         | live.to(None)  # admitted, reconnecting: not this prompt's turn (a wakeup's end)
         | ended.disconnected.to(ended.failed, cond="is_error")
         | ended.disconnected.to(ended.completed)
@@ -359,7 +364,6 @@ class PromptGeneration(Chart):
         | live.abandoned.to(ended.disconnected)
         | live.releasing.to(ended.disconnected)  # the escalation ends with the stream
         | live.escalating.to(ended.disconnected)
-        | live.escalated.to(ended.disconnected)
         | live.to(None)  # not yet at the agent: the dispatch reports its own failure
         | ended.to(None)
         | superseded.to(None)  # R21
@@ -370,13 +374,7 @@ class PromptGeneration(Chart):
     execution_stopped = (
         live.admitted.to(ended.withdrawn)
         | live.reconnecting.to(ended.withdrawn)
-        | live.sending.to(ended.disconnected)
-        | live.dispatched.to(ended.disconnected)
-        | live.handed_off.to(ended.disconnected)
-        | live.abandoned.to(ended.disconnected)
-        | live.releasing.to(ended.disconnected)
-        | live.escalating.to(ended.disconnected)
-        | live.escalated.to(ended.disconnected)
+        | live.to(ended.stopped)
         | ended.to(None)
         | superseded.to(None)
     )
@@ -386,7 +384,8 @@ class PromptGeneration(Chart):
     # request is answered (the cancel must not overtake it); a turn at the agent gets the
     # session/cancel.
     cancel_requested = (
-        live.admitted.to(ended.withdrawn)
+        ended.stopped.to(None)  # cancel_stopped: the app's stop ended the turn
+        | live.admitted.to(ended.withdrawn)
         | live.reconnecting.to(ended.withdrawn)
         | live.sending.to(None)  # await_dispatch
         | live.to(None)  # send_cancel
@@ -412,9 +411,11 @@ class PromptGeneration(Chart):
         # nobody waits for an abandoned turn: the stream gone, it ends as if lost with it
         # (a later end is still claimed)
         | live.abandoned.to(ended.disconnected, cond="cancel_unacknowledged")
-        | live.escalated.to(None, cond="cancel_unacknowledged")  # report_escalation
         | live.to(None)  # arm_cancel_wait where a turn is at the agent
-        | ended.to(None, cond="cancel_unacknowledged")  # escalate_idle: no turn in flight
+        # escalate_idle: no turn in flight, and a waiting prompt has run (kandev's
+        # promptFinished barrier is armed only by one; after dispatch-only prompts alone an
+        # unanswered cancel is complete)
+        | ended.to(None, cond="escalates_idle")
         | ended.to(None)
         | superseded.to(None)
     )
@@ -423,24 +424,23 @@ class PromptGeneration(Chart):
         | live.sending.to(live.escalating)
         | live.handed_off.to(live.escalating)
         | live.abandoned.to(live.escalating)
-        | live.escalated.to(None)  # report_escalation
         | live.to(None)
         | ended.to(None)
         | superseded.to(None)
     )
-    # escalateStuckCancel's post-wait: the released waiter returned, or 2 s passed. A turn the
-    # carrier gave up is over (READY); otherwise the agent may still owe it, so the execution
-    # is not READY until it ends
+    # escalateStuckCancel's post-wait: the released waiter returned, or 2 s passed. The turn
+    # is over for the execution either way: READY and agent.ready (markReadyEventWithContext),
+    # even when a hung agent still owes the turn; its late end is then ignored by generation
     waiter_returned = (
         live.releasing.to(ended.cancel_escalated)
-        | live.escalating.to(live.escalated)
+        | live.escalating.to(ended.cancel_escalated)
         | live.to(None)
         | ended.to(None)
         | superseded.to(None)
     )
     escalation_wait_timed_out = (
         live.releasing.to(ended.cancel_escalated)
-        | live.escalating.to(live.escalated)
+        | live.escalating.to(ended.cancel_escalated)
         | live.to(None)
         | ended.to(None)
         | superseded.to(None)
@@ -491,6 +491,10 @@ class PromptGeneration(Chart):
         self, acknowledged: bool = True, stream_disconnected: bool = False
     ) -> bool:
         return stream_disconnected or not acknowledged
+
+    def escalates_idle(self, acknowledged: bool = True, stream_disconnected: bool = False) -> bool:
+        armed = not self.dispatch_only or bool(self.waited_before)
+        return (stream_disconnected or not acknowledged) and armed
 
     def turn_given_up(self, acknowledged: bool = True, stream_disconnected: bool = False) -> bool:
         return not acknowledged and not stream_disconnected

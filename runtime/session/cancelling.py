@@ -9,7 +9,9 @@ so ``session/cancel`` never overtakes the ``session/prompt`` it cancels (``await
 otherwise ``session/cancel`` goes out (``send_cancel``) and the agent's answer decides
 (``cancel_answered``): escalate now (``await_waiter``: the released waiter is given ≤ 2 s to
 return, then ``CancelEscalated``), wait ≤ 10 s for the turn to end (``arm_cancel_wait``), or,
-with no turn in flight, escalate the idle execution back to READY (``escalate_idle``).
+with no turn in flight, escalate the idle execution back to READY (``escalate_idle``; only
+once a prompt that waits has run: kandev's ``promptFinished`` barrier). A cancel of an
+execution the app stopped, or one whose wait the stop ended, raises ``ExecutionStopped``.
 
 An abandoned wait (the prompt's caller left) runs the same flow from its ``abandoned`` entry
 in the background, the request bounded, with nobody to raise to.
@@ -22,7 +24,7 @@ import logging
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected, TransportClosed
 from acpfsm.statecharts.flows import Op, Outcome
 
-from ..errors import CANCEL_ESCALATED_MESSAGE, CancelEscalated, CancelFailed
+from ..errors import CANCEL_ESCALATED_MESSAGE, CancelEscalated, CancelFailed, ExecutionStopped
 from .context import ExecutionContext
 from .interpreter import Answer, FlowRun, Interpreter
 
@@ -43,6 +45,10 @@ class Canceller:
     async def cancel(self) -> None:
         """CancelAgent (see the module docstring); raises CancelEscalated or CancelFailed."""
         run = await self.flows.run("cancel")
+        if run.outcome is Outcome.STOPPED:
+            raise ExecutionStopped(
+                self.ctx.stop_reason, "nothing left to cancel", execution_id=self.ctx.id
+            )
         if run.outcome is Outcome.CANCEL_ESCALATED:
             raise CancelEscalated(CANCEL_ESCALATED_MESSAGE, execution_id=self.ctx.id)
         if run.outcome is Outcome.CANCEL_FAILED:
@@ -56,6 +62,8 @@ class Canceller:
         the trace say what happened)."""
         if run.outcome is Outcome.CANCEL_ESCALATED:
             log.info("abandoned turn %s escalated", run.number)
+        elif run.outcome is Outcome.STOPPED:
+            log.info("abandoned turn %s ended by the app's stop", run.number)
         elif run.outcome is Outcome.CANCEL_FAILED:
             cause = run.values.get("cause", "no answer within the bound")
             log.warning("cancelling abandoned turn %s failed: %s", run.number, cause)

@@ -188,6 +188,8 @@ class ExecutionContext:
         self.activity = Activity()
         self.message: list[str] = []
         self.crashed: ExecutionCrashed | None = None
+        self.stop_reason = ""
+        """The reason the app gave to ``stop`` (what a call the stop ended says)."""
         """Set once the execution's own code failed (see :mod:`.crash`): what its waiters
         raise."""
         self.lifecycle_lock = Mutex(check_cancelled=False)

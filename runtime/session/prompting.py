@@ -34,6 +34,7 @@ from ..errors import (
     AttachmentError,
     CancelEscalated,
     CancelEscalatedAgentError,
+    ExecutionStopped,
     NotReadyForPrompts,
     PendingDispatchedPromptTimeout,
     PromptAuthenticationRequired,
@@ -172,6 +173,10 @@ class PromptDriver:
                 auth_methods=caps.auth_methods if caps is not None else (),
                 execution_id=ctx.id,
                 generation=g,
+            )
+        if result == "stopped":
+            raise ExecutionStopped(
+                ctx.stop_reason, "the turn was ended", execution_id=ctx.id, generation=g
             )
         if result in ("agent_error", "disconnected"):
             raise AgentReportedError(generation.error, execution_id=ctx.id, generation=g)

@@ -325,6 +325,7 @@ class ExecutionSession(SessionViews):
 
     async def _stop(self, reason: str, *, force: bool) -> ExecutionSnapshot:
         ctx = self.ctx
+        ctx.stop_reason = ctx.stop_reason or reason
         await self.flows.run(
             "stop",
             reason=reason,

@@ -147,8 +147,16 @@ class TurnDriver:
             previous.agent_message = ""
         self._next += 1
         g = self._next
+        # kandev's promptFinished barrier is armed by the first prompt that waits for its turn
+        before = previous is not None and (
+            not previous.machine.constant("dispatch_only")
+            or bool(previous.machine.constant("waited_before"))
+        )
         generation = Generation(
-            ctx.start(PromptGeneration, generation=g, dispatch_only=dispatch_only), g
+            ctx.start(
+                PromptGeneration, generation=g, dispatch_only=dispatch_only, waited_before=before
+            ),
+            g,
         )
         self.generations[g] = generation
         while len(self.generations) > _GENERATIONS_KEPT:

@@ -9,6 +9,7 @@ import datetime as dt
 from typing import Any
 
 from acpfsm.adapters.transport import AgentTransport
+from acpfsm.statecharts import peek
 
 from ..hub import EventHub
 from ..trace import TraceRecord
@@ -127,4 +128,12 @@ class SessionViews:
             charts=self.charts,
             prompt_generation=current.number if current is not None else 0,
             metadata=dict(ctx.metadata),
+            accepts_prompts=self.accepts_prompts(),
         )
+
+    def accepts_prompts(self) -> bool:
+        """Whether a prompt sent now would be admitted: the Execution chart's answer to
+        ``prompt_requested`` (the question the prompt path asks, kandev ``validateStatus``),
+        asked without firing it."""
+        step = peek(self.status.machine, "prompt_requested")
+        return step is not None and not any(e.name == "refuse_prompt" for e in step.effects)

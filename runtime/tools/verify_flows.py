@@ -369,7 +369,9 @@ class FlowSteps(WorldState):
             self.fire(self.machines[-1], "superseded_by_successor")
         number = len(self.gens) + 1
         dispatch_only = bool(run.values.get("dispatch_only"))
-        machine = self.x.generation(number, dispatch_only)
+        # an earlier prompt waited: kandev's promptFinished barrier (TurnDriver.admit)
+        before = any(not gen[DO] for gen in self.gens)
+        machine = self.x.generation(number, dispatch_only, before)
         machine.restore(self.x.pg.initial)
         self.gens.append(
             [dispatch_only, machine.snapshot(), False, False, False, False, "", 0, 0, False]

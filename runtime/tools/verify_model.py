@@ -363,7 +363,7 @@ class Explorer:
         # chart that lets one be left again is caught, not redefined
         self.outcomes = PromptGeneration.compiled().absorbing_states(SUPERSEDED)
         self.live = frozenset(leaf for leaf in self.pg.table if "live" in self.pg.ancestors[leaf])
-        self._generations: dict[tuple[int, bool], Machine] = {}
+        self._generations: dict[tuple[int, bool, bool], Machine] = {}
         self.current: Machine | None = None
         self.covered: set[tuple[str, str, str, str]] = set()
         self.steps: set[tuple[str, str]] = set()
@@ -375,8 +375,8 @@ class Explorer:
             self.init_name: self.init,
         }
 
-    def generation(self, number: int, dispatch_only: bool) -> Machine:
-        key = (number, dispatch_only)
+    def generation(self, number: int, dispatch_only: bool, waited_before: bool) -> Machine:
+        key = (number, dispatch_only, waited_before)
         machine = self._generations.get(key)
         if machine is None:
             machine = cast(
@@ -387,6 +387,7 @@ class Explorer:
                     tags={"execution_id": EXECUTION_ID, "generation": number},
                     generation=number,
                     dispatch_only=dispatch_only,
+                    waited_before=waited_before,
                 ),
             )
             self._generations[key] = machine

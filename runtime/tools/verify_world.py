@@ -51,7 +51,7 @@ _FINAL_LOSSES = frozenset({"final", "exit0", "exit1"})
 # the PromptGeneration leaves where the agent accepted the turn and nobody claimed it yet
 OWED_LEAVES = frozenset(
     {"awaited", "stall_reported", "unawaited", "handed_off", "abandoned", "releasing"}
-    | {"escalating", "escalated"}
+    | {"escalating"}
 )
 _COND_INDEX = {F.Cond.DONE: DONE, F.Cond.SENT: SENT, F.Cond.RETURNED: RET, F.Cond.TURN_OVER: OVER}
 _SIGNAL_INDEX = {F.Cond.SENT: SENT, F.Cond.RETURNED: RET}
@@ -242,8 +242,10 @@ class WorldState:
         x.init.restore(init)
         self.gens = [list(g) for g in gens]
         self.machines = []
+        before = False
         for number, g in enumerate(self.gens, 1):
-            m = x.generation(number, g[DO])
+            m = x.generation(number, g[DO], before)
+            before = before or not g[DO]
             m.restore(g[LEAF])
             self.machines.append(m)
         x.current = self.machines[-1] if self.machines else None

@@ -370,11 +370,12 @@ async def test_a_prompt_timeout_is_typed_and_cancels_the_turn(
         await rt.stop(ref.id, "done")
 
 
-async def test_the_snapshot_is_never_ready_over_a_live_turn(
+async def test_an_escalated_turn_leaves_the_execution_ready_for_the_next_prompt(
     time_scale: float, autojump_clock: object
 ) -> None:
-    """The agent acknowledges the cancel and keeps running the turn: the cancel escalates, but
-    the execution stays RUNNING until the agent ends the turn (kandev said READY at once)."""
+    """The agent acknowledges the cancel and keeps running the turn: the cancel escalates and
+    the execution is READY at once (kandev escalateStuckCancel), so the app can prompt again;
+    the turn's late end changes nothing."""
     ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         ref, s = await launch_session(rt)
@@ -383,9 +384,10 @@ async def test_the_snapshot_is_never_ready_over_a_live_turn(
             await wait_until(lambda: live(s, 1))
             with pytest.raises(CancelEscalated):
                 await rt.cancel(ref.id)
-        assert rt.get_execution(ref.id).status == "RUNNING"
+        assert rt.get_execution(ref.id).status == "READY"
         ex.last.complete(1, "cancelled")
-        await wait_until(lambda: rt.get_execution(ref.id).status == "READY")
+        await settle()
+        assert rt.get_execution(ref.id).status == "READY"
         await rt.stop(ref.id, "done")
 
 

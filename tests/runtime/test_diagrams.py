@@ -240,7 +240,7 @@ def test_the_overview_collapses_composites_off_the_initial_path() -> None:
     assert scene.boxes["ended"].style == "collapsed"
     assert scene.boxes["dispatched"].style == "collapsed"
     assert "completed" not in scene.boxes and "awaited" not in scene.boxes
-    assert any(line.text.startswith("6 states:") for line in scene.boxes["ended"].notes)
+    assert any(line.text.startswith("7 states:") for line in scene.boxes["ended"].notes)
     # no targetless transition is drawn: they are the table under the drawing
     assert all(not box.notes or box.style == "collapsed" for box in scene.boxes.values())
     table = {state: (ignores, handles) for state, ignores, handles in scene.table}

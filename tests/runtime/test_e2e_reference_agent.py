@@ -225,3 +225,61 @@ async def test_agent_crash_mid_turn_fails_cleanly(tmp_path: Path) -> None:
         assert snap.exit_code == 3
         assert any(isinstance(e, le.AgentFailed | le.AgentctlError) for e in seen)
         await rt.stop(ref.id, "done")
+
+
+async def test_a_hung_turn_escalates_to_ready_and_a_stop_race_says_so(tmp_path: Path) -> None:
+    """A real agent that ignores the cancel (``[[fault:hang]]``): the cancel escalates and,
+    as kandev's escalateStuckCancel, the execution is READY with ``agent.ready`` published, so
+    the next prompt goes out at once; then a prompt and a cancel racing the app's own stop
+    each say the app stopped the execution (ExecutionStopped), never an escalation or an
+    agent error."""
+    from acpfsm.runtime import AgentReportedError, ExecutionStopped, PromptError
+
+    async with make_runtime() as rt:
+        ref = await rt.launch(launch_spec(tmp_path))
+        await rt.wait_ready(ref.id)
+        errors: list[BaseException] = []
+
+        async def prompt(text: str) -> None:
+            try:
+                await rt.prompt(ref.id, text)
+            except PromptError as exc:
+                errors.append(exc)
+
+        with anyio.fail_after(60):
+            async with rt.subscribe_events(ref.id, replay=False) as events:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(prompt, "[[fault:hang]] go")
+                    async for event in events:
+                        if isinstance(event, MessageChunk):
+                            break  # the turn runs at the agent
+                    with pytest.raises(CancelEscalated):
+                        await rt.cancel(ref.id)
+                readies = []
+                with anyio.move_on_after(5):
+                    async for event in events:
+                        if isinstance(event, le.AgentReady):
+                            readies.append(event)
+                            break
+            assert readies and rt.get_execution(ref.id).status == "READY"
+            assert isinstance(errors.pop(), CancelEscalated)
+            # the next prompt goes out at once (the hung agent may queue it), then the app's
+            # stop races a cancel
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(prompt, "again")
+                while rt.get_execution(ref.id).prompt_generation != 2:
+                    await anyio.sleep(0.01)
+
+                async def cancel() -> None:
+                    try:
+                        await rt.cancel(ref.id)
+                    except PromptError as exc:
+                        errors.append(exc)
+
+                tg.start_soon(cancel)
+                await rt.stop(ref.id, "the app shuts down")
+        assert errors, "the prompt ended by the stop raised nothing"
+        for error in errors:
+            assert isinstance(error, ExecutionStopped), repr(error)
+            assert not isinstance(error, (CancelEscalated, AgentReportedError))
+            assert error.reason == "the app shuts down"

@@ -1148,10 +1148,10 @@ async def test_s124_hung_agent_escalates(
 ) -> None:
     """The agent acks the cancel but never completes: after the 10 s cancel wait the cancel
     escalates (2 s escalation bound): CancelEscalated; the blocked waiter receives
-    ``cancel escalated…`` as an agent error. kandev then marks the execution READY although
-    the agent still runs the turn; here the status stays RUNNING while the agent owes the turn
-    (the snapshot never says READY over a live turn), and when the turn finally ends the
-    execution is READY and ``agent.ready`` is published, after the waiter was released."""
+    ``cancel escalated…`` as an agent error; then, as kandev's escalateStuckCancel does, the
+    execution is READY and ``agent.ready`` is published (after the waiter was released), so
+    the user can prompt again although the hung agent still owes the turn. Its late end is
+    ignored by generation: no second ``agent.ready``, the next prompt's turn is its own."""
     ex = memory_agent(cancel_completes=False)
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
@@ -1179,14 +1179,22 @@ async def test_s124_hung_agent_escalates(
         assert isinstance(run.error, AgentReportedError) and isinstance(run.error, CancelEscalated)
         assert "cancel escalated: agent did not complete turn within timeout" in str(run.error)
         assert run.ended_at is not None and run.ended_at - start >= 10 * time_scale
-        assert rt.get_execution(eid).status == "RUNNING"
-        assert readies == []
-        tr.complete(1, "cancelled")  # the agent ends the turn at last
-        await wait_until(lambda: rt.get_execution(eid).status == "READY")
+        assert rt.get_execution(eid).status == "READY"
         assert len(readies) == 1
         ready, waiter_released = readies[0]
         assert ready.prompt_generation == 1
         assert waiter_released  # published after the waiter got its error (R11, R16)
+        assert s.generations[1].leaf == "cancel_escalated"
+        tr.complete(1, "cancelled")  # the agent ends the turn at last: ignored
+        await settle()
+        assert rt.get_execution(eid).status == "READY" and len(readies) == 1
+        async with anyio.create_task_group() as tg:
+            follow = start_prompt(tg, rt, eid, "next")
+            await wait_until(live(s, 2))
+            await settle()
+            assert not follow.done  # the late end was not this turn's
+            tr.complete(2)
+        assert follow.result is not None and follow.result.generation == 2
 
 
 async def test_s125_escalation_clears_the_dispatch_only_gate(
@@ -1204,7 +1212,8 @@ async def test_s125_escalation_clears_the_dispatch_only_gate(
         with pytest.raises(CancelEscalated):
             await rt.cancel(eid)
         assert s.generations[1].state != "unawaited"
-        assert s.generations[1].leaf == "escalated"  # released; the agent still owes it
+        assert s.generations[1].leaf == "cancel_escalated"  # READY; the agent may still owe it
+        assert rt.get_execution(eid).status == "READY"
         start = anyio.current_time()
         # a gate still held would end this prompt with PendingDispatchedPromptTimeout
         second = await rt.prompt(eid, "next", dispatch_only=True)
@@ -1219,8 +1228,8 @@ async def test_s127_disconnected_stream_with_a_waiting_prompt(
 ) -> None:
     """RUNNING with a waiting prompt and no stream (a silent drop, H9: nothing released the
     waiter): the cancel cannot reach the agent and escalates at once: CancelEscalated, and
-    the waiter is released; the status stays RUNNING, since nothing says the agent ended the
-    turn (the carrier is redialled and may still deliver its end)."""
+    the waiter is released; the execution is READY again (kandev escalateStuckCancel), though
+    the redialled carrier may still deliver the turn's end (ignored by generation)."""
     ex = MemoryExecutor(redialling(time_scale))
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
@@ -1236,8 +1245,8 @@ async def test_s127_disconnected_stream_with_a_waiting_prompt(
             if backend == "trio":
                 assert anyio.current_time() - start < 10  # no cancel wait
         assert isinstance(run.error, CancelEscalated)
-        assert s.generations[1].leaf == "escalated"
-        assert rt.get_execution(eid).status == "RUNNING"
+        assert s.generations[1].leaf == "cancel_escalated"
+        assert rt.get_execution(eid).status == "READY"
 
 
 async def test_s128_cleanup_survives_caller_cancellation(
@@ -1246,8 +1255,8 @@ async def test_s128_cleanup_survives_caller_cancellation(
     """The caller's deadline passes during the escalation's post-wait (the ≤ 2 s wait for the
     released prompt to return): the caller gets its own timeout (Go: ``context.
     DeadlineExceeded``, not ErrCancelEscalated), **but** the escalation still ends (the
-    generation is ``escalated``: the agent may still owe the turn, so the status stays
-    RUNNING), and nothing stale is left for the next prompt (R17). The prompt here is stuck in
+    generation is ``cancel_escalated`` and the execution READY, as kandev's cleanup marks
+    it), and nothing stale is left for the next prompt (R17). The prompt here is stuck in
     its trigger (the ack never comes): the cancel waits for it (≤ 10 s, so it never overtakes
     the prompt), goes out anyway, then waits for the turn (≤ 10 s) and escalates; the prompt
     cannot return during the post-wait; its late ack afterwards is ignored. The deadline is
@@ -1294,13 +1303,13 @@ async def test_s128_cleanup_survives_caller_cancellation(
                 await settle()
             await wait_until(lambda: bool(outcome))
             assert outcome == ["deadline"]
-            assert s.generations[1].leaf == "escalated"
-            assert rt.get_execution(eid).status == "RUNNING"
+            assert s.generations[1].leaf == "cancel_escalated"
+            assert rt.get_execution(eid).status == "READY"
             assert methods(tr, "cancel") == [("cancel", ())]
             ack.set()
             await wait_until(lambda: run.done)
         assert isinstance(run.error, CancelEscalated)
-        assert s.generations[1].leaf == "escalated"
+        assert s.generations[1].leaf == "cancel_escalated"
         async with anyio.create_task_group() as tg:
             follow = start_prompt(tg, rt, eid, "next")
             await wait_until(live(s, 2))
@@ -1313,7 +1322,7 @@ async def test_s128_cleanup_survives_caller_cancellation(
 async def test_s130_async_ready_payload_is_immutable(
     time_scale: float, autojump_clock: object
 ) -> None:
-    """The escalation's ``agent.ready`` (once the escalated turn ended) is captured at
+    """The escalation's ``agent.ready`` (escalateStuckCancel's READY) is captured at
     generation 1; a new prompt begins generation 2 before a subscriber reads it: the
     delivered event still says generation 1. (Our events are frozen Structs, so a payload
     cannot change after publication; the status, READY, is implied by the event type.)"""
@@ -1326,7 +1335,7 @@ async def test_s130_async_ready_payload_is_immutable(
                 await wait_until(live(s))
                 with pytest.raises(CancelEscalated):
                     await rt.cancel(eid)
-                tr.complete(1, "cancelled")  # the escalated turn ends at last: READY
+                tr.complete(1, "cancelled")  # the escalated turn ends at last: ignored
                 await wait_until(lambda: rt.get_execution(eid).status == "READY")
                 follow = start_prompt(tg, rt, eid, "next")
                 await wait_until(live(s, 2))

@@ -114,7 +114,6 @@ PROMPT_RECIPES: dict[str, Recipe] = {
     "abandoned": [*_DISPATCHED, ("waiter_abandoned", {})],
     "releasing": _RELEASING,
     "escalating": _ESCALATING,
-    "escalated": [*_ESCALATING, ("waiter_returned", {})],
     "ended": [*_DISPATCHED, ("completion_received", {"stop_reason": "end_turn"})],
     "completed": [*_DISPATCHED, ("completion_received", {"stop_reason": "end_turn"})],
     "failed": [*_DISPATCHED, ("completion_received", {"is_error": True, "error": "boom"})],
@@ -122,6 +121,7 @@ PROMPT_RECIPES: dict[str, Recipe] = {
     "cancel_escalated": [*_RELEASING, ("waiter_returned", {})],
     "disconnected": [*_DISPATCHED, ("stream_lost", {"error": "gone"})],
     "withdrawn": [("cancel_requested", {})],
+    "stopped": [*_DISPATCHED, ("execution_stopped", {"error": "stopped"})],
     "superseded": [("superseded_by_successor", {})],
 }
 

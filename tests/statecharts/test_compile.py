@@ -618,5 +618,7 @@ def test_a_generations_terminal_outcomes_are_the_states_it_only_leaves_when_supe
     """check-trace's ``second_outcome`` rule reads these: targetless transitions declared on
     ``ended`` keep a leaf where it is; ``disconnected`` may still claim a completion."""
     outcomes = PromptGeneration.compiled().absorbing_states("superseded")
-    assert outcomes == {"completed", "failed", "undelivered", "cancel_escalated", "withdrawn"}
+    assert outcomes == {
+        "completed", "failed", "undelivered", "cancel_escalated", "withdrawn", "stopped"
+    }  # fmt: skip
     assert Box.compiled().absorbing_states("gone") == frozenset()

@@ -302,6 +302,24 @@ OUTCOMES: list[tuple[str, str, dict[str, Any], str, str, str, list[str]]] = [
         "ready",
         READY_AGAIN,
     ),
+    (  # a hung agent: READY and agent.ready all the same (kandev escalateStuckCancel)
+        "escalating",
+        "waiter_returned",
+        {},
+        "cancel_escalated",
+        "cancel_escalated",
+        "ready",
+        READY_AGAIN,
+    ),
+    (
+        "escalating",
+        "escalation_wait_timed_out",
+        {},
+        "cancel_escalated",
+        "cancel_escalated",
+        "ready",
+        READY_AGAIN,
+    ),
     (
         "sending",
         "dispatch_failed",
@@ -374,7 +392,6 @@ def test_every_outcome_of_a_generation_moves_the_execution(
     ("recipe", "event", "data", "state"),
     [
         ("awaited", "cancel_answered", {"stream_disconnected": True}, "escalating"),
-        ("escalating", "waiter_returned", {}, "escalated"),
         ("awaited", "cancel_answered", {"acknowledged": False}, "releasing"),
         ("awaited", "waiter_abandoned", {}, "abandoned"),
         ("awaited", "handoff_received", {}, "handed_off"),
@@ -384,8 +401,9 @@ def test_every_outcome_of_a_generation_moves_the_execution(
 def test_a_turn_still_owed_leaves_the_execution_running(
     engine: EngineName, recipe: str, event: str, data: dict[str, Any], state: str
 ) -> None:
-    """An escalated, released, abandoned or handed-off turn may still end at the agent: the
-    execution stays RUNNING until it does (or the carrier gives it up, or a stop)."""
+    """A turn being escalated, released, abandoned or handed off may still end at the agent:
+    the execution stays RUNNING until it does, or the escalation ends (READY), or the carrier
+    gives it up, or a stop."""
     gen = walk(PromptGeneration.start(engine=engine, generation=4), PROMPT_RECIPES[recipe])
     ex = walk(Execution.start(engine=engine), [("prompt_began", {})])
     fired = fire({"prompt_generation": gen, "execution": ex}, gen, event, data)
@@ -410,7 +428,7 @@ def test_a_stop_ends_the_live_generation_and_closes_the_stream(engine: EngineNam
     fired = fire(machines, ex, "stop_requested", {"reason": "bye", "error": "stopped"})
     assert _trail(fired) == [
         ("execution", "stop_requested", "stopped"),
-        ("prompt_generation", "execution_stopped", "disconnected"),
+        ("prompt_generation", "execution_stopped", "stopped"),
         ("agent_stream", "close_requested", "closed"),
     ]
     assert fired[1][1].effects[0].get("error") == "stopped"

@@ -150,7 +150,7 @@ def overview_scene(chart: ChartRef) -> Scene:
         triples.setdefault(key, []).extend(edge.triples)
     lines: dict[tuple[str, str], list[Line]] = {}
     for key, events in groups.items():
-        texts = [t.strip() for t in wrap_words("", events, 40)]
+        texts = [t.strip() for t in wrap_words("", events, 38)]
         lines[key] = [Line(t, tuple(triples[key])) for t in texts]
     scene.arcs = merge_arcs(lines)
     scene.table = _table(in_place(cls), list(by_id))
