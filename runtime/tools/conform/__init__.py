@@ -22,8 +22,10 @@ whatever happened. The evidence is then the operations and the events agentctl r
 (:class:`_Suite`) against a small carrier interface (:class:`_Carrier`): the recording stdio
 client (:class:`_WireCarrier`) or any ``AgentTransport`` (:class:`_TransportCarrier`, used
 with agentctl's). session/load errors are classified by :mod:`acpfsm.adapters.classify` and
-the consequence is read off the SessionInit chart, as the runtime would decide it, so an
-agent's answer leads to the same lifecycle decision whichever carrier brought it. The checks
+the consequence is read off the SessionInit chart, as the runtime would decide it for that
+carrier: over stdio the error is structured, over agentctl it is message-only, so there a
+trailing ``{"code":-32002,…}`` object is inconclusive (kandev's rule) where stdio's structured
+-32002 falls back to session/new. The checks
 that need the raw pipe exist only over stdio; through agentctl they are reported n/a "not
 observable through agentctl".
 
