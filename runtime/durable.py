@@ -33,7 +33,7 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -138,6 +138,8 @@ class Durability:
         self._written_changed = Wakeup()
         self._closing = False
         self._scope = anyio.CancelScope()
+        self.on_logged: Callable[[str, Sequence[le.SequencedEvent]], None] | None = None
+        """Receives each execution's events as they are numbered (``Runtime(bus=...)``)."""
 
     # --- the log of each execution -------------------------------------------------------------
 
@@ -161,6 +163,11 @@ class Durability:
             return
         entry.append(events)
         self._changed()
+        if self.on_logged is not None and events:
+            self.on_logged(
+                entry.record.id,
+                [le.SequencedEvent(e.seq, event) for e, event in entry.pending[-len(events) :]],
+            )
 
     def publish(self, execution_id: str, event: le.RuntimeEvent) -> None:
         """To the execution's live subscribers and its log (only its log when no session
