@@ -1,0 +1,213 @@
+""":class:`RemoteRuntime`: the Runtime's control calls, answered by ``acpfsm serve`` processes
+over NATS, and the executions' events from the bus.
+
+::
+
+    async with RemoteRuntime("nats://127.0.0.1:4222") as rt:   # instead of Runtime(...)
+        ref = await rt.launch(spec)
+        result = await rt.prompt(ref.id, "hello")
+        async with rt.events(ref.id, from_seq=0) as events:
+            async for item in events: ...
+
+``launch``, ``prompt``, ``steer``, ``cancel``, ``stop`` and ``set_mcp_mode`` have the
+:class:`~acpfsm.runtime.Runtime`'s signatures (:class:`RuntimeControl`, which mypy checks both
+against); ``get_execution`` and ``list_executions`` are coroutines here. An error raised in the
+serve process is raised again as the same class, with its message, execution id and cause
+(:func:`~.wire.raise_error`). No serve process answering is
+:class:`~.wire.ServiceUnavailable`; no reply within the bound (``request_timeout``; a prompt's
+own ``timeout`` plus it, else ``prompt_timeout``) is :class:`~.wire.ServiceTimeout`: both are
+retryable. Nothing waits forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
+
+import msgspec
+import nats.errors
+
+from acpfsm.adapters.transport import Attachment
+
+from ..bus.nats_bus import NatsBus, NatsSubscription
+from ..types import Execution, ExecutionRef, LaunchSpec, PromptResult
+from .server import RPC_PREFIX
+from .wire import (
+    CancelRequest,
+    GetRequest,
+    LaunchRequest,
+    ListRequest,
+    PromptRequest,
+    Reply,
+    Request,
+    RequestInvalid,
+    ServiceTimeout,
+    ServiceUnavailable,
+    SetMcpModeRequest,
+    SteerRequest,
+    StopRequest,
+    raise_error,
+)
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+__all__ = ["RemoteRuntime", "RuntimeControl"]
+
+T = TypeVar("T")
+_encode = msgspec.json.Encoder().encode
+_decode_reply = msgspec.json.Decoder(Reply).decode
+
+
+class RuntimeControl(Protocol):
+    """The control calls :class:`~acpfsm.runtime.Runtime` and :class:`RemoteRuntime` share."""
+
+    async def launch(self, spec: LaunchSpec) -> ExecutionRef: ...
+
+    async def prompt(
+        self,
+        execution_id: str,
+        text: str,
+        *,
+        attachments: Sequence[Attachment] = (),
+        dispatch_only: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109 - the Runtime's signature
+    ) -> PromptResult: ...
+
+    async def steer(
+        self, execution_id: str, text: str, *, attachments: Sequence[Attachment] = ()
+    ) -> PromptResult: ...
+
+    async def cancel(self, execution_id: str) -> None: ...
+
+    async def stop(self, execution_id: str, reason: str, *, force: bool = False) -> Execution: ...
+
+    async def set_mcp_mode(self, execution_id: str, mode: str) -> None: ...
+
+
+async def _request(nc: Any, subject: str, body: bytes, bound: float) -> bytes:
+    msg = await nc.request(subject, body, timeout=bound)
+    return bytes(msg.data)
+
+
+class RemoteRuntime:
+    """See the module docstring. ``servers`` and ``connect`` as :class:`NatsBus`'s (or an
+    open ``bus`` to share)."""
+
+    def __init__(
+        self,
+        servers: str | Sequence[str] = (),
+        *,
+        bus: NatsBus | None = None,
+        prefix: str = RPC_PREFIX,
+        request_timeout: float = 30.0,
+        prompt_timeout: float = 3600.0,
+        connect: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._own_bus = bus is None
+        self.bus = bus if bus is not None else NatsBus(servers, connect=connect)
+        self.prefix = prefix
+        self.request_timeout = request_timeout
+        self.prompt_timeout = prompt_timeout
+
+    async def __aenter__(self) -> Self:
+        if self._own_bus:
+            await self.bus.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._own_bus:
+            await self.bus.__aexit__(exc_type, exc, tb)
+
+    async def _call(self, request: Request, result: type[T], bound: float | None = None) -> T:
+        op = str(type(request).__struct_config__.tag)
+        body = _encode(request)
+        if len(body) > self.bus.max_payload - 1024:
+            raise RequestInvalid(f"the {op} request is too large ({len(body)} bytes)")
+        bound = self.request_timeout if bound is None else bound
+        execution_id = getattr(request, "execution_id", None)
+        try:
+            raw = await self.bus.runner.run(
+                _request, self.bus._nc, f"{self.prefix}.{op}", body, bound
+            )
+        except nats.errors.NoRespondersError:
+            raise ServiceUnavailable(
+                f"no acpfsm serve process answers {op}", execution_id=execution_id
+            ) from None
+        except (nats.errors.TimeoutError, TimeoutError):
+            raise ServiceTimeout(
+                f"no reply to {op} within {bound:g} s", execution_id=execution_id
+            ) from None
+        except (nats.errors.Error, OSError) as exc:
+            raise ServiceUnavailable(
+                f"{op}: NATS failed ({type(exc).__name__})", execution_id=execution_id
+            ) from None
+        try:
+            reply = _decode_reply(raw)
+            if reply.error is not None:
+                raise_error(reply.error)
+            return msgspec.json.decode(reply.result, type=result)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise RequestInvalid(f"the reply to {op} is unreadable: {exc}") from None
+
+    # --- the Runtime's calls -------------------------------------------------------------
+
+    async def launch(self, spec: LaunchSpec) -> ExecutionRef:
+        return await self._call(LaunchRequest(spec=spec), ExecutionRef)
+
+    async def prompt(
+        self,
+        execution_id: str,
+        text: str,
+        *,
+        attachments: Sequence[Attachment] = (),
+        dispatch_only: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109 - the Runtime's signature
+    ) -> PromptResult:
+        request = PromptRequest(
+            execution_id=execution_id,
+            text=text,
+            attachments=tuple(attachments),
+            dispatch_only=dispatch_only,
+            timeout=timeout,
+        )
+        bound = self.prompt_timeout if timeout is None else timeout + self.request_timeout
+        return await self._call(request, PromptResult, bound)
+
+    async def steer(
+        self, execution_id: str, text: str, *, attachments: Sequence[Attachment] = ()
+    ) -> PromptResult:
+        request = SteerRequest(execution_id=execution_id, text=text, attachments=tuple(attachments))
+        return await self._call(request, PromptResult)
+
+    async def cancel(self, execution_id: str) -> None:
+        await self._call(CancelRequest(execution_id=execution_id), type(None))
+
+    async def stop(self, execution_id: str, reason: str, *, force: bool = False) -> Execution:
+        request = StopRequest(execution_id=execution_id, reason=reason, force=force)
+        return await self._call(request, Execution)
+
+    async def set_mcp_mode(self, execution_id: str, mode: str) -> None:
+        await self._call(SetMcpModeRequest(execution_id=execution_id, mode=mode), type(None))
+
+    async def get_execution(self, execution_id: str) -> Execution:
+        return await self._call(GetRequest(execution_id=execution_id), Execution)
+
+    async def list_executions(self) -> list[Execution]:
+        return await self._call(ListRequest(), list[Execution])
+
+    def events(self, execution_id: str, from_seq: int = 0) -> NatsSubscription:
+        """The execution's events after ``from_seq``, then the live ones (from the bus)."""
+        return self.bus.subscribe(execution_id, after=from_seq)
+
+
+if TYPE_CHECKING:  # mypy checks that both have the shared calls' signatures
+
+    def _same_calls(local: Runtime, remote: RemoteRuntime) -> tuple[RuntimeControl, ...]:
+        return (local, remote)

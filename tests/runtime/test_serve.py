@@ -1,0 +1,161 @@
+"""``acpfsm serve`` as a real process (the stdio reference agent, a SQLite store, a real NATS
+server with JetStream) driven by :class:`RemoteRuntime` on trio and asyncio: the Runtime's
+calls over request/reply, the serve process's errors raised again as their own classes, the
+events from JetStream, bad input over the wire answered with typed errors while the process
+stays up, and the refusal to start without credentials."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+from acpfsm.runtime import (
+    ExecutionNotFound,
+    LaunchSpec,
+    ProfileNotFound,
+    SteerNotDispatched,
+    Unsupported,
+    WorkspaceRef,
+)
+from acpfsm.runtime import events as le
+from acpfsm.runtime.bus import NatsBus
+from acpfsm.runtime.service import (
+    RemoteRuntime,
+    RequestInvalid,
+    ServiceTimeout,
+    ServiceUnavailable,
+)
+from acpfsm.runtime.service.wire import Reply, raise_error
+from acpfsm.testing.natsserver import NatsServer
+
+from .serve_helpers import ServeProcess
+
+pytestmark = pytest.mark.both_backends
+
+
+@pytest.fixture
+def serve(nats_server: NatsServer, tmp_path: Path, backend: str) -> Iterator[ServeProcess]:
+    process = ServeProcess(nats_server, tmp_path, backend=backend)
+    yield process
+    assert process.stop() == 0
+
+
+def spec(tmp_path: Path, profile: str = "reference") -> LaunchSpec:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    return LaunchSpec(
+        agent_profile_id=profile, executor_id="stdio", workspace=WorkspaceRef(path=str(workspace))
+    )
+
+
+async def test_the_runtimes_calls_over_nats(
+    serve: ServeProcess, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    with anyio.fail_after(120):
+        async with RemoteRuntime(nats_server.url) as rt:
+            ref = await rt.launch(spec(tmp_path))
+            result = await rt.prompt(ref.id, "hello")
+            assert result.stop_reason == "end_turn"
+            assert "hello" in result.agent_message
+            snapshot = await rt.get_execution(ref.id)
+            assert (snapshot.id, snapshot.status) == (ref.id, "READY")
+            assert [e.id for e in await rt.list_executions()] == [ref.id]
+            with pytest.raises(SteerNotDispatched) as steered:  # no live turn: the serve's error
+                await rt.steer(ref.id, "more")
+            assert steered.value.execution_id == ref.id
+            await rt.cancel(ref.id)  # nothing to cancel: answered
+            with pytest.raises(Unsupported):
+                await rt.set_mcp_mode(ref.id, "no-such-mode")
+            async with rt.events(ref.id, from_seq=0) as events:
+                seen: list[le.SequencedEvent] = []
+                async for item in events:
+                    seen.append(item)
+                    if isinstance(item.event, le.PromptCompleted):
+                        break
+            assert [i.seq for i in seen] == list(range(1, len(seen) + 1))
+            assert any(isinstance(i.event, le.AcpSessionCreated) for i in seen)
+            assert any(isinstance(i.event, le.MessageChunk) for i in seen)
+            final = await rt.stop(ref.id, "done")
+            assert final.id == ref.id
+            with pytest.raises(ExecutionNotFound) as missing:
+                await rt.get_execution(ref.id)
+            assert missing.value.execution_id == ref.id
+
+
+async def test_errors_come_back_as_their_own_class(
+    serve: ServeProcess, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    with anyio.fail_after(60):
+        async with RemoteRuntime(nats_server.url) as rt:
+            with pytest.raises(ExecutionNotFound) as missing:
+                await rt.prompt("no-such-execution", "hello")
+            assert missing.value.execution_id == "no-such-execution"
+            with pytest.raises(ProfileNotFound, match="unknown agent profile 'nope'"):
+                await rt.launch(spec(tmp_path, profile="nope"))
+            with pytest.raises(RequestInvalid, match="too large"):
+                await rt.prompt("x", "y" * (rt.bus.max_payload + 1))
+
+
+async def test_bad_input_over_the_wire_is_a_typed_reply(
+    serve: ServeProcess, nats_server: NatsServer
+) -> None:
+    async def ask(nc: object, subject: str, body: bytes) -> bytes:
+        msg = await nc.request(subject, body, timeout=10)  # type: ignore[attr-defined]
+        return bytes(msg.data)
+
+    cases = {
+        b"\xff not json": RequestInvalid,
+        b"[" * 50_000: RequestInvalid,
+        b'{"op": "explode"}': Unsupported,
+        b'{"op": "prompt", "execution_id": 3}': RequestInvalid,
+        b'{"op": "get", "execution_id": "x", "extra": 1}': RequestInvalid,
+        b'{"op": "get", "execution_id": "x"}': ExecutionNotFound,
+    }
+    with anyio.fail_after(60):
+        async with RemoteRuntime(nats_server.url) as rt:
+            for body, error in cases.items():
+                raw = await rt.bus.runner.run(ask, rt.bus._nc, "acpfsm.rpc.any", body)
+                reply = msgspec.json.decode(raw, type=Reply)
+                assert reply.error is not None, body
+                with pytest.raises(error):
+                    raise_error(reply.error)
+            assert await rt.list_executions() == []  # still serving
+    assert serve.process.poll() is None
+
+
+async def test_no_serve_process_is_a_retryable_error(nats_server: NatsServer) -> None:
+    with anyio.fail_after(30):
+        async with RemoteRuntime(nats_server.url, request_timeout=2) as rt:
+            with pytest.raises(ServiceUnavailable) as unavailable:
+                await rt.list_executions()
+            assert unavailable.value.retryable
+
+
+async def test_a_serve_process_that_never_answers_is_a_timeout(nats_server: NatsServer) -> None:
+    async def mute(nc: object) -> object:  # takes requests and never answers
+        return await nc.subscribe("acpfsm.rpc.>")  # type: ignore[attr-defined]
+
+    with anyio.fail_after(30):
+        async with NatsBus(nats_server.url) as bus, RemoteRuntime(bus=bus, request_timeout=1) as rt:
+            await bus.runner.run(mute, bus._nc)
+            with pytest.raises(ServiceTimeout) as late:
+                await rt.get_execution("e")
+            assert late.value.retryable and late.value.execution_id == "e"
+
+
+def test_serve_refuses_to_start_without_credentials(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "acpfsm.tools.cli", "serve", "--nats", nats_server.url,
+         "--store", str(tmp_path / "s.db")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "refusing to serve without them" in done.stderr
