@@ -139,7 +139,9 @@ class Durability:
         self._closing = False
         self._scope = anyio.CancelScope()
         self.on_logged: Callable[[str, Sequence[le.SequencedEvent]], None] | None = None
-        """Receives each execution's events as they are numbered (``Runtime(bus=...)``)."""
+        """Receives each execution's events once they are committed (``Runtime(bus=...)``):
+        a process that takes the executions over after a crash numbers its events after the
+        last committed one, so nothing on the bus ever has a number given twice."""
 
     # --- the log of each execution -------------------------------------------------------------
 
@@ -163,11 +165,6 @@ class Durability:
             return
         entry.append(events)
         self._changed()
-        if self.on_logged is not None and events:
-            self.on_logged(
-                entry.record.id,
-                [le.SequencedEvent(e.seq, event) for e, event in entry.pending[-len(events) :]],
-            )
 
     def publish(self, execution_id: str, event: le.RuntimeEvent) -> None:
         """To the execution's live subscribers and its log (only its log when no session
@@ -316,7 +313,10 @@ class Durability:
             if n:
                 done, entry.pending[:n] = entry.pending[:n], []
                 entry.committed = done[-1][0].seq
-                entry.recent.extend(le.SequencedEvent(e.seq, event) for e, event in done)
+                items = [le.SequencedEvent(e.seq, event) for e, event in done]
+                entry.recent.extend(items)
+                if self.on_logged is not None:
+                    self.on_logged(entry.record.id, items)
             entry.changed.wake()
         for execution_id in [i for i, e in self.logs.items() if e.deleted and e.delete_written]:
             del self.logs[execution_id]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .client import RemoteRuntime, RuntimeControl
 from .server import QUEUE, RPC_PREFIX, Service
 from .wire import (
+    ExecutionUnreachable,
     RemoteError,
     RequestInvalid,
     ServiceBusy,
@@ -18,6 +19,7 @@ from .wire import (
 __all__ = [
     "QUEUE",
     "RPC_PREFIX",
+    "ExecutionUnreachable",
     "RemoteError",
     "RemoteRuntime",
     "RequestInvalid",

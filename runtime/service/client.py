@@ -21,6 +21,7 @@ retryable. Nothing waits forever.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
@@ -30,11 +31,13 @@ import nats.errors
 
 from acpfsm.adapters.transport import Attachment
 
+from ..bus.base import BusError, check_execution_id
 from ..bus.nats_bus import NatsBus, NatsSubscription
 from ..types import Execution, ExecutionRef, LaunchSpec, PromptResult
-from .server import RPC_PREFIX
+from .server import RPC_PREFIX, exec_subject
 from .wire import (
     CancelRequest,
+    ExecutionUnreachable,
     GetRequest,
     LaunchRequest,
     ListRequest,
@@ -91,6 +94,32 @@ async def _request(nc: Any, subject: str, body: bytes, bound: float) -> bytes:
     return bytes(msg.data)
 
 
+async def _gather(nc: Any, subject: str, body: bytes, bound: float, quiet: float) -> list[bytes]:
+    """Every reply to one request: the first within ``bound``, then each within ``quiet``
+    of the one before."""
+    replies: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def take(msg: Any) -> None:
+        if msg.data:  # not the server's "no responders" status
+            replies.put_nowait(bytes(msg.data))
+
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=take)
+    out: list[bytes] = []
+    try:
+        await nc.publish(subject, body, reply=inbox)
+        wait = bound
+        while True:
+            try:
+                async with asyncio.timeout(wait):
+                    out.append(await replies.get())
+            except TimeoutError:
+                return out
+            wait = quiet
+    finally:
+        await sub.unsubscribe()
+
+
 class RemoteRuntime:
     """See the module docstring. ``servers`` and ``connect`` as :class:`NatsBus`'s (or an
     open ``bus`` to share)."""
@@ -110,6 +139,8 @@ class RemoteRuntime:
         self.prefix = prefix
         self.request_timeout = request_timeout
         self.prompt_timeout = prompt_timeout
+        self.gather_quiet = 0.25
+        """``list_executions`` waits this long after a reply for the next serve process's."""
 
     async def __aenter__(self) -> Self:
         if self._own_bus:
@@ -125,18 +156,36 @@ class RemoteRuntime:
         if self._own_bus:
             await self.bus.__aexit__(exc_type, exc, tb)
 
+    def _subject(self, request: Request) -> str:
+        op = str(type(request).__struct_config__.tag)
+        execution_id = getattr(request, "execution_id", None)
+        if execution_id is None:
+            return f"{self.prefix}.{op}"
+        try:
+            return exec_subject(self.prefix, check_execution_id(execution_id), op)
+        except BusError:
+            raise ExecutionUnreachable(
+                f"no execution can have the id {execution_id[:80]!r}",
+                execution_id=execution_id[:200],
+            ) from None
+
     async def _call(self, request: Request, result: type[T], bound: float | None = None) -> T:
         op = str(type(request).__struct_config__.tag)
+        subject = self._subject(request)
         body = _encode(request)
         if len(body) > self.bus.max_payload - 1024:
             raise RequestInvalid(f"the {op} request is too large ({len(body)} bytes)")
         bound = self.request_timeout if bound is None else bound
         execution_id = getattr(request, "execution_id", None)
         try:
-            raw = await self.bus.runner.run(
-                _request, self.bus._nc, f"{self.prefix}.{op}", body, bound
-            )
+            raw = await self.bus.runner.run(_request, self.bus._nc, subject, body, bound)
         except nats.errors.NoRespondersError:
+            if execution_id is not None:
+                raise ExecutionUnreachable(
+                    f"no acpfsm serve process answers for execution {execution_id} (it does "
+                    "not exist, or its owner died and it is not taken over yet)",
+                    execution_id=execution_id,
+                ) from None
             raise ServiceUnavailable(
                 f"no acpfsm serve process answers {op}", execution_id=execution_id
             ) from None
@@ -148,13 +197,7 @@ class RemoteRuntime:
             raise ServiceUnavailable(
                 f"{op}: NATS failed ({type(exc).__name__})", execution_id=execution_id
             ) from None
-        try:
-            reply = _decode_reply(raw)
-            if reply.error is not None:
-                raise_error(reply.error)
-            return msgspec.json.decode(reply.result, type=result)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            raise RequestInvalid(f"the reply to {op} is unreadable: {exc}") from None
+        return _result(op, raw, result)
 
     # --- the Runtime's calls -------------------------------------------------------------
 
@@ -200,11 +243,31 @@ class RemoteRuntime:
         return await self._call(GetRequest(execution_id=execution_id), Execution)
 
     async def list_executions(self) -> list[Execution]:
-        return await self._call(ListRequest(), list[Execution])
+        """Every execution of every serve process (each answers with its own)."""
+        try:
+            replies = await self.bus.runner.run(
+                _gather, self.bus._nc, f"{self.prefix}.list", _encode(ListRequest()),
+                self.request_timeout, self.gather_quiet,
+            )  # fmt: skip
+        except (nats.errors.Error, OSError) as exc:
+            raise ServiceUnavailable(f"list: NATS failed ({type(exc).__name__})") from None
+        if not replies:
+            raise ServiceUnavailable("no acpfsm serve process answered list")
+        return [e for raw in replies for e in _result("list", raw, list[Execution])]
 
     def events(self, execution_id: str, from_seq: int = 0) -> NatsSubscription:
         """The execution's events after ``from_seq``, then the live ones (from the bus)."""
         return self.bus.subscribe(execution_id, after=from_seq)
+
+
+def _result(op: str, raw: bytes, result: type[T]) -> T:
+    try:
+        reply = _decode_reply(raw)
+        if reply.error is not None:
+            raise_error(reply.error)
+        return msgspec.json.decode(reply.result, type=result)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise RequestInvalid(f"the reply to {op} is unreadable: {exc}") from None
 
 
 if TYPE_CHECKING:  # mypy checks that both have the shared calls' signatures

@@ -1,17 +1,21 @@
 """``acpfsm serve``: a :class:`~acpfsm.runtime.Runtime` answering requests over NATS.
 
-:class:`Service` subscribes to ``acpfsm.rpc.>`` in the queue group ``acpfsm-serve`` (several
-serve processes share the requests) on the connection of the Runtime's
-:class:`~acpfsm.runtime.bus.NatsBus`, and answers each request (:mod:`.wire`) with the
-Runtime's result or the error it raised. Every request runs in a task of its own, at most
+:class:`Service` answers on the connection of the Runtime's
+:class:`~acpfsm.runtime.bus.NatsBus`: ``acpfsm.rpc.launch`` in the queue group
+``acpfsm-serve`` (the serve processes of a pool share the new launches),
+``acpfsm.rpc.list`` (every process answers with its own executions) and
+``acpfsm.rpc.exec.<execution id>.<op>`` for each execution it owns (a request about an
+execution reaches the one process that owns it; none: NATS says no responders at once). Each
+request (:mod:`.wire`) is answered with the Runtime's result or the error it raised. Every request runs in a task of its own, at most
 ``max_in_flight`` at once (beyond: :class:`~.wire.ServiceBusy`); a request that cannot be
 read is :class:`~.wire.RequestInvalid`, an unknown operation ``Unsupported``; the service
-stays up whatever a request holds. The messages are taken from nats-py's subscription one at
-a time (at most ``pending`` buffered: a flood is dropped by the client, not kept).
+stays up whatever a request holds. The messages wait in one bounded queue (``pending``;
+beyond it a request is answered :class:`~.wire.ServiceBusy` at once).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -22,6 +26,7 @@ import nats.errors
 from acpfsm.adapters.errors import AcpfsmError
 
 from ..bus.nats_bus import NatsBus
+from ..errors import ExecutionNotFound
 from ..runtime import Runtime
 from .wire import (
     CancelRequest,
@@ -39,7 +44,7 @@ from .wire import (
     result_reply,
 )
 
-__all__ = ["QUEUE", "RPC_PREFIX", "Service"]
+__all__ = ["QUEUE", "RPC_PREFIX", "Service", "exec_subject"]
 
 log = logging.getLogger("acpfsm.serve")
 
@@ -47,16 +52,31 @@ RPC_PREFIX = "acpfsm.rpc"
 QUEUE = "acpfsm-serve"
 
 
-async def _subscribe(nc: Any, subject: str, queue: str, pending: int) -> Any:
-    return await nc.subscribe(subject, queue=queue, pending_msgs_limit=pending)
+async def _inbox(size: int) -> asyncio.Queue[tuple[str, bytes, str]]:
+    return asyncio.Queue(size)
 
 
-async def _next(sub: Any, wait: float) -> tuple[str, bytes, str] | None:
+async def _subscribe(
+    nc: Any, subject: str, queue: str, inbox: asyncio.Queue[tuple[str, bytes, str]], busy: bytes
+) -> Any:
+    async def take(msg: Any) -> None:  # on the asyncio loop: never blocks nats-py's reader
+        try:
+            inbox.put_nowait((msg.subject, msg.data, msg.reply))
+        except asyncio.QueueFull:
+            if msg.reply:
+                await nc.publish(msg.reply, busy)
+
+    return await nc.subscribe(subject, queue=queue, cb=take)
+
+
+async def _next(
+    inbox: asyncio.Queue[tuple[str, bytes, str]], wait: float
+) -> tuple[str, bytes, str] | None:
     try:
-        msg = await sub.next_msg(timeout=wait)
-    except nats.errors.TimeoutError:
+        async with asyncio.timeout(wait):
+            return await inbox.get()
+    except TimeoutError:
         return None
-    return msg.subject, msg.data, msg.reply
 
 
 async def _respond(nc: Any, reply: str, body: bytes) -> None:
@@ -67,8 +87,15 @@ async def _unsubscribe(sub: Any) -> None:
     await sub.unsubscribe()
 
 
+def exec_subject(prefix: str, execution_id: str, op: str) -> str:
+    """Where a request about one execution goes: ``<prefix>.exec.<execution id>.<op>``."""
+    return f"{prefix}.exec.{execution_id}.{op}"
+
+
 class Service:
-    """``runtime`` answering requests on ``bus``'s connection (see the module docstring)."""
+    """Runtimes answering requests on ``bus``'s connection (see the module docstring):
+    ``runtime`` takes the new launches; :meth:`host` adds one taken over from another
+    process."""
 
     def __init__(
         self,
@@ -81,6 +108,7 @@ class Service:
         pending: int = 10_000,
     ) -> None:
         self.runtime = runtime
+        self.runtimes: list[Runtime] = [runtime]
         self.bus = bus
         self.prefix = prefix
         self.queue = queue
@@ -88,38 +116,64 @@ class Service:
         self.pending = pending
         self.in_flight = 0
         self.answered = 0
+        self._inbox: Any = None
+        self._subs: dict[str, Any] = {}
+        self._busy = error_reply(ServiceBusy("too many requests waiting"))
+
+    async def _subscribe(self, key: str, subject: str, queue: str = "") -> None:
+        if key not in self._subs:
+            self._subs[key] = await self.bus.runner.run(
+                _subscribe, self.bus._nc, subject, queue, self._inbox, self._busy
+            )
+
+    async def _unsubscribe(self, key: str) -> None:
+        sub = self._subs.pop(key, None)
+        if sub is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await self.bus.runner.run(_unsubscribe, sub)
+
+    async def own(self, execution_id: str) -> None:
+        """Answer the requests about ``execution_id`` here."""
+        await self._subscribe(execution_id, exec_subject(self.prefix, execution_id, "*"))
+
+    async def host(self, runtime: Runtime) -> None:
+        """Answer for every execution of ``runtime`` too (taken over from another process)."""
+        self.runtimes.append(runtime)
+        for execution in runtime.list_executions():
+            await self.own(execution.id)
+
+    async def forget(self, runtime: Runtime) -> None:
+        if runtime in self.runtimes and runtime is not self.runtime:
+            self.runtimes.remove(runtime)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Answer requests until cancelled."""
         bus = self.bus
-        sub = await bus.runner.run(
-            _subscribe, bus._nc, f"{self.prefix}.>", self.queue, self.pending
-        )
+        self._inbox = await bus.runner.run(_inbox, self.pending)
         try:
+            await self._subscribe("launch", f"{self.prefix}.launch", self.queue)
+            await self._subscribe("list", f"{self.prefix}.list")
+            for execution in self.runtime.list_executions():
+                await self.own(execution.id)
             async with anyio.create_task_group() as tg:
                 task_status.started()
                 while True:
-                    try:
-                        msg = await bus.runner.run(_next, sub, 1.0)
-                    except nats.errors.Error as exc:  # the connection is being re-established
-                        log.debug("serve: %s", type(exc).__name__)
-                        await anyio.sleep(0.2)
-                        continue
+                    msg = await bus.runner.run(_next, self._inbox, 1.0)
                     if msg is None:
                         continue
                     _, body, reply = msg
                     if not reply:
                         continue  # nobody to answer
                     if self.in_flight >= self.max_in_flight:
-                        tg.start_soon(self._send, reply, error_reply(ServiceBusy("busy")))
+                        tg.start_soon(self._send, reply, self._busy)
                         continue
                     self.in_flight += 1
                     tg.start_soon(self._handle, body, reply)
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                await bus.runner.run(_unsubscribe, sub)
+            for key in list(self._subs):
+                await self._unsubscribe(key)
 
     async def _handle(self, body: bytes, reply: str) -> None:
         try:
@@ -143,11 +197,27 @@ class Service:
         except (nats.errors.Error, OSError) as exc:
             log.warning("serve: a reply could not be sent: %s", type(exc).__name__)
 
+    def _owner(self, execution_id: str) -> Runtime:
+        """The runtime that holds ``execution_id`` (ExecutionNotFound: none here)."""
+        for rt in self.runtimes:
+            try:
+                rt.get_execution(execution_id)
+            except ExecutionNotFound:
+                continue
+            except AcpfsmError:
+                return rt  # it holds it (lost, …): its call raises the reason
+            return rt
+        raise ExecutionNotFound(execution_id)
+
     async def _dispatch(self, request: Request) -> object:
-        rt = self.runtime
+        if isinstance(request, LaunchRequest):
+            ref = await self.runtime.launch(request.spec)
+            await self.own(ref.id)
+            return ref
+        if isinstance(request, ListRequest):
+            return [e for rt in self.runtimes for e in rt.list_executions()]
+        rt = self._owner(request.execution_id)
         match request:
-            case LaunchRequest(spec=spec):
-                return await rt.launch(spec)
             case PromptRequest():
                 return await rt.prompt(
                     request.execution_id,
@@ -164,11 +234,11 @@ class Service:
                 await rt.cancel(execution_id)
                 return None
             case StopRequest():
-                return await rt.stop(request.execution_id, request.reason, force=request.force)
+                final = await rt.stop(request.execution_id, request.reason, force=request.force)
+                await self._unsubscribe(request.execution_id)
+                return final
             case GetRequest(execution_id=execution_id):
                 return rt.get_execution(execution_id)
-            case ListRequest():
-                return rt.list_executions()
             case SetMcpModeRequest(execution_id=execution_id, mode=mode):
                 await rt.set_mcp_mode(execution_id, mode)
                 return None

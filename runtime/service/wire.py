@@ -25,6 +25,7 @@ from ..types import LaunchSpec
 __all__ = [
     "OPERATIONS",
     "CancelRequest",
+    "ExecutionUnreachable",
     "GetRequest",
     "LaunchRequest",
     "ListRequest",
@@ -57,6 +58,11 @@ class ServiceUnavailable(ServiceError):
     reach): retry later."""
 
     retryable = True
+
+
+class ExecutionUnreachable(ServiceUnavailable):
+    """No serve process answers for this execution: it does not exist (or was stopped), or
+    its owner died and no pool member has taken it over yet (retry within the lease)."""
 
 
 class ServiceTimeout(ServiceError):

@@ -26,6 +26,7 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.runtime.bus import NatsBus
 from acpfsm.runtime.service import (
+    ExecutionUnreachable,
     RemoteRuntime,
     RequestInvalid,
     ServiceTimeout,
@@ -83,9 +84,9 @@ async def test_the_runtimes_calls_over_nats(
             assert any(isinstance(i.event, le.MessageChunk) for i in seen)
             final = await rt.stop(ref.id, "done")
             assert final.id == ref.id
-            with pytest.raises(ExecutionNotFound) as missing:
+            with pytest.raises(ExecutionUnreachable) as missing:  # nobody answers for it now
                 await rt.get_execution(ref.id)
-            assert missing.value.execution_id == ref.id
+            assert missing.value.execution_id == ref.id and missing.value.retryable
 
 
 async def test_errors_come_back_as_their_own_class(
@@ -93,9 +94,11 @@ async def test_errors_come_back_as_their_own_class(
 ) -> None:
     with anyio.fail_after(60):
         async with RemoteRuntime(nats_server.url) as rt:
-            with pytest.raises(ExecutionNotFound) as missing:
+            with pytest.raises(ExecutionUnreachable) as missing:
                 await rt.prompt("no-such-execution", "hello")
             assert missing.value.execution_id == "no-such-execution"
+            with pytest.raises(ExecutionUnreachable):  # not even a subject
+                await rt.get_execution("a.b")
             with pytest.raises(ProfileNotFound, match="unknown agent profile 'nope'"):
                 await rt.launch(spec(tmp_path, profile="nope"))
             with pytest.raises(RequestInvalid, match="too large"):
@@ -120,7 +123,7 @@ async def test_bad_input_over_the_wire_is_a_typed_reply(
     with anyio.fail_after(60):
         async with RemoteRuntime(nats_server.url) as rt:
             for body, error in cases.items():
-                raw = await rt.bus.runner.run(ask, rt.bus._nc, "acpfsm.rpc.any", body)
+                raw = await rt.bus.runner.run(ask, rt.bus._nc, "acpfsm.rpc.launch", body)
                 reply = msgspec.json.decode(raw, type=Reply)
                 assert reply.error is not None, body
                 with pytest.raises(error):
@@ -147,6 +150,8 @@ async def test_a_serve_process_that_never_answers_is_a_timeout(nats_server: Nats
             with pytest.raises(ServiceTimeout) as late:
                 await rt.get_execution("e")
             assert late.value.retryable and late.value.execution_id == "e"
+            with pytest.raises(ServiceTimeout):
+                await rt.launch(LaunchSpec(agent_profile_id="p", workspace=WorkspaceRef(path="/")))
 
 
 def test_serve_refuses_to_start_without_credentials(
