@@ -24,8 +24,10 @@ import argparse
 import json
 import os
 import signal
+import socket
 import ssl
 import sys
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,7 +65,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a NATS server (repeat for a cluster)")  # fmt: skip
     parser.add_argument("--store", required=True, metavar="PATH|DSN",
                         help="a SQLite file, or a postgresql:// DSN")  # fmt: skip
-    parser.add_argument("--namespace", default="acpfsm", help="the PostgreSQL namespace")
+    parser.add_argument(
+        "--namespace",
+        help="the PostgreSQL namespace (default: acpfsm; with --pool: a new one per process)",
+    )
+    parser.add_argument(
+        "--pool",
+        action="store_true",
+        help="join the pool of serve processes on this PostgreSQL store: share launches, "
+        "take over the executions of a member whose lease ran out",
+    )
+    parser.add_argument("--lease", type=float, default=10.0, metavar="SECONDS",
+                        help="with --pool: how long a silent member keeps its executions")  # fmt: skip
+    parser.add_argument("--member", help="with --pool: this process's name (default: unique)")
     parser.add_argument("--config", metavar="FILE", help="profiles, executors, timeouts")
     parser.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
     parser.add_argument("--nats-nkey-file", metavar="FILE", help="an nkey seed file")
@@ -143,11 +157,15 @@ def _runtime_parts(config: ServeConfig) -> tuple[list[Any], dict[str, Any], Any]
     return profiles, executors, timeouts
 
 
-def _store(args: argparse.Namespace) -> Any:
+def _is_postgres(store: str) -> bool:
+    return store.startswith(("postgresql://", "postgres://")) or "host=" in store
+
+
+def _store(args: argparse.Namespace, namespace: str) -> Any:
     from acpfsm.runtime.store import PostgresStore, SqliteStore
 
-    if args.store.startswith(("postgresql://", "postgres://")) or "host=" in args.store:
-        return PostgresStore(args.store, namespace=args.namespace)
+    if _is_postgres(args.store):
+        return PostgresStore(args.store, namespace=namespace)
     return SqliteStore(args.store)
 
 
@@ -155,28 +173,45 @@ async def _serve(args: argparse.Namespace, options: dict[str, Any], config: Serv
     from acpfsm.runtime import Runtime
     from acpfsm.runtime.bus import NatsBus
     from acpfsm.runtime.service import Service
+    from acpfsm.runtime.service.pool import Pool
 
-    profiles, executors, timeouts = _runtime_parts(config)
-    async with (
-        NatsBus(args.nats, connect=options) as bus,
-        Runtime(
-            profiles=profiles, executors=executors, timeouts=timeouts, store=_store(args), bus=bus
-        ) as rt,
-        anyio.create_task_group() as tg,
-    ):
-        service = Service(rt, bus)
-        await tg.start(service.run)
-        print(json.dumps({"serving": service.prefix, "pid": os.getpid()}), flush=True)
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
-                break
-        tg.cancel_scope.cancel()
+    unique = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    namespace = args.namespace or (f"serve-{unique}" if args.pool else "acpfsm")
+    async with NatsBus(args.nats, connect=options) as bus:
+
+        def open_runtime(namespace: str) -> Runtime:
+            profiles, executors, timeouts = _runtime_parts(config)
+            return Runtime(
+                profiles=profiles,
+                executors=executors,
+                timeouts=timeouts,
+                store=_store(args, namespace),
+                bus=bus,
+            )
+
+        async with open_runtime(namespace) as rt, anyio.create_task_group() as tg:
+            service = Service(rt, bus)
+            await tg.start(service.run)
+            if args.pool:
+                pool = Pool(
+                    service, args.store, member=args.member or unique, namespace=namespace,
+                    open_runtime=open_runtime, lease=args.lease,
+                )  # fmt: skip
+                await tg.start(pool.run)
+            line = {"serving": service.prefix, "pid": os.getpid(), "namespace": namespace}
+            print(json.dumps(line), flush=True)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    break
+            tg.cancel_scope.cancel()
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         options = _connect_options(args)
         config = _load_config(args.config)
+        if args.pool and not _is_postgres(args.store):
+            raise ServeRefused("--pool needs a PostgreSQL store (--store postgresql://…)")
         anyio.run(_serve, args, options, config, backend=args.backend)
     except (ServeRefused, OSError) as exc:  # a refusal: its message only
         print(f"acpfsm serve: {exc}", file=sys.stderr, flush=True)

@@ -17,15 +17,22 @@ from acpfsm.testing.natsserver import NatsServer
 
 class ServeProcess:
     def __init__(
-        self, server: NatsServer, folder: Path, *, backend: str = "trio", name: str = "serve"
+        self,
+        server: NatsServer,
+        folder: Path,
+        *,
+        backend: str = "trio",
+        name: str = "serve",
+        store: str = "",
+        extra: tuple[str, ...] = (),
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         config = folder / f"{name}.json"
         config.write_text(json.dumps({"reference_agent": ["--delay", "0.001"]}))
         self.argv = [
             sys.executable, "-m", "acpfsm.tools.cli", "serve", "--nats", server.url,
-            "--store", str(folder / f"{name}.db"), "--config", str(config),
-            "--backend", backend, "--insecure-local",
+            "--store", store or str(folder / f"{name}.db"), "--config", str(config),
+            "--backend", backend, "--insecure-local", *extra,
         ]  # fmt: skip
         self.stderr = (folder / f"{name}.stderr").open("w+b")
         self.process = subprocess.Popen(
@@ -47,6 +54,14 @@ class ServeProcess:
         self.stderr.seek(0)
         raise AssertionError(f"acpfsm serve did not start: {self.stderr.read().decode()[-3000:]}")
 
+    def kill(self) -> None:
+        """SIGKILL: the process dies mid-whatever."""
+        self.process.kill()
+        self.process.wait(10)
+        self.stderr.close()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
     def stop(self) -> int:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -55,7 +70,8 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
-        self.stderr.close()
+        if not self.stderr.closed:
+            self.stderr.close()
         if self.process.stdout is not None:
             self.process.stdout.close()
         return self.process.returncode

@@ -1,0 +1,147 @@
+"""Several ``acpfsm serve`` processes as one pool, and the take-over of a dead member's
+executions.
+
+Each member keeps its executions in a PostgreSQL namespace of its own
+(:class:`~acpfsm.runtime.store.PostgresStore`, whose advisory lock makes it the namespace's
+only holder) and renews a lease on it: a row of ``acpfsm_pool`` (namespace, member,
+``renewed_at``), renewed every third of ``lease`` seconds. Every member looks for namespaces
+whose lease has run out (their holder was killed, partitioned, hung) and adopts each by
+opening a :class:`~acpfsm.runtime.Runtime` on it: the durable-executions recovery runs
+(agentctl executions are reattached, stdio ones reported lost with their reason), the
+member answers for those executions from then on (:meth:`Service.host
+<acpfsm.runtime.service.Service.host>`) and renews their lease. Two members never hold one
+namespace at once: opening it takes the store's advisory lock, which PostgreSQL keeps for the
+holder's connection until that connection ends; the member that loses a race of adopters gets
+:class:`~acpfsm.runtime.store.StoreLocked` and leaves it. Events go on on the bus from the
+last committed ``seq`` (:mod:`acpfsm.runtime.durable`), so a subscriber sees each once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+import psycopg
+
+from ..runtime import Runtime
+from ..store import StoreError, StoreLocked
+from .server import Service
+
+__all__ = ["Pool"]
+
+log = logging.getLogger("acpfsm.serve")
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS acpfsm_pool (
+namespace text PRIMARY KEY, member text NOT NULL, renewed_at timestamptz NOT NULL)"""
+_RENEW = """INSERT INTO acpfsm_pool (namespace, member, renewed_at) VALUES (%s, %s, now())
+ON CONFLICT (namespace) DO UPDATE SET member = excluded.member, renewed_at = now()"""
+_EXPIRED = """SELECT namespace FROM acpfsm_pool
+WHERE renewed_at < now() - make_interval(secs => %s) AND NOT (namespace = ANY(%s))
+ORDER BY renewed_at"""
+
+
+async def _connect(dsn: str) -> Any:
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=10)
+    await conn.execute(_SCHEMA)
+    return conn
+
+
+async def _renew(conn: Any, namespaces: list[str], member: str) -> None:
+    for namespace in namespaces:
+        await conn.execute(_RENEW, (namespace, member))
+
+
+async def _expired(conn: Any, lease: float, held: list[str]) -> list[str]:
+    cursor = await conn.execute(_EXPIRED, (lease, held))
+    return [str(row[0]) for row in await cursor.fetchall()]
+
+
+async def _close(conn: Any) -> None:
+    await conn.close()
+
+
+class Pool:
+    """``service``'s membership of the pool (see the module docstring). ``open_runtime(ns)``
+    makes the Runtime for namespace ``ns`` (the member's profiles, executors and bus, a
+    :class:`PostgresStore` on ``ns``)."""
+
+    def __init__(
+        self,
+        service: Service,
+        dsn: str,
+        *,
+        member: str,
+        namespace: str,
+        open_runtime: Callable[[str], Runtime],
+        lease: float = 10.0,
+    ) -> None:
+        self.service = service
+        self.dsn = dsn
+        self.member = member
+        self.held = [namespace]
+        self.open_runtime = open_runtime
+        self.lease = lease
+        self.adopted: list[str] = []
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Renew and adopt until cancelled."""
+        runner = self.service.bus.runner
+        conn: Any = await runner.run(_connect, self.dsn)
+        try:
+            await runner.run(_renew, conn, self.held, self.member)
+            async with anyio.create_task_group() as tg:
+                task_status.started()
+                while True:
+                    await anyio.sleep(self.lease / 3)
+                    if conn is None and (conn := await self._reconnect()) is None:
+                        continue
+                    try:
+                        await runner.run(_renew, conn, self.held, self.member)
+                        expired = await runner.run(_expired, conn, self.lease, self.held)
+                    except (psycopg.Error, OSError) as exc:  # retried at the next round
+                        log.warning("serve pool: the lease could not be renewed: %s", exc)
+                        if conn.closed:
+                            conn = None
+                        continue
+                    for namespace in expired:
+                        if await self._adopt(tg, namespace):
+                            self.held.append(namespace)
+                            self.adopted.append(namespace)
+                            await runner.run(_renew, conn, [namespace], self.member)
+        finally:
+            if conn is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await runner.run(_close, conn)
+
+    async def _reconnect(self) -> Any:
+        try:
+            return await self.service.bus.runner.run(_connect, self.dsn)
+        except (psycopg.Error, OSError):
+            return None
+
+    async def _adopt(self, tg: anyio.abc.TaskGroup, namespace: str) -> bool:
+        """Take ``namespace`` over; False when another member holds it (or it fails)."""
+        runtime = self.open_runtime(namespace)
+        try:
+            await tg.start(self._host, runtime)
+        except StoreLocked:
+            return False
+        except StoreError as exc:
+            log.warning("serve pool: %s could not be taken over: %s", namespace, exc)
+            return False
+        log.warning("serve pool: took over %s", namespace)
+        return True
+
+    async def _host(self, runtime: Runtime, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with runtime:
+            await self.service.host(runtime)
+            task_status.started()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                await self.service.forget(runtime)
