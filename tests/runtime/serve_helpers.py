@@ -25,10 +25,12 @@ class ServeProcess:
         name: str = "serve",
         store: str = "",
         extra: tuple[str, ...] = (),
+        config_data: dict[str, object] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         config = folder / f"{name}.json"
-        config.write_text(json.dumps({"reference_agent": ["--delay", "0.001"]}))
+        config.write_text(json.dumps(config_data or {"reference_agent": ["--delay", "0.001"]}))
         self.argv = [
             sys.executable, "-m", "acpfsm.tools.cli", "serve", "--nats", server.url,
             "--store", store or str(folder / f"{name}.db"), "--config", str(config),
@@ -36,7 +38,7 @@ class ServeProcess:
         ]  # fmt: skip
         self.stderr = (folder / f"{name}.stderr").open("w+b")
         self.process = subprocess.Popen(
-            self.argv, stdout=subprocess.PIPE, stderr=self.stderr, env=dict(os.environ)
+            self.argv, stdout=subprocess.PIPE, stderr=self.stderr, env={**os.environ, **(env or {})}
         )
         self.ready = self._read_line(60.0)
 
