@@ -41,10 +41,12 @@ from .wire import (
     GetRequest,
     LaunchRequest,
     ListRequest,
+    PingRequest,
     PromptRequest,
     Reply,
     Request,
     RequestInvalid,
+    ServiceError,
     ServiceTimeout,
     ServiceUnavailable,
     SetMcpModeRequest,
@@ -94,6 +96,34 @@ async def _request(nc: Any, subject: str, body: bytes, bound: float) -> bytes:
     return bytes(msg.data)
 
 
+class _OwnerGone(ServiceError):
+    """Raised on the loop thread, answered as :class:`ServiceTimeout` by the caller."""
+
+
+async def _watched(
+    nc: Any, subject: str, body: bytes, bound: float, ping: str, ping_body: bytes, every: float
+) -> bytes:
+    """A long request, its owner asked ``ping`` every ``every`` seconds meanwhile: when it
+    stops answering, or another process answers instead (it was taken over), the reply will
+    never come: :class:`_OwnerGone`."""
+    task = asyncio.ensure_future(nc.request(subject, body, timeout=bound))
+    owner = b""
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every)
+            if done:
+                return bytes(task.result().data)
+            try:
+                answer = bytes((await nc.request(ping, ping_body, timeout=every)).data)
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                raise _OwnerGone("no answer") from None
+            if owner and answer != owner:
+                raise _OwnerGone("another owner")
+            owner = answer
+    finally:
+        task.cancel()
+
+
 async def _gather(nc: Any, subject: str, body: bytes, bound: float, quiet: float) -> list[bytes]:
     """Every reply to one request: the first within ``bound``, then each within ``quiet``
     of the one before."""
@@ -139,6 +169,9 @@ class RemoteRuntime:
         self.prefix = prefix
         self.request_timeout = request_timeout
         self.prompt_timeout = prompt_timeout
+        self.watch_every = 2.0
+        """A request that may take longer than this (a prompt) asks its execution's owner
+        every ``watch_every`` seconds whether it still answers (see :class:`ServiceTimeout`)."""
         self.gather_quiet = 0.25
         """``list_executions`` waits this long after a reply for the next serve process's."""
 
@@ -178,7 +211,20 @@ class RemoteRuntime:
         bound = self.request_timeout if bound is None else bound
         execution_id = getattr(request, "execution_id", None)
         try:
-            raw = await self.bus.runner.run(_request, self.bus._nc, subject, body, bound)
+            if execution_id is not None and bound > self.watch_every:
+                ping = PingRequest(execution_id=execution_id)
+                raw = await self.bus.runner.run(
+                    _watched, self.bus._nc, subject, body, bound, self._subject(ping),
+                    _encode(ping), self.watch_every,
+                )  # fmt: skip
+            else:
+                raw = await self.bus.runner.run(_request, self.bus._nc, subject, body, bound)
+        except _OwnerGone:
+            raise ServiceTimeout(
+                f"the serve process that owned execution {execution_id} stopped answering "
+                f"during {op}: retry (another one takes it over)",
+                execution_id=execution_id,
+            ) from None
         except nats.errors.NoRespondersError:
             if execution_id is not None:
                 raise ExecutionUnreachable(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from typing import Any
 
 import anyio
@@ -33,6 +34,7 @@ from .wire import (
     GetRequest,
     LaunchRequest,
     ListRequest,
+    PingRequest,
     PromptRequest,
     Request,
     ServiceBusy,
@@ -106,7 +108,10 @@ class Service:
         queue: str = QUEUE,
         max_in_flight: int = 1000,
         pending: int = 10_000,
+        member: str = "",
     ) -> None:
+        self.member = member or uuid.uuid4().hex
+        """This process's name in the pool (answered to ``ping``)."""
         self.runtime = runtime
         self.runtimes: list[Runtime] = [runtime]
         self.bus = bus
@@ -217,6 +222,8 @@ class Service:
         if isinstance(request, ListRequest):
             return [e for rt in self.runtimes for e in rt.list_executions()]
         rt = self._owner(request.execution_id)
+        if isinstance(request, PingRequest):
+            return self.member
         match request:
             case PromptRequest():
                 return await rt.prompt(

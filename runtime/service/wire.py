@@ -29,6 +29,7 @@ __all__ = [
     "GetRequest",
     "LaunchRequest",
     "ListRequest",
+    "PingRequest",
     "PromptRequest",
     "RemoteError",
     "Reply",
@@ -134,6 +135,13 @@ class SetMcpModeRequest(_Request, frozen=True, tag="set_mcp_mode"):
     mode: str
 
 
+class PingRequest(_Request, frozen=True, tag="ping"):
+    """Who answers for the execution now (the serve process's member name): a client
+    waiting on a long request asks it, to learn that the owner died meanwhile."""
+
+    execution_id: str
+
+
 Request = (
     LaunchRequest
     | PromptRequest
@@ -143,12 +151,13 @@ Request = (
     | GetRequest
     | ListRequest
     | SetMcpModeRequest
+    | PingRequest
 )
 OPERATIONS: frozenset[str] = frozenset(
     str(t.__struct_config__.tag)
     for t in (
         LaunchRequest, PromptRequest, SteerRequest, CancelRequest, StopRequest, GetRequest,
-        ListRequest, SetMcpModeRequest,
+        ListRequest, SetMcpModeRequest, PingRequest,
     )
 )  # fmt: skip
 

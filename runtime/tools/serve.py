@@ -190,7 +190,7 @@ async def _serve(args: argparse.Namespace, options: dict[str, Any], config: Serv
             )
 
         async with open_runtime(namespace) as rt, anyio.create_task_group() as tg:
-            service = Service(rt, bus)
+            service = Service(rt, bus, member=args.member or unique)
             await tg.start(service.run)
             if args.pool:
                 pool = Pool(

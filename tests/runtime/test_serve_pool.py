@@ -17,7 +17,7 @@ import pytest
 
 from acpfsm.runtime import ExecutionLost, LaunchSpec, Runtime, WorkspaceRef
 from acpfsm.runtime import events as le
-from acpfsm.runtime.service import ExecutionUnreachable, RemoteRuntime
+from acpfsm.runtime.service import ExecutionUnreachable, RemoteRuntime, ServiceTimeout
 from acpfsm.runtime.store import PostgresStore, StoreLocked
 from acpfsm.testing.natsserver import NatsServer
 from acpfsm.testing.postgres import PostgresCluster
@@ -64,8 +64,21 @@ async def test_kill_9_of_a_member_its_executions_are_taken_over(
                 others = [await rt.launch(spec(tmp_path)) for _ in range(4)]  # shared
                 assert len(await rt.list_executions()) == 7  # both answer list
 
-                first.kill()
-                killed = time.monotonic()
+                in_flight: list[BaseException] = []
+
+                async def hung_prompt() -> None:  # a turn that never ends, in flight at the kill
+                    try:
+                        await rt.prompt(mine[1].id, "[[fault:hang]] wait")
+                    except ServiceTimeout as exc:
+                        in_flight.append(exc)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(hung_prompt)
+                    await anyio.sleep(0.5)
+                    first.kill()
+                    killed = time.monotonic()
+                assert in_flight and in_flight[0].retryable  # a typed, retryable error …
+                assert time.monotonic() - killed < rt.watch_every * 2 + 1  # … and no hang
                 # every execution answers again through the survivor within the bound
                 for ref in mine:
                     while True:
