@@ -46,7 +46,6 @@ from .wire import (
     Reply,
     Request,
     RequestInvalid,
-    ServiceError,
     ServiceTimeout,
     ServiceUnavailable,
     SetMcpModeRequest,
@@ -96,16 +95,12 @@ async def _request(nc: Any, subject: str, body: bytes, bound: float) -> bytes:
     return bytes(msg.data)
 
 
-class _OwnerGone(ServiceError):
-    """Raised on the loop thread, answered as :class:`ServiceTimeout` by the caller."""
-
-
 async def _watched(
     nc: Any, subject: str, body: bytes, bound: float, ping: str, ping_body: bytes, every: float
-) -> bytes:
+) -> bytes | None:
     """A long request, its owner asked ``ping`` every ``every`` seconds meanwhile: when it
     stops answering, or another process answers instead (it was taken over), the reply will
-    never come: :class:`_OwnerGone`."""
+    never come: None."""
     task = asyncio.ensure_future(nc.request(subject, body, timeout=bound))
     owner = b""
     try:
@@ -116,9 +111,9 @@ async def _watched(
             try:
                 answer = bytes((await nc.request(ping, ping_body, timeout=every)).data)
             except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-                raise _OwnerGone("no answer") from None
+                return None
             if owner and answer != owner:
-                raise _OwnerGone("another owner")
+                return None
             owner = answer
     finally:
         task.cancel()
@@ -211,6 +206,7 @@ class RemoteRuntime:
         bound = self.request_timeout if bound is None else bound
         execution_id = getattr(request, "execution_id", None)
         try:
+            raw: bytes | None
             if execution_id is not None and bound > self.watch_every:
                 ping = PingRequest(execution_id=execution_id)
                 raw = await self.bus.runner.run(
@@ -219,12 +215,6 @@ class RemoteRuntime:
                 )  # fmt: skip
             else:
                 raw = await self.bus.runner.run(_request, self.bus._nc, subject, body, bound)
-        except _OwnerGone:
-            raise ServiceTimeout(
-                f"the serve process that owned execution {execution_id} stopped answering "
-                f"during {op}: retry (another one takes it over)",
-                execution_id=execution_id,
-            ) from None
         except nats.errors.NoRespondersError:
             if execution_id is not None:
                 raise ExecutionUnreachable(
@@ -243,6 +233,12 @@ class RemoteRuntime:
             raise ServiceUnavailable(
                 f"{op}: NATS failed ({type(exc).__name__})", execution_id=execution_id
             ) from None
+        if raw is None:
+            raise ServiceTimeout(
+                f"the serve process that owned execution {execution_id} stopped answering "
+                f"during {op}: retry (another one takes it over)",
+                execution_id=execution_id,
+            )
         return _result(op, raw, result)
 
     # --- the Runtime's calls -------------------------------------------------------------
