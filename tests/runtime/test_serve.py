@@ -6,6 +6,7 @@ stays up, and the refusal to start without credentials."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from acpfsm.runtime import (
     WorkspaceRef,
 )
 from acpfsm.runtime import events as le
-from acpfsm.runtime.bus import NatsBus
+from acpfsm.runtime.bus import BusUnavailable, NatsBus
 from acpfsm.runtime.service import (
     ExecutionUnreachable,
     RemoteRuntime,
@@ -33,11 +34,10 @@ from acpfsm.runtime.service import (
     ServiceUnavailable,
 )
 from acpfsm.runtime.service.wire import Reply, raise_error
-from acpfsm.testing.natsserver import NatsServer
+from acpfsm.testing.natsserver import NatsServer, throwaway_nats
+from acpfsm.tools import serve as serve_tool
 
 from .serve_helpers import ServeProcess
-
-pytestmark = pytest.mark.both_backends
 
 
 @pytest.fixture
@@ -55,6 +55,7 @@ def spec(tmp_path: Path, profile: str = "reference") -> LaunchSpec:
     )
 
 
+@pytest.mark.both_backends
 async def test_the_runtimes_calls_over_nats(
     serve: ServeProcess, nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -89,6 +90,7 @@ async def test_the_runtimes_calls_over_nats(
             assert missing.value.execution_id == ref.id and missing.value.retryable
 
 
+@pytest.mark.both_backends
 async def test_errors_come_back_as_their_own_class(
     serve: ServeProcess, nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -105,6 +107,7 @@ async def test_errors_come_back_as_their_own_class(
                 await rt.prompt("x", "y" * (rt.bus.max_payload + 1))
 
 
+@pytest.mark.both_backends
 async def test_bad_input_over_the_wire_is_a_typed_reply(
     serve: ServeProcess, nats_server: NatsServer
 ) -> None:
@@ -132,6 +135,7 @@ async def test_bad_input_over_the_wire_is_a_typed_reply(
     assert serve.process.poll() is None
 
 
+@pytest.mark.both_backends
 async def test_no_serve_process_is_a_retryable_error(nats_server: NatsServer) -> None:
     with anyio.fail_after(30):
         async with RemoteRuntime(nats_server.url, request_timeout=2) as rt:
@@ -140,6 +144,7 @@ async def test_no_serve_process_is_a_retryable_error(nats_server: NatsServer) ->
             assert unavailable.value.retryable
 
 
+@pytest.mark.both_backends
 async def test_a_serve_process_that_never_answers_is_a_timeout(nats_server: NatsServer) -> None:
     async def mute(nc: object) -> object:  # takes requests and never answers
         return await nc.subscribe("acpfsm.rpc.>")  # type: ignore[attr-defined]
@@ -164,3 +169,36 @@ def test_serve_refuses_to_start_without_credentials(
     )  # fmt: skip
     assert done.returncode == 2
     assert "refusing to serve without them" in done.stderr
+
+
+def test_the_guides_config_file_is_read(tmp_path: Path) -> None:
+    guide = Path(__file__).resolve().parents[2] / "docs/guides/across-processes.md"
+    text = guide.read_text()
+    block = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "serve.toml"
+    path.write_text(block)
+    profiles, executors, timeouts = serve_tool._runtime_parts(serve_tool._load_config(str(path)))
+    assert {p.id for p in profiles} == {"claude", "reference"}
+    assert set(executors) == {"agentctl"} and timeouts.steer_dispatch == 10.0
+    path.write_text("reference_agent = []\nunknown = 1\n")
+    with pytest.raises(serve_tool.ServeRefused, match="not valid"):
+        serve_tool._load_config(str(path))
+
+
+def test_wrong_credentials_are_refused_without_hanging(tmp_path: Path) -> None:
+    with throwaway_nats(user="acpfsm", password="right") as server:
+        done = subprocess.run(
+            [sys.executable, "-m", "acpfsm.tools.cli", "serve", "--nats", server.url,
+             "--store", str(tmp_path / "s.db")],
+            capture_output=True, text=True, timeout=60, check=False,
+            env={**os.environ, "ACPFSM_NATS_USER": "acpfsm", "ACPFSM_NATS_PASSWORD": "wrong"},
+        )  # fmt: skip
+        assert done.returncode == 2
+        assert "BusUnavailable" in done.stderr and "wrong" not in done.stderr  # never logged
+
+        async def client() -> None:
+            with anyio.fail_after(30), pytest.raises(BusUnavailable):
+                async with RemoteRuntime(server.url, connect={"user": "acpfsm", "password": "x"}):
+                    pass
+
+        anyio.run(client)
