@@ -78,7 +78,7 @@ async def test_kill_9_of_a_member_its_executions_are_taken_over(
                     first.kill()
                     killed = time.monotonic()
                 assert in_flight and in_flight[0].retryable  # a typed, retryable error …
-                assert time.monotonic() - killed < rt.watch_every * 2 + 1  # … and no hang
+                assert time.monotonic() - killed < LEASE * 2 + 5  # … and no hang (two pings)
                 # every execution answers again through the survivor within the bound
                 for ref in mine:
                     while True:
