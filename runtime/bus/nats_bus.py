@@ -92,6 +92,7 @@ class NatsBus:
         max_pending: int = 100_000,
         request_timeout: float = 5.0,
         unavailable_after: float = 5.0,
+        linger: float = 0.005,
         connect: Mapping[str, Any] | None = None,
     ) -> None:
         self.servers = [servers] if isinstance(servers, str) else list(servers)
@@ -103,6 +104,9 @@ class NatsBus:
         self.max_pending = max_pending
         self.request_timeout = request_timeout
         self.unavailable_after = unavailable_after
+        self.linger = linger
+        """How long events gather before a batch is sent (fewer, larger batches: a burst of
+        an agent's chunks costs one trip to the loop and to the server, not one each)."""
         self._connect = dict(connect or {})
         self.dropped = 0
         """Events not published because more than ``max_pending`` were waiting."""
@@ -262,6 +266,8 @@ class NatsBus:
             if not self._pending:
                 self._idle.wake()
                 await self._work.wait()
+                if self.linger and not self._closing:
+                    await anyio.sleep(self.linger)
                 continue
             taken = [self._pending[i] for i in range(min(self.batch, len(self._pending)))]
             messages = [self._message(execution_id, item) for execution_id, item in taken]
