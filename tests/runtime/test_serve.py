@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from acpfsm.runtime.service import (
     ExecutionUnreachable,
     RemoteRuntime,
     RequestInvalid,
+    ServiceError,
     ServiceTimeout,
     ServiceUnavailable,
 )
@@ -202,3 +204,43 @@ def test_wrong_credentials_are_refused_without_hanging(tmp_path: Path) -> None:
                     pass
 
         anyio.run(client)
+
+
+@pytest.mark.both_backends
+async def test_nats_restarted_under_load(
+    serve: ServeProcess, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The server killed and started again while a client prompts: every call during the
+    outage ends with a typed, retryable error within its bound, the serve process and the
+    client reconnect, and the execution's events are all on the bus afterwards, once each."""
+    with anyio.fail_after(120):
+        async with RemoteRuntime(nats_server.url, request_timeout=3) as rt:
+            ref = await rt.launch(spec(tmp_path))
+            await rt.prompt(ref.id, "before", timeout=10)
+            nats_server.kill()
+            started = time.monotonic()
+            with pytest.raises(ServiceError) as down:
+                await rt.prompt(ref.id, "during", timeout=1)
+            assert down.value.retryable and time.monotonic() - started < 10
+            nats_server.start()
+            while True:  # both reconnect on their own
+                failure: ServiceError | None = None
+                try:
+                    result = await rt.prompt(ref.id, "after", timeout=10)
+                except ServiceError as exc:
+                    failure = exc
+                if failure is None:
+                    break
+                assert failure.retryable and time.monotonic() - started < 60
+                await anyio.sleep(0.2)
+            assert result.stop_reason == "end_turn"
+            async with rt.events(ref.id, from_seq=0) as events:
+                seen: list[le.SequencedEvent] = []
+                completed = 0
+                async for item in events:
+                    seen.append(item)
+                    completed += isinstance(item.event, le.PromptCompleted)
+                    if completed == 2:  # the first two turns, whichever ran
+                        break
+            assert [i.seq for i in seen] == list(range(1, len(seen) + 1))
+            await rt.stop(ref.id, "done")
