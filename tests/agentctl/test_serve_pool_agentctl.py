@@ -1,7 +1,7 @@
 """Take-over with the real agentctl binary: two ``acpfsm serve --pool`` processes on a real
 PostgreSQL and a real NATS server drive the reference agent through agentctl; ``kill -9`` of
-the member that owns 10 executions (one of them mid-turn): within the lease plus 5 s every
-execution answers prompts through the survivor, on the same agent processes (none orphaned,
+the member that owns 10 executions: within the lease plus 5 s the first of them answers
+prompts through the survivor, and every one does, on the same agent processes (none orphaned,
 none started again), and a subscriber in a third process (this test) sees every event of
 each exactly once, in order, across the take-over."""
 
@@ -25,7 +25,7 @@ from .agentctl_server import AgentctlServer
 
 pytestmark = pytest.mark.integration
 
-N = 10
+N = 10  # the test agentctl serves at most ten instances (its port range)
 
 
 @pytest.mark.parametrize("backend", ["trio", "asyncio"])
@@ -69,16 +69,18 @@ def test_kill_9_the_survivor_takes_over_agentctl_executions(
             second = ServeProcess(nats_server, tmp_path, name="b", **common)  # type: ignore[arg-type]
             first.kill()
             killed = time.monotonic()
+            answered: list[float] = []
             for ref in refs:
                 while True:
                     try:
                         result = await rt.prompt(ref.id, "after", timeout=20)
                         break
                     except (ExecutionUnreachable, ServiceTimeout):
-                        assert time.monotonic() - killed < LEASE * 2 + 5
+                        assert time.monotonic() - killed < LEASE + 5
                         await anyio.sleep(0.1)
                 assert result.stop_reason == "end_turn"
-            assert time.monotonic() - killed < LEASE * 2 + 5 + N  # prompts of the reference agent
+                answered.append(time.monotonic() - killed)
+            assert answered[0] < LEASE + 5  # the lease bound plus 5 s
             assert sorted(agentctl.agents()) == pids  # the same agents: none orphaned or new
             for ref in refs:
                 async with rt.events(ref.id, from_seq=0) as events:
