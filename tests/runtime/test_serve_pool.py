@@ -78,7 +78,7 @@ async def test_kill_9_of_a_member_its_executions_are_taken_over(
                     first.kill()
                     killed = time.monotonic()
                 assert in_flight and in_flight[0].retryable  # a typed, retryable error …
-                assert time.monotonic() - killed < LEASE * 2 + 5  # … and no hang (two pings)
+                assert time.monotonic() - killed < LEASE + 5  # … and no hang (two pings)
                 # every execution answers again through the survivor within the bound
                 for ref in mine:
                     while True:
@@ -86,13 +86,13 @@ async def test_kill_9_of_a_member_its_executions_are_taken_over(
                             snapshot = await rt.get_execution(ref.id)
                             break
                         except ExecutionUnreachable:
-                            assert time.monotonic() - killed < LEASE * 2 + 5
+                            assert time.monotonic() - killed < LEASE + 5
                             await anyio.sleep(0.1)
                     assert snapshot.status == "FAILED"  # a stdio agent dies with its owner
                     with pytest.raises(ExecutionLost) as lost:
                         await rt.prompt(ref.id, "after")
                     assert lost.value.execution_id == ref.id
-                assert time.monotonic() - killed < LEASE * 2 + 5
+                assert time.monotonic() - killed < LEASE + 5
                 # the survivor's own executions: untouched, or lost with a, if a had them
                 for ref in others:
                     snapshot = await rt.get_execution(ref.id)
