@@ -4,7 +4,10 @@ executions.
 Each member keeps its executions in a PostgreSQL namespace of its own
 (:class:`~acpfsm.runtime.store.PostgresStore`, whose advisory lock makes it the namespace's
 only holder) and renews a lease on it: a row of ``acpfsm_pool`` (namespace, member,
-``renewed_at``), renewed every third of ``lease`` seconds. Every member looks for namespaces
+``renewed_at``), renewed every sixth of ``lease`` seconds, only while the row still names
+it. A member whose renewal fails for 70 % of the lease (:data:`FENCE`: PostgreSQL out of
+reach), or finds its row taken by another member, stops with :class:`LeaseLost` before
+anyone may adopt its namespaces, so it never drives an execution another one drives. Every member looks for namespaces
 whose lease has run out (their holder was killed, partitioned, hung) and adopts each by
 opening a :class:`~acpfsm.runtime.Runtime` on it: the durable-executions recovery runs
 (agentctl executions are reattached, stdio ones reported lost with their reason), the
@@ -19,6 +22,7 @@ last committed ``seq`` (:mod:`acpfsm.runtime.durable`), so a subscriber sees eac
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,15 +33,20 @@ import psycopg
 from ..runtime import Runtime
 from ..store import StoreError, StoreLocked
 from .server import Service
+from .wire import ServiceError
 
-__all__ = ["Pool"]
+__all__ = ["FENCE", "LeaseLost", "Pool"]
 
 log = logging.getLogger("acpfsm.serve")
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS acpfsm_pool (
 namespace text PRIMARY KEY, member text NOT NULL, renewed_at timestamptz NOT NULL)"""
-_RENEW = """INSERT INTO acpfsm_pool (namespace, member, renewed_at) VALUES (%s, %s, now())
+_CLAIM = """INSERT INTO acpfsm_pool (namespace, member, renewed_at) VALUES (%s, %s, now())
 ON CONFLICT (namespace) DO UPDATE SET member = excluded.member, renewed_at = now()"""
+_RENEW = "UPDATE acpfsm_pool SET renewed_at = now() WHERE namespace = %s AND member = %s"
+FENCE = 0.7
+"""A member that could not renew its lease for this share of it stops (before any other
+member may adopt its namespaces, at the whole lease)."""
 _EXPIRED = """SELECT namespace FROM acpfsm_pool
 WHERE renewed_at < now() - make_interval(secs => %s) AND NOT (namespace = ANY(%s))
 ORDER BY renewed_at"""
@@ -49,9 +58,19 @@ async def _connect(dsn: str) -> Any:
     return conn
 
 
-async def _renew(conn: Any, namespaces: list[str], member: str) -> None:
+async def _claim(conn: Any, namespaces: list[str], member: str) -> None:
     for namespace in namespaces:
-        await conn.execute(_RENEW, (namespace, member))
+        await conn.execute(_CLAIM, (namespace, member))
+
+
+async def _renew(conn: Any, namespaces: list[str], member: str) -> list[str]:
+    """The namespaces whose lease is renewed: those still ours."""
+    renewed = []
+    for namespace in namespaces:
+        cursor = await conn.execute(_RENEW, (namespace, member))
+        if cursor.rowcount == 1:
+            renewed.append(namespace)
+    return renewed
 
 
 async def _expired(conn: Any, lease: float, held: list[str]) -> list[str]:
@@ -61,6 +80,12 @@ async def _expired(conn: Any, lease: float, held: list[str]) -> list[str]:
 
 async def _close(conn: Any) -> None:
     await conn.close()
+
+
+class LeaseLost(ServiceError):
+    """This serve process lost its lease (another member took its namespace over, or it
+    could not renew it in time): it stops driving its executions, so that only one process
+    ever does (``acpfsm serve`` exits with status 3; start it again)."""
 
 
 class Pool:
@@ -93,26 +118,45 @@ class Pool:
         runner = self.service.bus.runner
         conn: Any = await runner.run(_connect, self.dsn)
         try:
-            await runner.run(_renew, conn, self.held, self.member)
+            await runner.run(_claim, conn, self.held, self.member)
+            renewed_at = time.monotonic()
+            lost_why = ""
             async with anyio.create_task_group() as tg:
                 task_status.started()
                 while True:
-                    await anyio.sleep(self.lease / 3)
+                    await anyio.sleep(self.lease / 6)
+                    silent = time.monotonic() - renewed_at
+                    if silent > self.lease * FENCE:
+                        lost_why = (
+                            f"the lease of {', '.join(self.held)} could not be renewed for "
+                            f"{silent:.1f} s: stopping before another member takes them over"
+                        )
+                        break
                     if conn is None and (conn := await self._reconnect()) is None:
                         continue
                     try:
-                        await runner.run(_renew, conn, self.held, self.member)
-                        expired = await runner.run(_expired, conn, self.lease, self.held)
-                    except (psycopg.Error, OSError) as exc:  # retried at the next round
-                        log.warning("serve pool: the lease could not be renewed: %s", exc)
-                        if conn.closed:
+                        with anyio.fail_after(self.lease / 3):  # a partition hangs a query
+                            renewed = await runner.run(_renew, conn, self.held, self.member)
+                            expired = await runner.run(_expired, conn, self.lease, self.held)
+                    except (psycopg.Error, OSError, TimeoutError) as exc:  # retried next round
+                        log.warning("serve pool: the lease could not be renewed: %r", exc)
+                        if isinstance(exc, TimeoutError) or conn.closed:
+                            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                                await runner.run(_close, conn)
                             conn = None
                         continue
+                    lost = sorted(set(self.held) - set(renewed))
+                    if lost:
+                        lost_why = f"another member took {', '.join(lost)} over"
+                        break
+                    renewed_at = time.monotonic()
                     for namespace in expired:
                         if await self._adopt(tg, namespace):
                             self.held.append(namespace)
                             self.adopted.append(namespace)
-                            await runner.run(_renew, conn, [namespace], self.member)
+                            await runner.run(_claim, conn, [namespace], self.member)
+                tg.cancel_scope.cancel()  # the runtimes taken over: detached, not stopped
+            raise LeaseLost(lost_why)
         finally:
             if conn is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):

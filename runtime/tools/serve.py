@@ -42,7 +42,7 @@ DESCRIPTION = (
     "Run a Runtime as a service: answer launch, prompt, steer, cancel, stop, get, list and "
     "set_mcp_mode over NATS request/reply, publish every execution's events to JetStream. "
     "Exit 0 stopped, 2 refused to start (no credentials without --insecure-local, a bad "
-    "config, NATS or the store out of reach)."
+    "config, NATS or the store out of reach), 3 lost its lease in a pool."
 )
 
 
@@ -175,6 +175,7 @@ async def _serve(args: argparse.Namespace, options: dict[str, Any], config: Serv
     from acpfsm.runtime.service import Service
     from acpfsm.runtime.service.pool import Pool
 
+    lost: list[BaseException] = []
     unique = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     namespace = args.namespace or (f"serve-{unique}" if args.pool else "acpfsm")
     async with NatsBus(args.nats, connect=options) as bus:
@@ -197,22 +198,43 @@ async def _serve(args: argparse.Namespace, options: dict[str, Any], config: Serv
                     service, args.store, member=args.member or unique, namespace=namespace,
                     open_runtime=open_runtime, lease=args.lease,
                 )  # fmt: skip
-                await tg.start(pool.run)
+                await tg.start(_fenced, pool, tg.cancel_scope, lost)
             line = {"serving": service.prefix, "pid": os.getpid(), "namespace": namespace}
             print(json.dumps(line), flush=True)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
                     break
             tg.cancel_scope.cancel()
+    if lost:
+        raise lost[0]
+
+
+async def _fenced(
+    pool: Any, scope: anyio.CancelScope, lost: list[BaseException], *, task_status: Any
+) -> None:
+    """The pool; its LeaseLost stops the whole process (leaving the Runtimes detaches every
+    execution: the member that took them over drives them)."""
+    from acpfsm.runtime.service.pool import LeaseLost
+
+    try:
+        await pool.run(task_status=task_status)
+    except LeaseLost as exc:
+        lost.append(exc)
+        scope.cancel()
 
 
 def run(args: argparse.Namespace) -> int:
+    from acpfsm.runtime.service.pool import LeaseLost
+
     try:
         options = _connect_options(args)
         config = _load_config(args.config)
         if args.pool and not _is_postgres(args.store):
             raise ServeRefused("--pool needs a PostgreSQL store (--store postgresql://…)")
         anyio.run(_serve, args, options, config, backend=args.backend)
+    except LeaseLost as exc:
+        print(f"acpfsm serve: LeaseLost: {exc}", file=sys.stderr, flush=True)
+        return 3
     except (ServeRefused, OSError) as exc:  # a refusal: its message only
         print(f"acpfsm serve: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -24,7 +24,7 @@ from acpfsm.testing.postgres import PostgresCluster
 
 from .serve_helpers import ServeProcess
 
-LEASE = 2.0
+LEASE = 3.0
 
 
 def fresh_database(cluster: PostgresCluster) -> str:
@@ -140,3 +140,27 @@ async def test_two_adopters_racing_for_one_namespace_one_wins(
                 await anyio.sleep(0.05)
         done.set()
     assert sorted(outcomes) == ["held", "locked", "locked", "locked"]
+
+
+def test_a_member_whose_namespace_was_taken_stops(
+    nats_server: NatsServer, postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    """Fencing: a member that finds its lease row taken by another member (it was thought
+    dead, e.g. partitioned from PostgreSQL) stops driving its executions (exit status 3)."""
+    pool = fresh_database(postgres_cluster)
+    member = ServeProcess(
+        nats_server, tmp_path, name="a", store=pool, extra=("--pool", "--lease", str(LEASE))
+    )
+    try:
+        namespace = str(member.ready["namespace"])
+        with psycopg.connect(pool, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE acpfsm_pool SET member = 'another' WHERE namespace = %s", (namespace,)
+            )
+        member.process.wait(LEASE + 10)
+        member.stderr.seek(0)
+        err = member.stderr.read().decode()
+        assert member.process.returncode == 3, err
+        assert f"LeaseLost: another member took {namespace} over" in err
+    finally:
+        member.stop()
