@@ -114,53 +114,82 @@ class Pool:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Renew and adopt until cancelled."""
+        """Renew and adopt until cancelled; :class:`LeaseLost` when the lease is lost. The
+        renewal has a task and a connection of its own: a long adoption (the recovery of many
+        executions) never delays it."""
         runner = self.service.bus.runner
         conn: Any = await runner.run(_connect, self.dsn)
+        await runner.run(_claim, conn, self.held, self.member)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._adopter, tg)
+            task_status.started()
+            lost_why = await self._renewer(conn)
+            tg.cancel_scope.cancel()  # the runtimes taken over: detached, not stopped
+        raise LeaseLost(lost_why)
+
+    async def _renewer(self, conn: Any) -> str:
+        """Renew every sixth of the lease; returns why the lease is lost."""
+        runner = self.service.bus.runner
+        renewed_at = time.monotonic()
         try:
-            await runner.run(_claim, conn, self.held, self.member)
-            renewed_at = time.monotonic()
-            lost_why = ""
-            async with anyio.create_task_group() as tg:
-                task_status.started()
-                while True:
-                    await anyio.sleep(self.lease / 6)
-                    silent = time.monotonic() - renewed_at
-                    if silent > self.lease * FENCE:
-                        lost_why = (
-                            f"the lease of {', '.join(self.held)} could not be renewed for "
-                            f"{silent:.1f} s: stopping before another member takes them over"
-                        )
-                        break
-                    if conn is None and (conn := await self._reconnect()) is None:
-                        continue
-                    try:
-                        with anyio.fail_after(self.lease / 3):  # a partition hangs a query
-                            renewed = await runner.run(_renew, conn, self.held, self.member)
-                            expired = await runner.run(_expired, conn, self.lease, self.held)
-                    except (psycopg.Error, OSError, TimeoutError) as exc:  # retried next round
-                        log.warning("serve pool: the lease could not be renewed: %r", exc)
-                        if isinstance(exc, TimeoutError) or conn.closed:
-                            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                                await runner.run(_close, conn)
-                            conn = None
-                        continue
-                    lost = sorted(set(self.held) - set(renewed))
-                    if lost:
-                        lost_why = f"another member took {', '.join(lost)} over"
-                        break
-                    renewed_at = time.monotonic()
-                    for namespace in expired:
-                        if await self._adopt(tg, namespace):
-                            self.held.append(namespace)
-                            self.adopted.append(namespace)
-                            await runner.run(_claim, conn, [namespace], self.member)
-                tg.cancel_scope.cancel()  # the runtimes taken over: detached, not stopped
-            raise LeaseLost(lost_why)
+            while True:
+                await anyio.sleep(self.lease / 6)
+                silent = time.monotonic() - renewed_at
+                if silent > self.lease * FENCE:
+                    return (
+                        f"the lease of {', '.join(self.held)} could not be renewed for "
+                        f"{silent:.1f} s: stopping before another member takes them over"
+                    )
+                if conn is None and (conn := await self._reconnect()) is None:
+                    continue
+                held = list(self.held)
+                try:
+                    with anyio.fail_after(self.lease / 3):  # a partition hangs a query
+                        renewed = await runner.run(_renew, conn, held, self.member)
+                except (psycopg.Error, OSError, TimeoutError) as exc:  # retried next round
+                    log.warning("serve pool: the lease could not be renewed: %r", exc)
+                    await self._drop(conn)
+                    conn = None
+                    continue
+                lost = sorted(set(held) - set(renewed))
+                if lost:
+                    return f"another member took {', '.join(lost)} over"
+                renewed_at = time.monotonic()
         finally:
-            if conn is not None:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                    await runner.run(_close, conn)
+            await self._drop(conn)
+
+    async def _adopter(self, tg: anyio.abc.TaskGroup) -> None:
+        """Every third of the lease: adopt the namespaces whose lease ran out."""
+        conn: Any = None
+        try:
+            while True:
+                await anyio.sleep(self.lease / 3)
+                if conn is None and (conn := await self._reconnect()) is None:
+                    continue
+                runner = self.service.bus.runner
+                try:
+                    with anyio.fail_after(self.lease):
+                        expired = await runner.run(_expired, conn, self.lease, list(self.held))
+                except (psycopg.Error, OSError, TimeoutError) as exc:
+                    log.warning("serve pool: expired leases could not be read: %r", exc)
+                    await self._drop(conn)
+                    conn = None
+                    continue
+                for namespace in expired:
+                    if await self._adopt(tg, namespace):
+                        await runner.run(_claim, conn, [namespace], self.member)
+                        self.held.append(namespace)
+                        self.adopted.append(namespace)
+        finally:
+            await self._drop(conn)
+
+    async def _drop(self, conn: Any) -> None:
+        if conn is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                try:
+                    await self.service.bus.runner.run(_close, conn)
+                except (psycopg.Error, OSError):
+                    pass
 
     async def _reconnect(self) -> Any:
         try:
