@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.acpfsm-installed
 SOURCES := $(shell find statecharts runtime adapters -name '*.py' -o -name 'py.typed' 2>/dev/null)
 
-.PHONY: all install test lint typecheck diagrams diagrams-check verify chromium postgresql pytest \
+.PHONY: all install test lint typecheck diagrams diagrams-check verify chromium postgresql nats-server pytest \
 	demo bench soak mutate-charts mutate docs clean
 
 all: test
@@ -62,6 +62,12 @@ chromium:
 postgresql:
 	-.ci/install-postgresql
 
+# NATS with JetStream for the event bus and `acpfsm serve` tests (each test starts a
+# throwaway server of its own on a free loopback port): Debian's nats-server, installed the
+# same way.
+nats-server:
+	-.ci/install-nats-server
+
 # The scenario suites again with every chart on python-statemachine's own engine (the chart
 # tests run both engines side by side in the first run).
 REFERENCE_SUITES := tests/runtime/test_scenarios_s1_init.py tests/runtime/test_scenarios_s2_s3_model.py \
@@ -78,7 +84,7 @@ pytest: $(STAMP)
 	ACPFSM_ENGINE=reference $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal \
 		-p no:acpfsm_coverage --acpfsm-check-traces $(REFERENCE_SUITES)
 
-test: lint typecheck diagrams-check verify docs chromium postgresql pytest
+test: lint typecheck diagrams-check verify docs chromium postgresql nats-server pytest
 
 demo: $(STAMP)
 	$(BIN)/acpfsm demo

@@ -33,7 +33,7 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -138,6 +138,10 @@ class Durability:
         self._written_changed = Wakeup()
         self._closing = False
         self._scope = anyio.CancelScope()
+        self.on_logged: Callable[[str, Sequence[le.SequencedEvent]], None] | None = None
+        """Receives each execution's events once they are committed (``Runtime(bus=...)``):
+        a process that takes the executions over after a crash numbers its events after the
+        last committed one, so nothing on the bus ever has a number given twice."""
 
     # --- the log of each execution -------------------------------------------------------------
 
@@ -309,7 +313,10 @@ class Durability:
             if n:
                 done, entry.pending[:n] = entry.pending[:n], []
                 entry.committed = done[-1][0].seq
-                entry.recent.extend(le.SequencedEvent(e.seq, event) for e, event in done)
+                items = [le.SequencedEvent(e.seq, event) for e, event in done]
+                entry.recent.extend(items)
+                if self.on_logged is not None:
+                    self.on_logged(entry.record.id, items)
             entry.changed.wake()
         for execution_id in [i for i, e in self.logs.items() if e.deleted and e.delete_written]:
             del self.logs[execution_id]

@@ -207,6 +207,8 @@ class EventHub:
         self._closed = False
         self.sink: Callable[[Sequence[RuntimeEvent]], None] | None = None
         """Receives every event published, in order (the durable log), when set."""
+        self.tap: Callable[[Sequence[RuntimeEvent]], None] | None = None
+        """Receives them too, after ``sink`` (the event bus of a Runtime without a store)."""
 
     @property
     def retained(self) -> int:
@@ -224,6 +226,8 @@ class EventHub:
             return
         if self.sink is not None:
             self.sink((event,))
+        if self.tap is not None:
+            self.tap((event,))
         size = event_size(event)
         self._published += 1
         self._backlog.append(event)
@@ -239,6 +243,8 @@ class EventHub:
             return
         if self.sink is not None:
             self.sink(events)
+        if self.tap is not None:
+            self.tap(events)
         # a chunk's size as event_size gives it, with no call per chunk
         sizes = [
             EVENT_OVERHEAD + len(e.text)

@@ -29,6 +29,7 @@ from acpfsm.adapters.executor import AgentLaunch, Executor, RecoverableExecutor
 from acpfsm.adapters.transport import AgentTransport
 from acpfsm.statecharts import DurableRecord
 
+from .bus import bus_feed
 from .durable import Durability, DurableSubscription, ExecutionLog
 from .errors import ExecutionLost, ExecutionNotFound, Unsupported
 from .recovery import DormantExecution, RecoveryDriver
@@ -56,6 +57,8 @@ class Persistence:
         self.rt = runtime
         self.durability = Durability(store, keep_events=runtime.retention.backlog_events)
         self.recovery = RecoveryDriver(self, self.durability)
+        if runtime.bus is not None:  # every logged event, numbered, to the bus too
+            self.durability.on_logged = bus_feed(runtime.bus)
         self._tg: anyio.abc.TaskGroup | None = None
 
     # what the recovery reads of the Runtime

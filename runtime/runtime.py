@@ -37,6 +37,7 @@ from acpfsm.adapters.executor import AgentLaunch, Executor
 from acpfsm.adapters.transport import AgentTransport, Attachment, PermissionPolicy
 from acpfsm.statecharts import EngineName, default_engine
 
+from .bus import EventBus, numbered_feed
 from .checks import check_launch_spec, check_prompt
 from .errors import (
     AcpfsmError,
@@ -315,7 +316,7 @@ class Runtime:
     there, ``async with`` recovers every stored execution before its body runs (reattached,
     or lost with its reason: :meth:`relaunch`), leaving it leaves the agents that can
     outlive the app running, and :meth:`subscribe` continues an event log across restarts.
-    See :mod:`acpfsm.runtime.persistence`.
+    See :mod:`acpfsm.runtime.persistence`. ``bus``: every event, numbered, to other processes.
     """
 
     def __init__(
@@ -330,9 +331,10 @@ class Runtime:
         tool_sets: Iterable[ToolSet] = (),
         retention: Retention | None = None,
         store: ExecutionStore | None = None,
+        bus: EventBus | None = None,
     ) -> None:
         self.retention = retention or Retention()
-        self.store = store
+        self.store, self.bus = store, bus
         self._persistence: Persistence | None = None
         self.profiles: dict[str, AgentProfile] = {p.id: p for p in BUILTIN_PROFILES}
         self.profiles.update({p.id: p for p in profiles})
@@ -486,10 +488,13 @@ class Runtime:
     ) -> ExecutionSession:
         """The execution's session, not yet running (see :func:`make_session`)."""
         mcp = self._execution_mcp(execution_id, spec, profile) if opener is None else None
-        return make_session(
+        session = make_session(
             self, agent_launch(execution_id, session_id, spec, profile), spec, profile,
             executor, mcp, opener,
         )  # fmt: skip
+        if self.bus is not None and self.store is None:  # with a store: the log's numbers
+            session.ctx.hub.tap = numbered_feed(self.bus, execution_id)
+        return session
 
     def _execution_mcp(
         self, execution_id: str, spec: LaunchSpec, profile: AgentProfile

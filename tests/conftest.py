@@ -11,6 +11,10 @@ asyncio through the ``time_scale`` fixture, so nothing sleeps for real for secon
 folder, a unix socket only; see :mod:`acpfsm.testing.postgres`); unavailable → the test
 *fails*.
 
+``nats_server``: a throwaway NATS server with JetStream (Debian's ``nats-server`` on a free
+loopback port, its store in a temporary folder; see :mod:`acpfsm.testing.natsserver`), one per
+test (a test may kill and restart it); unavailable → the test *fails*.
+
 ``sdk_corpus`` (session): the official ACP SDK's golden messages and example agents, fetched
 once into ``.cache/`` (see ``tests/peers/sdk_corpus.py``); unavailable → the test *fails*.
 """
@@ -26,6 +30,7 @@ import anyio
 import pytest
 
 from acpfsm.statecharts import ALL_CHARTS
+from acpfsm.testing.natsserver import NatsServer, NatsUnavailable, throwaway_nats
 from acpfsm.testing.postgres import ClusterUnavailable, PostgresCluster, throwaway_cluster
 from tests.peers.sdk_corpus import SdkCorpus, SdkCorpusUnavailable, ensure_sdk_corpus
 
@@ -102,3 +107,14 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
             yield cluster
     except ClusterUnavailable as exc:
         pytest.fail(f"PostgreSQL is needed for the PostgresStore tests: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def nats_server() -> Iterator[NatsServer]:
+    """A throwaway NATS server with JetStream for this test: started, killed at the end;
+    unavailable → the test *fails* with the reason."""
+    try:
+        with throwaway_nats() as server:
+            yield server
+    except NatsUnavailable as exc:
+        pytest.fail(f"nats-server is needed for the event bus tests: {exc}", pytrace=False)

@@ -55,6 +55,9 @@ then each section's detail:
 9. **Durable executions** (:mod:`.bench_durable`): the prompt round trip with an
    ``SqliteStore`` and a ``PostgresStore`` against none, the recovery of stored executions
    at start-up, the store's size per execution.
+10. **Across processes** (:mod:`.bench_nats`): ``RemoteRuntime.prompt`` through an ``acpfsm
+    serve`` process against ``Runtime.prompt`` in process, and events per second from the NATS
+    bus to 1 and to 10 subscribers.
 
 8. **Where the runtime's extra CPU per prompt goes**: the bare and the runtime paths of
    section 1 again, fresh, each sampled for ``--profile-prompts`` prompts: at every tick of
@@ -108,7 +111,7 @@ from acpfsm.statecharts import Execution as ExecutionChart
 from acpfsm.testing.memory import MemoryExecutor
 from acpfsm.tools.bench_conform import CONFORM_FIGURE, CONFORM_GOAL, ConformRow, bench_conform
 
-from . import bench_durable
+from . import bench_durable, bench_nats
 from .bench_peer import MemoryAgentExecutor, memory_agent
 
 __all__ = [
@@ -348,6 +351,8 @@ class BenchOptions:
     conform_runs: int = 5
     durable_prompts: int = 1000
     recover_executions: int = 1000
+    nats_prompts: int = 500
+    nats_events: int = 20_000
     backends: tuple[str, ...] = ("trio", "asyncio")
     sdk: bool = True
     quick: bool = False
@@ -371,6 +376,8 @@ QUICK = BenchOptions(
     conform_runs=2,
     durable_prompts=100,
     recover_executions=200,
+    nats_prompts=50,
+    nats_events=2000,
     quick=True,
 )
 #: The bounds the heap row runs with under ``--quick`` (filled sooner than the defaults).
@@ -392,6 +399,7 @@ class BenchReport:
     breakdown: list[ShareRow] = field(default_factory=list)
     conform: ConformRow | None = None
     durable: bench_durable.DurableReport | None = None
+    nats: bench_nats.NatsReport | None = None
     seconds: float = 0.0
     section_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -1489,6 +1497,10 @@ def run_bench(opts: BenchOptions) -> BenchReport:
                 executions=opts.recover_executions,
             )
         report.section_seconds["durable"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        if opts.nats_prompts or opts.nats_events:
+            report.nats = bench_nats.run(root, prompts=opts.nats_prompts, events=opts.nats_events)
+        report.section_seconds["nats"] = time.perf_counter() - mark
     mark = time.perf_counter()
     if opts.imports > 0:
         report.imports = bench_import(opts.imports)
@@ -1606,6 +1618,7 @@ def goals(report: BenchReport) -> list[Goal]:
                         _div(comp.client_cpu_ms, ref.client_cpu_ms), 0.25, "x",
                         detail=detail))  # fmt: skip
     out.extend(bench_durable.goals(report.durable, Goal))
+    out.extend(bench_nats.goals(report.nats, Goal))
     return out
 
 
@@ -1837,6 +1850,7 @@ def format_report(report: BenchReport) -> str:
                 )
 
     bench_durable.format_into(table, report.durable)
+    bench_nats.format_into(table, report.nats)
 
     table.lines.append("")
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in report.section_seconds.items())
@@ -1869,6 +1883,8 @@ _COUNTS: dict[str, str] = {
     "conform_runs": "conform runs on the reference agent with and without the schema check",
     "durable_prompts": "prompts per path without a store, with SQLite, with PostgreSQL",
     "recover_executions": "stored executions recovered at start-up, per store",
+    "nats_prompts": "prompts per path in process and through acpfsm serve over NATS",
+    "nats_events": "events of one execution read back from the NATS bus, per subscriber count",
 }
 
 

@@ -19,6 +19,8 @@
   JSONL trace) per violated property.
 * ``acpfsm agentctl [--port N]`` runs kandev's agentctl on loopback until Ctrl-C
   (:mod:`acpfsm.tools.agentctl`).
+* ``acpfsm serve --nats URL --store PATH|DSN [--config FILE]`` runs a Runtime as a service
+  over NATS (:mod:`acpfsm.tools.serve`).
 * ``acpfsm demo [ARGS…]`` runs ``acpfsm.tools.demo.main(ARGS)``.
 * ``acpfsm --version``.
 """
@@ -248,7 +250,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     diagrams.set_defaults(handler=_diagrams)
 
-    from . import agentctl, check_trace, conform, report, verify
+    from . import agentctl, check_trace, conform, report, serve, verify
 
     tools = (
         (
@@ -289,6 +291,12 @@ def _parser() -> argparse.ArgumentParser:
             agentctl,
             "run kandev's agentctl on this machine (fetched once) until Ctrl-C",
             agentctl.DESCRIPTION,
+        ),
+        (
+            "serve",
+            serve,
+            "run a Runtime as a service over NATS (request/reply, events on JetStream)",
+            serve.DESCRIPTION,
         ),
     )
     for name, module, help_text, description in tools:

@@ -32,7 +32,7 @@ TINY = [
     "--lifecycle-prompts", "3", "--cycles", "5", "--idle", "2", "--idle-stdio", "1",
     "--primitives", "20", "--profile-prompts", "20", "--conform-runs", "1",
     "--primitives", "20", "--profile-prompts", "20", "--durable-prompts", "5",
-    "--recover-executions", "10",
+    "--recover-executions", "10", "--nats-prompts", "5", "--nats-events", "50",
 ]  # fmt: skip
 
 #: (figure, backend, engine, goal) of every summary line of a run on both backends
@@ -75,6 +75,7 @@ GOALS = [
     ("Runtime.prompt median with SqliteStore vs without", "trio", "compiled", "<= 1.10x"),
     ("recovery of 10 stored executions (PostgresStore)", "trio", "compiled", "< 2.0 s"),
     ("recovery of 10 stored executions (SqliteStore)", "trio", "compiled", "< 2.0 s"),
+    ("RemoteRuntime.prompt median vs Runtime.prompt", "trio", "compiled", "<= 1.50x"),
 ]
 SECTIONS = (
     "prompt round trip (reference agent over stdio)",
@@ -88,6 +89,7 @@ SECTIONS = (
     f"anyio's primitives, CPU per call inside {PRIMITIVE_DEPTH} cancel scopes (the floor)",
     "the runtime's extra CPU per prompt by component (CPU profile, 20 prompts per path)",
     "durable executions (5 prompts per path)",
+    "across processes over NATS (5 prompts per path)",
 )
 NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(x| ms| s| B)?$")
 

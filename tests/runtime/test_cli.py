@@ -23,7 +23,9 @@ def test_every_subcommand_is_described() -> None:
     parser = cli._parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     names = set(commands.choices)
-    assert names == {"diagrams", "check-trace", "report", "conform", "verify", "agentctl", "demo"}
+    assert names == {
+        "diagrams", "check-trace", "report", "conform", "verify", "agentctl", "serve", "demo"
+    }  # fmt: skip
     helps = {action.dest: action.help for action in commands._choices_actions}
     for name, sub in commands.choices.items():
         assert sub.description and len(sub.description) > 40, name
@@ -36,6 +38,7 @@ def test_help_lists_each_subcommand_with_its_help() -> None:
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     listed = [text.split()[0] for text in done.stdout.splitlines() if text.startswith("    ")]
-    for name in ("diagrams", "check-trace", "report", "conform", "verify", "agentctl", "demo"):
+    names = ("diagrams", "check-trace", "report", "conform", "verify", "agentctl", "serve", "demo")
+    for name in names:
         assert name in listed, name
     assert "--version" in done.stdout
