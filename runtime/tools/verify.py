@@ -190,6 +190,38 @@ PROPERTIES: tuple[Property, ...] = (
         (),
     ),
     Property(
+        "an_escalation_ends_the_turn",
+        "a cancel escalation ends the turn for the execution: once a generation is "
+        "cancel_escalated, or a cancel is over as escalated, the execution is READY (it "
+        "accepts prompts) unless the agent is gone (COMPLETED, STOPPED), the turn ended "
+        "otherwise meanwhile (its stream lost, the app's stop) or a later prompt began",
+        ("R16",),
+    ),
+    Property(
+        "a_cancel_is_done_only_once_its_turn_is_over",
+        "a cancel is told done only once the generation it cancelled is no longer live "
+        "(ended, superseded), handed off by the agent, or while another cancel escalates it",
+        ("R15",),
+    ),
+    Property(
+        "a_left_turn_is_cancelled",
+        "a prompt's caller that leaves before its turn ended, while the agent has the turn, "
+        "leaves a cancel on its way for that turn (kandev's background cancel)",
+        ("R17",),
+    ),
+    Property(
+        "lost_for_good_ends_the_turn",
+        "once the carrier is gone for good (its final loss, the process's exit), no turn the "
+        "agent was given stays live: nothing can answer or end it any more",
+        ("H9",),
+    ),
+    Property(
+        "dispatched_at_most_once",
+        "a generation's prompt request is sent again only when no earlier send of it can "
+        "have reached the agent (never after one written and lost, a redial or not)",
+        ("H2",),
+    ),
+    Property(
         "the_init_comes_to_rest",
         "from every reachable state where the session init runs, some path of the "
         "environment brings it to rest (prompting, booted, failed or abandoned)",
