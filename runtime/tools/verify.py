@@ -201,7 +201,7 @@ PROPERTIES: tuple[Property, ...] = (
         "a_cancel_is_done_only_once_its_turn_is_over",
         "a cancel is told done only once the generation it cancelled is no longer live "
         "(ended, superseded), handed off by the agent, or while another cancel escalates it",
-        ("R15",),
+        (),
     ),
     Property(
         "a_left_turn_is_cancelled",
@@ -213,7 +213,7 @@ PROPERTIES: tuple[Property, ...] = (
         "lost_for_good_ends_the_turn",
         "once the carrier is gone for good (its final loss, the process's exit), no turn the "
         "agent was given stays live: nothing can answer or end it any more",
-        ("H9",),
+        (),
     ),
     Property(
         "dispatched_at_most_once",
