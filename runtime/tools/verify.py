@@ -63,6 +63,7 @@ from acpfsm.statecharts.coordination import COORDINATION, Rule
 from acpfsm.statecharts.flows import FLOWS, Flow, Step
 
 from .races import race
+from .verify_unreached import UNREACHED, reason
 from .verify_model import (
     CALLER,
     CALLER_ACTIONS,
@@ -256,6 +257,9 @@ class Coverage:
     covered: int
     unreached: tuple[tuple[str, str, str], ...]
     """``(source, event, target)`` never taken (targetless: target == source)."""
+    reasons: tuple[str, ...] = ()
+    """Why each of ``unreached`` is not reached (:mod:`.verify_unreached`; "" when none is
+    listed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +293,23 @@ class VerifyResult:
 
     def property(self, name: str) -> PropertyResult:
         return next(p for p in self.properties if p.name == name)
+
+    def unexplained(self) -> list[str]:
+        """The unreached transitions no reason is listed for, and the listed reasons whose
+        transition was reached (stale): what ``acpfsm verify`` at the default bounds
+        refuses (:mod:`.verify_unreached`)."""
+        out: list[str] = []
+        unreached: set[tuple[str, str, str, str]] = set()
+        for c in self.coverage:
+            for (source, event, target), why in zip(c.unreached, c.reasons, strict=True):
+                unreached.add((c.chart, source, event, target))
+                if not why:
+                    out.append(f"no reason listed: {c.chart} {source} --{event}--> {target}")
+        charts = {c.chart for c in self.coverage}
+        for key in UNREACHED:
+            if key[0] in charts and key not in unreached:
+                out.append("listed as unreached, but reached (or not declared): " + " ".join(key))
+        return out
 
 
 # --------------------------------------------------------------------------- exploration
@@ -552,7 +573,8 @@ def _coverage(x: Explorer) -> tuple[Coverage, ...]:
         taken = {(s, e, t) for c, s, e, t in x.covered if c == name}
         declared = compiled.declared
         unreached = tuple(sorted(declared - taken))
-        out.append(Coverage(name, len(declared), len(declared & taken), unreached))
+        reasons = tuple(reason(name, t) for t in unreached)
+        out.append(Coverage(name, len(declared), len(declared & taken), unreached, reasons))
     return tuple(out)
 
 
