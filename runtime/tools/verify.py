@@ -63,7 +63,6 @@ from acpfsm.statecharts.coordination import COORDINATION, Rule
 from acpfsm.statecharts.flows import FLOWS, Flow, Step
 
 from .races import race
-from .verify_unreached import UNREACHED, reason
 from .verify_model import (
     CALLER,
     CALLER_ACTIONS,
@@ -80,6 +79,7 @@ from .verify_model import (
     Violated,
     World,
 )
+from .verify_unreached import UNREACHED, reason
 
 __all__ = [
     "DEFAULT_CHARTS",

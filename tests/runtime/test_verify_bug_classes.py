@@ -147,8 +147,10 @@ BUG_CLASSES: dict[str, tuple[str, dict[str, Any], Bounds]] = {
                 PG.chart_name: seeded_copy(
                     PG,
                     (
-                        "        | live.sending.to(live.escalating)\n"
-                        "        | live.handed_off.to(live.escalating)\n",
+                        (
+                            "        | live.sending.to(live.escalating)\n"
+                            "        | live.handed_off.to(live.escalating)\n"
+                        ),
                         "        | live.handed_off.to(live.escalating)\n",
                     ),
                 )
@@ -164,12 +166,16 @@ BUG_CLASSES: dict[str, tuple[str, dict[str, Any], Bounds]] = {
                 Execution.chart_name: seeded_copy(
                     Execution,
                     (
-                        "        | failed.to(active.ready)\n"
-                        "        | active.ready.to(None)\n"
-                        "        | completed.to(None)  # the agent exited cleanly",
-                        "        | failed.to(None)\n"
-                        "        | active.ready.to(None)\n"
-                        "        | completed.to(None)  # the agent exited cleanly",
+                        (
+                            "        | failed.to(active.ready)\n"
+                            "        | active.ready.to(None)\n"
+                            "        | completed.to(None)  # the agent exited cleanly"
+                        ),
+                        (
+                            "        | failed.to(None)\n"
+                            "        | active.ready.to(None)\n"
+                            "        | completed.to(None)  # the agent exited cleanly"
+                        ),
                     ),
                     (
                         '            "cancel_escalated: failed -> ready": [',
