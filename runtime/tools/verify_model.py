@@ -575,8 +575,11 @@ class Explorer:
         answer sequences that meet are followed once): ``(full label, state or None when a
         step crashed, the violations, the crash's message)``."""
         out: list[tuple[Label, tuple[Any, ...] | None, list[tuple[str, str]], str]] = []
-        # (intermediate state, the run at its branch point, choices so far, violations so far)
-        todo: list[tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...], list[Any], int]] = []
+        # (intermediate state, the run at its branch point, choices so far, violations so
+        # far, the number of answers, the idle escalations decided so far)
+        todo: list[
+            tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...], list[Any], int, set[int]]
+        ] = []
         seen: set[tuple[Any, ...]] = set()
 
         def settled(
@@ -592,7 +595,8 @@ class Explorer:
                 key = (middle, b.run)
                 if key not in seen:
                     seen.add(key)
-                    todo.append((middle, b.run, choices, before + w.violations, b.count))
+                    idle = set(w.idle_escalations)
+                    todo.append((middle, b.run, choices, before + w.violations, b.count, idle))
                 return
             except Violated as exc:
                 out.append((full, None, before + w.violations, exc.message))
@@ -605,9 +609,10 @@ class Explorer:
         w.choices, w.chosen = [], 0
         settled((), [], lambda: HANDLERS[label[0]](self, w, label))
         while todo:
-            middle, frozen, choices, before, count = todo.pop()
+            middle, frozen, choices, before, count, idle = todo.pop()
             for choice in range(count):
                 w.thaw(middle)
+                w.idle_escalations = set(idle)
                 w.choices, w.chosen = [choice], 0
                 run = next(r for r in w.runs if r.freeze() == frozen)
                 settled((*choices, choice), before, functools.partial(w.advance, run))
