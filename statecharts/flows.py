@@ -346,12 +346,10 @@ _SEND = {
     "failed": go("send_failed"),
     "cancel_release": go("send_failed_release"),
 }
-# the resend after a reconnect treats every "not connected" alike (retryPromptAfterReconnect)
-_RESEND = {
-    **_SEND,
-    "not_connected": go("still_unreachable"),
-    "lost_while_waiting": go("still_unreachable"),
-}
+# the resend after a reconnect waits again for the carrier when the request was not written
+# (retryPromptAfterReconnect); one written and lost is not sent again either (kandev's loop
+# re-sent it, H2: the agent may have it; found by acpfsm verify's dispatched_at_most_once)
+_RESEND = {**_SEND, "not_connected": go("still_unreachable")}
 
 PROMPT = flow(
     "prompt",

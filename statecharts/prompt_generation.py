@@ -206,6 +206,7 @@ _EFFECTS: Final = Effects(
         ],
         "cancel_requested: sending": ["await_dispatch"],
         "send_wait_timed_out: sending": ["send_cancel"],
+        "send_wait_timed_out: live": ["send_cancel"],
         "cancel_requested: live": ["send_cancel"],
         "cancel_requested: ended": ["send_cancel"],
         "cancel_answered: live": ["arm_cancel_wait"],
@@ -392,9 +393,17 @@ class PromptGeneration(Chart):
         | ended.to(None)  # send_cancel: the agent may run a turn of its own
         | superseded.to(None)
     )
-    # the request stayed unanswered past the bound: the cancel goes out anyway
+    # the request stayed unanswered past the bound: the cancel goes out anyway. Answered
+    # between the bound and this fact, the cancel finds what a cancel_requested would: a
+    # request found not connected (waiting for the carrier) is withdrawn, a turn at the
+    # agent gets the cancel (found by acpfsm verify: the cancel was done, and the turn ran
+    # on or the prompt was sent later)
     send_wait_timed_out = (
-        live.sending.to(None) | live.to(None) | ended.to(None) | (superseded.to(None))
+        live.sending.to(None)
+        | live.reconnecting.to(ended.withdrawn)
+        | live.to(None)
+        | ended.to(None)
+        | (superseded.to(None))
     )
     # The agent's answer decides: escalate at once when the cancel was not acknowledged (the
     # carrier gave the turn up: no end will come, so the turn is over) or the stream is gone
@@ -411,6 +420,9 @@ class PromptGeneration(Chart):
         # nobody waits for an abandoned turn: the stream gone, it ends as if lost with it
         # (a later end is still claimed)
         | live.abandoned.to(ended.disconnected, cond="cancel_unacknowledged")
+        # the request was found not connected meanwhile (waiting for the carrier): withdrawn,
+        # as a cancel finds it (found by acpfsm verify: else it was sent after the cancel)
+        | live.reconnecting.to(ended.withdrawn)
         | live.to(None)  # arm_cancel_wait where a turn is at the agent
         # escalate_idle: no turn in flight, and a waiting prompt has run (kandev's
         # promptFinished barrier is armed only by one; after dispatch-only prompts alone an
@@ -424,6 +436,7 @@ class PromptGeneration(Chart):
         | live.sending.to(live.escalating)
         | live.handed_off.to(live.escalating)
         | live.abandoned.to(live.escalating)
+        | live.reconnecting.to(ended.withdrawn)  # not at the agent after all: withdrawn
         | live.to(None)
         | ended.to(None)
         | superseded.to(None)

@@ -205,7 +205,7 @@ RACES: tuple[Race, ...] = (
     Race(
         "H2",
         "the reconnect retry re-sends a prompt the agent may already have",
-        "not guarded (acpfsm: never on the first attempt)",
+        "not guarded (acpfsm: never, on the first send or a resend)",
     ),
     Race(
         "H3",

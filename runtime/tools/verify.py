@@ -79,6 +79,7 @@ from .verify_model import (
     Violated,
     World,
 )
+from .verify_unreached import UNREACHED, reason
 
 __all__ = [
     "DEFAULT_CHARTS",
@@ -190,6 +191,38 @@ PROPERTIES: tuple[Property, ...] = (
         (),
     ),
     Property(
+        "an_escalation_ends_the_turn",
+        "a cancel escalation ends the turn for the execution: once a generation is "
+        "cancel_escalated, or a cancel is over as escalated, the execution is READY (it "
+        "accepts prompts) unless the agent is gone (COMPLETED, STOPPED), the turn ended "
+        "otherwise meanwhile (its stream lost, the app's stop) or a later prompt began",
+        ("R16",),
+    ),
+    Property(
+        "a_cancel_is_done_only_once_its_turn_is_over",
+        "a cancel is told done only once the generation it cancelled is no longer live "
+        "(ended, superseded), handed off by the agent, or while another cancel escalates it",
+        (),
+    ),
+    Property(
+        "a_left_turn_is_cancelled",
+        "a prompt's caller that leaves before its turn ended, while the agent has the turn, "
+        "leaves a cancel on its way for that turn (kandev's background cancel)",
+        ("R17",),
+    ),
+    Property(
+        "lost_for_good_ends_the_turn",
+        "once the carrier is gone for good (its final loss, the process's exit), no turn the "
+        "agent was given stays live: nothing can answer or end it any more",
+        (),
+    ),
+    Property(
+        "dispatched_at_most_once",
+        "a generation's prompt request is sent again only when no earlier send of it can "
+        "have reached the agent (never after one written and lost, a redial or not)",
+        ("H2",),
+    ),
+    Property(
         "the_init_comes_to_rest",
         "from every reachable state where the session init runs, some path of the "
         "environment brings it to rest (prompting, booted, failed or abandoned)",
@@ -224,6 +257,9 @@ class Coverage:
     covered: int
     unreached: tuple[tuple[str, str, str], ...]
     """``(source, event, target)`` never taken (targetless: target == source)."""
+    reasons: tuple[str, ...] = ()
+    """Why each of ``unreached`` is not reached (:mod:`.verify_unreached`; "" when none is
+    listed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +293,23 @@ class VerifyResult:
 
     def property(self, name: str) -> PropertyResult:
         return next(p for p in self.properties if p.name == name)
+
+    def unexplained(self) -> list[str]:
+        """The unreached transitions no reason is listed for, and the listed reasons whose
+        transition was reached (stale): what ``acpfsm verify`` at the default bounds
+        refuses (:mod:`.verify_unreached`)."""
+        out: list[str] = []
+        unreached: set[tuple[str, str, str, str]] = set()
+        for c in self.coverage:
+            for (source, event, target), why in zip(c.unreached, c.reasons, strict=True):
+                unreached.add((c.chart, source, event, target))
+                if not why:
+                    out.append(f"no reason listed: {c.chart} {source} --{event}--> {target}")
+        charts = {c.chart for c in self.coverage}
+        for key in UNREACHED:
+            if key[0] in charts and key not in unreached:
+                out.append("listed as unreached, but reached (or not declared): " + " ".join(key))
+        return out
 
 
 # --------------------------------------------------------------------------- exploration
@@ -520,7 +573,8 @@ def _coverage(x: Explorer) -> tuple[Coverage, ...]:
         taken = {(s, e, t) for c, s, e, t in x.covered if c == name}
         declared = compiled.declared
         unreached = tuple(sorted(declared - taken))
-        out.append(Coverage(name, len(declared), len(declared & taken), unreached))
+        reasons = tuple(reason(name, t) for t in unreached)
+        out.append(Coverage(name, len(declared), len(declared & taken), unreached, reasons))
     return tuple(out)
 
 

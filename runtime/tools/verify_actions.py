@@ -127,7 +127,7 @@ def _recover(x: Explorer, w: World, label: Label) -> None:
 
 @_action("leave")
 def _leave(x: Explorer, w: World, label: Label) -> None:
-    w.cancel(w.runs[label[1]])
+    w.leave(w.runs[label[1]])
 
 
 @_action("answer")

@@ -68,6 +68,9 @@ class FlowSteps(WorldState):
             self.fired.append((m, step))
         for m, step in fired:
             self._perform(cast(Machine, m), step)
+        for m, step in fired:
+            if step.chart == x.pg_name and "cancel_escalated" in step.entered:
+                self.escalation_over(int(cast(Machine, m).constant("generation")))
         return fired
 
     def status_fire(self, event: str, **data: Any) -> list[Fired]:
@@ -127,6 +130,8 @@ class FlowSteps(WorldState):
                     record[RESULT] = str(effect["result"])
                 elif name == "end_cancel":
                     record[OVER] = True
+                elif name == "escalate_idle":
+                    self.idle_escalations.add(int(machine.constant("generation")))
                 elif name == "claim_outcome":
                     self.event_claims += 1
                     if record[CLAIMED]:
@@ -307,6 +312,7 @@ class FlowSteps(WorldState):
         else:
             assert isinstance(step, F.End)
             self.end(run)
+            self.flow_over(run, step.outcome)
         return True
 
     def fire_step(self, run: Run, step: F.Fire) -> None:
@@ -422,6 +428,12 @@ class FlowSteps(WorldState):
         raise NotImplementedError  # pragma: no cover - World's
 
     def environment_answered(self, run: Run, op: F.Op, answer: str) -> None:
+        raise NotImplementedError  # pragma: no cover - World's
+
+    def escalation_over(self, g: int) -> None:
+        raise NotImplementedError  # pragma: no cover - World's
+
+    def flow_over(self, run: Run, outcome: F.Outcome) -> None:
         raise NotImplementedError  # pragma: no cover - World's
 
 

@@ -206,6 +206,12 @@ class World(FlowSteps):
                     "stopped",
                 )
             record = self.gens[run.gen - 1]
+            if record[AGENT] != NOT_RECEIVED:
+                self.flag(
+                    "dispatched_at_most_once",
+                    f"the prompt request of generation {run.gen} is sent again after a send "
+                    "that may have reached the agent",
+                )
             run.values["_prev"] = record[AGENT]
             record[AGENT] = OWES  # the request is written: the agent may run it (again, H2)
             record[SENT] = False  # a cancel now waits for this send's answer
@@ -224,6 +230,58 @@ class World(FlowSteps):
             self.close()
         elif op is F.Op.DIAL and answer == "ok":
             self.run_fact("redialled", session_id="s", attempts=1)
+
+    # --- what a flow's end says (the properties checked there) ---------------------------
+
+    def escalation_over(self, g: int) -> None:
+        """A cancel escalation of generation ``g`` is over: the turn is over for the
+        execution, which accepts prompts again (READY), unless the agent is gone or a later
+        prompt began (the execution is that prompt's)."""
+        x = self.x
+        if g != self.current or x.exe.ended or x.exe.is_in("ready", "completed"):
+            return
+        if self.leaf(g) in _ENDED_OTHERWISE:
+            return
+        self.flag(
+            "an_escalation_ends_the_turn",
+            f"the cancel escalation of generation {g} is over and the execution is "
+            f"{x.exe.snapshot().upper()}",
+        )
+
+    def action_over(self) -> None:
+        """An action and every step that followed it are over: an idle escalation the
+        chart decided on the way (``escalate_idle``: the turn had ended, the cancel was not
+        answered) is over too (the flows take no answer on its way)."""
+        for g in sorted(self.idle_escalations):
+            self.escalation_over(g)
+
+    def flow_over(self, run: Run, outcome: F.Outcome) -> None:
+        if (
+            outcome is F.Outcome.DONE
+            and run.owner == CALLER
+            and run.name == F.CANCEL.name
+            and run.gen > 0
+            and self.leaf(run.gen) in self.x.live - _ESCALATING
+        ):
+            self.flag(
+                "a_cancel_is_done_only_once_its_turn_is_over",
+                f"the cancel of generation {run.gen} is done while it is "
+                f"{self.x.pg.path(self.leaf(run.gen))}",
+            )
+
+    def leave(self, run: Run) -> None:
+        """The caller of ``run`` (a prompt) leaves: its flow's ``cancelled`` step runs. A
+        turn the agent has, whose waiter was not released, gets a cancel (its flow for that
+        generation under way: the background one, or the caller's own)."""
+        g = run.gen
+        owed = g > 0 and self.gens[g - 1][AGENT] == OWES and not self.gens[g - 1][DONE]
+        self.cancel(run)
+        if owed and not any(r.name == F.CANCEL.name and r.gen == g for r in self.runs):
+            self.flag(
+                "a_left_turn_is_cancelled",
+                f"the caller of generation {g} left while the agent has its turn "
+                f"({self.x.pg.path(self.leaf(g))}) and no cancel is on its way",
+            )
 
     # --- the agent's facts -----------------------------------------------------------
 
@@ -279,6 +337,12 @@ class World(FlowSteps):
             exit_error="exited",
             shutting_down=self.shutting,
         )
+        if kind in _FINAL_LOSSES and self.gens and self.leaf(self.current) in _AT_THE_AGENT:
+            self.flag(
+                "lost_for_good_ends_the_turn",
+                f"the carrier is gone for good ({kind}) and generation {self.current} is "
+                f"still {self.x.pg.path(self.leaf(self.current))}",
+            )
         self.closed_again(closing)
 
     def closing(self, shutting: bool) -> bool:
@@ -295,6 +359,15 @@ class World(FlowSteps):
         if closing and (self._ended_before or not self.exe_ended):
             self.shutting = False
 
+
+#: the live leaves a cancel may be done in: escalated by another cancel, or handed off by the
+#: agent (nothing waits on that turn: its waiter was released and the cancel sent)
+_ESCALATING = frozenset({"escalating", "releasing", "handed_off"})
+#: a turn that ended otherwise while its cancel escalated (its carrier lost, the app's stop):
+#: the execution follows that end, not the escalation
+_ENDED_OTHERWISE = frozenset({"disconnected", "stopped"})
+#: the live leaves where the agent has (or may have) the turn: a loss for good ends them
+_AT_THE_AGENT = OWED_LEAVES | {"sending"}
 
 _UNREACHABLE = {
     "agentctl": {"reconnectable": True, "error": "not connected"},
@@ -502,8 +575,11 @@ class Explorer:
         answer sequences that meet are followed once): ``(full label, state or None when a
         step crashed, the violations, the crash's message)``."""
         out: list[tuple[Label, tuple[Any, ...] | None, list[tuple[str, str]], str]] = []
-        # (intermediate state, the run at its branch point, choices so far, violations so far)
-        todo: list[tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...], list[Any], int]] = []
+        # (intermediate state, the run at its branch point, choices so far, violations so
+        # far, the number of answers, the idle escalations decided so far)
+        todo: list[
+            tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...], list[Any], int, set[int]]
+        ] = []
         seen: set[tuple[Any, ...]] = set()
 
         def settled(
@@ -513,12 +589,14 @@ class Explorer:
             try:
                 step()
                 w.settle()
+                w.action_over()
             except Branch as b:
                 middle = w.freeze()
                 key = (middle, b.run)
                 if key not in seen:
                     seen.add(key)
-                    todo.append((middle, b.run, choices, before + w.violations, b.count))
+                    idle = set(w.idle_escalations)
+                    todo.append((middle, b.run, choices, before + w.violations, b.count, idle))
                 return
             except Violated as exc:
                 out.append((full, None, before + w.violations, exc.message))
@@ -531,9 +609,10 @@ class Explorer:
         w.choices, w.chosen = [], 0
         settled((), [], lambda: HANDLERS[label[0]](self, w, label))
         while todo:
-            middle, frozen, choices, before, count = todo.pop()
+            middle, frozen, choices, before, count, idle = todo.pop()
             for choice in range(count):
                 w.thaw(middle)
+                w.idle_escalations = set(idle)
                 w.choices, w.chosen = [choice], 0
                 run = next(r for r in w.runs if r.freeze() == frozen)
                 settled((*choices, choice), before, functools.partial(w.advance, run))
@@ -546,6 +625,7 @@ class Explorer:
             label = label[:at]
         HANDLERS[label[0]](self, w, label)
         w.settle()
+        w.action_over()
         for run in w.runs:
             self.steps.add((run.name, run.label))
 

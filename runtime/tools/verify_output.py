@@ -34,9 +34,11 @@ def render_text(result: VerifyResult) -> str:
     for c in result.coverage:
         lines.append(f"  {c.chart}: {c.covered}/{c.declared}")
     for c in result.coverage:
-        for source, event, target in c.unreached:
+        for (source, event, target), why in zip(c.unreached, c.reasons, strict=True):
             arrow = f"{source} --{event}-->" + ("" if target == source else f" {target}")
             lines.append(f"  unreached {c.chart}: {arrow}")
+            if why:
+                lines.append(f"      ({why})")
     lines += ["", "properties:"]
     for p in result.properties:
         ids = f" ({', '.join(p.ids)})" if p.ids else ""
@@ -70,6 +72,7 @@ def render_json(result: VerifyResult) -> dict[str, Any]:
                 "declared": c.declared,
                 "covered": c.covered,
                 "unreached": [list(t) for t in c.unreached],
+                "reasons": list(c.reasons),
             }
             for c in result.coverage
         ],
@@ -106,7 +109,9 @@ DESCRIPTION = (
     "Explore every interleaving of one execution's life (the charts, the coordination "
     "table and the drivers' flow table and decisions, with every answer the agent, the "
     "carrier and the clock can give) and check kandev's races as properties. Exit 0 when "
-    "every property holds, 1 with a shortest counterexample per violated property."
+    "every property holds, 1 with a shortest counterexample per violated property (at the "
+    "default bounds also when a declared transition stays unreached with no reason listed, "
+    "or a listed one is reached)."
 )
 
 
@@ -159,7 +164,11 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         for path in write_counterexamples(result, Path(args.out)):
             print(f"wrote {path}", file=sys.stderr)
-    return 0 if result.ok else 1
+    # at the default bounds what stays unreached is listed with its reason
+    unexplained = result.unexplained() if result.bounds == Bounds() else []
+    for line in unexplained:
+        print(f"acpfsm verify: {line} (runtime/tools/verify_unreached.py)", file=sys.stderr)
+    return 0 if result.ok and not unexplained else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -199,6 +199,8 @@ class WorldState:
         self.violations: list[tuple[str, str]] = []
         self.fired: list[Fired] = []
         self.event_claims = 0
+        self.idle_escalations: set[int] = set()
+        """The generations whose idle escalation the chart decided in this action."""
         self.choices: list[int] = []
         self.chosen = 0
         self._ended_before = False
@@ -253,6 +255,7 @@ class WorldState:
         self.violations = []
         self.fired = []
         self.event_claims = 0
+        self.idle_escalations = set()
 
     def freeze(self) -> tuple[Any, ...]:
         """The hashable state. Two projections keep it small without changing what can

@@ -91,7 +91,9 @@ async def test_h2_ambiguous_prompt_dispatch_is_never_resent(time_scale: float) -
     generation ends ``undelivered`` (a late completion for it is ignored), the caller gets
     PromptDispatchError and the execution is READY for its decision. Only a failure *before*
     the write ("agent stream not connected") is retried after a reconnect, with the same
-    generation (kandev lifecycle/session.go retryPromptAfterReconnect)."""
+    generation (kandev lifecycle/session.go retryPromptAfterReconnect); a resend written and
+    lost is not sent again either (kandev's loop re-sent it; acpfsm verify's
+    dispatched_at_most_once)."""
     ex = memory_agent(reconnectable=True)
     # the retries below must all fit the 5 s reconnect window, which is not this test's
     # subject: scaled, it was 10 ms of real time under asyncio, too short on a loaded machine
@@ -122,13 +124,22 @@ async def test_h2_ambiguous_prompt_dispatch_is_never_resent(time_scale: float) -
         assert result.generation == 2
         assert [args[2] for args in sent(agent, "prompt")] == [1, 2, 2]
         # the retry (within its 5 s) keeps waiting for the carrier while its resend finds the
-        # stream down again, even after the write: there every "not connected" is alike
+        # stream down again before the write
         agent.complete(2)
         await wait_until(lambda: s.generations[2].leaf == "completed")
-        failures.extend([StreamNotConnected(), StreamNotConnected(AMBIGUOUS, while_waiting=True)])
+        failures.extend([StreamNotConnected(), StreamNotConnected()])
         result = await rt.prompt(ref.id, "third time", dispatch_only=True)
         assert result.generation == 3
         assert [args[2] for args in sent(agent, "prompt")] == [1, 2, 2, 3, 3, 3]
+        agent.complete(3)
+        await wait_until(lambda: s.generations[3].leaf == "completed")
+        # … but a resend written and lost is the first send's ambiguity again: never re-sent
+        failures.extend([StreamNotConnected(), StreamNotConnected(AMBIGUOUS, while_waiting=True)])
+        with pytest.raises(PromptDispatchError, match="while waiting for response"):
+            await rt.prompt(ref.id, "fourth time")
+        assert [args[2] for args in sent(agent, "prompt")] == [1, 2, 2, 3, 3, 3, 4, 4]
+        assert s.generations[4].leaf == "undelivered"
+        assert rt.get_execution(ref.id).status == "READY"
         await rt.stop(ref.id, "done")
 
 

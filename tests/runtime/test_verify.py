@@ -32,6 +32,8 @@ from acpfsm.tools.verify import (
     write_counterexamples,
 )
 
+from .test_verify_bug_classes import BUG_CLASSES
+
 PG = PromptGeneration
 
 
@@ -66,24 +68,7 @@ FLOW_SEEDS: dict[str, tuple[str, dict[str, Any], Bounds]] = {
     ),
     # the steer target chosen before the attachments' upload is not asked again under the
     # lifecycle lock (R1)
-    "steer": (
-        "steer_only_into_a_live_dispatched_turn",
-        {
-            "flows": seeded_flows(
-                "steer",
-                precheck=F.Fire(
-                    F.On.CURRENT,
-                    "steer_requested",
-                    bind=True,
-                    branch=(("dispatch_steer", "materialize"), ("steer_refused", "not_dispatched")),
-                    then="not_dispatched",
-                    absent="not_dispatched",
-                ),
-                select=F.Choose("validate_status", yes="compose", no="compose"),
-            )
-        },
-        STDIO_2,
-    ),
+    "steer": BUG_CLASSES["steer_target_not_rechecked"],
     # session/cancel sent at once for a prompt whose request is in flight
     "cancel": (
         "cancel_waits_for_its_prompt",
@@ -143,24 +128,7 @@ FLOW_SEEDS: dict[str, tuple[str, dict[str, Any], Bounds]] = {
         STDIO_2,
     ),
     # a claimed generation-0 end also ends a wakeup turn
-    "completion": (
-        "completion_claimed_at_most_once",
-        {
-            "flows": seeded_flows(
-                "completion",
-                claim=F.Fire(
-                    F.On.STAMPED,
-                    "completion_received",
-                    data=("is_error", "cancel_release", "error", "stop_reason", "shutting_down"),
-                    bind=True,
-                    branch=(("unclaimed", "unclaimed"),),
-                    then="unclaimed",
-                    absent="unclaimed",
-                ),
-            )
-        },
-        STDIO_2,
-    ),
+    "completion": BUG_CLASSES["generation_0_end_also_ends_a_wakeup"],
 }
 
 #: One bug per property: where it is seeded, and the bounds that find it.
@@ -244,6 +212,12 @@ SEEDS: dict[str, tuple[dict[str, Any], Bounds]] = {
     # a stop no longer ends the live turn
     "stopped_leaves_no_live_generation": (_without("execution_stopped"), STDIO_2),
     "cancel_waits_for_its_prompt": FLOW_SEEDS["cancel"][1:],
+    # the bug classes of issue 36 (test_verify_bug_classes): one seed per new property
+    "an_escalation_ends_the_turn": BUG_CLASSES["escalation_leaves_failed"][1:],
+    "a_cancel_is_done_only_once_its_turn_is_over": BUG_CLASSES["no_escalation_from_sending"][1:],
+    "a_left_turn_is_cancelled": BUG_CLASSES["caller_leaves_without_a_cancel"][1:],
+    "lost_for_good_ends_the_turn": BUG_CLASSES["lost_carrier_never_lost_for_good"][1:],
+    "dispatched_at_most_once": BUG_CLASSES["resent_after_a_redial"][1:],
     "the_init_comes_to_rest": FLOW_SEEDS["session_init"][1:],
     # an event an ended turn ignores is no longer declared
     "no_illegal_event": (

@@ -308,9 +308,6 @@ def test_an_error_completion_fails_the_turn_and_names_a_cancel_release(
         # a redial wait that was overtaken by the dispatch (or anything later) is stale
         ("awaited", "awaited", "reconnect_timed_out", {"error": "late"}),
         ("handed_off", "handed_off", "reconnect_timed_out", {"error": "late"}),
-        # the request was answered before its cancel bound ran out
-        ("awaited", "awaited", "send_wait_timed_out", {}),
-        ("stall_reported", "stall_reported", "send_wait_timed_out", {}),
     ],
 )
 def test_late_dispatch_facts_leave_a_live_turn_alone(
@@ -557,6 +554,13 @@ def test_a_loss_while_escalating_ends_the_turn_disconnected(
     ("reconnecting", "cancel_requested"),
     ("admitted", "waiter_abandoned"),
     ("reconnecting", "waiter_abandoned"),
+    # a cancel that waited for the request's answer, or sent while it was in flight, finds
+    # it not connected (waiting for the carrier): withdrawn as a cancel_requested finds it
+    # (acpfsm verify's a_cancel_is_done_only_once_its_turn_is_over: the cancel was done and
+    # the prompt sent after it)
+    ("reconnecting", "send_wait_timed_out"),
+    ("reconnecting", "cancel_answered"),
+    ("reconnecting", "cancel_wait_timed_out"),
 ])  # fmt: skip
 def test_a_prompt_not_yet_sent_is_withdrawn(engine: EngineName, recipe: str, event: str) -> None:
     """Cancelled (or its caller gone) before it was sent: nothing reaches the agent; the
@@ -588,8 +592,12 @@ def test_a_cancel_never_overtakes_the_prompt_request_it_cancels(engine: EngineNa
     step = late.fire("send_wait_timed_out")
     assert ignored(step, "sending") and names(step) == ["send_cancel"]
     assert late.state == "sending"
-    # the bound passes elsewhere: nothing to send
-    assert names(generation(engine, "awaited").fire("send_wait_timed_out")) == []
+    # answered between the bound and its fact: the turn at the agent gets the cancel (acpfsm
+    # verify's a_cancel_is_done_only_once_its_turn_is_over: the cancel was done, the turn
+    # ran on); an ended turn has nothing to send
+    for recipe in ("awaited", "stall_reported", "unawaited"):
+        step = generation(engine, recipe).fire("send_wait_timed_out")
+        assert ignored(step, "live") and names(step) == ["send_cancel"], recipe
     assert names(generation(engine, "completed").fire("send_wait_timed_out")) == []
 
 
@@ -684,7 +692,6 @@ def test_a_turn_that_outlives_the_cancel_wait_escalates(
     ("recipe", "effects"),
     [
         ("admitted", []),
-        ("reconnecting", []),
         ("escalating", []),
         ("releasing", []),
         ("completed", []),
