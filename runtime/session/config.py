@@ -25,6 +25,12 @@ from acpfsm.statecharts import (
     StartModelPolicy,
     model_decision,
 )
+from acpfsm.statecharts.names import (
+    ConfigSettlementEffect,
+    ConfigSettlementEvent,
+    StartModelPolicyEffect,
+    StartModelPolicyEvent,
+)
 
 from .. import events as le
 from .context import ExecutionContext, ModelState, decision_id
@@ -46,9 +52,16 @@ class ConfigDriver:
         self._set_model_error = ""
         self._baseline: ModelState | None = None
         ctx.handle(
-            StartModelPolicy.chart_name, {"set_model": self._noop, "decided": self._on_decided}
+            StartModelPolicy.chart_name,
+            {
+                StartModelPolicyEffect.set_model: self._noop,
+                StartModelPolicyEffect.decided: self._on_decided,
+            },
         )
-        ctx.handle(ConfigSettlement.chart_name, {"publish_settled": self._on_publish_settled})
+        ctx.handle(
+            ConfigSettlement.chart_name,
+            {ConfigSettlementEffect.publish_settled: self._on_publish_settled},
+        )
 
     @staticmethod
     def _noop(effect: Effect, machine: ChartMachine) -> None:
@@ -92,11 +105,13 @@ class ConfigDriver:
         current = state.current_model_id if state is not None else ""
         fired = await ctx.step(
             policy,
-            "policy_evaluated",
+            StartModelPolicyEvent.policy_evaluated,
             advertised=[m.model_id for m in state.models] if state is not None else [],
         )
         while True:
-            calls = [e for _, s in fired for e in s.effects if e.name == "set_model"]
+            calls = [
+                e for _, s in fired for e in s.effects if e.name == StartModelPolicyEffect.set_model
+            ]
             if not calls:
                 break
             to_set = str(policy.constant(calls[0]["model_field"]))
@@ -107,11 +122,11 @@ class ConfigDriver:
                 self._set_model_error = str(exc)
                 fired = await ctx.step(
                     policy,
-                    "set_model_failed",
+                    StartModelPolicyEvent.set_model_failed,
                     method_not_found=isinstance(exc, AgentRequestError) and exc.code == -32601,
                 )
             else:
-                fired = await ctx.step(policy, "set_model_succeeded")
+                fired = await ctx.step(policy, StartModelPolicyEvent.set_model_succeeded)
         assert self._decided is not None, "the start-model policy decided nothing"
         decision = model_decision(
             self._decided,
@@ -295,7 +310,7 @@ class ConfigDriver:
         self.settlement = ctx.start(ConfigSettlement, config_id=final_config_id)
         await ctx.step(
             self.settlement,
-            "settle_requested",
+            ConfigSettlementEvent.settle_requested,
             catalog_cached=models.state is not None,
             response_applied=final_config_id in models.responses_applied,
         )
@@ -314,7 +329,7 @@ class ConfigDriver:
             return
         fired = await ctx.step(
             self.settlement,
-            "models_updated",
+            ConfigSettlementEvent.models_updated,
             provider_response=provider_response,
             response_config_id=config_id,
         )

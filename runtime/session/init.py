@@ -20,6 +20,7 @@ from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.adapters.sync import Flag
 from acpfsm.statecharts import ChartMachine, Effect, SessionInit
 from acpfsm.statecharts.flows import Op
+from acpfsm.statecharts.names import SessionInitEffect
 
 from .. import events as le
 from ..errors import AuthenticationRequired, SessionInitError
@@ -76,11 +77,11 @@ class InitDriver:
         handlers = flow_effects(SessionInit.chart_name)
         handlers.update(
             {
-                "send_initial_prompt": self._send_initial_prompt,
-                "open_admission": self._open_admission,
-                "fail_init": self._fail_init,
-                "require_authentication": self._require_authentication,
-                "publish_agent_recovered": self._publish_agent_recovered,
+                SessionInitEffect.send_initial_prompt: self._send_initial_prompt,
+                SessionInitEffect.open_admission: self._open_admission,
+                SessionInitEffect.fail_init: self._fail_init,
+                SessionInitEffect.require_authentication: self._require_authentication,
+                SessionInitEffect.publish_agent_recovered: self._publish_agent_recovered,
             }
         )
         ctx.handle(SessionInit.chart_name, handlers)

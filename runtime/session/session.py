@@ -24,8 +24,9 @@ from acpfsm.adapters.transport import (
     PermissionPolicy,
     SupportsMcpMode,
 )
-from acpfsm.statecharts import SESSION_CHARTS, ChartMachine, EngineName
+from acpfsm.statecharts import SESSION_CHARTS, ChartMachine, EngineName, Execution
 from acpfsm.statecharts.flows import Lock, Op
+from acpfsm.statecharts.names import ExecutionEffect, ExecutionEvent
 
 from .. import events as le
 from ..errors import NotReadyForPrompts, PendingDispatchedPromptTimeout, PromptError
@@ -124,7 +125,10 @@ class ExecutionSession(SessionViews):
             ctx, self.status, self.stream, self.turns, self.config, self.permissions, self.flows
         )
         self.crash = CrashGuard(self)
-        ctx.handle("execution", {"close_subscriptions": lambda effect, m: ctx.hub.close()})
+        ctx.handle(
+            Execution.chart_name,
+            {ExecutionEffect.close_subscriptions: lambda effect, m: ctx.hub.close()},
+        )
         self.flows.register(
             {
                 Op.CLOSE_PERMISSIONS: self._close_permissions,
@@ -145,7 +149,7 @@ class ExecutionSession(SessionViews):
         Once started, nothing it raises leaves it: a failure of its executor, its transport
         or its own code makes the execution FAILED (:class:`~.crash.CrashGuard`)."""
         ctx = self.ctx
-        await self.status.fire("start_requested")
+        await self.status.fire(ExecutionEvent.start_requested)
         await self.stream.connect_started()
         started = False
         try:
@@ -165,8 +169,10 @@ class ExecutionSession(SessionViews):
             if not started:  # the agent never started: FAILED, and the execution is removed
                 with anyio.CancelScope(shield=True):
                     await self.stream.connect_failed()
-                    await self.status.fire("agent_start_failed")
-                    await self.status.fire("stop_requested", reason="agent not started", error="")
+                    await self.status.fire(ExecutionEvent.agent_start_failed)
+                    await self.status.fire(
+                        ExecutionEvent.stop_requested, reason="agent not started", error=""
+                    )
                 raise
             rest = await self.crash.contain(exc, "run")
             if rest is not None:
@@ -364,7 +370,7 @@ class ExecutionSession(SessionViews):
                 f'agent process is not running for execution "{ctx.id}" (stream not recovered)',
                 execution_id=ctx.id,
             )
-        await self.status.fire("recovered")
+        await self.status.fire(ExecutionEvent.recovered)
 
 
 def machine_of(session: ExecutionSession, chart: str) -> ChartMachine | None:

@@ -13,6 +13,13 @@ from typing import Any, cast
 from acpfsm.adapters.sync import Wakeup
 from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity
 from acpfsm.statecharts.coordination import Fired
+from acpfsm.statecharts.names import (
+    EventName,
+    ExecutionEffect,
+    ExecutionEvent,
+    FirstActivityEffect,
+    FirstActivityEvent,
+)
 
 from .. import events as le
 from ..types import ExecutionStatus
@@ -33,23 +40,25 @@ class StatusDriver:
         ctx.handle(
             Execution.chart_name,
             {
-                "publish_agent_ready": self._ready,
-                "publish_agent_running": self._running,
-                "publish_agent_failed": self._failed,
-                "publish_agent_stopped": self._stopped,
-                "publish_agent_completed": self._completed,
-                "publish_agent_boot_ready": self._boot_ready,
-                "publish_stream_error": self._stream_error,
-                "record_failure": self._record_failure,
-                "record_finish": self._record_finish,
-                "record_exit": self._record_exit,
-                "watch_for_wakeup": self._watch,
-                "unwatch_wakeup": self._unwatch,
-                "announce_first_activity": self._announce,
+                ExecutionEffect.publish_agent_ready: self._ready,
+                ExecutionEffect.publish_agent_running: self._running,
+                ExecutionEffect.publish_agent_failed: self._failed,
+                ExecutionEffect.publish_agent_stopped: self._stopped,
+                ExecutionEffect.publish_agent_completed: self._completed,
+                ExecutionEffect.publish_agent_boot_ready: self._boot_ready,
+                ExecutionEffect.publish_stream_error: self._stream_error,
+                ExecutionEffect.record_failure: self._record_failure,
+                ExecutionEffect.record_finish: self._record_finish,
+                ExecutionEffect.record_exit: self._record_exit,
+                ExecutionEffect.watch_for_wakeup: self._watch,
+                ExecutionEffect.unwatch_wakeup: self._unwatch,
+                ExecutionEffect.announce_first_activity: self._announce,
             }
             | flow_effects(Execution.chart_name),
         )
-        ctx.handle(FirstActivity.chart_name, {"publish_agent_running": self._running})
+        ctx.handle(
+            FirstActivity.chart_name, {FirstActivityEffect.publish_agent_running: self._running}
+        )
         ctx.on_step(Execution.chart_name, self._notify)
 
     @property
@@ -75,9 +84,9 @@ class StatusDriver:
         """The agent showed activity (any event but a claim): the Execution chart says
         whether it is the one first activity to announce."""
         if not self.first_activity.ended:
-            await self.fire("activity_recorded")
+            await self.fire(ExecutionEvent.activity_recorded)
 
-    async def fire(self, event: str, **data: Any) -> list[Fired]:
+    async def fire(self, event: EventName, **data: Any) -> list[Fired]:
         """A fact for the Execution chart, and the steps it took; after STOPPED the execution
         is removed and late facts are moot (none: the coordination table treats an ended
         chart the same way)."""
@@ -96,13 +105,13 @@ class StatusDriver:
         fact (the chart decides whether it starts a wakeup turn)."""
         if self._wakeup_watch:
             self._wakeup_watch = False
-            await self.fire("wakeup_content_arrived")
+            await self.fire(ExecutionEvent.wakeup_content_arrived)
 
     # --- effects ----------------------------------------------------------------------------
 
     async def _announce(self, effect: Effect, machine: ChartMachine) -> None:
         if not self.first_activity.ended:
-            await self.ctx.step(self.first_activity, "activity_seen")
+            await self.ctx.step(self.first_activity, FirstActivityEvent.activity_seen)
 
     def _watch(self, effect: Effect, machine: ChartMachine) -> None:
         self._wakeup_watch = True
