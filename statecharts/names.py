@@ -173,6 +173,7 @@ class ExecutionEvent:
     process_exited: Final = EventName("process_exited")
     prompt_began: Final = EventName("prompt_began")
     prompt_requested: Final = EventName("prompt_requested")
+    ready_awaited: Final = EventName("ready_awaited")
     recovered: Final = EventName("recovered")
     start_requested: Final = EventName("start_requested")
     stop_requested: Final = EventName("stop_requested")
@@ -203,6 +204,8 @@ class ExecutionEffect:
     record_failure: Final = EffectName("record_failure")
     record_finish: Final = EffectName("record_finish")
     refuse_prompt: Final = EffectName("refuse_prompt")
+    report_not_ready: Final = EffectName("report_not_ready")
+    report_ready: Final = EffectName("report_ready")
     unwatch_wakeup: Final = EffectName("unwatch_wakeup")
     watch_for_wakeup: Final = EffectName("watch_for_wakeup")
 

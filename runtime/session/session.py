@@ -288,9 +288,10 @@ class ExecutionSession(SessionViews):
                 raise copy_of(self.ctx.crashed)
             if self.init.failure is not None:
                 raise self.init.failure
-            if self.status.status == "READY":
+            ready = self.status.ready()  # the Execution chart's answer
+            if ready:
                 return self.snapshot()
-            if self.status.status in ("FAILED", "COMPLETED", "STOPPED"):
+            if ready is not None:
                 raise NotReadyForPrompts(self.ctx.id, self.status.status)
             await self.status.changed()
 

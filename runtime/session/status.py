@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from acpfsm.adapters.sync import Wakeup
-from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity
+from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity, peek
 from acpfsm.statecharts.coordination import Fired
 from acpfsm.statecharts.names import (
     EventName,
@@ -23,7 +23,7 @@ from acpfsm.statecharts.names import (
 
 from .. import events as le
 from ..types import ExecutionStatus
-from .context import ExecutionContext, flow_effects, utcnow
+from .context import ExecutionContext, flow_effects, nothing, utcnow
 
 __all__ = ["StatusDriver"]
 
@@ -53,6 +53,9 @@ class StatusDriver:
                 ExecutionEffect.watch_for_wakeup: self._watch,
                 ExecutionEffect.unwatch_wakeup: self._unwatch,
                 ExecutionEffect.announce_first_activity: self._announce,
+                # the answers to ready_awaited, a question asked without firing (ready())
+                ExecutionEffect.report_ready: nothing,
+                ExecutionEffect.report_not_ready: nothing,
             }
             | flow_effects(Execution.chart_name),
         )
@@ -94,6 +97,18 @@ class StatusDriver:
             return []
         return await self.ctx.step(self.machine, event, **data)
 
+    def ready(self) -> bool | None:
+        """The Execution chart's answer to ``ready_awaited``, asked without firing: True when
+        READY, False when it never will be without another fact (FAILED, COMPLETED, or
+        STOPPED: the chart has ended), None while it is on its way."""
+        step = peek(self.machine, ExecutionEvent.ready_awaited)
+        if step is None:
+            return False
+        names = {e.name for e in step.effects}
+        if ExecutionEffect.report_ready in names:
+            return True
+        return False if ExecutionEffect.report_not_ready in names else None
+
     @property
     def watching_wakeup(self) -> bool:
         """READY and no turn content since (nor a prompt: ``unwatch_wakeup``): the next
@@ -103,8 +118,7 @@ class StatusDriver:
     async def turn_content(self) -> None:
         """Turn content arrived: the first one after the execution became READY is a wakeup
         fact (the chart decides whether it starts a wakeup turn)."""
-        if self._wakeup_watch:
-            self._wakeup_watch = False
+        if self._wakeup_watch:  # the chart's unwatch_wakeup ends the watch
             await self.fire(ExecutionEvent.wakeup_content_arrived)
 
     # --- effects ----------------------------------------------------------------------------

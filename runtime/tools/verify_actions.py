@@ -61,8 +61,7 @@ def _activity(x: Explorer, w: World, label: Label) -> None:
 @_action("content")
 def _content(x: Explorer, w: World, label: Label) -> None:
     _activity(x, w, label)
-    if w.watch:
-        w.watch = False
+    if w.watch:  # the chart's unwatch_wakeup ends the watch
         w.status_fire(ExecutionEvent.wakeup_content_arrived)
 
 
