@@ -216,10 +216,10 @@ class Persistence:
                     execution_id=execution_id,
                 )
             raise ExecutionNotFound(execution_id)
-        machine = await self.recovery.attempt(
+        recovered = await self.recovery.attempt(
             dormant.entry.record, StartupRecoveryEvent.relaunch_requested
         )
-        if machine.is_in("recovered"):
+        if recovered:
             return self.rt._sessions[execution_id].snapshot()
         lost = self.dormant(execution_id)
         raise lost.error() if lost is not None else ExecutionLost(execution_id, "relaunch failed")

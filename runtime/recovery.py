@@ -56,18 +56,18 @@ class DormantExecution:
     was (its stored status). ``Runtime.relaunch`` starts it again; ``Runtime.stop`` removes
     it."""
 
-    def __init__(self, entry: ExecutionLog, machine: ChartMachine, reason: str) -> None:
+    def __init__(
+        self, entry: ExecutionLog, machine: ChartMachine, reason: str, *, lost: bool
+    ) -> None:
         self.entry = entry
         self.machine = machine
         self.reason = reason
+        self.lost = lost
+        """Lost (the chart's ``mark_lost``), else finished as it was (``mark_finished``)."""
 
     @property
     def id(self) -> str:
         return self.entry.record.id
-
-    @property
-    def lost(self) -> bool:
-        return self.machine.is_in("lost")
 
     def error(self) -> ExecutionLost:
         return ExecutionLost(self.id, self.reason)
@@ -102,12 +102,14 @@ _STATUSES = ("STARTING", "RUNNING", "READY", "COMPLETED", "FAILED", "STOPPED")
 
 
 class _Attempt:
-    __slots__ = ("cancel_turn", "entry", "error", "generation", "reason", "todo")
+    __slots__ = ("cancel_turn", "entry", "error", "generation", "reason", "recovered", "todo")
 
     def __init__(self, entry: ExecutionLog, generation: int) -> None:
         self.entry = entry
         self.generation = generation
         self.todo: list[EffectName] = []
+        self.recovered = False
+        """The chart said so (its ``mark_recovered``)."""
         self.reason = ""
         self.error: BaseException | None = None
         self.cancel_turn = False
@@ -138,6 +140,7 @@ class RecoveryDriver:
             StartupRecoveryEffect.cancel_interrupted_turn: self._cancel_later,
             StartupRecoveryEffect.mark_lost: self._mark_lost,
             StartupRecoveryEffect.mark_finished: self._mark_finished,
+            StartupRecoveryEffect.mark_recovered: self._mark_recovered,
             StartupRecoveryEffect.persist_recovery: lambda a, e: self.durability.persist(a.entry),
         }
 
@@ -159,9 +162,9 @@ class RecoveryDriver:
             for record in records:
                 tg.start_soon(one, record)
 
-    async def attempt(self, record: StoredExecution, event: EventName, **data: Any) -> ChartMachine:
+    async def attempt(self, record: StoredExecution, event: EventName, **data: Any) -> bool:
         """One attempt: a new machine with the next startup generation, ``event`` fired,
-        then its work until it rests."""
+        then its work until it rests; whether the chart said it recovered."""
         entry = self.durability.log_of(record)
         generation = record.startup_generation + 1
         machine = StartupRecovery.start(
@@ -177,7 +180,7 @@ class RecoveryDriver:
         await self._fire(attempt, event, **data)
         while attempt.todo:
             await self._work[attempt.todo.pop(0)](attempt)
-        return machine
+        return attempt.recovered
 
     async def _fire(self, attempt: _Attempt, event: EventName, **data: Any) -> None:
         machine = self.attempts[attempt.entry.record.id]
@@ -236,12 +239,19 @@ class RecoveryDriver:
                 startup_generation=attempt.generation,
             ),
         )
-        self.dormant[record.id] = DormantExecution(attempt.entry, self.attempts[record.id], reason)
+        self.dormant[record.id] = DormantExecution(
+            attempt.entry, self.attempts[record.id], reason, lost=True
+        )
+
+    def _mark_recovered(self, attempt: _Attempt, effect: Effect) -> None:
+        attempt.recovered = True
 
     def _mark_finished(self, attempt: _Attempt, effect: Effect) -> None:
         record = attempt.entry.record
         reason = f"the agent had ended before the app restarted ({record.status})"
-        self.dormant[record.id] = DormantExecution(attempt.entry, self.attempts[record.id], reason)
+        self.dormant[record.id] = DormantExecution(
+            attempt.entry, self.attempts[record.id], reason, lost=False
+        )
 
     # --- work ----------------------------------------------------------------------------------
 

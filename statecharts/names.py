@@ -117,6 +117,7 @@ class PromptGenerationEvent:
     execution_stopped: Final = EventName("execution_stopped")
     handoff_received: Final = EventName("handoff_received")
     materialization_failed: Final = EventName("materialization_failed")
+    permission_requested: Final = EventName("permission_requested")
     reconnect_timed_out: Final = EventName("reconnect_timed_out")
     send_wait_timed_out: Final = EventName("send_wait_timed_out")
     stall_detected: Final = EventName("stall_detected")
@@ -156,6 +157,7 @@ class PromptGenerationEffect:
     send_cancel: Final = EffectName("send_cancel")
     skip_dispatch: Final = EffectName("skip_dispatch")
     steer_refused: Final = EffectName("steer_refused")
+    turn_over: Final = EffectName("turn_over")
     unclaimed: Final = EffectName("unclaimed")
     wait_for_carrier: Final = EffectName("wait_for_carrier")
 
@@ -292,6 +294,7 @@ class StartupRecoveryEffect:
     end_orphan: Final = EffectName("end_orphan")
     mark_finished: Final = EffectName("mark_finished")
     mark_lost: Final = EffectName("mark_lost")
+    mark_recovered: Final = EffectName("mark_recovered")
     persist_recovery: Final = EffectName("persist_recovery")
     probe_agent: Final = EffectName("probe_agent")
     publish_turn_interrupted: Final = EffectName("publish_turn_interrupted")

@@ -24,9 +24,14 @@ from acpfsm.adapters.transport import (
     PermissionPolicy,
     SupportsMcpMode,
 )
-from acpfsm.statecharts import SESSION_CHARTS, ChartMachine, EngineName, Execution
+from acpfsm.statecharts import SESSION_CHARTS, ChartMachine, EngineName, Execution, peek
 from acpfsm.statecharts.flows import Lock, Op
-from acpfsm.statecharts.names import ExecutionEffect, ExecutionEvent
+from acpfsm.statecharts.names import (
+    ExecutionEffect,
+    ExecutionEvent,
+    PromptGenerationEffect,
+    PromptGenerationEvent,
+)
 
 from .. import events as le
 from ..errors import NotReadyForPrompts, PendingDispatchedPromptTimeout, PromptError
@@ -191,9 +196,15 @@ class ExecutionSession(SessionViews):
         return self._stop_requested.is_set()
 
     def _turn_over(self, generation: int) -> bool:
-        """The generation's chart says its turn is over (ended or superseded)."""
+        """The generation's chart says its turn is over: its answer to
+        ``permission_requested``, asked without firing."""
         g = self.turns.generations.get(generation)
-        return g is not None and g.machine.is_in("ended", "superseded")
+        if g is None:
+            return False
+        step = peek(g.machine, PromptGenerationEvent.permission_requested)
+        return step is not None and any(
+            e.name == PromptGenerationEffect.turn_over for e in step.effects
+        )
 
     async def wait_finished(self) -> None:
         await self._finished.wait()

@@ -36,7 +36,7 @@ from acpfsm.statecharts.names import (
 
 from .. import events as le
 from ..errors import CANCEL_ESCALATED_SIGNAL, NotReadyForPrompts
-from .context import ExecutionContext, Handler, flow_effects
+from .context import ExecutionContext, Handler, flow_effects, nothing
 from .status import StatusDriver
 
 __all__ = ["Generation", "TurnDriver"]
@@ -130,6 +130,8 @@ class TurnDriver:
             PromptGenerationEffect.publish_prompt_failed: self._publish_failed,
             PromptGenerationEffect.publish_stream_error: self._publish_stream_error,
             PromptGenerationEffect.report_stall: self._report_stall,
+            # the answer to permission_requested, asked without firing (the broker's turn_over)
+            PromptGenerationEffect.turn_over: nothing,
         }
         handlers.update(own)
         ctx.handle(PromptGeneration.chart_name, handlers)
