@@ -11,12 +11,11 @@ RPCs; a failing layer call is data (logged, or listed as a config failure), neve
 
 from __future__ import annotations
 
+import functools
 import logging
 
-import anyio
-
 from acpfsm.adapters import events as ev
-from acpfsm.adapters.errors import AcpfsmError, AgentRequestError
+from acpfsm.adapters.errors import AgentRequestError
 from acpfsm.adapters.transport import SessionResult
 from acpfsm.statecharts import (
     ChartMachine,
@@ -33,7 +32,7 @@ from acpfsm.statecharts.names import (
 )
 
 from .. import events as le
-from .context import ExecutionContext, ModelState, decision_id
+from .context import ExecutionContext, Failed, ModelState, bounded, decision_id
 
 __all__ = ["ConfigDriver"]
 
@@ -88,6 +87,9 @@ class ConfigDriver:
 
     # --- the start-model policy ----------------------------------------------------------
 
+    async def _set_model(self, model: str) -> None:
+        await self.ctx.transport_or_raise().set_model(model)
+
     async def start_model(self) -> tuple[str, str]:
         """``applyStartModelPolicyToEffectiveModel``: ``(applied_model, error)``."""
         ctx = self.ctx
@@ -115,10 +117,9 @@ class ConfigDriver:
             if not calls:
                 break
             to_set = str(policy.constant(calls[0]["model_field"]))
-            try:
-                with anyio.fail_after(ctx.timeouts.request):
-                    await ctx.transport_or_raise().set_model(to_set)
-            except (AcpfsmError, TimeoutError) as exc:
+            got = await bounded(ctx.timeouts.request, functools.partial(self._set_model, to_set))
+            if isinstance(got, Failed):
+                exc = got.error
                 self._set_model_error = str(exc)
                 fired = await ctx.step(
                     policy,
@@ -195,26 +196,25 @@ class ConfigDriver:
             applied["model"] = applied_model
             final_config_id = self._model_config_id()
         if ctx.profile.mode:
-            try:
-                with anyio.fail_after(ctx.timeouts.request):
-                    await transport.set_mode(ctx.profile.mode)
-            except (AcpfsmError, TimeoutError) as exc:
-                log.warning("profile mode %s not applied: %s", ctx.profile.mode, exc)
+            mode = ctx.profile.mode
+            got = await bounded(ctx.timeouts.request, lambda: transport.set_mode(mode))
+            if isinstance(got, Failed):
+                log.warning("profile mode %s not applied: %s", mode, got.error)
             else:
-                applied["mode"] = ctx.profile.mode
+                applied["mode"] = mode
         options = {
             k.strip(): v.strip()
             for k, v in ctx.profile.config_options.items()
             if k.strip() and v.strip() and k.strip() not in _RESERVED_OPTION_KEYS
         }
-        for key in sorted(options):
-            try:
-                with anyio.fail_after(ctx.timeouts.request):
-                    await transport.set_config_option(key, options[key])
-            except (AcpfsmError, TimeoutError) as exc:
-                log.warning("profile config option %s not applied: %s", key, exc)
+        for key, value in sorted(options.items()):
+            got = await bounded(
+                ctx.timeouts.request, functools.partial(transport.set_config_option, key, value)
+            )
+            if isinstance(got, Failed):
+                log.warning("profile config option %s not applied: %s", key, got.error)
             else:
-                applied[key] = options[key]
+                applied[key] = value
                 final_config_id = key
         return final_config_id, applied
 
@@ -260,12 +260,8 @@ class ConfigDriver:
         mode = str(ctx.metadata.get("session_mode", ""))
         if not mode or mode == profile_applied.get("mode", ""):
             return []
-        try:
-            with anyio.fail_after(ctx.timeouts.request):
-                await ctx.transport_or_raise().set_mode(mode)
-        except (AcpfsmError, TimeoutError):
-            return ["mode"]
-        return []
+        got = await bounded(ctx.timeouts.request, lambda: ctx.transport_or_raise().set_mode(mode))
+        return ["mode"] if isinstance(got, Failed) else []
 
     def catalog_known(self) -> bool:
         state = self.ctx.models.state
@@ -290,11 +286,11 @@ class ConfigDriver:
                 if option.category.lower() in _RESERVED_OPTION_KEYS:
                     continue
                 clean[key] = value
-        for key in sorted(clean):
-            try:
-                with anyio.fail_after(ctx.timeouts.request):
-                    await transport.set_config_option(key, clean[key])
-            except (AcpfsmError, TimeoutError):
+        for key, value in sorted(clean.items()):
+            got = await bounded(
+                ctx.timeouts.request, functools.partial(transport.set_config_option, key, value)
+            )
+            if isinstance(got, Failed):
                 failures.append(key)
             else:
                 final_config_id = key

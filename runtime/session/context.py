@@ -18,7 +18,7 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -44,14 +44,18 @@ if TYPE_CHECKING:
 __all__ = [
     "Activity",
     "ExecutionContext",
+    "Failed",
     "Handler",
     "ModelCache",
+    "bounded",
     "decision_id",
     "flow_effects",
     "nothing",
 ]
 
 log = logging.getLogger("acpfsm.runtime")
+
+_T = TypeVar("_T")
 
 Handler = Callable[[Effect, ChartMachine], Awaitable[None] | None]
 """Performs one effect of a step ``machine`` took."""
@@ -65,6 +69,25 @@ def nothing(effect: Effect, machine: ChartMachine) -> None:
 def flow_effects(chart: str) -> dict[EffectName, Handler]:
     """``chart``'s flow effects, each with no handler of its own (:func:`nothing`)."""
     return dict.fromkeys(flows.flow_effects(chart), nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """What :func:`bounded` answers when the request failed or its bound ran out."""
+
+    error: AcpfsmError | TimeoutError
+
+
+async def bounded(bound: float, call: Callable[[], Awaitable[_T]]) -> _T | Failed:
+    """``call()`` bounded by ``bound`` seconds: its result, or :class:`Failed` with the typed
+    error it raised (the adapters' :class:`AcpfsmError`) or the ``TimeoutError`` of the bound.
+    The drivers' one bounded request outside the flow table (whose ``Do`` steps have their
+    own bounds); a cancellation goes on."""
+    try:
+        with anyio.fail_after(bound):
+            return await call()
+    except (AcpfsmError, TimeoutError) as exc:
+        return Failed(exc)
 
 
 def utcnow() -> dt.datetime:
