@@ -323,14 +323,13 @@ class ConfigDriver:
             if provider_response:
                 ctx.models.responses_applied.add(config_id)
             return
-        fired = await ctx.step(
+        # (responses_applied is read by settle() alone, which ran before this settlement)
+        await ctx.step(
             self.settlement,
             ConfigSettlementEvent.models_updated,
             provider_response=provider_response,
             response_config_id=config_id,
         )
-        if provider_response and all(s.targetless for _, s in fired):
-            ctx.models.responses_applied.add(config_id)
 
     def _on_publish_settled(self, effect: Effect, machine: ChartMachine) -> None:
         """Publish the cache as settled; its config baseline is the one captured when the

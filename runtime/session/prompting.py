@@ -98,7 +98,7 @@ class PromptDriver:
         attachments: Sequence[Attachment] = (),
         dispatch_only: bool = False,
         on_dispatched: Callable[[], object] | None = None,
-        validate_status: bool = True,
+        validate_status: bool,
         initial: bool = False,
         timeout: float | None = None,  # noqa: ASYNC109 - a typed PromptTimeout, turn cancelled
         on_admitted: Callable[[int], object] | None = None,
