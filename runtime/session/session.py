@@ -24,7 +24,7 @@ from acpfsm.adapters.transport import (
     PermissionPolicy,
     SupportsMcpMode,
 )
-from acpfsm.statecharts import SESSION_CHARTS, ChartMachine, EngineName, Execution, peek
+from acpfsm.statecharts import SESSION_CHARTS, EngineName, Execution, peek
 from acpfsm.statecharts.flows import Lock, Op
 from acpfsm.statecharts.names import (
     ExecutionEffect,
@@ -383,8 +383,3 @@ class ExecutionSession(SessionViews):
                 execution_id=ctx.id,
             )
         await self.status.fire(ExecutionEvent.recovered)
-
-
-def machine_of(session: ExecutionSession, chart: str) -> ChartMachine | None:
-    """The session's current machine of ``chart`` (tests and tools inspect it)."""
-    return session.ctx.machines.get(chart)
