@@ -44,7 +44,9 @@ stream), ``record_failure`` (the execution's error message and end time),
 READY: its turn's content is no wakeup, so the runtime stops watching for one and fires no
 ``wakeup_content_arrived`` for it; and the wakeup fact itself: one per READY),
 ``report_ready``/``report_not_ready`` (the answers to ``ready_awaited``, asked without firing
-by a caller waiting for READY: the runtime reads no status name to decide).
+by a caller waiting for READY: the runtime reads no status name to decide),
+``recover_stream`` (the answer to ``stream_recovery_requested``, asked in place: FAILED, so
+``RecoverAgentPromptStream`` checks the carrier and fires ``recovered``).
 """
 
 from __future__ import annotations
@@ -167,6 +169,9 @@ class Execution(Chart):
             active.ready.to(None)  # R33
         )
     )
+    # RecoverAgentPromptStream asks whether there is anything to recover: only FAILED is
+    # (``recover_stream``); answered in place, before the carrier is checked
+    stream_recovery_requested = failed.to(None) | active.to(None) | completed.to(None)
     # FAILED → READY: stream recovered with a running agent process
     recovered = failed.to(active.ready)
     # any → READY: cancel escalation (escalateStuckCancel)
@@ -219,6 +224,7 @@ class Execution(Chart):
             "wakeup_content_arrived: failed": ["unwatch_wakeup"],
             "wakeup_content_arrived: completed": ["unwatch_wakeup"],
             "ready_awaited: ready": ["report_ready"],
+            "stream_recovery_requested: failed": ["recover_stream"],
             "ready_awaited: failed": ["report_not_ready"],
             "ready_awaited: completed": ["report_not_ready"],
             "turn_dispatched: ready -> running": ["publish_agent_running"],

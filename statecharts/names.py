@@ -46,6 +46,7 @@ class SessionInitEvent:
     start_model_settled: Final = EventName("start_model_settled")
     stream_connect_timed_out: Final = EventName("stream_connect_timed_out")
     stream_ready: Final = EventName("stream_ready")
+    stream_recovery_requested: Final = EventName("stream_recovery_requested")
 
 
 class SessionInitEffect:
@@ -67,6 +68,7 @@ class SessionInitEffect:
     open_admission: Final = EffectName("open_admission")
     publish_agent_recovered: Final = EffectName("publish_agent_recovered")
     publish_original_snapshot: Final = EffectName("publish_original_snapshot")
+    recovery_allowed: Final = EffectName("recovery_allowed")
     require_authentication: Final = EffectName("require_authentication")
     send_initial_prompt: Final = EffectName("send_initial_prompt")
     settle: Final = EffectName("settle")
@@ -180,6 +182,7 @@ class ExecutionEvent:
     start_requested: Final = EventName("start_requested")
     stop_requested: Final = EventName("stop_requested")
     stream_lost: Final = EventName("stream_lost")
+    stream_recovery_requested: Final = EventName("stream_recovery_requested")
     turn_completed: Final = EventName("turn_completed")
     turn_dispatched: Final = EventName("turn_dispatched")
     turn_failed: Final = EventName("turn_failed")
@@ -205,6 +208,7 @@ class ExecutionEffect:
     record_exit: Final = EffectName("record_exit")
     record_failure: Final = EffectName("record_failure")
     record_finish: Final = EffectName("record_finish")
+    recover_stream: Final = EffectName("recover_stream")
     refuse_prompt: Final = EffectName("refuse_prompt")
     report_not_ready: Final = EffectName("report_not_ready")
     report_ready: Final = EffectName("report_ready")

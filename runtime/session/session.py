@@ -24,13 +24,15 @@ from acpfsm.adapters.transport import (
     PermissionPolicy,
     SupportsMcpMode,
 )
-from acpfsm.statecharts import SESSION_CHARTS, EngineName, Execution, peek
+from acpfsm.statecharts import SESSION_CHARTS, EngineName, Execution, Step, peek
 from acpfsm.statecharts.flows import Lock, Op
 from acpfsm.statecharts.names import (
     ExecutionEffect,
     ExecutionEvent,
     PromptGenerationEffect,
     PromptGenerationEvent,
+    SessionInitEffect,
+    SessionInitEvent,
 )
 
 from .. import events as le
@@ -374,12 +376,21 @@ class ExecutionSession(SessionViews):
     async def recover_stream(self) -> None:
         """RecoverAgentPromptStream: revive a FAILED execution whose stream is back. A no-op
         before ACP init (the startup owns its stream, R34) and unless FAILED."""
-        init, ctx = self.init.machine, self.ctx
-        if not init.is_in("prompting", "booted") or not self.status.machine.is_in("failed"):
-            return
+        ctx = self.ctx
+        over = peek(self.init.machine, SessionInitEvent.stream_recovery_requested)
+        if over is None or SessionInitEffect.recovery_allowed not in _names(over):
+            return  # the init is not over (or failed): the startup owns the stream (R34)
+        failed = peek(self.status.machine, ExecutionEvent.stream_recovery_requested)
+        if failed is None or ExecutionEffect.recover_stream not in _names(failed):
+            return  # nothing to recover: the execution is not FAILED
         if ctx.exit_code is not None or not self.stream.connected:
             raise TransportClosed(
                 f'agent process is not running for execution "{ctx.id}" (stream not recovered)',
                 execution_id=ctx.id,
             )
         await self.status.fire(ExecutionEvent.recovered)
+
+
+def _names(step: Step) -> set[str]:
+    """The names of the effects of a chart's answer (a question asked in place)."""
+    return {e.name for e in step.effects}

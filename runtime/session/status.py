@@ -56,6 +56,7 @@ class StatusDriver:
                 # the answers to ready_awaited, a question asked without firing (ready())
                 ExecutionEffect.report_ready: nothing,
                 ExecutionEffect.report_not_ready: nothing,
+                ExecutionEffect.recover_stream: nothing,  # stream_recovery_requested's answer
             }
             | flow_effects(Execution.chart_name),
         )
