@@ -46,7 +46,6 @@ class SessionInitEvent:
     start_model_settled: Final = EventName("start_model_settled")
     stream_connect_timed_out: Final = EventName("stream_connect_timed_out")
     stream_ready: Final = EventName("stream_ready")
-    stream_recovery_requested: Final = EventName("stream_recovery_requested")
 
 
 class SessionInitEffect:
@@ -68,7 +67,6 @@ class SessionInitEffect:
     open_admission: Final = EffectName("open_admission")
     publish_agent_recovered: Final = EffectName("publish_agent_recovered")
     publish_original_snapshot: Final = EffectName("publish_original_snapshot")
-    recovery_allowed: Final = EffectName("recovery_allowed")
     require_authentication: Final = EffectName("require_authentication")
     send_initial_prompt: Final = EffectName("send_initial_prompt")
     settle: Final = EffectName("settle")

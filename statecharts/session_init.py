@@ -49,10 +49,6 @@ reports the fact.
    ``prompt_composed`` (the context goes into that prompt once); otherwise ``ready``.
 
 ``init_abandoned`` (the launch was stopped or cancelled) leaves any working state.
-
-``stream_recovery_requested`` (``RecoverAgentPromptStream``) is a question answered in place:
-once the init is over (``prompting``, ``booted``) the stream may be recovered
-(``recovery_allowed``); before that the startup owns its stream (R34) and nothing is done.
 """
 
 from __future__ import annotations
@@ -179,12 +175,6 @@ class SessionInit(Chart):
         booted.resume_context_pending.to(booted.ready) | booted.ready.to(None) | prompting.to(None)
     )
 
-    # RecoverAgentPromptStream asks whether the init is over (R34: before that the startup
-    # owns its stream); answered in place
-    stream_recovery_requested = (
-        pending.to(None) | initializing.to(None) | prompting.to(None) | booted.to(None)
-    )
-
     effects: ClassVar[Effects] = Effects(
         on_enter={
             "connecting_stream": ["await_stream"],
@@ -208,8 +198,6 @@ class SessionInit(Chart):
             "abandoned": ["open_admission"],
         },
         transitions={
-            "stream_recovery_requested: prompting": ["recovery_allowed"],
-            "stream_recovery_requested: booted": ["recovery_allowed"],
             "stream_ready: connecting_stream -> ready": ["publish_agent_recovered"],
             "prompt_composed: resume_context_pending -> ready": ["inject_resume_context"],
             "load_failed: loading -> failed [needs_authentication]": ["require_authentication"],

@@ -24,7 +24,7 @@ from acpfsm.statecharts.names import SessionInitEffect
 from .. import events as le
 from ..errors import AuthenticationRequired, SessionInitError
 from .config import ConfigDriver
-from .context import ExecutionContext, Failed, bounded, flow_effects, nothing
+from .context import ExecutionContext, Failed, bounded, flow_effects
 from .interpreter import Answer, FlowRun, Interpreter, Later
 from .stream import StreamDriver
 
@@ -81,8 +81,6 @@ class InitDriver:
                 SessionInitEffect.fail_init: self._fail_init,
                 SessionInitEffect.require_authentication: self._require_authentication,
                 SessionInitEffect.publish_agent_recovered: self._publish_agent_recovered,
-                # the answer to stream_recovery_requested, asked in place (recover_stream)
-                SessionInitEffect.recovery_allowed: nothing,
             }
         )
         ctx.handle(SessionInit.chart_name, handlers)

@@ -31,8 +31,6 @@ from acpfsm.statecharts.names import (
     ExecutionEvent,
     PromptGenerationEffect,
     PromptGenerationEvent,
-    SessionInitEffect,
-    SessionInitEvent,
 )
 
 from .. import events as le
@@ -377,8 +375,7 @@ class ExecutionSession(SessionViews):
         """RecoverAgentPromptStream: revive a FAILED execution whose stream is back. A no-op
         before ACP init (the startup owns its stream, R34) and unless FAILED."""
         ctx = self.ctx
-        over = peek(self.init.machine, SessionInitEvent.stream_recovery_requested)
-        if over is None or SessionInitEffect.recovery_allowed not in _names(over):
+        if not self.init.machine.is_in("prompting", "booted"):
             return  # the init is not over (or failed): the startup owns the stream (R34)
         failed = peek(self.status.machine, ExecutionEvent.stream_recovery_requested)
         if failed is None or ExecutionEffect.recover_stream not in _names(failed):
