@@ -32,12 +32,12 @@ typecheck: $(STAMP)
 	$(BIN)/mypy -p acpfsm.statecharts -p acpfsm.runtime -p acpfsm.adapters -p acpfsm.testing -p acpfsm.tools
 
 diagrams: $(STAMP)
-	$(BIN)/acpfsm diagrams --out diagrams
+	$(BIN)/acpfsm diagrams --out diagrams --names statecharts/names.py
 
 # Byte drift of every generated file, then every drawing measured in headless Chromium
 # (overlapping labels, text outside its box, edges through boxes) and the screenshots.
 diagrams-check: $(STAMP) chromium
-	$(BIN)/acpfsm diagrams --check --browser --out diagrams
+	$(BIN)/acpfsm diagrams --check --browser --out diagrams --names statecharts/names.py
 
 # Every interleaving of one execution's life at the default bounds (3 generations, both
 # carriers): exit 1 with a shortest counterexample for each property that fails.

@@ -45,6 +45,7 @@ from acpfsm.adapters.events import Unknown
 from acpfsm.adapters.executor import RecoverableExecutor
 from acpfsm.adapters.sync import Wakeup
 from acpfsm.statecharts import ChartMachine, DurableRecord, Effect
+from acpfsm.statecharts.names import DurableRecordEffect
 
 from . import events as le
 from .store import ExecutionStore, StoreBatch, StoredEvent, StoredExecution, StoredRow, StoreError
@@ -249,9 +250,9 @@ class Durability:
         ctx.handle(
             DurableRecord.chart_name,
             {
-                "persist_execution": persist,
-                "reserve_generation": reserve,
-                "delete_execution": delete,
+                DurableRecordEffect.persist_execution: persist,
+                DurableRecordEffect.reserve_generation: reserve,
+                DurableRecordEffect.delete_execution: delete,
             },
         )
         ctx.check_handlers((DurableRecord,))

@@ -28,6 +28,7 @@ import anyio.abc
 from acpfsm.adapters.executor import AgentLaunch, Executor, RecoverableExecutor
 from acpfsm.adapters.transport import AgentTransport
 from acpfsm.statecharts import DurableRecord
+from acpfsm.statecharts.names import DurableRecordEvent, StartupRecoveryEvent
 
 from .bus import bus_feed
 from .durable import Durability, DurableSubscription, ExecutionLog
@@ -103,7 +104,7 @@ class Persistence:
     async def _detach(self, session: ExecutionSession) -> None:
         record = session.ctx.machines.get(DurableRecord.chart_name)
         if record is not None and not record.ended:
-            await session.ctx.step(record, "runtime_detached")
+            await session.ctx.step(record, DurableRecordEvent.runtime_detached)
         executor = self.rt.executors.get(session.ctx.spec.executor_id)
         if isinstance(executor, RecoverableExecutor):
             executor.detach(session.id)
@@ -218,8 +219,10 @@ class Persistence:
                     execution_id=execution_id,
                 )
             raise ExecutionNotFound(execution_id)
-        machine = await self.recovery.attempt(dormant.entry.record, "relaunch_requested")
-        if machine.is_in("recovered"):
+        recovered = await self.recovery.attempt(
+            dormant.entry.record, StartupRecoveryEvent.relaunch_requested
+        )
+        if recovered:
             return self.rt._sessions[execution_id].snapshot()
         lost = self.dormant(execution_id)
         raise lost.error() if lost is not None else ExecutionLost(execution_id, "relaunch failed")
@@ -235,4 +238,4 @@ class Persistence:
         session.ctx.metadata[key] = value
         record = session.ctx.machines.get(DurableRecord.chart_name)
         if record is not None and not record.ended:
-            await session.ctx.step(record, "overrides_changed")
+            await session.ctx.step(record, DurableRecordEvent.overrides_changed)

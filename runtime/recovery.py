@@ -26,6 +26,12 @@ import anyio
 from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.adapters.executor import RecoverableExecutor
 from acpfsm.statecharts import ChartMachine, Effect, StartupRecovery
+from acpfsm.statecharts.names import (
+    EffectName,
+    EventName,
+    StartupRecoveryEffect,
+    StartupRecoveryEvent,
+)
 
 from . import events as le
 from .durable import Durability, ExecutionLog
@@ -50,18 +56,18 @@ class DormantExecution:
     was (its stored status). ``Runtime.relaunch`` starts it again; ``Runtime.stop`` removes
     it."""
 
-    def __init__(self, entry: ExecutionLog, machine: ChartMachine, reason: str) -> None:
+    def __init__(
+        self, entry: ExecutionLog, machine: ChartMachine, reason: str, *, lost: bool
+    ) -> None:
         self.entry = entry
         self.machine = machine
         self.reason = reason
+        self.lost = lost
+        """Lost (the chart's ``mark_lost``), else finished as it was (``mark_finished``)."""
 
     @property
     def id(self) -> str:
         return self.entry.record.id
-
-    @property
-    def lost(self) -> bool:
-        return self.machine.is_in("lost")
 
     def error(self) -> ExecutionLost:
         return ExecutionLost(self.id, self.reason)
@@ -96,12 +102,14 @@ _STATUSES = ("STARTING", "RUNNING", "READY", "COMPLETED", "FAILED", "STOPPED")
 
 
 class _Attempt:
-    __slots__ = ("cancel_turn", "entry", "error", "generation", "reason", "todo")
+    __slots__ = ("cancel_turn", "entry", "error", "generation", "reason", "recovered", "todo")
 
     def __init__(self, entry: ExecutionLog, generation: int) -> None:
         self.entry = entry
         self.generation = generation
-        self.todo: list[str] = []
+        self.todo: list[EffectName] = []
+        self.recovered = False
+        """The chart said so (its ``mark_recovered``)."""
         self.reason = ""
         self.error: BaseException | None = None
         self.cancel_turn = False
@@ -120,19 +128,20 @@ class RecoveryDriver:
         self.attempts: dict[str, ChartMachine] = {}
         """The current attempt of each execution (where every fact is fired)."""
         self.dormant: dict[str, DormantExecution] = {}
-        self._work: dict[str, Work] = {
-            "probe_agent": self._probe,
-            "end_orphan": self._end_orphan,
-            "reattach_agent": self._reattach,
-            "relaunch_agent": self._relaunch,
+        self._work: dict[EffectName, Work] = {
+            StartupRecoveryEffect.probe_agent: self._probe,
+            StartupRecoveryEffect.end_orphan: self._end_orphan,
+            StartupRecoveryEffect.reattach_agent: self._reattach,
+            StartupRecoveryEffect.relaunch_agent: self._relaunch,
         }
-        self._now: dict[str, Callable[[_Attempt, Effect], Awaitable[None] | None]] = {
-            "claim_attempt": self._claim,
-            "publish_turn_interrupted": self._interrupted,
-            "cancel_interrupted_turn": self._cancel_later,
-            "mark_lost": self._mark_lost,
-            "mark_finished": self._mark_finished,
-            "persist_recovery": lambda a, e: self.durability.persist(a.entry),
+        self._now: dict[EffectName, Callable[[_Attempt, Effect], Awaitable[None] | None]] = {
+            StartupRecoveryEffect.claim_attempt: self._claim,
+            StartupRecoveryEffect.publish_turn_interrupted: self._interrupted,
+            StartupRecoveryEffect.cancel_interrupted_turn: self._cancel_later,
+            StartupRecoveryEffect.mark_lost: self._mark_lost,
+            StartupRecoveryEffect.mark_finished: self._mark_finished,
+            StartupRecoveryEffect.mark_recovered: self._mark_recovered,
+            StartupRecoveryEffect.persist_recovery: lambda a, e: self.durability.persist(a.entry),
         }
 
     # --- attempts ------------------------------------------------------------------------------
@@ -143,7 +152,9 @@ class RecoveryDriver:
         async def one(record: StoredExecution) -> None:
             async with limiter:
                 try:
-                    await self.attempt(record, "recovery_started", **_facts(record))
+                    await self.attempt(
+                        record, StartupRecoveryEvent.recovery_started, **_facts(record)
+                    )
                 except Exception:  # contained: the others are recovered all the same
                     log.exception("recovering execution %s failed", record.id)
 
@@ -151,9 +162,9 @@ class RecoveryDriver:
             for record in records:
                 tg.start_soon(one, record)
 
-    async def attempt(self, record: StoredExecution, event: str, **data: Any) -> ChartMachine:
+    async def attempt(self, record: StoredExecution, event: EventName, **data: Any) -> bool:
         """One attempt: a new machine with the next startup generation, ``event`` fired,
-        then its work until it rests."""
+        then its work until it rests; whether the chart said it recovered."""
         entry = self.durability.log_of(record)
         generation = record.startup_generation + 1
         machine = StartupRecovery.start(
@@ -169,9 +180,9 @@ class RecoveryDriver:
         await self._fire(attempt, event, **data)
         while attempt.todo:
             await self._work[attempt.todo.pop(0)](attempt)
-        return machine
+        return attempt.recovered
 
-    async def _fire(self, attempt: _Attempt, event: str, **data: Any) -> None:
+    async def _fire(self, attempt: _Attempt, event: EventName, **data: Any) -> None:
         machine = self.attempts[attempt.entry.record.id]
         step = machine.fire(event, startup_generation=attempt.generation, **data)
         for effect in step.effects:
@@ -228,12 +239,19 @@ class RecoveryDriver:
                 startup_generation=attempt.generation,
             ),
         )
-        self.dormant[record.id] = DormantExecution(attempt.entry, self.attempts[record.id], reason)
+        self.dormant[record.id] = DormantExecution(
+            attempt.entry, self.attempts[record.id], reason, lost=True
+        )
+
+    def _mark_recovered(self, attempt: _Attempt, effect: Effect) -> None:
+        attempt.recovered = True
 
     def _mark_finished(self, attempt: _Attempt, effect: Effect) -> None:
         record = attempt.entry.record
         reason = f"the agent had ended before the app restarted ({record.status})"
-        self.dormant[record.id] = DormantExecution(attempt.entry, self.attempts[record.id], reason)
+        self.dormant[record.id] = DormantExecution(
+            attempt.entry, self.attempts[record.id], reason, lost=False
+        )
 
     # --- work ----------------------------------------------------------------------------------
 
@@ -251,20 +269,20 @@ class RecoveryDriver:
                 else "cannot find its agents again"
             )
             reason = f"executor {record.executor_id!r} {why}: its agent may still run"
-            await self._fire(attempt, "agent_gone", reason=reason)
+            await self._fire(attempt, StartupRecoveryEvent.agent_gone, reason=reason)
             return
         with anyio.move_on_after(self.rt.timeouts.request):
             probe = await executor.probe(record.id, record.handle)
         if not probe or probe.found == "gone":
             reason = probe.reason if probe else "the executor did not answer in time"
-            await self._fire(attempt, "agent_gone", reason=reason)
+            await self._fire(attempt, StartupRecoveryEvent.agent_gone, reason=reason)
         elif probe.found == "alive" and record.agent_profile_id in self.rt.profiles:
-            await self._fire(attempt, "agent_alive")
+            await self._fire(attempt, StartupRecoveryEvent.agent_alive)
         else:
             attempt.reason = probe.reason
             if probe.found == "alive":
                 attempt.reason = f"agent profile {record.agent_profile_id!r} is not configured"
-            await self._fire(attempt, "orphan_found")
+            await self._fire(attempt, StartupRecoveryEvent.orphan_found)
 
     async def _end_orphan(self, attempt: _Attempt) -> None:
         record = attempt.entry.record
@@ -273,7 +291,9 @@ class RecoveryDriver:
         if executor is not None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.rt.timeouts.request):
                 done = await executor.end_orphan(record.id, record.handle)
-        await self._fire(attempt, "orphan_ended", reason=f"{attempt.reason}; {done}")
+        await self._fire(
+            attempt, StartupRecoveryEvent.orphan_ended, reason=f"{attempt.reason}; {done}"
+        )
 
     async def _start(self, attempt: _Attempt, session: ExecutionSession) -> BaseException | None:
         """Run ``session`` and wait until it is READY; the failure, else None."""
@@ -293,26 +313,30 @@ class RecoveryDriver:
             if attempt.cancel_turn:
                 await self._cancel_interrupted(session)
             self.dormant.pop(record.id, None)
-            await self._fire(attempt, "reattached")
+            await self._fire(attempt, StartupRecoveryEvent.reattached)
         else:
             await self._fire(
-                attempt, "reattach_failed", reason=f"the agent could not be reattached: {failure}"
+                attempt,
+                StartupRecoveryEvent.reattach_failed,
+                reason=f"the agent could not be reattached: {failure}",
             )
 
     async def _relaunch(self, attempt: _Attempt) -> None:
         record = attempt.entry.record
         if record.agent_profile_id not in self.rt.profiles:
             reason = f"agent profile {record.agent_profile_id!r} is not configured"
-            await self._fire(attempt, "relaunch_failed", reason=reason)
+            await self._fire(attempt, StartupRecoveryEvent.relaunch_failed, reason=reason)
             return
         session = self.rt.session_from(record, attempt.entry, reattach=False)
         failure = await self._start(attempt, session)
         if failure is None:
             self.dormant.pop(record.id, None)
-            await self._fire(attempt, "relaunched")
+            await self._fire(attempt, StartupRecoveryEvent.relaunched)
         else:
             attempt.error = failure
-            await self._fire(attempt, "relaunch_failed", reason=f"relaunch failed: {failure}")
+            await self._fire(
+                attempt, StartupRecoveryEvent.relaunch_failed, reason=f"relaunch failed: {failure}"
+            )
 
 
 def _facts(record: StoredExecution) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import ChartDefinitionError
+from .names import EffectName
 
 if TYPE_CHECKING:
     from ._base import Chart
@@ -110,7 +111,7 @@ def effect(name: str, *fields: str, **defaults: Any) -> EffectSpec:
 class Effect:
     """An effect a fired transition asks the runtime to perform: frozen, plain data."""
 
-    name: str
+    name: EffectName
     args: tuple[tuple[str, Any], ...] = ()
 
     def __getitem__(self, key: str) -> Any:
@@ -186,7 +187,7 @@ class EffectPlan(NamedTuple):
     the declared default, else nothing), and the effect itself when every field has a default
     and none is a constant (it is the same whenever the data holds none of them)."""
 
-    name: str
+    name: EffectName
     fields: tuple[tuple[str, int, Any], ...]
     fixed: Effect | None
 
@@ -206,8 +207,8 @@ def effect_plan(spec: EffectSpec, constants: Mapping[str, Any]) -> EffectPlan:
             fields.append((name, FROM_NOWHERE, None))
     fixed = None
     if all(source == FROM_DEFAULT for _, source, _ in fields):
-        fixed = Effect(spec.name, tuple((name, value) for name, _, value in fields))
-    return EffectPlan(spec.name, tuple(fields), fixed)
+        fixed = Effect(EffectName(spec.name), tuple((name, value) for name, _, value in fields))
+    return EffectPlan(EffectName(spec.name), tuple(fields), fixed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -584,7 +585,7 @@ def compile_chart(chart: type[Chart], mutant: Mutant | None = None) -> CompiledC
                             target is None,
                             after,
                             entered,
-                            tuple(Effect(s.name) for s in specs),
+                            tuple(Effect(EffectName(s.name)) for s in specs),
                         )
                         if static
                         else None

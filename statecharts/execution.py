@@ -42,7 +42,11 @@ stream), ``record_failure`` (the execution's error message and end time),
 ``record_finish`` (its end time), ``record_exit`` (the exit code), ``watch_for_wakeup``
 (the next turn content while READY is a wakeup fact), ``unwatch_wakeup`` (a prompt left
 READY: its turn's content is no wakeup, so the runtime stops watching for one and fires no
-``wakeup_content_arrived`` for it).
+``wakeup_content_arrived`` for it; and the wakeup fact itself: one per READY),
+``report_ready``/``report_not_ready`` (the answers to ``ready_awaited``, asked without firing
+by a caller waiting for READY: the runtime reads no status name to decide),
+``recover_stream`` (the answer to ``stream_recovery_requested``, asked in place: FAILED, so
+``RecoverAgentPromptStream`` checks the carrier and fires ``recovered``).
 """
 
 from __future__ import annotations
@@ -125,6 +129,10 @@ class Execution(Chart):
     # a cancel asks whether the execution still runs (the app's stop ends it: the cancel
     # then says so, kandev has no such row)
     cancel_requested = active.to(None) | failed.to(None) | completed.to(None)
+    # a caller waiting for READY asks whether it is READY (``report_ready``), still on its way
+    # (nothing), or never will be without another fact (``report_not_ready``); STOPPED has
+    # ended the chart, which says the same
+    ready_awaited = active.ready.to(None) | active.to(None) | failed.to(None) | completed.to(None)
     # a prompt or steer asks whether prompts are accepted (validateStatus: RUNNING or READY)
     prompt_requested = (
         active.running.to(None)
@@ -161,6 +169,9 @@ class Execution(Chart):
             active.ready.to(None)  # R33
         )
     )
+    # RecoverAgentPromptStream asks whether there is anything to recover: only FAILED is
+    # (``recover_stream``); answered in place, before the carrier is checked
+    stream_recovery_requested = failed.to(None) | active.to(None) | completed.to(None)
     # FAILED → READY: stream recovered with a running agent process
     recovered = failed.to(active.ready)
     # any → READY: cancel escalation (escalateStuckCancel)
@@ -208,7 +219,14 @@ class Execution(Chart):
     effects: ClassVar[Effects] = Effects(
         transitions={
             "prompt_began: ready -> running": ["unwatch_wakeup"],
-            "wakeup_content_arrived: ready -> running": ["publish_agent_running"],
+            "wakeup_content_arrived: ready -> running": ["unwatch_wakeup", "publish_agent_running"],
+            "wakeup_content_arrived: active": ["unwatch_wakeup"],
+            "wakeup_content_arrived: failed": ["unwatch_wakeup"],
+            "wakeup_content_arrived: completed": ["unwatch_wakeup"],
+            "ready_awaited: ready": ["report_ready"],
+            "stream_recovery_requested: failed": ["recover_stream"],
+            "ready_awaited: failed": ["report_not_ready"],
+            "ready_awaited: completed": ["report_not_ready"],
             "turn_dispatched: ready -> running": ["publish_agent_running"],
             "wakeup_turn_completed: ready -> ready": [
                 "end_wakeup_turn",

@@ -85,6 +85,14 @@ from .flowsteps import (
     go,
     targets,
 )
+from .names import AgentStreamEvent as StreamEv
+from .names import EffectName
+from .names import ExecutionEffect as ExeFx
+from .names import ExecutionEvent as ExeEv
+from .names import PromptGenerationEffect as GenFx
+from .names import PromptGenerationEvent as GenEv
+from .names import SessionInitEffect as InitFx
+from .names import SessionInitEvent as InitEv
 
 __all__ = [
     "CANCEL",
@@ -138,10 +146,10 @@ _PG = On.GENERATION
 # the flow effects a cancel acts on after session/cancel's answer or its wait's expiry
 # (CancelAgent, escalateStuckCancel), in the order they are looked for
 _CANCEL_FOLLOW = (
-    ("escalate_idle", "escalate_idle"),
-    ("report_escalation", "escalated"),
-    ("await_waiter", "await_waiter"),
-    ("arm_cancel_wait", "arm_cancel_wait"),
+    (GenFx.escalate_idle, "escalate_idle"),
+    (GenFx.report_escalation, "escalated"),
+    (GenFx.await_waiter, "await_waiter"),
+    (GenFx.arm_cancel_wait, "arm_cancel_wait"),
 )
 _CANCEL_ERROR = "agent stream disconnected: the cancel got no answer"
 
@@ -163,20 +171,20 @@ def _cancel_answers(**extra: Go) -> dict[str, Go]:
 CANCEL = flow(
     "cancel",
     # a cancel of an execution the app stopped (or is stopping) says so
-    ("status", Fire(On.EXECUTION, "cancel_requested", then=NEXT, absent="stopped")),
+    ("status", Fire(On.EXECUTION, ExeEv.cancel_requested, then=NEXT, absent="stopped")),
     # CancelAgent: the current generation's chart decides (a prompt not yet sent is
     # withdrawn there and then; one in flight is cancelled once its request is answered)
     (
         "request",
         Fire(
             On.CURRENT,
-            "cancel_requested",
+            GenEv.cancel_requested,
             locked=True,
             bind=True,
             branch=(
-                ("await_dispatch", "await_dispatch"),
-                ("send_cancel", "send"),
-                ("cancel_stopped", "stopped"),
+                (GenFx.await_dispatch, "await_dispatch"),
+                (GenFx.send_cancel, "send"),
+                (GenFx.cancel_stopped, "stopped"),
             ),
             then="done",
             absent="send_idle",
@@ -190,12 +198,22 @@ CANCEL = flow(
     ("await_dispatch", Wait(Cond.SENT, "cancel_wait", happened=NEXT, expired="send_wait_over")),
     (
         "requested_again",
-        Fire(_PG, "cancel_requested", locked=True, branch=(("send_cancel", "send"),), then="done"),
+        Fire(
+            _PG,
+            GenEv.cancel_requested,
+            locked=True,
+            branch=((GenFx.send_cancel, "send"),),
+            then="done",
+        ),
     ),
     (
         "send_wait_over",
         Fire(
-            _PG, "send_wait_timed_out", locked=True, branch=(("send_cancel", "send"),), then="done"
+            _PG,
+            GenEv.send_wait_timed_out,
+            locked=True,
+            branch=((GenFx.send_cancel, "send"),),
+            then="done",
         ),
     ),
     ("send", Do(Op.SEND_CANCEL, _cancel_answers())),
@@ -203,7 +221,7 @@ CANCEL = flow(
         "answered",
         Fire(
             _PG,
-            "cancel_answered",
+            GenEv.cancel_answered,
             data=("acknowledged", "stream_disconnected", "error"),
             locked=True,
             branch=_CANCEL_FOLLOW,
@@ -214,7 +232,7 @@ CANCEL = flow(
         "escalate_idle",
         Fire(
             On.EXECUTION,
-            "cancel_escalated",
+            ExeEv.cancel_escalated,
             data=("generation",),
             then="escalated",
             absent="stopped",
@@ -226,7 +244,7 @@ CANCEL = flow(
     ),
     (
         "cancel_wait_over",
-        Fire(_PG, "cancel_wait_timed_out", locked=True, branch=_CANCEL_FOLLOW, then="done"),
+        Fire(_PG, GenEv.cancel_wait_timed_out, locked=True, branch=_CANCEL_FOLLOW, then="done"),
     ),
     # escalateStuckCancel: the released waiter is given ≤ 2 s to return; the cleanup runs even
     # when the caller leaves meanwhile (R17)
@@ -241,14 +259,17 @@ CANCEL = flow(
         ),
     ),
     ("after_waiter", Check(Cond.RETURNED, yes="waiter_returned", no="escalation_over")),
-    ("waiter_returned", Fire(_PG, "waiter_returned", locked=True, then="escalated")),
-    ("escalation_over", Fire(_PG, "escalation_wait_timed_out", locked=True, then="escalated")),
+    ("waiter_returned", Fire(_PG, GenEv.waiter_returned, locked=True, then="escalated")),
+    ("escalation_over", Fire(_PG, GenEv.escalation_wait_timed_out, locked=True, then="escalated")),
     # the end: unless the app's stop came meanwhile (then that is what happened)
-    ("escalated", Fire(On.EXECUTION, "cancel_requested", then="escalated_end", absent="stopped")),
+    (
+        "escalated",
+        Fire(On.EXECUTION, ExeEv.cancel_requested, then="escalated_end", absent="stopped"),
+    ),
     ("escalated_end", End(Outcome.CANCEL_ESCALATED)),
-    ("done", Fire(On.EXECUTION, "cancel_requested", then="done_end", absent="stopped")),
+    ("done", Fire(On.EXECUTION, ExeEv.cancel_requested, then="done_end", absent="stopped")),
     ("done_end", End(Outcome.DONE)),
-    ("failed", Fire(On.EXECUTION, "cancel_requested", then="failed_end", absent="stopped")),
+    ("failed", Fire(On.EXECUTION, ExeEv.cancel_requested, then="failed_end", absent="stopped")),
     ("failed_end", End(Outcome.CANCEL_FAILED)),
     ("stopped", End(Outcome.STOPPED)),
     # the background cancel of a turn whose waiter left: the request bounded, nobody told
@@ -268,8 +289,8 @@ STEER = flow(
         "check",
         Fire(
             On.EXECUTION,
-            "prompt_requested",
-            branch=(("refuse_prompt", "not_ready"),),
+            ExeEv.prompt_requested,
+            branch=((ExeFx.refuse_prompt, "not_ready"),),
             absent="not_ready",
         ),
     ),
@@ -279,8 +300,8 @@ STEER = flow(
         "precheck",
         Fire(
             On.CURRENT,
-            "steer_requested",
-            branch=(("dispatch_steer", "materialize"), ("steer_refused", "not_dispatched")),
+            GenEv.steer_requested,
+            branch=((GenFx.dispatch_steer, "materialize"), (GenFx.steer_refused, "not_dispatched")),
             then="not_dispatched",
             absent="not_dispatched",
         ),
@@ -291,9 +312,9 @@ STEER = flow(
         "select",
         Fire(
             On.CURRENT,
-            "steer_requested",
+            GenEv.steer_requested,
             bind=True,
-            branch=(("dispatch_steer", "compose"), ("steer_refused", "not_dispatched")),
+            branch=((GenFx.dispatch_steer, "compose"), (GenFx.steer_refused, "not_dispatched")),
             then="not_dispatched",
             absent="not_dispatched",
         ),
@@ -302,8 +323,8 @@ STEER = flow(
         "compose",
         Fire(
             On.INIT,
-            "prompt_composed",
-            branch=(("inject_resume_context", "inject"),),
+            InitEv.prompt_composed,
+            branch=((InitFx.inject_resume_context, "inject"),),
             then="send",
             absent="send",
         ),
@@ -322,7 +343,7 @@ STEER = flow(
             bound="steer_dispatch",
         ),
     ),
-    ("steered", Fire(_PG, "steered")),
+    ("steered", Fire(_PG, GenEv.steered)),
     ("unlock", Give(Lock.LIFECYCLE)),
     ("history", Do(Op.APPEND_USER)),
     ("on_dispatched", Do(Op.DISPATCHED)),
@@ -363,8 +384,8 @@ PROMPT = flow(
         "barrier",
         Fire(
             On.PREDECESSOR,
-            "successor_admitting",
-            branch=(("hold_barrier", "barrier_wait"),),
+            GenEv.successor_admitting,
+            branch=((GenFx.hold_barrier, "barrier_wait"),),
             then="status",
             absent="status",
         ),
@@ -377,8 +398,8 @@ PROMPT = flow(
         "barrier_over",
         Fire(
             On.PREDECESSOR,
-            "barrier_timed_out",
-            branch=(("barrier_failed", "barrier_failed"),),
+            GenEv.barrier_timed_out,
+            branch=((GenFx.barrier_failed, "barrier_failed"),),
             then="status",
         ),
     ),
@@ -387,14 +408,14 @@ PROMPT = flow(
         "check",
         Fire(
             On.EXECUTION,
-            "prompt_requested",
-            branch=(("refuse_prompt", "not_ready"),),
+            ExeEv.prompt_requested,
+            branch=((ExeFx.refuse_prompt, "not_ready"),),
             absent="not_ready",
         ),
     ),
     ("admit", Admit(refused="not_ready", cancelled="abandon")),
     ("initial", Choose("initial", yes=NEXT, no="history")),
-    ("admitted", Fire(On.INIT, "initial_prompt_admitted", absent="history")),
+    ("admitted", Fire(On.INIT, InitEv.initial_prompt_admitted, absent="history")),
     ("history", Do(Op.APPEND_USER)),
     # buildEffectivePrompt: the session init's chart says whether the deferred resume
     # context goes into this prompt
@@ -402,8 +423,8 @@ PROMPT = flow(
         "compose",
         Fire(
             On.INIT,
-            "prompt_composed",
-            branch=(("inject_resume_context", "inject"),),
+            InitEv.prompt_composed,
+            branch=((InitFx.inject_resume_context, "inject"),),
             then="materialize",
             absent="materialize",
         ),
@@ -414,27 +435,27 @@ PROMPT = flow(
         "materialization_failed",
         Fire(
             _PG,
-            "materialization_failed",
+            GenEv.materialization_failed,
             data=("error",),
-            branch=(("release_waiter", "attachment_failed"),),
+            branch=((GenFx.release_waiter, "attachment_failed"),),
             then="result",  # cancelled meanwhile: that is the result
         ),
     ),
     # triggerPrompt → dispatchPrompt
-    ("dispatch", Fire(_PG, "dispatch_started", branch=(("skip_dispatch", "result"),))),
+    ("dispatch", Fire(_PG, GenEv.dispatch_started, branch=((GenFx.skip_dispatch, "result"),))),
     ("send", Do(Op.SEND_PROMPT, _SEND, signal=Cond.SENT)),
-    ("accepted", Fire(_PG, "dispatch_accepted")),
+    ("accepted", Fire(_PG, GenEv.dispatch_accepted)),
     ("on_dispatched", Do(Op.DISPATCHED)),
     ("dispatch_only", Choose("dispatch_only", yes="dispatched", no=NEXT)),
     # waitForPromptDone, the stall watchdog ticking meanwhile
-    ("wait", Wait(Cond.DONE, happened="result", ticks="stall_detected")),
+    ("wait", Wait(Cond.DONE, happened="result", ticks=GenEv.stall_detected)),
     ("result", End(Outcome.RESULT)),
     ("dispatched", End(Outcome.DISPATCHED)),
     (
         "send_failed",
         Fire(
             _PG,
-            "dispatch_failed",
+            GenEv.dispatch_failed,
             data=("error",),
             fixed=(("cancel_release", False),),
             then="dispatch_failed",
@@ -444,7 +465,7 @@ PROMPT = flow(
         "send_failed_release",
         Fire(
             _PG,
-            "dispatch_failed",
+            GenEv.dispatch_failed,
             data=("error",),
             fixed=(("cancel_release", True),),
             then="dispatch_cancel_escalated",
@@ -455,9 +476,9 @@ PROMPT = flow(
         "unreachable",
         Fire(
             _PG,
-            "dispatch_unreachable",
+            GenEv.dispatch_unreachable,
             data=("reconnectable", "error"),
-            branch=(("wait_for_carrier", "carrier"), ("release_waiter", "dispatch_failed")),
+            branch=((GenFx.wait_for_carrier, "carrier"), (GenFx.release_waiter, "dispatch_failed")),
             then="released",
         ),
     ),
@@ -470,13 +491,13 @@ PROMPT = flow(
         "carrier_wait",
         Wait(Cond.CARRIER, "reconnect_retry", happened=NEXT, expired="retry_over"),
     ),
-    ("redispatch", Fire(_PG, "dispatch_started", branch=(("skip_dispatch", "result"),))),
+    ("redispatch", Fire(_PG, GenEv.dispatch_started, branch=((GenFx.skip_dispatch, "result"),))),
     ("resend", Do(Op.SEND_PROMPT, _RESEND, signal=Cond.SENT)),
     (
         "still_unreachable",
         Fire(
             _PG,
-            "dispatch_unreachable",
+            GenEv.dispatch_unreachable,
             data=("error",),
             fixed=(("reconnectable", True),),
             then="carrier_wait",
@@ -486,9 +507,9 @@ PROMPT = flow(
         "retry_over",
         Fire(
             _PG,
-            "reconnect_timed_out",
+            GenEv.reconnect_timed_out,
             data=("error",),
-            branch=(("release_waiter", "dispatch_failed"),),
+            branch=((GenFx.release_waiter, "dispatch_failed"),),
             then="result",  # withdrawn meanwhile: that is the result
         ),
     ),
@@ -503,9 +524,9 @@ PROMPT = flow(
         "abandon",
         Fire(
             _PG,
-            "waiter_abandoned",
+            GenEv.waiter_abandoned,
             locked=True,
-            branch=(("send_cancel", "cancel_abandoned"),),
+            branch=((GenFx.send_cancel, "cancel_abandoned"),),
             then="left",
         ),
     ),
@@ -524,7 +545,7 @@ STOP = flow(
         "status",
         Fire(
             On.EXECUTION,
-            "stop_requested",
+            ExeEv.stop_requested,
             data=("reason", "error"),
             locked=True,
             then="graceful",
@@ -532,7 +553,7 @@ STOP = flow(
         ),
     ),
     # already STOPPED (R32): close the stream too
-    ("close_stream", Fire(On.STREAM, "close_requested")),
+    ("close_stream", Fire(On.STREAM, StreamEv.close_requested)),
     ("graceful", Choose("graceful", yes=NEXT, no="end")),
     # a graceful agent stop first (agentctl's /api/v1/stop); its failure is only logged
     (
@@ -607,7 +628,7 @@ def validate(charts: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def flow_effects(chart: str) -> frozenset[str]:
+def flow_effects(chart: str) -> frozenset[EffectName]:
     """The effects of ``chart`` that a flow acts on (a ``branch`` names them), and those
     that start or end a flow (:data:`EFFECT_FLOWS`): what the flows perform, not a
     handler."""

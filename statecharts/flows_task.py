@@ -25,6 +25,14 @@ from .flowsteps import (
     flow,
     go,
 )
+from .names import AgentStreamEffect as StreamFx
+from .names import AgentStreamEvent as StreamEv
+from .names import EffectName, EventName
+from .names import ExecutionEvent as ExeEv
+from .names import PromptGenerationEffect as GenFx
+from .names import PromptGenerationEvent as GenEv
+from .names import SessionInitEffect as InitFx
+from .names import SessionInitEvent as InitEv
 from .vocab import ErrorClass
 
 __all__ = [
@@ -53,7 +61,10 @@ REDIAL = flow(
             {"ok": go("done"), "failed": go(NEXT, fatal=False), "refused": go(NEXT, fatal=True)},
         ),
     ),
-    ("failed", Fire(On.STREAM, "redial_failed", data=("fatal", "error", "failures"), then="done")),
+    (
+        "failed",
+        Fire(On.STREAM, StreamEv.redial_failed, data=("fatal", "error", "failures"), then="done"),
+    ),
     ("done", End(Outcome.DONE)),
     meaning="the AgentStream chart's redial effect",
 )
@@ -61,127 +72,131 @@ REDIAL = flow(
 RECONNECT_BUDGET = flow(
     "reconnect_budget",
     ("wait", Wait(Cond.TIMER, "redial_budget", happened=NEXT, expired=NEXT)),
-    ("expired", Fire(On.STREAM, "reconnect_timed_out", data=("error",))),
+    ("expired", Fire(On.STREAM, StreamEv.reconnect_timed_out, data=("error",))),
     ("done", End(Outcome.DONE)),
     meaning="the AgentStream chart's arm_reconnect_budget effect: the redials are bounded",
 )
 
 #: The charts' effects that start a flow in the background (replacing the one running) or
 #: end it: ``effect → (flow, start)``; ``start`` False ends it.
-EFFECT_FLOWS: Mapping[str, tuple[str, bool]] = {
-    "redial": ("redial", True),
-    "stop_redialling": ("redial", False),
-    "arm_reconnect_budget": ("reconnect_budget", True),
-    "disarm_reconnect_budget": ("reconnect_budget", False),
+EFFECT_FLOWS: Mapping[EffectName, tuple[str, bool]] = {
+    StreamFx.redial: ("redial", True),
+    StreamFx.stop_redialling: ("redial", False),
+    StreamFx.arm_reconnect_budget: ("reconnect_budget", True),
+    StreamFx.disarm_reconnect_budget: ("reconnect_budget", False),
 }
 
 # --- the session init ---------------------------------------------------------------------
 
 #: The SessionInit chart's working steps: its entry effect → the op and each answer's fact.
 #: (The chart names the next step by its entry effect; the init flow goes there.)
-_INIT_STEPS: tuple[tuple[str, Op, Mapping[str, tuple[str, tuple[str, ...]]]], ...] = (
+_INIT_STEPS: tuple[tuple[EffectName, Op, Mapping[str, tuple[EventName, tuple[str, ...]]]], ...] = (
     (
-        "await_stream",
+        InitFx.await_stream,
         Op.AWAIT_STREAM,
         {
-            "ok": ("stream_ready", ("reattach",)),
-            "expired": ("stream_connect_timed_out", ()),
+            "ok": (InitEv.stream_ready, ("reattach",)),
+            "expired": (InitEv.stream_connect_timed_out, ()),
         },
     ),
     (
-        "initialize",
+        InitFx.initialize,
         Op.INITIALIZE,
         {
             "ok": (
-                "initialize_succeeded",
+                InitEv.initialize_succeeded,
                 ("auth_method", "native_session_resume", "prior_session_id"),
             ),
-            "failed": ("initialize_failed", ()),
+            "failed": (InitEv.initialize_failed, ()),
         },
     ),
     (
-        "authenticate",
+        InitFx.authenticate,
         Op.AUTHENTICATE,
         {
-            "ok": ("authenticated", ("native_session_resume", "prior_session_id")),
-            "failed": ("authentication_failed", ()),
+            "ok": (InitEv.authenticated, ("native_session_resume", "prior_session_id")),
+            "failed": (InitEv.authentication_failed, ()),
         },
     ),
     (
-        "load_session",
+        InitFx.load_session,
         Op.LOAD_SESSION,
         {
-            "ok": ("load_succeeded", ()),
-            "failed": ("load_failed", ("error_class",)),
+            "ok": (InitEv.load_succeeded, ()),
+            "failed": (InitEv.load_failed, ("error_class",)),
         },
     ),
     (
-        "new_session",
+        InitFx.new_session,
         Op.NEW_SESSION,
         {
-            "ok": ("new_session_succeeded", ()),
-            "failed": ("new_session_failed", ("error_class",)),
+            "ok": (InitEv.new_session_succeeded, ()),
+            "failed": (InitEv.new_session_failed, ("error_class",)),
         },
     ),
     (
-        "check_catalog",
+        InitFx.check_catalog,
         Op.CHECK_CATALOG,
         {
-            "ok": ("catalog_checked", ("snapshot_available", "model_requested")),
+            "ok": (InitEv.catalog_checked, ("snapshot_available", "model_requested")),
         },
     ),
     (
-        "wait_for_catalog",
+        InitFx.wait_for_catalog,
         Op.WAIT_FOR_CATALOG,
         {
-            "ok": ("catalog_arrived", ()),
-            "expired": ("catalog_wait_timed_out", ()),
+            "ok": (InitEv.catalog_arrived, ()),
+            "expired": (InitEv.catalog_wait_timed_out, ()),
         },
     ),
     (
-        "apply_start_model",
+        InitFx.apply_start_model,
         Op.APPLY_START_MODEL,
         {
-            "ok": ("start_model_settled", ()),
-            "failed": ("start_model_failed", ()),
+            "ok": (InitEv.start_model_settled, ()),
+            "failed": (InitEv.start_model_failed, ()),
         },
     ),
-    ("apply_profile_layer", Op.APPLY_PROFILE_LAYER, {"ok": ("profile_layer_applied", ())}),
     (
-        "publish_original_snapshot",
+        InitFx.apply_profile_layer,
+        Op.APPLY_PROFILE_LAYER,
+        {"ok": (InitEv.profile_layer_applied, ())},
+    ),
+    (
+        InitFx.publish_original_snapshot,
         Op.PUBLISH_ORIGINAL_SNAPSHOT,
         {
-            "ok": ("original_snapshot_published", ()),
+            "ok": (InitEv.original_snapshot_published, ()),
         },
     ),
     (
-        "apply_runtime_mode",
+        InitFx.apply_runtime_mode,
         Op.APPLY_RUNTIME_MODE,
         {
-            "ok": ("runtime_mode_applied", ("catalog_known",)),
+            "ok": (InitEv.runtime_mode_applied, ("catalog_known",)),
         },
     ),
     (
-        "apply_runtime_options",
+        InitFx.apply_runtime_options,
         Op.APPLY_RUNTIME_OPTIONS,
         {
-            "ok": ("runtime_options_applied", ()),
+            "ok": (InitEv.runtime_options_applied, ()),
         },
     ),
-    ("settle", Op.SETTLE, {"ok": ("settlement_requested", ())}),
+    (InitFx.settle, Op.SETTLE, {"ok": (InitEv.settlement_requested, ())}),
     (
-        "announce",
+        InitFx.announce,
         Op.ANNOUNCE,
         {
-            "ok": ("session_announced", ("has_initial_prompt", "resume_context_pending")),
+            "ok": (InitEv.session_announced, ("has_initial_prompt", "resume_context_pending")),
         },
     ),
 )
 #: The stream wait's answers are the AgentStream chart's facts first (its connection is up,
 #: or the wait gave up on it), then the session init's.
-_STREAM_FACTS: Mapping[str, str] = {
-    "await_stream.ok": "connect_succeeded",
-    "await_stream.expired": "connect_timed_out",
+_STREAM_FACTS: Mapping[str, EventName] = {
+    "await_stream.ok": StreamEv.connect_succeeded,
+    "await_stream.expired": StreamEv.connect_timed_out,
 }
 
 #: The values each init answer may carry, as ``acpfsm verify`` explores them.
@@ -203,7 +218,7 @@ def _init_flow() -> Flow:
     entry effect names the next step (``error_class`` is explored over every class)."""
     branch = tuple((effect, effect) for effect, _, _ in _INIT_STEPS)
     steps: list[tuple[str, Step]] = [
-        ("start", Fire(On.INIT, "init_started", branch=branch, then="done", absent="done")),
+        ("start", Fire(On.INIT, InitEv.init_started, branch=branch, then="done", absent="done")),
     ]
     for effect, op, answers in _INIT_STEPS:
         gos = {answer: go(f"{effect}.{answer}") for answer in answers}
@@ -230,7 +245,7 @@ def _init_flow() -> Flow:
             )
     steps += [
         ("done", End(Outcome.DONE)),
-        ("abandon", Fire(On.INIT, "init_abandoned", then="left", absent="left")),
+        ("abandon", Fire(On.INIT, InitEv.init_abandoned, then="left", absent="left")),
         ("left", End(Outcome.LEFT)),
     ]
     return flow(
@@ -253,10 +268,10 @@ COMPLETION = flow(
         "claim",
         Fire(
             On.STAMPED,
-            "completion_received",
+            GenEv.completion_received,
             data=("is_error", "cancel_release", "error", "stop_reason", "shutting_down"),
             bind=True,
-            branch=(("unclaimed", "unclaimed"),),
+            branch=((GenFx.unclaimed, "unclaimed"),),
             then="done",
             absent="unclaimed",
         ),
@@ -266,11 +281,11 @@ COMPLETION = flow(
     ("wakeup", Choose("is_error", yes="wakeup_failed", no=NEXT)),
     (
         "wakeup_completed",
-        Fire(On.EXECUTION, "wakeup_turn_completed", data=("stop_reason",), then="done"),
+        Fire(On.EXECUTION, ExeEv.wakeup_turn_completed, data=("stop_reason",), then="done"),
     ),
     (
         "wakeup_failed",
-        Fire(On.EXECUTION, "wakeup_turn_failed", data=("error", "shutting_down"), then="done"),
+        Fire(On.EXECUTION, ExeEv.wakeup_turn_failed, data=("error", "shutting_down"), then="done"),
     ),
     ("done", End(Outcome.DONE)),
     meaning="handleCompleteEvent (kandev manager_events.go)",
@@ -280,7 +295,7 @@ HANDOFF = flow(
     "handoff",
     # handlePromptHandoffEvent: only the owning generation's waiter is released (R22)
     ("unstamped", Choose("unstamped", yes="done", no=NEXT)),
-    ("handoff", Fire(On.STAMPED, "handoff_received", locked=True, then="done", absent="done")),
+    ("handoff", Fire(On.STAMPED, GenEv.handoff_received, locked=True, then="done", absent="done")),
     ("done", End(Outcome.DONE)),
     meaning="handlePromptHandoffEvent (kandev manager_events.go)",
 )
@@ -293,9 +308,9 @@ LOSS = flow(
         "stream",
         Fire(
             On.STREAM,
-            "connection_lost",
+            StreamEv.connection_lost,
             data=("redialable", "clean", "error:raw_error"),
-            branch=(("announce_loss", "announce"),),
+            branch=((StreamFx.announce_loss, "announce"),),
             then="done",
             absent="done",
         ),
@@ -306,10 +321,10 @@ LOSS = flow(
         "generation",
         Fire(
             On.CURRENT,
-            "stream_lost",
+            GenEv.stream_lost,
             data=("error", "final"),
             bind=True,
-            branch=(("claim_disconnect", "claimed"),),
+            branch=((GenFx.claim_disconnect, "claimed"),),
             then="unclaimed",
             absent="unclaimed",
         ),
@@ -320,14 +335,20 @@ LOSS = flow(
         "exited",
         Fire(
             On.EXECUTION,
-            "process_exited",
+            ExeEv.process_exited,
             data=("exit_code", "shutting_down", "error:exit_error"),
             then="done",
         ),
     ),
     (
         "lost",
-        Fire(On.EXECUTION, "stream_lost", data=("error",), fixed=(("generation", 0),), then="done"),
+        Fire(
+            On.EXECUTION,
+            ExeEv.stream_lost,
+            data=("error",),
+            fixed=(("generation", 0),),
+            then="done",
+        ),
     ),
     ("done", End(Outcome.DONE)),
     meaning="handleStreamDisconnect (kandev manager_events.go)",
@@ -335,7 +356,10 @@ LOSS = flow(
 
 REDIALLED = flow(
     "redialled",
-    ("stream", Fire(On.STREAM, "redial_succeeded", data=("session_id", "attempts"), absent="done")),
+    (
+        "stream",
+        Fire(On.STREAM, StreamEv.redial_succeeded, data=("session_id", "attempts"), absent="done"),
+    ),
     ("done", End(Outcome.DONE)),
     meaning="the transport's StreamReconnected",
 )

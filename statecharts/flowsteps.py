@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .names import EffectName, EventName, Result, ResultName
+
 __all__ = [
     "NEXT",
     "RETURNED_RESULTS",
@@ -180,10 +182,10 @@ class Fire:
     branch effect's arguments become flow values."""
 
     on: On
-    event: str
+    event: EventName
     data: tuple[str, ...] = ()
     fixed: tuple[tuple[str, Any], ...] = ()
-    branch: tuple[tuple[str, str], ...] = ()
+    branch: tuple[tuple[EffectName, str], ...] = ()
     then: str = NEXT
     absent: str = NEXT
     locked: bool = False
@@ -216,7 +218,7 @@ class Wait:
     bound: str = ""
     happened: str = NEXT
     expired: str = ""
-    ticks: str = ""
+    ticks: EventName | None = None
     cancelled: str = ""
 
 
@@ -240,7 +242,9 @@ class Choose:
 
 #: The results a generation's ``release_waiter`` effect names that its caller returns (a
 #: value); every other result is raised as a typed error.
-RETURNED_RESULTS: frozenset[str] = frozenset({"completed", "handed_off", "withdrawn"})
+RETURNED_RESULTS: frozenset[ResultName] = frozenset(
+    {Result.completed, Result.handed_off, Result.withdrawn}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,9 @@ is published), ``release_waiter`` (the prompt caller's result: ``result`` names 
 waited armed kandev's barrier: ``waited_before`` or this one), ``cancel_stopped`` (a cancel
 of a turn the app's stop ended), ``hold_barrier``
 (a successor must wait for this dispatch-only turn), ``barrier_failed``,
-``arm_cancel_wait`` (the cancel is acknowledged: wait ≤ 10 s for the turn to end).
+``arm_cancel_wait`` (the cancel is acknowledged: wait ≤ 10 s for the turn to end),
+``turn_over`` (the answer to ``permission_requested``, asked in place: the turn is over, so
+the agent's permission request is settled at once).
 """
 
 from __future__ import annotations
@@ -226,6 +228,8 @@ _EFFECTS: Final = Effects(
         "steer_requested: live": ["steer_refused"],
         "steer_requested: ended": ["steer_refused"],
         "steer_requested: superseded": ["steer_refused"],
+        "permission_requested: ended": ["turn_over"],
+        "permission_requested: superseded": ["turn_over"],
         "stall_detected: awaited -> stall_reported": [
             effect("report_stall", "generation", "stalled_for")
         ],
@@ -476,6 +480,11 @@ class PromptGeneration(Chart):
         live.dispatched.to(None) | live.to(None) | ended.to(None) | (superseded.to(None))
     )
     steered = live.dispatched.to(None)
+
+    # --- the agent asks for a permission within this turn (kandev permission broker) -------
+    # asked in place by the broker: a turn that is over (ended, superseded) gets no waiting
+    # request (``turn_over``); a live one does
+    permission_requested = live.to(None) | ended.to(None) | superseded.to(None)
 
     # --- the stall watchdog (waitForPromptDone) -----------------------------------------
     stall_detected = (

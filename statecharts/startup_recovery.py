@@ -40,7 +40,8 @@ not expect is illegal, loudly.
 
 Effects: ``claim_attempt`` (the row's startup generation becomes this attempt's, flushed),
 ``publish_turn_interrupted``, ``cancel_interrupted_turn``, ``probe_agent``, ``reattach_agent``, ``end_orphan``,
-``relaunch_agent``, ``mark_lost``, ``mark_finished``, ``persist_recovery``.
+``relaunch_agent``, ``mark_lost``, ``mark_finished``, ``mark_recovered`` (what a relaunch
+returns: the runtime reads no state name), ``persist_recovery``.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ class StartupRecovery(Chart):
             "relaunching": ["relaunch_agent"],
             "lost": _LOST,
             "finished": ["mark_finished", "persist_recovery"],
+            "recovered": ["mark_recovered"],
         },
     )
 

@@ -11,12 +11,11 @@ RPCs; a failing layer call is data (logged, or listed as a config failure), neve
 
 from __future__ import annotations
 
+import functools
 import logging
 
-import anyio
-
 from acpfsm.adapters import events as ev
-from acpfsm.adapters.errors import AcpfsmError, AgentRequestError
+from acpfsm.adapters.errors import AgentRequestError
 from acpfsm.adapters.transport import SessionResult
 from acpfsm.statecharts import (
     ChartMachine,
@@ -25,9 +24,15 @@ from acpfsm.statecharts import (
     StartModelPolicy,
     model_decision,
 )
+from acpfsm.statecharts.names import (
+    ConfigSettlementEffect,
+    ConfigSettlementEvent,
+    StartModelPolicyEffect,
+    StartModelPolicyEvent,
+)
 
 from .. import events as le
-from .context import ExecutionContext, ModelState, decision_id
+from .context import ExecutionContext, Failed, ModelState, bounded, decision_id
 
 __all__ = ["ConfigDriver"]
 
@@ -46,9 +51,16 @@ class ConfigDriver:
         self._set_model_error = ""
         self._baseline: ModelState | None = None
         ctx.handle(
-            StartModelPolicy.chart_name, {"set_model": self._noop, "decided": self._on_decided}
+            StartModelPolicy.chart_name,
+            {
+                StartModelPolicyEffect.set_model: self._noop,
+                StartModelPolicyEffect.decided: self._on_decided,
+            },
         )
-        ctx.handle(ConfigSettlement.chart_name, {"publish_settled": self._on_publish_settled})
+        ctx.handle(
+            ConfigSettlement.chart_name,
+            {ConfigSettlementEffect.publish_settled: self._on_publish_settled},
+        )
 
     @staticmethod
     def _noop(effect: Effect, machine: ChartMachine) -> None:
@@ -75,6 +87,9 @@ class ConfigDriver:
 
     # --- the start-model policy ----------------------------------------------------------
 
+    async def _set_model(self, model: str) -> None:
+        await self.ctx.transport_or_raise().set_model(model)
+
     async def start_model(self) -> tuple[str, str]:
         """``applyStartModelPolicyToEffectiveModel``: ``(applied_model, error)``."""
         ctx = self.ctx
@@ -92,26 +107,27 @@ class ConfigDriver:
         current = state.current_model_id if state is not None else ""
         fired = await ctx.step(
             policy,
-            "policy_evaluated",
+            StartModelPolicyEvent.policy_evaluated,
             advertised=[m.model_id for m in state.models] if state is not None else [],
         )
         while True:
-            calls = [e for _, s in fired for e in s.effects if e.name == "set_model"]
+            calls = [
+                e for _, s in fired for e in s.effects if e.name == StartModelPolicyEffect.set_model
+            ]
             if not calls:
                 break
             to_set = str(policy.constant(calls[0]["model_field"]))
-            try:
-                with anyio.fail_after(ctx.timeouts.request):
-                    await ctx.transport_or_raise().set_model(to_set)
-            except (AcpfsmError, TimeoutError) as exc:
+            got = await bounded(ctx.timeouts.request, functools.partial(self._set_model, to_set))
+            if isinstance(got, Failed):
+                exc = got.error
                 self._set_model_error = str(exc)
                 fired = await ctx.step(
                     policy,
-                    "set_model_failed",
+                    StartModelPolicyEvent.set_model_failed,
                     method_not_found=isinstance(exc, AgentRequestError) and exc.code == -32601,
                 )
             else:
-                fired = await ctx.step(policy, "set_model_succeeded")
+                fired = await ctx.step(policy, StartModelPolicyEvent.set_model_succeeded)
         assert self._decided is not None, "the start-model policy decided nothing"
         decision = model_decision(
             self._decided,
@@ -180,26 +196,25 @@ class ConfigDriver:
             applied["model"] = applied_model
             final_config_id = self._model_config_id()
         if ctx.profile.mode:
-            try:
-                with anyio.fail_after(ctx.timeouts.request):
-                    await transport.set_mode(ctx.profile.mode)
-            except (AcpfsmError, TimeoutError) as exc:
-                log.warning("profile mode %s not applied: %s", ctx.profile.mode, exc)
+            mode = ctx.profile.mode
+            got = await bounded(ctx.timeouts.request, lambda: transport.set_mode(mode))
+            if isinstance(got, Failed):
+                log.warning("profile mode %s not applied: %s", mode, got.error)
             else:
-                applied["mode"] = ctx.profile.mode
+                applied["mode"] = mode
         options = {
             k.strip(): v.strip()
             for k, v in ctx.profile.config_options.items()
             if k.strip() and v.strip() and k.strip() not in _RESERVED_OPTION_KEYS
         }
-        for key in sorted(options):
-            try:
-                with anyio.fail_after(ctx.timeouts.request):
-                    await transport.set_config_option(key, options[key])
-            except (AcpfsmError, TimeoutError) as exc:
-                log.warning("profile config option %s not applied: %s", key, exc)
+        for key, value in sorted(options.items()):
+            got = await bounded(
+                ctx.timeouts.request, functools.partial(transport.set_config_option, key, value)
+            )
+            if isinstance(got, Failed):
+                log.warning("profile config option %s not applied: %s", key, got.error)
             else:
-                applied[key] = options[key]
+                applied[key] = value
                 final_config_id = key
         return final_config_id, applied
 
@@ -245,12 +260,8 @@ class ConfigDriver:
         mode = str(ctx.metadata.get("session_mode", ""))
         if not mode or mode == profile_applied.get("mode", ""):
             return []
-        try:
-            with anyio.fail_after(ctx.timeouts.request):
-                await ctx.transport_or_raise().set_mode(mode)
-        except (AcpfsmError, TimeoutError):
-            return ["mode"]
-        return []
+        got = await bounded(ctx.timeouts.request, lambda: ctx.transport_or_raise().set_mode(mode))
+        return ["mode"] if isinstance(got, Failed) else []
 
     def catalog_known(self) -> bool:
         state = self.ctx.models.state
@@ -275,11 +286,11 @@ class ConfigDriver:
                 if option.category.lower() in _RESERVED_OPTION_KEYS:
                     continue
                 clean[key] = value
-        for key in sorted(clean):
-            try:
-                with anyio.fail_after(ctx.timeouts.request):
-                    await transport.set_config_option(key, clean[key])
-            except (AcpfsmError, TimeoutError):
+        for key, value in sorted(clean.items()):
+            got = await bounded(
+                ctx.timeouts.request, functools.partial(transport.set_config_option, key, value)
+            )
+            if isinstance(got, Failed):
                 failures.append(key)
             else:
                 final_config_id = key
@@ -295,7 +306,7 @@ class ConfigDriver:
         self.settlement = ctx.start(ConfigSettlement, config_id=final_config_id)
         await ctx.step(
             self.settlement,
-            "settle_requested",
+            ConfigSettlementEvent.settle_requested,
             catalog_cached=models.state is not None,
             response_applied=final_config_id in models.responses_applied,
         )
@@ -312,14 +323,13 @@ class ConfigDriver:
             if provider_response:
                 ctx.models.responses_applied.add(config_id)
             return
-        fired = await ctx.step(
+        # (responses_applied is read by settle() alone, which ran before this settlement)
+        await ctx.step(
             self.settlement,
-            "models_updated",
+            ConfigSettlementEvent.models_updated,
             provider_response=provider_response,
             response_config_id=config_id,
         )
-        if provider_response and all(s.targetless for _, s in fired):
-            ctx.models.responses_applied.add(config_id)
 
     def _on_publish_settled(self, effect: Effect, machine: ChartMachine) -> None:
         """Publish the cache as settled; its config baseline is the one captured when the

@@ -18,7 +18,7 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -29,6 +29,7 @@ from acpfsm.adapters.sync import Mutex
 from acpfsm.adapters.transport import AgentTransport
 from acpfsm.statecharts import Chart, ChartMachine, Effect, EngineName, flows
 from acpfsm.statecharts.coordination import Fired, fire
+from acpfsm.statecharts.names import EffectName, EventName
 
 from .. import events as le
 from ..errors import ExecutionCrashed
@@ -43,8 +44,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Activity",
     "ExecutionContext",
+    "Failed",
     "Handler",
     "ModelCache",
+    "bounded",
     "decision_id",
     "flow_effects",
     "nothing",
@@ -52,18 +55,39 @@ __all__ = [
 
 log = logging.getLogger("acpfsm.runtime")
 
+_T = TypeVar("_T")
+
 Handler = Callable[[Effect, ChartMachine], Awaitable[None] | None]
 """Performs one effect of a step ``machine`` took."""
-_NO_HANDLERS: Mapping[str, Handler] = {}
+_NO_HANDLERS: Mapping[EffectName, Handler] = {}
 
 
 def nothing(effect: Effect, machine: ChartMachine) -> None:
     """A flow effect: the flow that fired the event acts on it (:mod:`acpfsm.statecharts.flows`)."""
 
 
-def flow_effects(chart: str) -> dict[str, Handler]:
+def flow_effects(chart: str) -> dict[EffectName, Handler]:
     """``chart``'s flow effects, each with no handler of its own (:func:`nothing`)."""
     return dict.fromkeys(flows.flow_effects(chart), nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """What :func:`bounded` answers when the request failed or its bound ran out."""
+
+    error: AcpfsmError | TimeoutError
+
+
+async def bounded(bound: float, call: Callable[[], Awaitable[_T]]) -> _T | Failed:
+    """``call()`` bounded by ``bound`` seconds: its result, or :class:`Failed` with the typed
+    error it raised (the adapters' :class:`AcpfsmError`) or the ``TimeoutError`` of the bound.
+    The drivers' one bounded request outside the flow table (whose ``Do`` steps have their
+    own bounds); a cancellation goes on."""
+    try:
+        with anyio.fail_after(bound):
+            return await call()
+    except (AcpfsmError, TimeoutError) as exc:
+        return Failed(exc)
 
 
 def utcnow() -> dt.datetime:
@@ -199,7 +223,7 @@ class ExecutionContext:
         its other holders are the execution's own tasks."""
         self.machines: dict[str, ChartMachine] = {}
         """The current machine of each chart, by chart name (what coordination reaches)."""
-        self._handlers: dict[str, dict[str, Handler]] = {}  # chart → effect name → handler
+        self._handlers: dict[str, dict[EffectName, Handler]] = {}  # chart → effect → handler
         self._listeners: dict[str, Callable[[], None]] = {}
         self.mcp: ExecutionMcp | None = None
         """The execution's MCP side (its servers, tool server and mode), when it has one."""
@@ -217,25 +241,32 @@ class ExecutionContext:
             self.machines[chart.chart_name] = machine
         return machine
 
-    def handle(self, chart: str, effects: Mapping[str, Handler]) -> None:
+    def handle(self, chart: str, effects: Mapping[EffectName, Handler]) -> None:
         """Register the handlers of ``chart``'s effects."""
         self._handlers.setdefault(chart, {}).update(effects)
 
-    def fire(self, machine: ChartMachine, event: str, **data: Any) -> list[Fired]:
+    def fire(self, machine: ChartMachine, event: EventName, **data: Any) -> list[Fired]:
         """Fire ``event`` and what the coordination table makes follow (nothing performed)."""
         return fire(self.machines, machine, event, data)
 
     def check_handlers(self, charts: Iterable[type[Chart]]) -> None:
-        """Every effect each of ``charts`` declares has a handler (raises naming the missing
-        ones): checked when the execution is built, not when an effect first fires."""
-        missing = sorted(
-            f"{chart.chart_name}.{name}"
-            for chart in charts
-            for name in chart.compiled().effect_names
-            if name not in self._handlers.get(chart.chart_name, _NO_HANDLERS)
-        )
+        """Every effect each of ``charts`` declares has a handler, and every handler is for an
+        effect its chart declares (raises naming the missing and the unknown ones): checked
+        when the execution is built, not when an effect first fires."""
+        missing: list[str] = []
+        unknown: list[str] = []
+        for chart in charts:
+            declared = chart.compiled().effect_names
+            handled = self._handlers.get(chart.chart_name, _NO_HANDLERS)
+            missing += (f"{chart.chart_name}.{n}" for n in declared if n not in handled)
+            unknown += (f"{chart.chart_name}.{n}" for n in handled if n not in declared)
+        problems = []
         if missing:
-            raise AcpfsmError(f"no handler for the effects {', '.join(missing)}")
+            problems.append(f"no handler for the effects {', '.join(sorted(missing))}")
+        if unknown:
+            problems.append(f"handlers for undeclared effects {', '.join(sorted(unknown))}")
+        if problems:
+            raise AcpfsmError("; ".join(problems))
 
     def on_step(self, chart: str, listener: Callable[[], None]) -> None:
         """Call ``listener`` after each performed step of ``chart`` (a driver's waiters)."""
@@ -258,7 +289,7 @@ class ExecutionContext:
                 if result is not None:
                     await result
 
-    async def step(self, machine: ChartMachine, event: str, **data: Any) -> list[Fired]:
+    async def step(self, machine: ChartMachine, event: EventName, **data: Any) -> list[Fired]:
         """Fire and perform: the common case."""
         fired = self.fire(machine, event, **data)
         await self.perform(fired)

@@ -29,6 +29,7 @@ import anyio.lowlevel
 
 from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.statecharts import ChartError
+from acpfsm.statecharts.names import ExecutionEvent, SessionInitEvent
 
 from ..errors import ExecutionCrashed
 
@@ -140,12 +141,12 @@ class CrashGuard:
         session = self.session
         ctx = session.ctx
         session.permissions.close("the execution crashed")
-        await session.status.fire("execution_crashed", error=message)
+        await session.status.fire(ExecutionEvent.execution_crashed, error=message)
         async with ctx.lifecycle_lock:
             await session.turns.stream_lost(message)
         await session.stream.close()
         if not session.init.machine.ended:  # its admission opens: nobody waits for it
-            await ctx.step(session.init.machine, "init_abandoned")
+            await ctx.step(session.init.machine, SessionInitEvent.init_abandoned)
 
     def _release(self, message: str) -> None:
         """Whatever the charts could not release is released here, so nobody waits on a

@@ -16,15 +16,15 @@ from typing import TypeVar, cast
 import anyio
 
 from acpfsm.adapters.classify import Call, classify_error
-from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.adapters.sync import Flag
 from acpfsm.statecharts import ChartMachine, Effect, SessionInit
 from acpfsm.statecharts.flows import Op
+from acpfsm.statecharts.names import SessionInitEffect
 
 from .. import events as le
 from ..errors import AuthenticationRequired, SessionInitError
 from .config import ConfigDriver
-from .context import ExecutionContext, flow_effects
+from .context import ExecutionContext, Failed, bounded, flow_effects
 from .interpreter import Answer, FlowRun, Interpreter, Later
 from .stream import StreamDriver
 
@@ -76,11 +76,11 @@ class InitDriver:
         handlers = flow_effects(SessionInit.chart_name)
         handlers.update(
             {
-                "send_initial_prompt": self._send_initial_prompt,
-                "open_admission": self._open_admission,
-                "fail_init": self._fail_init,
-                "require_authentication": self._require_authentication,
-                "publish_agent_recovered": self._publish_agent_recovered,
+                SessionInitEffect.send_initial_prompt: self._send_initial_prompt,
+                SessionInitEffect.open_admission: self._open_admission,
+                SessionInitEffect.fail_init: self._fail_init,
+                SessionInitEffect.require_authentication: self._require_authentication,
+                SessionInitEffect.publish_agent_recovered: self._publish_agent_recovered,
             }
         )
         ctx.handle(SessionInit.chart_name, handlers)
@@ -129,10 +129,9 @@ class InitDriver:
         self._error, self._cause = f"{what} failed: {_why(exc)}", exc
         return "failed"
 
-    async def _request(self, call: Callable[[], Awaitable[_T]]) -> _T:
+    async def _request(self, call: Callable[[], Awaitable[_T]]) -> _T | Failed:
         """One of the init's requests, bounded by ``Timeouts.request``."""
-        with anyio.fail_after(self.ctx.timeouts.request):
-            return await call()
+        return await bounded(self.ctx.timeouts.request, call)
 
     # --- the steps (ops) ---------------------------------------------------------------------
 
@@ -146,10 +145,9 @@ class InitDriver:
 
     async def _initialize(self, run: FlowRun) -> Answer:
         transport = self.ctx.transport_or_raise()
-        try:
-            await self._request(transport.initialize)
-        except (AcpfsmError, TimeoutError) as exc:
-            return self._failed("initialize", exc)
+        got = await self._request(transport.initialize)
+        if isinstance(got, Failed):
+            return self._failed("initialize", got.error)
         return "ok", {
             "auth_method": self._auth_method(),
             "native_session_resume": self.ctx.profile.native_session_resume,
@@ -162,10 +160,9 @@ class InitDriver:
     async def _authenticate(self, run: FlowRun) -> Answer:
         method = self._auth_method()
         transport = self.ctx.transport_or_raise()
-        try:
-            await self._request(lambda: transport.authenticate(method))
-        except (AcpfsmError, TimeoutError) as exc:
-            return self._failed(f"authenticate {method!r}", exc)
+        got = await self._request(lambda: transport.authenticate(method))
+        if isinstance(got, Failed):
+            return self._failed(f"authenticate {method!r}", got.error)
         return "ok", {
             "native_session_resume": self.ctx.profile.native_session_resume,
             "prior_session_id": self.ctx.spec.prior_acp_session,
@@ -175,13 +172,13 @@ class InitDriver:
         ctx = self.ctx
         prior = ctx.spec.prior_acp_session
         transport = ctx.transport_or_raise()
-        try:
-            result = await self._request(
-                lambda: transport.load_session(
-                    prior, ctx.spec.workspace.path, ctx.session_mcp_servers()
-                )
+        result = await self._request(
+            lambda: transport.load_session(
+                prior, ctx.spec.workspace.path, ctx.session_mcp_servers()
             )
-        except (AcpfsmError, TimeoutError) as exc:
+        )
+        if isinstance(result, Failed):
+            exc = result.error
             cls = classify_error(exc, call=Call.SESSION_LOAD, loading_session_id=prior)
             log.warning("session/load failed (%s): %s", cls.kind, exc)
             self._failed("session/load", exc)
@@ -194,13 +191,12 @@ class InitDriver:
     async def _new_session(self, run: FlowRun) -> Answer:
         ctx = self.ctx
         transport = ctx.transport_or_raise()
-        try:
-            result = await self._request(
-                lambda: transport.new_session(ctx.spec.workspace.path, ctx.session_mcp_servers())
-            )
-        except (AcpfsmError, TimeoutError) as exc:
-            cls = classify_error(exc, call=Call.SESSION_NEW)
-            self._failed("session/new", exc)
+        result = await self._request(
+            lambda: transport.new_session(ctx.spec.workspace.path, ctx.session_mcp_servers())
+        )
+        if isinstance(result, Failed):
+            cls = classify_error(result.error, call=Call.SESSION_NEW)
+            self._failed("session/new", result.error)
             return "failed", {"error_class": cls.kind}
         self._snapshot_cached = self.config.establish(result.session_id, result)
         return "ok"

@@ -25,7 +25,8 @@ from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
 from acpfsm.adapters.sync import Mutex
 from acpfsm.adapters.transport import Attachment
 from acpfsm.statecharts import ErrorClass
-from acpfsm.statecharts.flows import Lock, Op, Outcome
+from acpfsm.statecharts.flows import RETURNED_RESULTS, Lock, Op, Outcome
+from acpfsm.statecharts.names import Result
 
 from ..errors import (
     CANCEL_ESCALATED_MESSAGE,
@@ -97,7 +98,7 @@ class PromptDriver:
         attachments: Sequence[Attachment] = (),
         dispatch_only: bool = False,
         on_dispatched: Callable[[], object] | None = None,
-        validate_status: bool = True,
+        validate_status: bool,
         initial: bool = False,
         timeout: float | None = None,  # noqa: ASYNC109 - a typed PromptTimeout, turn cancelled
         on_admitted: Callable[[int], object] | None = None,
@@ -154,19 +155,19 @@ class PromptDriver:
         """What the generation's ``release_waiter`` effect said, as a result or an error."""
         g, ctx = generation.number, self.ctx
         result = generation.result
-        if ctx.crashed is not None and result not in ("completed", "handed_off", "withdrawn"):
+        if ctx.crashed is not None and result not in RETURNED_RESULTS:
             raise copy_of(ctx.crashed)
-        if result == "completed":
+        if result == Result.completed:
             return PromptResult(
                 stop_reason=stop_reason_of(generation.stop_reason or "end_turn"),
                 generation=g,
                 agent_message=generation.agent_message,
             )
-        if result == "handed_off":
+        if result == Result.handed_off:
             return PromptResult(
                 stop_reason="foreground_idle", generation=g, agent_message=generation.agent_message
             )
-        if result == "agent_error" and _needs_authentication(generation.error):
+        if result == Result.agent_error and _needs_authentication(generation.error):
             caps = ctx.transport.capabilities if ctx.transport is not None else None
             raise PromptAuthenticationRequired(
                 generation.error,
@@ -174,17 +175,17 @@ class PromptDriver:
                 execution_id=ctx.id,
                 generation=g,
             )
-        if result == "stopped":
+        if result == Result.stopped:
             raise ExecutionStopped(
                 ctx.stop_reason, "the turn was ended", execution_id=ctx.id, generation=g
             )
-        if result in ("agent_error", "disconnected"):
+        if result in (Result.agent_error, Result.disconnected):
             raise AgentReportedError(generation.error, execution_id=ctx.id, generation=g)
-        if result in ("cancel_escalated", "agent_cancel_escalated"):
+        if result in (Result.cancel_escalated, Result.agent_cancel_escalated):
             raise CancelEscalatedAgentError(
                 generation.error or CANCEL_ESCALATED_SIGNAL, execution_id=ctx.id, generation=g
             )
-        if result == "withdrawn":
+        if result == Result.withdrawn:
             return PromptResult(stop_reason="cancelled", generation=g)
         raise PromptError(  # pragma: no cover - undelivered etc. are raised where they happen
             f"prompt generation {g} ended without a result ({result!r})", execution_id=ctx.id

@@ -24,8 +24,14 @@ from acpfsm.adapters.transport import (
     PermissionPolicy,
     SupportsMcpMode,
 )
-from acpfsm.statecharts import SESSION_CHARTS, ChartMachine, EngineName
+from acpfsm.statecharts import SESSION_CHARTS, EngineName, Execution, Step, peek
 from acpfsm.statecharts.flows import Lock, Op
+from acpfsm.statecharts.names import (
+    ExecutionEffect,
+    ExecutionEvent,
+    PromptGenerationEffect,
+    PromptGenerationEvent,
+)
 
 from .. import events as le
 from ..errors import NotReadyForPrompts, PendingDispatchedPromptTimeout, PromptError
@@ -124,7 +130,10 @@ class ExecutionSession(SessionViews):
             ctx, self.status, self.stream, self.turns, self.config, self.permissions, self.flows
         )
         self.crash = CrashGuard(self)
-        ctx.handle("execution", {"close_subscriptions": lambda effect, m: ctx.hub.close()})
+        ctx.handle(
+            Execution.chart_name,
+            {ExecutionEffect.close_subscriptions: lambda effect, m: ctx.hub.close()},
+        )
         self.flows.register(
             {
                 Op.CLOSE_PERMISSIONS: self._close_permissions,
@@ -145,7 +154,7 @@ class ExecutionSession(SessionViews):
         Once started, nothing it raises leaves it: a failure of its executor, its transport
         or its own code makes the execution FAILED (:class:`~.crash.CrashGuard`)."""
         ctx = self.ctx
-        await self.status.fire("start_requested")
+        await self.status.fire(ExecutionEvent.start_requested)
         await self.stream.connect_started()
         started = False
         try:
@@ -165,8 +174,10 @@ class ExecutionSession(SessionViews):
             if not started:  # the agent never started: FAILED, and the execution is removed
                 with anyio.CancelScope(shield=True):
                     await self.stream.connect_failed()
-                    await self.status.fire("agent_start_failed")
-                    await self.status.fire("stop_requested", reason="agent not started", error="")
+                    await self.status.fire(ExecutionEvent.agent_start_failed)
+                    await self.status.fire(
+                        ExecutionEvent.stop_requested, reason="agent not started", error=""
+                    )
                 raise
             rest = await self.crash.contain(exc, "run")
             if rest is not None:
@@ -185,9 +196,15 @@ class ExecutionSession(SessionViews):
         return self._stop_requested.is_set()
 
     def _turn_over(self, generation: int) -> bool:
-        """The generation's chart says its turn is over (ended or superseded)."""
+        """The generation's chart says its turn is over: its answer to
+        ``permission_requested``, asked without firing."""
         g = self.turns.generations.get(generation)
-        return g is not None and g.machine.is_in("ended", "superseded")
+        if g is None:
+            return False
+        step = peek(g.machine, PromptGenerationEvent.permission_requested)
+        return step is not None and any(
+            e.name == PromptGenerationEffect.turn_over for e in step.effects
+        )
 
     async def wait_finished(self) -> None:
         await self._finished.wait()
@@ -282,9 +299,10 @@ class ExecutionSession(SessionViews):
                 raise copy_of(self.ctx.crashed)
             if self.init.failure is not None:
                 raise self.init.failure
-            if self.status.status == "READY":
+            ready = self.status.ready()  # the Execution chart's answer
+            if ready:
                 return self.snapshot()
-            if self.status.status in ("FAILED", "COMPLETED", "STOPPED"):
+            if ready is not None:
                 raise NotReadyForPrompts(self.ctx.id, self.status.status)
             await self.status.changed()
 
@@ -356,17 +374,20 @@ class ExecutionSession(SessionViews):
     async def recover_stream(self) -> None:
         """RecoverAgentPromptStream: revive a FAILED execution whose stream is back. A no-op
         before ACP init (the startup owns its stream, R34) and unless FAILED."""
-        init, ctx = self.init.machine, self.ctx
-        if not init.is_in("prompting", "booted") or not self.status.machine.is_in("failed"):
-            return
+        ctx = self.ctx
+        if not self.init.machine.is_in("prompting", "booted"):
+            return  # the init is not over (or failed): the startup owns the stream (R34)
+        failed = peek(self.status.machine, ExecutionEvent.stream_recovery_requested)
+        if failed is None or ExecutionEffect.recover_stream not in _names(failed):
+            return  # nothing to recover: the execution is not FAILED
         if ctx.exit_code is not None or not self.stream.connected:
             raise TransportClosed(
                 f'agent process is not running for execution "{ctx.id}" (stream not recovered)',
                 execution_id=ctx.id,
             )
-        await self.status.fire("recovered")
+        await self.status.fire(ExecutionEvent.recovered)
 
 
-def machine_of(session: ExecutionSession, chart: str) -> ChartMachine | None:
-    """The session's current machine of ``chart`` (tests and tools inspect it)."""
-    return session.ctx.machines.get(chart)
+def _names(step: Step) -> set[str]:
+    """The names of the effects of a chart's answer (a question asked in place)."""
+    return {e.name for e in step.effects}

@@ -20,6 +20,8 @@ import math
 
 import anyio
 
+from acpfsm.statecharts.names import PromptGenerationEvent
+
 from .context import ExecutionContext
 from .turns import Generation
 
@@ -80,4 +82,6 @@ class StallWatchdog:
             self._deadline = now + self._period()  # the next one, a tick from this one
             quiet = now - ctx.activity.last_at
             if quiet >= ctx.timeouts.stall_threshold:
-                await ctx.step(generation.machine, "stall_detected", stalled_for=quiet)
+                await ctx.step(
+                    generation.machine, PromptGenerationEvent.stall_detected, stalled_for=quiet
+                )

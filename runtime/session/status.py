@@ -11,12 +11,19 @@ from __future__ import annotations
 from typing import Any, cast
 
 from acpfsm.adapters.sync import Wakeup
-from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity
+from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity, peek
 from acpfsm.statecharts.coordination import Fired
+from acpfsm.statecharts.names import (
+    EventName,
+    ExecutionEffect,
+    ExecutionEvent,
+    FirstActivityEffect,
+    FirstActivityEvent,
+)
 
 from .. import events as le
 from ..types import ExecutionStatus
-from .context import ExecutionContext, flow_effects, utcnow
+from .context import ExecutionContext, flow_effects, nothing, utcnow
 
 __all__ = ["StatusDriver"]
 
@@ -33,23 +40,29 @@ class StatusDriver:
         ctx.handle(
             Execution.chart_name,
             {
-                "publish_agent_ready": self._ready,
-                "publish_agent_running": self._running,
-                "publish_agent_failed": self._failed,
-                "publish_agent_stopped": self._stopped,
-                "publish_agent_completed": self._completed,
-                "publish_agent_boot_ready": self._boot_ready,
-                "publish_stream_error": self._stream_error,
-                "record_failure": self._record_failure,
-                "record_finish": self._record_finish,
-                "record_exit": self._record_exit,
-                "watch_for_wakeup": self._watch,
-                "unwatch_wakeup": self._unwatch,
-                "announce_first_activity": self._announce,
+                ExecutionEffect.publish_agent_ready: self._ready,
+                ExecutionEffect.publish_agent_running: self._running,
+                ExecutionEffect.publish_agent_failed: self._failed,
+                ExecutionEffect.publish_agent_stopped: self._stopped,
+                ExecutionEffect.publish_agent_completed: self._completed,
+                ExecutionEffect.publish_agent_boot_ready: self._boot_ready,
+                ExecutionEffect.publish_stream_error: self._stream_error,
+                ExecutionEffect.record_failure: self._record_failure,
+                ExecutionEffect.record_finish: self._record_finish,
+                ExecutionEffect.record_exit: self._record_exit,
+                ExecutionEffect.watch_for_wakeup: self._watch,
+                ExecutionEffect.unwatch_wakeup: self._unwatch,
+                ExecutionEffect.announce_first_activity: self._announce,
+                # the answers to ready_awaited, a question asked without firing (ready())
+                ExecutionEffect.report_ready: nothing,
+                ExecutionEffect.report_not_ready: nothing,
+                ExecutionEffect.recover_stream: nothing,  # stream_recovery_requested's answer
             }
             | flow_effects(Execution.chart_name),
         )
-        ctx.handle(FirstActivity.chart_name, {"publish_agent_running": self._running})
+        ctx.handle(
+            FirstActivity.chart_name, {FirstActivityEffect.publish_agent_running: self._running}
+        )
         ctx.on_step(Execution.chart_name, self._notify)
 
     @property
@@ -75,15 +88,27 @@ class StatusDriver:
         """The agent showed activity (any event but a claim): the Execution chart says
         whether it is the one first activity to announce."""
         if not self.first_activity.ended:
-            await self.fire("activity_recorded")
+            await self.fire(ExecutionEvent.activity_recorded)
 
-    async def fire(self, event: str, **data: Any) -> list[Fired]:
+    async def fire(self, event: EventName, **data: Any) -> list[Fired]:
         """A fact for the Execution chart, and the steps it took; after STOPPED the execution
         is removed and late facts are moot (none: the coordination table treats an ended
         chart the same way)."""
         if self.machine.ended:
             return []
         return await self.ctx.step(self.machine, event, **data)
+
+    def ready(self) -> bool | None:
+        """The Execution chart's answer to ``ready_awaited``, asked without firing: True when
+        READY, False when it never will be without another fact (FAILED, COMPLETED, or
+        STOPPED: the chart has ended), None while it is on its way."""
+        step = peek(self.machine, ExecutionEvent.ready_awaited)
+        if step is None:
+            return False
+        names = {e.name for e in step.effects}
+        if ExecutionEffect.report_ready in names:
+            return True
+        return False if ExecutionEffect.report_not_ready in names else None
 
     @property
     def watching_wakeup(self) -> bool:
@@ -94,15 +119,14 @@ class StatusDriver:
     async def turn_content(self) -> None:
         """Turn content arrived: the first one after the execution became READY is a wakeup
         fact (the chart decides whether it starts a wakeup turn)."""
-        if self._wakeup_watch:
-            self._wakeup_watch = False
-            await self.fire("wakeup_content_arrived")
+        if self._wakeup_watch:  # the chart's unwatch_wakeup ends the watch
+            await self.fire(ExecutionEvent.wakeup_content_arrived)
 
     # --- effects ----------------------------------------------------------------------------
 
     async def _announce(self, effect: Effect, machine: ChartMachine) -> None:
         if not self.first_activity.ended:
-            await self.ctx.step(self.first_activity, "activity_seen")
+            await self.ctx.step(self.first_activity, FirstActivityEvent.activity_seen)
 
     def _watch(self, effect: Effect, machine: ChartMachine) -> None:
         self._wakeup_watch = True

@@ -50,7 +50,7 @@ class SteerDriver:
         *,
         attachments: Sequence[Attachment] = (),
         on_dispatched: Callable[[], object] | None = None,
-        validate_status: bool = True,
+        validate_status: bool,
     ) -> PromptResult:
         """SendPromptSteerWithDispatchCallback (see the module docstring)."""
         run = await self.flows.run(

@@ -20,6 +20,7 @@ from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import DialFailed, DialRefused
 from acpfsm.statecharts import AgentStream, ChartMachine, Effect
 from acpfsm.statecharts.flows import Op
+from acpfsm.statecharts.names import AgentStreamEffect, AgentStreamEvent, EventName
 
 from .context import ExecutionContext, flow_effects
 from .interpreter import Later
@@ -45,12 +46,16 @@ class StreamDriver:
         ctx.handle(
             AgentStream.chart_name,
             {
-                "redial": self._redial,
-                "stop_redialling": lambda effect, machine: self.flows.stop("redial"),
-                "arm_reconnect_budget": self._arm_budget,
-                "disarm_reconnect_budget": lambda e, m: self.flows.stop("reconnect_budget"),
-                "give_up": self._give_up,
-                "publish_reconnected": self._publish_reconnected,
+                AgentStreamEffect.redial: self._redial,
+                AgentStreamEffect.stop_redialling: lambda effect, machine: self.flows.stop(
+                    "redial"
+                ),
+                AgentStreamEffect.arm_reconnect_budget: self._arm_budget,
+                AgentStreamEffect.disarm_reconnect_budget: lambda e, m: self.flows.stop(
+                    "reconnect_budget"
+                ),
+                AgentStreamEffect.give_up: self._give_up,
+                AgentStreamEffect.publish_reconnected: self._publish_reconnected,
             },
         )
 
@@ -78,25 +83,25 @@ class StreamDriver:
 
     # --- facts ----------------------------------------------------------------------------
 
-    async def _fire(self, event: str, **data: Any) -> list[Any]:
+    async def _fire(self, event: EventName, **data: Any) -> list[Any]:
         if self.machine.ended:  # closed on purpose: the carrier's late facts are moot
             return []
         return await self.ctx.step(self.machine, event, **data)
 
     async def connect_started(self) -> None:
-        await self._fire("connect_started")
+        await self._fire(AgentStreamEvent.connect_started)
 
     async def connect_succeeded(self) -> None:
-        await self._fire("connect_succeeded")
+        await self._fire(AgentStreamEvent.connect_succeeded)
 
     async def connect_failed(self) -> None:
-        await self._fire("connect_failed")
+        await self._fire(AgentStreamEvent.connect_failed)
 
     async def connect_timed_out(self) -> None:
-        await self._fire("connect_timed_out")
+        await self._fire(AgentStreamEvent.connect_timed_out)
 
     async def close(self) -> None:
-        await self._fire("close_requested")
+        await self._fire(AgentStreamEvent.close_requested)
 
     # --- effects and the DIAL op ------------------------------------------------------------
 

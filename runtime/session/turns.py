@@ -22,13 +22,21 @@ import msgspec
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.sync import Flag
-from acpfsm.statecharts import ChartMachine, Effect, PromptGeneration
+from acpfsm.statecharts import ChartMachine, Effect, Execution, PromptGeneration
 from acpfsm.statecharts.coordination import Fired
 from acpfsm.statecharts.flows import Cond
+from acpfsm.statecharts.names import (
+    EffectName,
+    ExecutionEffect,
+    ExecutionEvent,
+    PromptGenerationEffect,
+    PromptGenerationEvent,
+    ResultName,
+)
 
 from .. import events as le
 from ..errors import CANCEL_ESCALATED_SIGNAL, NotReadyForPrompts
-from .context import ExecutionContext, Handler, flow_effects
+from .context import ExecutionContext, Handler, flow_effects, nothing
 from .status import StatusDriver
 
 __all__ = ["Generation", "TurnDriver"]
@@ -57,7 +65,7 @@ class Generation:
     def __init__(self, machine: ChartMachine, number: int) -> None:
         self.machine = machine
         self.number = number
-        self.result = ""
+        self.result = ResultName("")
         """What the waiter learns (the ``release_waiter`` effect's ``result``)."""
         self.stop_reason = ""
         self.error = ""
@@ -108,24 +116,26 @@ class TurnDriver:
         self.terminal: ev.Complete | ev.ErrorEvent | None = None
         """The agent's terminal event whose COMPLETION flow runs (its publishing effects)."""
         self._partial = ""
-        handlers: dict[str, Handler] = flow_effects(PromptGeneration.chart_name)
-        own: dict[str, Handler] = {
-            "arm_activity": self._arm_activity,
-            "claim_outcome": self._claim_outcome,
-            "claim_handoff": self._claim_handoff,
-            "claim_disconnect": self._claim_disconnect,
-            "release_waiter": self._release_waiter,
-            "record_escalation": self._record_escalation,
-            "end_cancel": self._end_cancel,
-            "publish_terminal_event": self._publish_terminal,
-            "publish_prompt_completed": self._publish_completed,
-            "publish_prompt_failed": self._publish_failed,
-            "publish_stream_error": self._publish_stream_error,
-            "report_stall": self._report_stall,
+        handlers: dict[EffectName, Handler] = flow_effects(PromptGeneration.chart_name)
+        own: dict[EffectName, Handler] = {
+            PromptGenerationEffect.arm_activity: self._arm_activity,
+            PromptGenerationEffect.claim_outcome: self._claim_outcome,
+            PromptGenerationEffect.claim_handoff: self._claim_handoff,
+            PromptGenerationEffect.claim_disconnect: self._claim_disconnect,
+            PromptGenerationEffect.release_waiter: self._release_waiter,
+            PromptGenerationEffect.record_escalation: self._record_escalation,
+            PromptGenerationEffect.end_cancel: self._end_cancel,
+            PromptGenerationEffect.publish_terminal_event: self._publish_terminal,
+            PromptGenerationEffect.publish_prompt_completed: self._publish_completed,
+            PromptGenerationEffect.publish_prompt_failed: self._publish_failed,
+            PromptGenerationEffect.publish_stream_error: self._publish_stream_error,
+            PromptGenerationEffect.report_stall: self._report_stall,
+            # the answer to permission_requested, asked without firing (the broker's turn_over)
+            PromptGenerationEffect.turn_over: nothing,
         }
         handlers.update(own)
         ctx.handle(PromptGeneration.chart_name, handlers)
-        ctx.handle("execution", {"end_wakeup_turn": self._end_wakeup_turn})
+        ctx.handle(Execution.chart_name, {ExecutionEffect.end_wakeup_turn: self._end_wakeup_turn})
 
     def of(self, machine: ChartMachine) -> Generation:
         return self.generations[int(machine.constant("generation"))]
@@ -142,7 +152,7 @@ class TurnDriver:
         fired: list[Fired] = []
         previous = self.current
         if previous is not None:
-            fired += ctx.fire(previous.machine, "superseded_by_successor")
+            fired += ctx.fire(previous.machine, PromptGenerationEvent.superseded_by_successor)
             # its prompt call has returned (the prompt lock): its reply is no longer kept
             previous.agent_message = ""
         self._next += 1
@@ -162,7 +172,7 @@ class TurnDriver:
         while len(self.generations) > _GENERATIONS_KEPT:
             self.generations.popitem(last=False)
         self.current = generation
-        fired += ctx.fire(self.status.machine, "prompt_began")
+        fired += ctx.fire(self.status.machine, ExecutionEvent.prompt_began)
         return generation, fired
 
     # --- the agent's facts (the flows COMPLETION, HANDOFF, LOSS of the table) ---------------
@@ -204,7 +214,9 @@ class TurnDriver:
         steps for it (under the lifecycle lock)."""
         await self.flush_partial()
         if self.current is not None:
-            await self.ctx.step(self.current.machine, "stream_lost", error=error, final=True)
+            await self.ctx.step(
+                self.current.machine, PromptGenerationEvent.stream_lost, error=error, final=True
+            )
 
     async def _end_wakeup_turn(self, effect: Effect, machine: ChartMachine) -> None:
         """The wakeup turn's reply and terminal event, as a claimed turn's are."""
@@ -248,7 +260,7 @@ class TurnDriver:
 
     def _release_waiter(self, effect: Effect, machine: ChartMachine) -> None:
         generation = self.of(machine)
-        generation.result = str(effect["result"])
+        generation.result = ResultName(str(effect["result"]))
         if "error" in dict(effect.args):
             generation.error = str(effect["error"])
         generation.done.set()

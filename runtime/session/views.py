@@ -10,6 +10,7 @@ from typing import Any
 
 from acpfsm.adapters.transport import AgentTransport
 from acpfsm.statecharts import peek
+from acpfsm.statecharts.names import ExecutionEffect, ExecutionEvent
 
 from ..hub import EventHub
 from ..trace import TraceRecord
@@ -135,5 +136,7 @@ class SessionViews:
         """Whether a prompt sent now would be admitted: the Execution chart's answer to
         ``prompt_requested`` (the question the prompt path asks, kandev ``validateStatus``),
         asked without firing it."""
-        step = peek(self.status.machine, "prompt_requested")
-        return step is not None and not any(e.name == "refuse_prompt" for e in step.effects)
+        step = peek(self.status.machine, ExecutionEvent.prompt_requested)
+        return step is not None and not any(
+            e.name == ExecutionEffect.refuse_prompt for e in step.effects
+        )

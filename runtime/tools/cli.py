@@ -1,7 +1,8 @@
 """The ``acpfsm`` command line.
 
-* ``acpfsm diagrams [--check] [--out DIR]`` writes (or, with ``--check``, verifies) the review
-  diagrams of every chart (see :mod:`acpfsm.tools.diagrams`);
+* ``acpfsm diagrams [--check] [--out DIR] [--names FILE]`` writes (or, with ``--check``,
+  verifies) the review diagrams of every chart (see :mod:`acpfsm.tools.diagrams`) and the
+  charts' typed vocabulary (:mod:`acpfsm.tools.diagrams.names`);
   ``acpfsm diagrams --trace TRACE.jsonl [--execution ID] [--out DIR]`` draws every chart with
   what one execution of a recorded trace did highlighted; ``--check --browser`` also measures
   every drawing's legibility in headless Chromium and checks the screenshots.
@@ -88,7 +89,8 @@ def _run_diagrams(args: argparse.Namespace) -> int:
 
 
 def _diagrams(args: argparse.Namespace) -> int:
-    from .diagrams import DiagramError, check, write
+    from .diagrams import DiagramError, Drift, check, write
+    from .diagrams.names import check_names, write_names
 
     if args.trace is not None:
         if args.check:
@@ -105,6 +107,9 @@ def _diagrams(args: argparse.Namespace) -> int:
     try:
         if args.check:
             drifts = check(out)
+            if args.names is not None and not check_names(args.names):
+                print(f"drifted: {args.names}", file=sys.stderr)
+                drifts.append(Drift(Path(args.names), "drifted"))
             for drift in drifts:
                 print(drift, file=sys.stderr)
             if drifts:
@@ -117,6 +122,8 @@ def _diagrams(args: argparse.Namespace) -> int:
             print(f"acpfsm diagrams: {out} is up to date")
             return _check_in_browser(out) if args.browser else 0
         result = write(out)
+        if args.names is not None and write_names(args.names):
+            print(f"wrote {args.names}")
     except DiagramError as exc:
         print(f"acpfsm diagrams: {exc}", file=sys.stderr)
         return 2
@@ -230,6 +237,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --check: also load every drawing in headless Chromium, fail on overlapping "
         "labels, text outside its box, edges through boxes, and on screenshots out of tolerance",
+    )
+    diagrams.add_argument(
+        "--names",
+        default=None,
+        metavar="FILE",
+        help="also write (with --check: verify) the charts' typed vocabulary, "
+        "statecharts/names.py in the repository",
     )
     diagrams.add_argument(
         "--out",

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from acpfsm.statecharts import flows as F
+from acpfsm.statecharts.names import AgentStreamEvent, ExecutionEvent, PromptGenerationEvent
 
 from .verify_world import CALLER, TASK, Label
 
@@ -34,19 +35,19 @@ def _action(name: str) -> Callable[[Handler], Handler]:
 def _run(x: Explorer, w: World, label: Label) -> None:
     """ExecutionSession.run: the agent process starts, the init's flow begins."""
     w.started = True
-    w.status_fire("start_requested")
-    w.fire(x.stream, "connect_started")
+    w.status_fire(ExecutionEvent.start_requested)
+    w.fire(x.stream, AgentStreamEvent.connect_started)
     w.start(TASK, "session_init")
 
 
 @_action("start_failed")
 def _start_failed(x: Explorer, w: World, label: Label) -> None:
     w.started = True
-    w.status_fire("start_requested")
-    w.fire(x.stream, "connect_started")
-    w.fire(x.stream, "connect_failed")
-    w.status_fire("agent_start_failed")
-    w.status_fire("stop_requested", reason="agent not started", error="")
+    w.status_fire(ExecutionEvent.start_requested)
+    w.fire(x.stream, AgentStreamEvent.connect_started)
+    w.fire(x.stream, AgentStreamEvent.connect_failed)
+    w.status_fire(ExecutionEvent.agent_start_failed)
+    w.status_fire(ExecutionEvent.stop_requested, reason="agent not started", error="")
     w.closed = True
     w.pump = 2
 
@@ -54,15 +55,14 @@ def _start_failed(x: Explorer, w: World, label: Label) -> None:
 @_action("activity")
 def _activity(x: Explorer, w: World, label: Label) -> None:
     if not x.fa.ended:
-        w.status_fire("activity_recorded")
+        w.status_fire(ExecutionEvent.activity_recorded)
 
 
 @_action("content")
 def _content(x: Explorer, w: World, label: Label) -> None:
     _activity(x, w, label)
-    if w.watch:
-        w.watch = False
-        w.status_fire("wakeup_content_arrived")
+    if w.watch:  # the chart's unwatch_wakeup ends the watch
+        w.status_fire(ExecutionEvent.wakeup_content_arrived)
 
 
 @_action("complete")
@@ -122,7 +122,7 @@ def _stop(x: Explorer, w: World, label: Label) -> None:
 
 @_action("recover")
 def _recover(x: Explorer, w: World, label: Label) -> None:
-    w.status_fire("recovered")
+    w.status_fire(ExecutionEvent.recovered)
 
 
 @_action("leave")
@@ -157,7 +157,7 @@ def _wait(x: Explorer, w: World, label: Label) -> None:
 @_action("tick")
 def _tick(x: Explorer, w: World, label: Label) -> None:
     run = w.runs[label[1]]
-    w.fire(w.machines[run.gen - 1], "stall_detected", stalled_for=1.0)
+    w.fire(w.machines[run.gen - 1], PromptGenerationEvent.stall_detected, stalled_for=1.0)
 
 
 @_action("admit")

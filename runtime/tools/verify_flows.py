@@ -11,6 +11,16 @@ from typing import Any, cast
 from acpfsm.statecharts import ChartError, Machine, Step
 from acpfsm.statecharts import flows as F
 from acpfsm.statecharts.coordination import Fired, fire
+from acpfsm.statecharts.names import (
+    AgentStreamEffect,
+    EventName,
+    ExecutionEffect,
+    ExecutionEvent,
+    FirstActivityEvent,
+    PromptGenerationEffect,
+    PromptGenerationEvent,
+    SessionInitEffect,
+)
 
 from .verify_world import (
     _COND_INDEX,
@@ -57,7 +67,7 @@ class FlowSteps(WorldState):
             return self.machines[g - 1] if 0 < g <= self.current else None
         return x.lookup(str(on))
 
-    def fire(self, machine: Machine, event: str, **data: Any) -> list[Fired]:
+    def fire(self, machine: Machine, event: EventName, **data: Any) -> list[Fired]:
         x = self.x
         try:
             fired = fire(x.lookup, machine, event, data, table=x.table)
@@ -73,7 +83,7 @@ class FlowSteps(WorldState):
                 self.escalation_over(int(cast(Machine, m).constant("generation")))
         return fired
 
-    def status_fire(self, event: str, **data: Any) -> list[Fired]:
+    def status_fire(self, event: EventName, **data: Any) -> list[Fired]:
         """A fact for the Execution chart, moot once it ended."""
         if self.exe_ended:
             return []
@@ -95,7 +105,7 @@ class FlowSteps(WorldState):
                 "superseded_stays_superseded",
                 f"generation {g} left superseded: {step.source} --{step.event}--> {step.target}",
             )
-        if step.event == "steered" and "dispatched" not in config:
+        if step.event == PromptGenerationEvent.steered and "dispatched" not in config:
             self.flag(
                 "steer_only_into_a_live_dispatched_turn",
                 f"steered fired for generation {g} in {x.pg.path(before)}",
@@ -125,14 +135,14 @@ class FlowSteps(WorldState):
             name = effect.name
             if chart == x.pg_name:
                 record = self.gens[int(machine.constant("generation")) - 1]
-                if name == "release_waiter":
+                if name == PromptGenerationEffect.release_waiter:
                     record[DONE] = True
                     record[RESULT] = str(effect["result"])
-                elif name == "end_cancel":
+                elif name == PromptGenerationEffect.end_cancel:
                     record[OVER] = True
-                elif name == "escalate_idle":
+                elif name == PromptGenerationEffect.escalate_idle:
                     self.idle_escalations.add(int(machine.constant("generation")))
-                elif name == "claim_outcome":
+                elif name == PromptGenerationEffect.claim_outcome:
                     self.event_claims += 1
                     if record[CLAIMED]:
                         self.flag(
@@ -142,25 +152,25 @@ class FlowSteps(WorldState):
                         )
                     record[CLAIMED] = True
             elif chart == x.exe_name:
-                if name == "watch_for_wakeup":
+                if name == ExecutionEffect.watch_for_wakeup:
                     self.watch = True
-                elif name == "unwatch_wakeup":
+                elif name == ExecutionEffect.unwatch_wakeup:
                     self.watch = False
-                elif name == "announce_first_activity":
+                elif name == ExecutionEffect.announce_first_activity:
                     if not x.fa.ended:
-                        self.fire(x.fa, "activity_seen")
-                elif name == "end_wakeup_turn":
+                        self.fire(x.fa, FirstActivityEvent.activity_seen)
+                elif name == ExecutionEffect.end_wakeup_turn:
                     self.event_claims += 1
             elif chart == x.stream_name:
                 started = self.flows.effect_flows.get(name)
                 if started is not None:
                     self.background(started[0], started[1], dict(effect.args))
-                elif name == "give_up" and self.pump == 0:
+                elif name == AgentStreamEffect.give_up and self.pump == 0:
                     self.pump = 1
             elif chart == x.init_name:
-                if name == "open_admission":
+                if name == SessionInitEffect.open_admission:
                     self.admission = True
-                elif name == "send_initial_prompt" and not self.closed:
+                elif name == SessionInitEffect.send_initial_prompt and not self.closed:
                     self.start(
                         TASK, "prompt", initial=True, validate_status=False, dispatch_only=False
                     )
@@ -372,7 +382,7 @@ class FlowSteps(WorldState):
             self.goto(run, step.refused)  # NotReadyForPrompts (R24)
             return
         if self.gens:
-            self.fire(self.machines[-1], "superseded_by_successor")
+            self.fire(self.machines[-1], PromptGenerationEvent.superseded_by_successor)
         number = len(self.gens) + 1
         dispatch_only = bool(run.values.get("dispatch_only"))
         # an earlier prompt waited: kandev's promptFinished barrier (TurnDriver.admit)
@@ -387,7 +397,7 @@ class FlowSteps(WorldState):
         run.gen = number
         if step.cancelled:
             run.on_cancel = step.cancelled
-        self.fire(self.x.exe, "prompt_began")
+        self.fire(self.x.exe, ExecutionEvent.prompt_began)
         self.goto(run, F.NEXT)
 
     def cancel(self, run: Run) -> None:

@@ -55,11 +55,27 @@ _ESCALATION_WAIT = (
     "or to superseded"
 )
 
+_QUESTION = (
+    "a question, never fired: the runtime asks it with statecharts.peek (wait_ready, a "
+    "stream recovery, a permission request's turn) and acts on the effects it would return; "
+    "the chart walks in tests/statecharts take each row"
+)
+
 _T = tuple[str, str, str, str]
 
 #: ``(chart, source, event, target) → reason`` (targetless: target == source).
 UNREACHED: Mapping[_T, str] = MappingProxyType(
     {
+        **{
+            ("execution", state, event, state): _QUESTION
+            for state in ("active", "completed", "failed", "ready")
+            for event in ("ready_awaited", "stream_recovery_requested")
+            if (state, event) != ("ready", "stream_recovery_requested")
+        },
+        **{
+            ("prompt_generation", state, "permission_requested", state): _QUESTION
+            for state in ("ended", "live", "superseded")
+        },
         ("execution", "active", "execution_crashed", "failed"): _CRASH,
         ("execution", "completed", "execution_crashed", "completed"): _CRASH,
         ("execution", "failed", "execution_crashed", "failed"): _CRASH,

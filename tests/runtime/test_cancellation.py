@@ -205,7 +205,7 @@ async def test_a_caller_cancelled_before_it_prompts_admits_no_turn(time_scale: f
         agent = ex.last
         with anyio.CancelScope() as scope:
             scope.cancel()
-            await s.prompts.prompt("never")
+            await s.prompts.prompt("never", validate_status=True)
         assert scope.cancelled_caught
         assert s.current is None and sent(agent, "prompt") == []
         agent.auto_complete = True

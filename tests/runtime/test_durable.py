@@ -18,6 +18,7 @@ from acpfsm.runtime import ExecutionLost, Runtime, Unsupported
 from acpfsm.runtime import events as le
 from acpfsm.runtime.durable import GENERATION_BLOCK
 from acpfsm.runtime.recovery import INTERRUPTED
+from acpfsm.statecharts.names import StartupRecoveryEvent
 from acpfsm.testing.memory import MemoryExecutor
 
 from .durable_helpers import StoreFactory, kinds, read_log, store_factory, stored, write_rows
@@ -213,9 +214,13 @@ async def test_another_attempts_answer_is_ignored(make_store: StoreFactory) -> N
         assert rt._persistence is not None
         driver = rt._persistence.recovery
         async with anyio.create_task_group() as tg:
-            tg.start_soon(functools.partial(driver.attempt, row, "recovery_started"))
+            tg.start_soon(
+                functools.partial(driver.attempt, row, StartupRecoveryEvent.recovery_started)
+            )
             await wait_until(lambda: row.id in driver.attempts)  # generation 1, probing
-            newer = await driver.attempt(row, "relaunch_requested")  # generation 2
+            # generation 2: the chart says it recovered (its mark_recovered)
+            assert await driver.attempt(row, StartupRecoveryEvent.relaunch_requested)
+            newer = driver.attempts[row.id]
             assert newer.state == "recovered"
             release.set()  # generation 1's probe: "gone", on generation 2's machine
         assert driver.attempts[row.id] is newer and newer.state == "recovered"

@@ -839,7 +839,7 @@ def test_execution_happy_life(engine: EngineName) -> None:
         ),
         ("activity_recorded", {}, "ready", []),  # R26: READY takes it silently
         ("prompt_requested", {}, "ready", []),
-        ("wakeup_content_arrived", {}, "running", ["publish_agent_running"]),
+        ("wakeup_content_arrived", {}, "running", ["unwatch_wakeup", "publish_agent_running"]),
         (
             "wakeup_turn_completed",
             {"stop_reason": "end_turn"},
@@ -979,7 +979,7 @@ def test_completed_absorbs_late_terminal_facts(engine: EngineName) -> None:
         ("process_exited", {"exit_code": 1}, ["record_exit", "close_subscriptions"]),
         ("turn_undelivered", {"generation": 1}, []),
         ("cancel_escalated", {"generation": 1}, []),  # nothing to make READY
-        ("wakeup_content_arrived", {}, []),
+        ("wakeup_content_arrived", {}, ["unwatch_wakeup"]),  # the watch ends, nothing else
     ]:
         step = ex.fire(event, **data)
         assert ignored(step, "completed") and names(step) == effects, event
@@ -1019,7 +1019,10 @@ def test_before_the_session_is_initialized_the_startup_owns_failures(
     ]:
         step = ex.fire(event, **data)
         assert step.targetless and ex.state == "starting", event
-        assert names(step) == [], event
+        # a wakeup fact only ends the watch (the chart's, not the runtime's)
+        assert names(step) == (["unwatch_wakeup"] if event == "wakeup_content_arrived" else []), (
+            event
+        )
     step = ex.fire("agent_start_failed")
     assert moved(step) == ("starting", "failed", False, ("failed",))
 
@@ -1099,7 +1102,7 @@ def test_a_failed_execution_runs_a_new_prompt_but_ignores_stray_content(
     content that no prompt owns does not (only READY takes a wakeup)."""
     ex = execution(engine, "failed")
     step = ex.fire("wakeup_content_arrived")
-    assert ignored(step, "failed") and names(step) == [] and ex.state == "failed"
+    assert ignored(step, "failed") and names(step) == ["unwatch_wakeup"] and ex.state == "failed"
     step = ex.fire("prompt_began")
     assert moved(step) == ("failed", "running", False, ("active", "running"))
     assert names(step) == [] and ex.state == "running"
