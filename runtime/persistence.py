@@ -27,7 +27,7 @@ import anyio.abc
 
 from acpfsm.adapters.executor import AgentLaunch, Executor, RecoverableExecutor
 from acpfsm.adapters.transport import AgentTransport
-from acpfsm.statecharts import DurableRecord
+from acpfsm.statecharts.charts import DURABLE_RECORD
 
 from .durable import Durability, DurableSubscription, ExecutionLog
 from .errors import ExecutionLost, ExecutionNotFound, Unsupported
@@ -98,7 +98,7 @@ class Persistence:
         await self.durability.close(CLOSE_FLUSH)
 
     async def _detach(self, session: ExecutionSession) -> None:
-        record = session.ctx.machines.get(DurableRecord.chart_name)
+        record = session.ctx.machines.get(DURABLE_RECORD.chart_name)
         if record is not None and not record.ended:
             await session.ctx.step(record, "runtime_detached")
         executor = self.rt.executors.get(session.ctx.spec.executor_id)
@@ -230,6 +230,6 @@ class Persistence:
         """The app changed a runtime override (model, mode): the row keeps it, so a relaunch
         applies it again."""
         session.ctx.metadata[key] = value
-        record = session.ctx.machines.get(DurableRecord.chart_name)
+        record = session.ctx.machines.get(DURABLE_RECORD.chart_name)
         if record is not None and not record.ended:
             await session.ctx.step(record, "overrides_changed")

@@ -18,13 +18,8 @@ import anyio
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import AcpfsmError, AgentRequestError
 from acpfsm.adapters.transport import SessionResult
-from acpfsm.statecharts import (
-    ChartMachine,
-    ConfigSettlement,
-    Effect,
-    StartModelPolicy,
-    model_decision,
-)
+from acpfsm.statecharts import ChartMachine, Effect, model_decision
+from acpfsm.statecharts.charts import CONFIG_SETTLEMENT, START_MODEL_POLICY
 
 from .. import events as le
 from .context import ExecutionContext, ModelState, decision_id
@@ -46,9 +41,9 @@ class ConfigDriver:
         self._set_model_error = ""
         self._baseline: ModelState | None = None
         ctx.handle(
-            StartModelPolicy.chart_name, {"set_model": self._noop, "decided": self._on_decided}
+            START_MODEL_POLICY.chart_name, {"set_model": self._noop, "decided": self._on_decided}
         )
-        ctx.handle(ConfigSettlement.chart_name, {"publish_settled": self._on_publish_settled})
+        ctx.handle(CONFIG_SETTLEMENT.chart_name, {"publish_settled": self._on_publish_settled})
 
     @staticmethod
     def _noop(effect: Effect, machine: ChartMachine) -> None:
@@ -84,7 +79,7 @@ class ConfigDriver:
         if not model:
             return "", ""
         policy = self.policy = ctx.start(
-            StartModelPolicy,
+            START_MODEL_POLICY,
             requested_model=model,
             fallback_model=ctx.profile.fallback_model,
             auto_fallback=ctx.profile.auto_fallback,
@@ -292,7 +287,7 @@ class ConfigDriver:
         ctx = self.ctx
         models = ctx.models
         self._baseline = models.provider_default
-        self.settlement = ctx.start(ConfigSettlement, config_id=final_config_id)
+        self.settlement = ctx.start(CONFIG_SETTLEMENT, config_id=final_config_id)
         await ctx.step(
             self.settlement,
             "settle_requested",

@@ -27,7 +27,8 @@ from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
 from acpfsm.adapters.mcp_servers import McpServer, mcp_server_kind, split_mcp_servers
 from acpfsm.adapters.sync import Mutex
 from acpfsm.adapters.transport import AgentTransport
-from acpfsm.statecharts import Chart, ChartMachine, Effect, EngineName, flows
+from acpfsm.statecharts import ChartMachine, Effect, EngineName, flows
+from acpfsm.statecharts.charts import ChartRef
 from acpfsm.statecharts.coordination import Fired, fire
 
 from .. import events as le
@@ -38,6 +39,8 @@ from ..trace import Trace
 from ..types import AgentProfile, LaunchSpec, Retention, Timeouts
 
 if TYPE_CHECKING:
+    from acpfsm.statecharts import Chart
+
     from ..mcp.execution import ExecutionMcp
 
 __all__ = [
@@ -207,7 +210,9 @@ class ExecutionContext:
 
     # ------------------------------------------------------------------ charts --
 
-    def start(self, chart: type[Chart], *, current: bool = True, **constants: Any) -> ChartMachine:
+    def start(
+        self, chart: ChartRef | type[Chart], *, current: bool = True, **constants: Any
+    ) -> ChartMachine:
         """A new machine of ``chart`` for this execution (the current one when ``current``)."""
         tags: dict[str, Any] = {"execution_id": self.id}
         if "generation" in constants:
@@ -225,7 +230,7 @@ class ExecutionContext:
         """Fire ``event`` and what the coordination table makes follow (nothing performed)."""
         return fire(self.machines, machine, event, data)
 
-    def check_handlers(self, charts: Iterable[type[Chart]]) -> None:
+    def check_handlers(self, charts: Iterable[ChartRef | type[Chart]]) -> None:
         """Every effect each of ``charts`` declares has a handler (raises naming the missing
         ones): checked when the execution is built, not when an effect first fires."""
         missing = sorted(

@@ -24,7 +24,8 @@ from acpfsm.adapters.transport import (
     PermissionPolicy,
     SupportsMcpMode,
 )
-from acpfsm.statecharts import SESSION_CHARTS, ChartMachine, EngineName
+from acpfsm.statecharts import ChartMachine, EngineName
+from acpfsm.statecharts.charts import SESSION_CHARTS
 from acpfsm.statecharts.flows import Lock, Op
 
 from .. import events as le

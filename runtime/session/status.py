@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, cast
 
 from acpfsm.adapters.sync import Wakeup
-from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity
+from acpfsm.statecharts import ChartMachine, Effect
+from acpfsm.statecharts.charts import EXECUTION, FIRST_ACTIVITY
 from acpfsm.statecharts.coordination import Fired
 
 from .. import events as le
@@ -26,12 +27,12 @@ class StatusDriver:
 
     def __init__(self, ctx: ExecutionContext) -> None:
         self.ctx = ctx
-        self.machine = ctx.start(Execution)
-        self.first_activity = ctx.start(FirstActivity)
+        self.machine = ctx.start(EXECUTION)
+        self.first_activity = ctx.start(FIRST_ACTIVITY)
         self._wakeup_watch = False
         self._changed = Wakeup()
         ctx.handle(
-            Execution.chart_name,
+            EXECUTION.chart_name,
             {
                 "publish_agent_ready": self._ready,
                 "publish_agent_running": self._running,
@@ -47,10 +48,10 @@ class StatusDriver:
                 "unwatch_wakeup": self._unwatch,
                 "announce_first_activity": self._announce,
             }
-            | flow_effects(Execution.chart_name),
+            | flow_effects(EXECUTION.chart_name),
         )
-        ctx.handle(FirstActivity.chart_name, {"publish_agent_running": self._running})
-        ctx.on_step(Execution.chart_name, self._notify)
+        ctx.handle(FIRST_ACTIVITY.chart_name, {"publish_agent_running": self._running})
+        ctx.on_step(EXECUTION.chart_name, self._notify)
 
     @property
     def status(self) -> ExecutionStatus:

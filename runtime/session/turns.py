@@ -22,7 +22,8 @@ import msgspec
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.sync import Flag
-from acpfsm.statecharts import ChartMachine, Effect, PromptGeneration
+from acpfsm.statecharts import ChartMachine, Effect
+from acpfsm.statecharts.charts import PROMPT_GENERATION
 from acpfsm.statecharts.coordination import Fired
 from acpfsm.statecharts.flows import Cond
 
@@ -108,7 +109,7 @@ class TurnDriver:
         self.terminal: ev.Complete | ev.ErrorEvent | None = None
         """The agent's terminal event whose COMPLETION flow runs (its publishing effects)."""
         self._partial = ""
-        handlers: dict[str, Handler] = flow_effects(PromptGeneration.chart_name)
+        handlers: dict[str, Handler] = flow_effects(PROMPT_GENERATION.chart_name)
         own: dict[str, Handler] = {
             "arm_activity": self._arm_activity,
             "claim_outcome": self._claim_outcome,
@@ -124,7 +125,7 @@ class TurnDriver:
             "report_stall": self._report_stall,
         }
         handlers.update(own)
-        ctx.handle(PromptGeneration.chart_name, handlers)
+        ctx.handle(PROMPT_GENERATION.chart_name, handlers)
         ctx.handle("execution", {"end_wakeup_turn": self._end_wakeup_turn})
 
     def of(self, machine: ChartMachine) -> Generation:
@@ -154,7 +155,7 @@ class TurnDriver:
         )
         generation = Generation(
             ctx.start(
-                PromptGeneration, generation=g, dispatch_only=dispatch_only, waited_before=before
+                PROMPT_GENERATION, generation=g, dispatch_only=dispatch_only, waited_before=before
             ),
             g,
         )
