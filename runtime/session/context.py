@@ -14,7 +14,6 @@ buffered reply, timestamps. "Where is this execution in its life?" is always a c
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -78,6 +77,8 @@ def decision_id(
 ) -> str:
     """Deterministic id of a model-selection warning (kandev start_model.go)."""
     raw = f"{execution_id}|{acp_session_id}|{requested}|{reason}|{eff}"
+    import hashlib  # here, not at import: OpenSSL's loading is a twentieth of the import
+
     return hashlib.sha256(raw.encode()).hexdigest()
 
 

@@ -137,6 +137,13 @@ __all__ = [
 GOAL_TRANSITION = "<=0.05x"
 GOAL_CYCLE = "<=0.20x"
 GOAL_LIFECYCLE = "<=0.25x"
+#: The goals of issue 35 for the prompt round trip and the stream (ratios to the bare
+#: transport, to the official SDK's client, p99 to the median).
+GOAL_MEDIAN = 1.15
+GOAL_SDK = 0.85
+GOAL_CPU = 1.25
+GOAL_TAIL = 2.0
+GOAL_STREAM = 1.1
 
 #: The reference agent's flags for every path: no pacing, quiet stderr.
 AGENT_ARGS: tuple[str, ...] = ("--delay", "0", "--log-level", "error")
@@ -277,6 +284,7 @@ class ImportRow:
     top: tuple[tuple[str, float], ...] = ()  # (package, self ms) of one -X importtime run
     after_asyncio_cpu_ms: tuple[float, ...] = ()  # asyncio imported first (an asyncio app)
     floor_cpu_ms: tuple[float, ...] = ()  # only the dependencies (see DEPENDENCIES)
+    loaded: tuple[str, ...] = ()  # of WATCHED, what ``import acpfsm.runtime`` loaded
 
     @property
     def floor_median_ms(self) -> float:
@@ -289,6 +297,11 @@ class ImportRow:
     @property
     def cpu_median_ms(self) -> float:
         return statistics.median(self.cpu_ms) if self.cpu_ms else math.nan
+
+    @property
+    def own_median_ms(self) -> float:
+        """acpfsm's own part: the median beyond the dependencies' floor."""
+        return self.cpu_median_ms - self.floor_median_ms
 
 
 @dataclass(frozen=True)
@@ -989,8 +1002,12 @@ _IMPORT_CODE = (
     "{pre}"
     "t, c = time.perf_counter(), time.process_time()\n"
     "import {modules}\n"
-    "print(time.perf_counter() - t, time.process_time() - c, int('httpx' in sys.modules))\n"
+    "print(time.perf_counter() - t, time.process_time() - c, int('httpx' in sys.modules),\n"
+    "      ','.join(m for m in {watched!r} if m in sys.modules) or '-')\n"
 )
+#: Modules ``import acpfsm.runtime`` should not load (issue 35): python-statemachine (the
+#: charts run from their generated declarations), asyncio (a trio program has no use for it).
+WATCHED = ("statemachine", "asyncio", "httpx")
 _IMPORTTIME = re.compile(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
 
 
@@ -999,9 +1016,20 @@ def _package(module: str) -> str:
     return ".".join(parts[:2]) if parts[0] == "acpfsm" else parts[0]
 
 
-#: What ``import acpfsm.runtime`` loads whatever acpfsm does: python-statemachine (the chart
-#: declarations; it imports asyncio, and with it ssl, socket, logging …), anyio and msgspec.
-DEPENDENCIES = "statemachine, anyio, msgspec"
+#: What ``import acpfsm.runtime`` loads whatever acpfsm does: anyio and msgspec.
+#: python-statemachine (and the asyncio it imports) is no longer among them: the runtime runs
+#: the charts from their declarations generated ahead of time (acpfsm.statecharts.charts).
+DEPENDENCIES = "anyio, msgspec"
+#: The goals of issue 35 for ``import acpfsm.runtime``: CPU, and acpfsm's own part of it.
+GOAL_IMPORT_MS = 60.0
+GOAL_IMPORT_OWN_MS = 30.0
+#: What stands in the way of the own part's goal (profiled for issue 35: ``-X importtime``
+#: and the cost of each ``@dataclass`` while ``import acpfsm.runtime`` runs).
+IMPORT_NOTE = (
+    "77 acpfsm modules load (the size limits split them), ~0.3 ms each to find, read and run; "
+    "37 @dataclass(frozen, slots) classes cost ~0.4 ms each to build (a quarter of the own "
+    "part; flowsteps' 14 step types alone 5 ms); the cyclic GC runs ~50 times meanwhile"
+)
 
 
 def bench_import(count: int) -> ImportRow:
@@ -1013,12 +1041,13 @@ def bench_import(count: int) -> ImportRow:
     after_asyncio: list[float] = []
     floor: list[float] = []
     httpx = False
+    loaded: set[str] = set()
     # as installed: byte-compiled (the first, untimed run writes what is missing)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
     def timed(pre: str, modules: str = "acpfsm.runtime") -> list[str]:
         return subprocess.run(
-            [sys.executable, "-c", _IMPORT_CODE.format(pre=pre, modules=modules)],
+            [sys.executable, "-c", _IMPORT_CODE.format(pre=pre, modules=modules, watched=WATCHED)],
             capture_output=True,
             text=True,
             check=True,
@@ -1032,6 +1061,7 @@ def bench_import(count: int) -> ImportRow:
         samples.append(float(out[0]) * 1000.0)
         cpu.append(float(out[1]) * 1000.0)
         httpx = httpx or out[2] == "1"
+        loaded.update(m for m in out[3].split(",") if m != "-")
         # an asyncio app: asyncio (which python-statemachine imports) is there already
         after_asyncio.append(float(timed("import asyncio\n")[1]) * 1000.0)
         floor.append(float(timed("", DEPENDENCIES)[1]) * 1000.0)
@@ -1054,7 +1084,15 @@ def bench_import(count: int) -> ImportRow:
             key = _package(module)
             by_package[key] = by_package.get(key, 0.0) + micros / 1000.0
     top = tuple(sorted(by_package.items(), key=lambda kv: -kv[1])[:8])
-    return ImportRow(tuple(samples), tuple(cpu), httpx, top, tuple(after_asyncio), tuple(floor))
+    return ImportRow(
+        tuple(samples),
+        tuple(cpu),
+        httpx,
+        top,
+        tuple(after_asyncio),
+        tuple(floor),
+        tuple(m for m in WATCHED if m in loaded),
+    )
 
 
 # ------------------------------------------------------------ 6. transitions --
@@ -1540,12 +1578,12 @@ def goals(report: BenchReport) -> list[Goal]:
             continue
         versus = f"{_num(rt.median_ms)} vs {_num(bare.median_ms)} ms"
         ratio(f"{RUNTIME_ROW} median vs bare StdioTransport", backend, rt.median_ms,
-              bare.median_ms, 1.3, versus)  # fmt: skip
+              bare.median_ms, GOAL_MEDIAN, versus)  # fmt: skip
         sdk = report.row(report.latency, SDK_ROW, backend)
         if sdk is not None and sdk.samples_ms:
             versus = f"{_num(rt.median_ms)} vs {_num(sdk.median_ms)} ms"
             ratio(f"{RUNTIME_ROW} median vs official ACP SDK client", backend, rt.median_ms,
-                  sdk.median_ms, 1.0, versus)  # fmt: skip
+                  sdk.median_ms, GOAL_SDK, versus)  # fmt: skip
         versus = f"{_num(rt.client_cpu_ms)} vs {_num(bare.client_cpu_ms)} ms"
         others = [b for b in report.options.backends if b != backend]
         for other in others:  # the same code on the other backend: what the backend adds
@@ -1554,18 +1592,18 @@ def goals(report: BenchReport) -> list[Goal]:
             if o_bare is not None and o_rt is not None:
                 versus += f"; on {other} {_ratio(o_rt.client_cpu_ms, o_bare.client_cpu_ms)}"
         ratio("client CPU per prompt vs bare", backend, rt.client_cpu_ms, bare.client_cpu_ms,
-              1.5, versus)  # fmt: skip
+              GOAL_CPU, versus)  # fmt: skip
         p99 = (
             f"p99 {_num(rt.p99_ms)} ms over {len(rt.samples_ms)} prompts; the bare "
             f"transport's own {_ratio(bare.p99_ms, bare.median_ms)}"
         )
-        ratio(f"{RUNTIME_ROW} p99 vs median", backend, rt.p99_ms, rt.median_ms, 2.0, p99)
+        ratio(f"{RUNTIME_ROW} p99 vs median", backend, rt.p99_ms, rt.median_ms, GOAL_TAIL, p99)
         gc_max = rt.gc_max_ms if rt.samples_ms else None
         out.append(Goal(f"longest GC pause during {RUNTIME_ROW}", backend, COMPILED, gc_max,
                         10.0, "ms", detail=rt.gc_detail))  # fmt: skip
     pairs = (
         ("CPU per streamed notification vs bare (in-memory)", report.streaming, STREAM_BARE,
-         STREAM_RUNTIME, 1.3, 1000.0, "us"),
+         STREAM_RUNTIME, GOAL_STREAM, 1000.0, "us"),
         ("launch -> READY client CPU vs initialize + session/new by hand", report.launch,
          LAUNCH_BARE, LAUNCH_RUNTIME, 2.0, 1.0, "ms"),
     )  # fmt: skip
@@ -1583,12 +1621,16 @@ def goals(report: BenchReport) -> list[Goal]:
     if report.imports is not None:
         imp = report.imports
         detail = (
-            f"wall {imp.median_ms:.1f} ms; {len(imp.samples_ms)} fresh processes; "
-            + ("httpx loaded" if imp.httpx_loaded else "httpx not loaded")
-            + f"; the dependencies alone {imp.floor_median_ms:.1f} ms"
+            f"wall {imp.median_ms:.1f} ms; {len(imp.samples_ms)} fresh processes; loaded of "
+            f"{', '.join(WATCHED)}: {', '.join(imp.loaded) or 'none'}"
+            f"; the dependencies alone ({DEPENDENCIES}) {imp.floor_median_ms:.1f} ms"
         )
         out.append(Goal("import acpfsm.runtime (stdio-only), CPU median", "-", COMPILED,
-                        imp.cpu_median_ms, 60.0, "ms", strict=True, detail=detail))  # fmt: skip
+                        imp.cpu_median_ms, GOAL_IMPORT_MS, "ms", strict=False,
+                        detail=detail))  # fmt: skip
+        out.append(Goal("import acpfsm.runtime: acpfsm's own part (beyond the floor)", "-",
+                        COMPILED, imp.own_median_ms, GOAL_IMPORT_OWN_MS, "ms", strict=False,
+                        detail=IMPORT_NOTE))  # fmt: skip
     if report.conform is not None:
         row = report.conform
         detail = (
