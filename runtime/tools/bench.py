@@ -52,6 +52,10 @@ then each section's detail:
    ``engine="compiled"``) and **memory per idle execution** (``tracemalloc`` per execution
    brought to READY, and the agents' RSS).
 
+10. **Scale** (:mod:`.bench_scale`): a thousand executions in one Runtime prompting at once
+    (CPU per prompt against one execution's, p99), ten thousand idle ones (memory each, launch
+    rate), a hundred over real reference agents (the Runtime's share of the CPU).
+
 9. **Durable executions** (:mod:`.bench_durable`): the prompt round trip with an
    ``SqliteStore`` and a ``PostgresStore`` against none, the recovery of stored executions
    at start-up, the store's size per execution.
@@ -108,7 +112,7 @@ from acpfsm.statecharts import Execution as ExecutionChart
 from acpfsm.testing.memory import MemoryExecutor
 from acpfsm.tools.bench_conform import CONFORM_FIGURE, CONFORM_GOAL, ConformRow, bench_conform
 
-from . import bench_durable
+from . import bench_durable, bench_scale
 from .bench_peer import MemoryAgentExecutor, memory_agent
 
 __all__ = [
@@ -360,6 +364,11 @@ class BenchOptions:
     profile_prompts: int = 3000
     conform_runs: int = 5
     durable_prompts: int = 1000
+    scale_executions: int = 1000
+    scale_prompts: int = 5
+    scale_idle: int = 10_000
+    scale_stdio: int = 100
+    scale_stdio_prompts: int = 20
     recover_executions: int = 1000
     backends: tuple[str, ...] = ("trio", "asyncio")
     sdk: bool = True
@@ -383,6 +392,11 @@ QUICK = BenchOptions(
     profile_prompts=300,
     conform_runs=2,
     durable_prompts=100,
+    scale_executions=100,
+    scale_prompts=3,
+    scale_idle=500,
+    scale_stdio=10,
+    scale_stdio_prompts=5,
     recover_executions=200,
     quick=True,
 )
@@ -405,6 +419,7 @@ class BenchReport:
     breakdown: list[ShareRow] = field(default_factory=list)
     conform: ConformRow | None = None
     durable: bench_durable.DurableReport | None = None
+    scale: bench_scale.ScaleReport | None = None
     seconds: float = 0.0
     section_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -1527,6 +1542,17 @@ def run_bench(opts: BenchOptions) -> BenchReport:
                 executions=opts.recover_executions,
             )
         report.section_seconds["durable"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        if opts.scale_executions or opts.scale_idle or opts.scale_stdio:
+            report.scale = bench_scale.run(
+                root,
+                executions=opts.scale_executions,
+                prompts=max(1, opts.scale_prompts),
+                idle=opts.scale_idle,
+                stdio=opts.scale_stdio,
+                stdio_prompts=max(1, opts.scale_stdio_prompts),
+            )
+        report.section_seconds["scale"] = time.perf_counter() - mark
     mark = time.perf_counter()
     if opts.imports > 0:
         report.imports = bench_import(opts.imports)
@@ -1648,6 +1674,7 @@ def goals(report: BenchReport) -> list[Goal]:
                         _div(comp.client_cpu_ms, ref.client_cpu_ms), 0.25, "x",
                         detail=detail))  # fmt: skip
     out.extend(bench_durable.goals(report.durable, Goal))
+    out.extend(bench_scale.goals(report.scale, Goal))
     return out
 
 
@@ -1879,6 +1906,7 @@ def format_report(report: BenchReport) -> str:
                 )
 
     bench_durable.format_into(table, report.durable)
+    bench_scale.format_into(table, report.scale)
 
     table.lines.append("")
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in report.section_seconds.items())
@@ -1911,6 +1939,11 @@ _COUNTS: dict[str, str] = {
     "conform_runs": "conform runs on the reference agent with and without the schema check",
     "durable_prompts": "prompts per path without a store, with SQLite, with PostgreSQL",
     "recover_executions": "stored executions recovered at start-up, per store",
+    "scale_executions": "executions in one Runtime prompting at once (in-memory agent)",
+    "scale_prompts": "prompts each of them sends",
+    "scale_idle": "idle executions launched to READY in one Runtime (in-memory agent)",
+    "scale_stdio": "executions over real reference agents in one Runtime",
+    "scale_stdio_prompts": "prompts each of those sends",
 }
 
 
