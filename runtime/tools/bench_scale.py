@@ -28,7 +28,7 @@ import tracemalloc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import anyio
 
@@ -53,6 +53,9 @@ class ScaleReport:
     single_cpu_us: float | None = None
     concurrent_cpu_us: float | None = None
     concurrent_ms: list[float] = field(default_factory=list)
+    single_gc: tuple[float, int, int] = (0.0, 0, 0)
+    concurrent_gc: tuple[float, int, int] = (0.0, 0, 0)
+    """The cyclic garbage collector meanwhile: (CPU seconds, collections, full ones)."""
     idle: int = 0
     idle_seconds: float | None = None
     idle_cpu_ms: float | None = None
@@ -90,6 +93,34 @@ def _rss_kib() -> int:
     return 0
 
 
+class _GcMeter:
+    """CPU the cyclic garbage collector takes while it is on (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.count = 0
+        self.full = 0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.process_time()
+            return
+        self.cpu += time.process_time() - self._start
+        self.count += 1
+        self.full += info.get("generation") == 2
+
+    def __enter__(self) -> Self:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+    def figures(self) -> tuple[float, int, int]:
+        return (self.cpu, self.count, self.full)
+
+
 def _memory_runtime() -> tuple[Runtime, MemoryExecutor]:
     executor = MemoryExecutor(lambda: MemoryTransport(auto_complete=True))
     return Runtime(profiles=[MEMORY], executors={"memory": executor}), executor
@@ -114,9 +145,11 @@ async def _concurrent(report: ScaleReport, root: Path, executions: int, prompts:
         for i in range(10):
             await rt.prompt(ids[0], f"warm {i}")
         cpu0 = time.process_time()
-        for i in range(alone):
-            await rt.prompt(ids[0], f"alone {i}")
+        with _GcMeter() as meter:
+            for i in range(alone):
+                await rt.prompt(ids[0], f"alone {i}")
         report.single_cpu_us = (time.process_time() - cpu0) * 1e6 / alone
+        report.single_gc = meter.figures()
         samples: list[float] = []
 
         async def one(execution_id: str) -> None:
@@ -128,10 +161,11 @@ async def _concurrent(report: ScaleReport, root: Path, executions: int, prompts:
         for transport in executor.transports:
             transport.calls.clear()  # the test double records every call
         cpu0 = time.process_time()
-        with anyio.fail_after(TIMEOUT):
+        with _GcMeter() as meter, anyio.fail_after(TIMEOUT):
             async with anyio.create_task_group() as tg:
                 for execution_id in ids:
                     tg.start_soon(one, execution_id)
+        report.concurrent_gc = meter.figures()
         report.concurrent_cpu_us = (time.process_time() - cpu0) * 1e6 / (executions * prompts)
         report.concurrent_ms = samples
         report.executions, report.prompts_each = executions, prompts
@@ -219,9 +253,15 @@ def goals(report: ScaleReport | None, goal: type[Any]) -> list[Any]:
     out = []
     if report.concurrent_cpu_us is not None and report.single_cpu_us:
         ms = report.concurrent_ms
+        prompts = report.executions * report.prompts_each
+        gc_at_once = report.concurrent_gc[0] * 1e6 / prompts
+        alone = max(50, report.prompts_each * 20)
+        gc_alone = report.single_gc[0] * 1e6 / alone
         detail = (
             f"{report.concurrent_cpu_us:.0f} vs {report.single_cpu_us:.0f} us; latency median "
-            f"{statistics.median(ms):.1f} ms, p99 {_percentile(ms, 99):.1f} ms"
+            f"{statistics.median(ms):.1f} ms, p99 {_percentile(ms, 99):.1f} ms; the cyclic GC "
+            f"{gc_at_once:.0f} vs {gc_alone:.0f} us of it ({report.concurrent_gc[1]} "
+            f"collections, {report.concurrent_gc[2]} full, vs {report.single_gc[1]})"
         )
         out.append(
             goal(
@@ -246,9 +286,9 @@ def goals(report: ScaleReport | None, goal: type[Any]) -> list[Any]:
                 f"RSS per idle execution, {report.idle:,} READY (in-memory agent)",
                 "trio",
                 "compiled",
-                report.idle_rss_kib * 1024.0,
-                GOAL_KIB * 1024.0,
-                "B",
+                report.idle_rss_kib,
+                GOAL_KIB,
+                "KiB",
                 detail=detail,
             )
         )

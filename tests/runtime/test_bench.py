@@ -32,7 +32,8 @@ TINY = [
     "--lifecycle-prompts", "3", "--cycles", "5", "--idle", "2", "--idle-stdio", "1",
     "--primitives", "20", "--profile-prompts", "20", "--conform-runs", "1",
     "--primitives", "20", "--profile-prompts", "20", "--durable-prompts", "5",
-    "--recover-executions", "10",
+    "--recover-executions", "10", "--scale-executions", "3", "--scale-prompts", "2",
+    "--scale-idle", "4", "--scale-stdio", "2", "--scale-stdio-prompts", "2",
 ]  # fmt: skip
 
 #: (figure, backend, engine, goal) of every summary line of a run on both backends
@@ -81,6 +82,8 @@ GOALS = [
     ("Runtime.prompt median with SqliteStore vs without", "trio", "compiled", "<= 1.10x"),
     ("recovery of 10 stored executions (PostgresStore)", "trio", "compiled", "< 2.0 s"),
     ("recovery of 10 stored executions (SqliteStore)", "trio", "compiled", "< 2.0 s"),
+    ("CPU per prompt, 3 executions at once vs one alone", "trio", "compiled", "<= 1.20x"),
+    ("RSS per idle execution, 4 READY (in-memory agent)", "trio", "compiled", "<= 64.0 KiB"),
 ]
 SECTIONS = (
     "prompt round trip (reference agent over stdio)",
@@ -94,8 +97,9 @@ SECTIONS = (
     f"anyio's primitives, CPU per call inside {PRIMITIVE_DEPTH} cancel scopes (the floor)",
     "the runtime's extra CPU per prompt by component (CPU profile, 20 prompts per path)",
     "durable executions (5 prompts per path)",
+    "scale: many executions in one Runtime (trio)",
 )
-NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(x| ms| s| B)?$")
+NUMBER = re.compile(r"^-?[\d,]+(\.\d+)?(x| ms| s| B| KiB)?$")
 
 
 def _lines(out: str, name: str) -> list[str]:
