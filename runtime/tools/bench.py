@@ -180,6 +180,9 @@ class LatencyRow:
     gc_max_generation: int = 0
     gc_count: int = 0
     gc_by_generation: list[int] = field(default_factory=lambda: [0, 0, 0])
+    cpu_samples_ms: list[float] = field(default_factory=list)
+    """This thread's CPU in each timed round trip (``time.thread_time``): where the wall
+    time's tail is not in it, the tail is waiting (the agent, the scheduler), not work."""
     note: str = ""
 
     @property
@@ -204,6 +207,14 @@ class LatencyRow:
     @property
     def p99_ms(self) -> float | None:
         return percentile(self.samples_ms, 99.0) if self.samples_ms else None
+
+    @property
+    def cpu_tail(self) -> float | None:
+        """p99 over the median of the per-prompt CPU (:attr:`cpu_samples_ms`)."""
+        if not self.cpu_samples_ms:
+            return None
+        median = statistics.median(self.cpu_samples_ms)
+        return percentile(self.cpu_samples_ms, 99.0) / median if median > 0 else None
 
 
 @dataclass(frozen=True)
@@ -620,11 +631,12 @@ class _Path:
         try:
             for i in range(first, first + count):
                 with anyio.fail_after(PROMPT_TIMEOUT):
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.thread_time()
                     await self.one(i)
-                    elapsed = time.perf_counter() - t0
+                    elapsed, cpu = time.perf_counter() - t0, time.thread_time() - c0
                 if timed:
                     self.row.samples_ms.append(elapsed * 1000.0)
+                    self.row.cpu_samples_ms.append(cpu * 1000.0)
         finally:
             gcw.row = None
         if not timed:
@@ -1617,11 +1629,21 @@ def goals(report: BenchReport) -> list[Goal]:
             o_rt = report.row(report.latency, RUNTIME_ROW, other)
             if o_bare is not None and o_rt is not None:
                 versus += f"; on {other} {_ratio(o_rt.client_cpu_ms, o_bare.client_cpu_ms)}"
+        shares = sorted(
+            (r for r in report.breakdown if r.backend == backend and r.extra_us >= 5.0),
+            key=lambda r: -r.extra_us,
+        )[:4]
+        if shares:  # what stands in the way: the profile's largest extras
+            versus += "; extra by the profile: " + ", ".join(
+                f"{r.name.split(' (')[0]} {r.extra_us:.0f} us" for r in shares
+            )
         ratio("client CPU per prompt vs bare", backend, rt.client_cpu_ms, bare.client_cpu_ms,
               GOAL_CPU, versus)  # fmt: skip
         p99 = (
             f"p99 {_num(rt.p99_ms)} ms over {len(rt.samples_ms)} prompts; the bare "
-            f"transport's own {_ratio(bare.p99_ms, bare.median_ms)}"
+            f"transport's own {_ratio(bare.p99_ms, bare.median_ms)}; this thread's CPU per "
+            f"prompt p99/median {_num(rt.cpu_tail, '{:.2f}x')} (bare "
+            f"{_num(bare.cpu_tail, '{:.2f}x')}): the rest of the tail is waiting"
         )
         ratio(f"{RUNTIME_ROW} p99 vs median", backend, rt.p99_ms, rt.median_ms, GOAL_TAIL, p99)
         gc_max = rt.gc_max_ms if rt.samples_ms else None
