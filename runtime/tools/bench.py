@@ -352,6 +352,8 @@ class Goal:
 def _fmt(value: float, unit: str) -> str:
     if unit == "x":
         return f"{value:.2f}x"
+    if unit == "KiB":
+        return f"{value:.0f} KiB"  # the summary's columns are 12 wide
     if unit == "B":
         return f"{round(value):,} B"  # a whole number: no "-0 B" for a slight shrink
     return f"{value:.1f} {unit}"

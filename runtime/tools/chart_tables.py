@@ -30,14 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from acpfsm.statecharts import ALL_CHARTS, Chart
+from acpfsm.statecharts import ALL_CHARTS, Chart, ChartDefinitionError
 from acpfsm.statecharts._compile import EffectSpec
 from acpfsm.statecharts._declare import Declaration, StateDecl, TransitionDecl, declaration_of
 
 __all__ = [
     "DEFAULT_PATH",
     "DESCRIPTION",
-    "TablesError",
     "add_arguments",
     "check",
     "render",
@@ -62,10 +61,6 @@ from acpfsm.statecharts._declare import Declaration, StateDecl, TransitionDecl
 '''
 
 
-class TablesError(Exception):
-    """A chart declaration that cannot be written out as plain data."""
-
-
 def _literal(value: Any, enums: set[type[enum.Enum]]) -> str:
     if value is None or isinstance(value, bool | int | float | str):
         return repr(value)
@@ -86,7 +81,7 @@ def _literal(value: Any, enums: set[type[enum.Enum]]) -> str:
     if isinstance(value, frozenset):
         inner = ", ".join(sorted(_literal(v, enums) for v in value))
         return f"frozenset({{{inner}}})" if value else "frozenset()"
-    raise TablesError(f"cannot write {value!r} ({type(value).__name__}) as a literal")
+    raise ChartDefinitionError(f"cannot write {value!r} ({type(value).__name__}) as a literal")
 
 
 def _rows(values: tuple[Any, ...], enums: set[type[enum.Enum]]) -> str:
@@ -138,16 +133,20 @@ def _guards(chart: type[Chart], decl: Declaration, imports: dict[str, str]) -> s
         source = textwrap.dedent(inspect.getsource(fn))
         node = ast.parse(source).body[0]
         if not isinstance(node, ast.FunctionDef) or node.decorator_list:
-            raise TablesError(f"{decl.qualname}.{name}: a guard is a plain undecorated method")
+            raise ChartDefinitionError(
+                f"{decl.qualname}.{name}: a guard is a plain undecorated method"
+            )
         for free in sorted(_free_names(node)):
             if free not in available:
-                raise TablesError(
+                raise ChartDefinitionError(
                     f"{decl.qualname}.{name} reads {free!r}, which {chart.__module__} does "
                     "not import: define it in a module without python-statemachine (vocab)"
                 )
             origin, original = available[free]
             if origin.split(".")[0] == "statemachine":
-                raise TablesError(f"{decl.qualname}.{name} reads python-statemachine's {free!r}")
+                raise ChartDefinitionError(
+                    f"{decl.qualname}.{name} reads python-statemachine's {free!r}"
+                )
             imports[free] = f"from {origin} import {original}" + (
                 f" as {free}" if original != free else ""
             )
@@ -231,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"acpfsm chart-tables: {path} is up to date")
             return 0
         changed = write(path)
-    except TablesError as exc:
+    except ChartDefinitionError as exc:
         print(f"acpfsm chart-tables: {exc}", file=sys.stderr)
         return 2
     print(f"acpfsm chart-tables: {path} {'written' if changed else 'unchanged'}")

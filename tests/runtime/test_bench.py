@@ -83,7 +83,7 @@ GOALS = [
     ("recovery of 10 stored executions (PostgresStore)", "trio", "compiled", "< 2.0 s"),
     ("recovery of 10 stored executions (SqliteStore)", "trio", "compiled", "< 2.0 s"),
     ("CPU per prompt, 3 executions at once vs one alone", "trio", "compiled", "<= 1.20x"),
-    ("RSS per idle execution, 4 READY (in-memory agent)", "trio", "compiled", "<= 64.0 KiB"),
+    ("RSS per idle execution, 4 READY (in-memory agent)", "trio", "compiled", "<= 64 KiB"),
 ]
 SECTIONS = (
     "prompt round trip (reference agent over stdio)",

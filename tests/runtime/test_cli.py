@@ -23,7 +23,16 @@ def test_every_subcommand_is_described() -> None:
     parser = cli._parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     names = set(commands.choices)
-    assert names == {"diagrams", "check-trace", "report", "conform", "verify", "agentctl", "demo"}
+    assert names == {
+        "diagrams",
+        "chart-tables",
+        "check-trace",
+        "report",
+        "conform",
+        "verify",
+        "agentctl",
+        "demo",
+    }
     helps = {action.dest: action.help for action in commands._choices_actions}
     for name, sub in commands.choices.items():
         assert sub.description and len(sub.description) > 40, name

@@ -143,7 +143,7 @@ def test_the_generator_refuses_a_guard_reading_a_name_of_the_chart_module(
     monkeypatch.syspath_prepend(str(tmp_path))
     import toy_local_chart
 
-    with pytest.raises(chart_tables.TablesError, match="reads 'LIMIT'"):
+    with pytest.raises(ChartDefinitionError, match="reads 'LIMIT'"):
         chart_tables.render((toy_local_chart.Toy,))
 
 
