@@ -31,12 +31,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy -p acpfsm.statecharts -p acpfsm.runtime -p acpfsm.adapters -p acpfsm.testing -p acpfsm.tools
 
+# The chart declarations the runtime runs from (statecharts/_generated.py: no
+# python-statemachine at import), then the diagrams; both drift-checked by diagrams-check.
 diagrams: $(STAMP)
+	$(BIN)/acpfsm chart-tables --out statecharts/_generated.py
 	$(BIN)/acpfsm diagrams --out diagrams --names statecharts/names.py
 
 # Byte drift of every generated file, then every drawing measured in headless Chromium
 # (overlapping labels, text outside its box, edges through boxes) and the screenshots.
 diagrams-check: $(STAMP) chromium
+	$(BIN)/acpfsm chart-tables --check --out statecharts/_generated.py
 	$(BIN)/acpfsm diagrams --check --browser --out diagrams --names statecharts/names.py
 
 # Every interleaving of one execution's life at the default bounds (3 generations, both

@@ -8,7 +8,6 @@ import ctypes
 import errno
 import os
 import platform
-import secrets
 import sys
 import threading
 from collections.abc import Callable
@@ -266,7 +265,8 @@ def _replace(
 ) -> None:
     """Atomically replace ``name`` in ``directory`` with ``data`` (temp file, fsync,
     renameat); the temporary file is removed on any failure."""
-    temporary = f".acpfsm-{secrets.token_hex(8)}.tmp"
+    # os.urandom as secrets.token_hex does (secrets would add hmac and hashlib to the import)
+    temporary = f".acpfsm-{os.urandom(8).hex()}.tmp"
     with map_exceptions(_failed(path)):
         fd = os.open(
             temporary,

@@ -56,7 +56,6 @@ are computed independently of the kind.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
 import sys
@@ -222,9 +221,12 @@ def _has_code(err: ErrorInput, code: int) -> bool:
 
 
 def _is_cancellation(node: BaseException) -> bool:
-    if isinstance(node, asyncio.CancelledError):
+    # a backend's cancellation can only exist once it is imported (and importing asyncio
+    # here would cost a trio program a tenth of acpfsm's import time)
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None and isinstance(node, asyncio.CancelledError):
         return True
-    trio = sys.modules.get("trio")  # a trio.Cancelled can only exist once trio is imported
+    trio = sys.modules.get("trio")
     return trio is not None and isinstance(node, trio.Cancelled)
 
 

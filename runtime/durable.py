@@ -44,7 +44,8 @@ import msgspec
 from acpfsm.adapters.events import Unknown
 from acpfsm.adapters.executor import RecoverableExecutor
 from acpfsm.adapters.sync import Wakeup
-from acpfsm.statecharts import ChartMachine, DurableRecord, Effect
+from acpfsm.statecharts import ChartMachine, Effect
+from acpfsm.statecharts.charts import DURABLE_RECORD
 from acpfsm.statecharts.names import DurableRecordEffect
 
 from . import events as le
@@ -248,17 +249,17 @@ class Durability:
             self.delete(entry)
 
         ctx.handle(
-            DurableRecord.chart_name,
+            DURABLE_RECORD.chart_name,
             {
                 DurableRecordEffect.persist_execution: persist,
                 DurableRecordEffect.reserve_generation: reserve,
                 DurableRecordEffect.delete_execution: delete,
             },
         )
-        ctx.check_handlers((DurableRecord,))
+        ctx.check_handlers((DURABLE_RECORD,))
         self._hubs[ctx.id] = ctx.hub
         ctx.hub.sink = lambda events: self.append(entry, events)
-        return ctx.start(DurableRecord)
+        return ctx.start(DURABLE_RECORD)
 
     def detach(self, execution_id: str) -> None:
         """The session's hub no longer feeds the log (the Runtime left it running)."""

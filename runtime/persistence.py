@@ -27,7 +27,7 @@ import anyio.abc
 
 from acpfsm.adapters.executor import AgentLaunch, Executor, RecoverableExecutor
 from acpfsm.adapters.transport import AgentTransport
-from acpfsm.statecharts import DurableRecord
+from acpfsm.statecharts.charts import DURABLE_RECORD
 from acpfsm.statecharts.names import DurableRecordEvent, StartupRecoveryEvent
 
 from .bus import bus_feed
@@ -102,7 +102,7 @@ class Persistence:
         await self.durability.close(CLOSE_FLUSH)
 
     async def _detach(self, session: ExecutionSession) -> None:
-        record = session.ctx.machines.get(DurableRecord.chart_name)
+        record = session.ctx.machines.get(DURABLE_RECORD.chart_name)
         if record is not None and not record.ended:
             await session.ctx.step(record, DurableRecordEvent.runtime_detached)
         executor = self.rt.executors.get(session.ctx.spec.executor_id)
@@ -236,6 +236,6 @@ class Persistence:
         """The app changed a runtime override (model, mode): the row keeps it, so a relaunch
         applies it again."""
         session.ctx.metadata[key] = value
-        record = session.ctx.machines.get(DurableRecord.chart_name)
+        record = session.ctx.machines.get(DURABLE_RECORD.chart_name)
         if record is not None and not record.ended:
             await session.ctx.step(record, DurableRecordEvent.overrides_changed)

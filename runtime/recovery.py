@@ -25,7 +25,8 @@ import anyio
 
 from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.adapters.executor import RecoverableExecutor
-from acpfsm.statecharts import ChartMachine, Effect, StartupRecovery
+from acpfsm.statecharts import ChartMachine, Effect
+from acpfsm.statecharts.charts import STARTUP_RECOVERY
 from acpfsm.statecharts.names import (
     EffectName,
     EventName,
@@ -92,7 +93,7 @@ class DormantExecution:
             agent_name=caps.agent.name if caps is not None else "",
             agent_version=caps.agent.version if caps is not None else "",
             agent_capabilities=caps,
-            charts={StartupRecovery.chart_name: self.machine.state},
+            charts={STARTUP_RECOVERY.chart_name: self.machine.state},
             prompt_generation=record.prompt_generation,
             metadata=dict(record.metadata),
         )
@@ -167,7 +168,7 @@ class RecoveryDriver:
         then its work until it rests; whether the chart said it recovered."""
         entry = self.durability.log_of(record)
         generation = record.startup_generation + 1
-        machine = StartupRecovery.start(
+        machine = STARTUP_RECOVERY.start(
             engine=self.rt.engine,
             # the trace's "generation": the reservation its prompts are numbered past; each
             # attempt is an instance of its own

@@ -16,8 +16,8 @@ python-statemachine and run on acpfsm's compiled engine (:mod:`._compile`, :mod:
 * :class:`StartupRecovery` - one stored execution at start-up: recovered, or lost.
 """
 
-from ._base import Chart as Chart
-from ._base import declared_transitions as declared_transitions
+from typing import TYPE_CHECKING, Any
+
 from ._compile import MUTANT_ENV as _MUTANT_ENV
 from ._compile import CompiledChart as CompiledChart
 from ._compile import Effect as Effect
@@ -26,6 +26,7 @@ from ._compile import EffectSpec as EffectSpec
 from ._compile import Step as Step
 from ._compile import effect as effect
 from ._compile import mutant_from_env as _mutant_from_env
+from ._generated import DECLARATIONS as _DECLARATIONS
 from ._machine import ENGINE_ENV as ENGINE_ENV
 from ._machine import ChartMachine as ChartMachine
 from ._machine import EngineName as EngineName
@@ -36,48 +37,84 @@ from ._machine import add_transition_observer as add_transition_observer
 from ._machine import default_engine as default_engine
 from ._machine import peek as peek
 from ._machine import remove_transition_observer as remove_transition_observer
-from .agent_stream import AgentStream as AgentStream
-from .config_settlement import ConfigSettlement as ConfigSettlement
-from .durable_record import DurableRecord as DurableRecord
+from .charts import declared_transitions as declared_transitions
 from .errors import AcpfsmError as AcpfsmError
 from .errors import ChartDefinitionError as ChartDefinitionError
 from .errors import ChartError as ChartError
 from .errors import CoordinationError as CoordinationError
 from .errors import IllegalTransition as IllegalTransition
-from .execution import Execution as Execution
-from .first_activity import FirstActivity as FirstActivity
-from .prompt_generation import PromptGeneration as PromptGeneration
-from .session_init import SessionInit as SessionInit
-from .start_model import ModelSelectionDecision as ModelSelectionDecision
-from .start_model import StartModelPolicy as StartModelPolicy
-from .start_model import decision as model_decision
-from .startup_recovery import StartupRecovery as StartupRecovery
+from .model_decision import ModelSelectionDecision as ModelSelectionDecision
+from .model_decision import decision as model_decision
 from .vocab import FALLBACK_AUTHORIZING as FALLBACK_AUTHORIZING
 from .vocab import ErrorClass as ErrorClass
 
-#: The charts an execution's session runs (a store adds DurableRecord; StartupRecovery runs
-#: once per stored execution at a Runtime's start).
-SESSION_CHARTS: tuple[type[Chart], ...] = (
-    SessionInit,
-    StartModelPolicy,
-    ConfigSettlement,
-    PromptGeneration,
-    Execution,
-    FirstActivity,
-    AgentStream,
-)
-#: Every chart, in the order diagrams and coverage list them.
-ALL_CHARTS: tuple[type[Chart], ...] = (*SESSION_CHARTS, DurableRecord, StartupRecovery)
+if TYPE_CHECKING:
+    from ._base import Chart as Chart
+    from .agent_stream import AgentStream as AgentStream
+    from .config_settlement import ConfigSettlement as ConfigSettlement
+    from .durable_record import DurableRecord as DurableRecord
+    from .execution import Execution as Execution
+    from .first_activity import FirstActivity as FirstActivity
+    from .prompt_generation import PromptGeneration as PromptGeneration
+    from .session_init import SessionInit as SessionInit
+    from .start_model import StartModelPolicy as StartModelPolicy
+    from .startup_recovery import StartupRecovery as StartupRecovery
 
-# The charts compile on first use (Chart.start / Chart.compiled), not here: compiling all
-# seven at import was a fifth of acpfsm's own import time, paid by every program that imports
-# the runtime. python-statemachine still validates each declaration when its class is
-# defined; the test suite compiles every chart at its start, so a declaration the engine
-# cannot run still fails loudly before any test.
+    #: The charts an execution's session runs (a store adds DurableRecord; StartupRecovery
+    #: runs once per stored execution at a Runtime's start).
+    SESSION_CHARTS: tuple[type[Chart], ...]
+    #: Every chart, in the order diagrams and coverage list them.
+    ALL_CHARTS: tuple[type[Chart], ...]
+
+# The declaration classes import python-statemachine (and with it asyncio): they load on
+# first use (``acpfsm.statecharts.Execution``), never for ``import acpfsm.runtime``, which
+# runs the charts from their generated declarations (:mod:`.charts`).
+_LAZY = {
+    "Chart": "_base",
+    "AgentStream": "agent_stream",
+    "ConfigSettlement": "config_settlement",
+    "DurableRecord": "durable_record",
+    "Execution": "execution",
+    "FirstActivity": "first_activity",
+    "PromptGeneration": "prompt_generation",
+    "SessionInit": "session_init",
+    "StartModelPolicy": "start_model",
+    "StartupRecovery": "startup_recovery",
+}
+_SESSION = (
+    "SessionInit",
+    "StartModelPolicy",
+    "ConfigSettlement",
+    "PromptGeneration",
+    "Execution",
+    "FirstActivity",
+    "AgentStream",
+)
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    elif name == "SESSION_CHARTS":
+        value = tuple(__getattr__(n) for n in _SESSION)
+    elif name == "ALL_CHARTS":
+        value = (*__getattr__("SESSION_CHARTS"), __getattr__("DurableRecord"))
+        value = (*value, __getattr__("StartupRecovery"))
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+# The charts compile on first use (Chart.start / Chart.compiled, ChartRef.start), not here;
+# the test suite compiles every chart at its start, so a declaration the engine cannot run
+# (or generated tables a chart edit left behind) still fails loudly before any test.
 
 # a mutant named for a chart that does not exist would mutate nothing: loud, not inert
 _mutant = _mutant_from_env()
-if _mutant is not None and _mutant.chart not in {c.chart_name for c in ALL_CHARTS}:
+if _mutant is not None and _mutant.chart not in _DECLARATIONS:
     raise ChartDefinitionError(f"{_MUTANT_ENV}={_mutant}: no chart named {_mutant.chart!r}")
 del _mutant
 

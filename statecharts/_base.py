@@ -36,9 +36,10 @@ from typing import Any, ClassVar
 from statemachine import StateChart
 
 from ._compile import CompiledChart, Effects, compile_chart, mutant_from_env
-from ._machine import ChartMachine, EngineName, Machine, ReferenceMachine, TransitionObserver
-from ._machine import default_engine as _default_engine
+from ._declare import check_current, declaration_of
+from ._machine import ChartMachine, EngineName, Machine, TransitionObserver
 from ._machine import machine_class as _machine_class
+from .charts import declared_transitions, registered, start_machine
 
 __all__ = ["Chart", "declared_transitions"]
 
@@ -73,8 +74,16 @@ class Chart(StateChart[Any]):
     def _compiled_entry(cls) -> tuple[CompiledChart, type[Machine]]:
         entry = _compiled.get(cls)
         if entry is None:
-            compiled = compile_chart(cls, mutant_from_env())
-            entry = _compiled[cls] = (compiled, _machine_class(compiled))
+            ref = registered(cls)
+            if ref is None:  # a chart a test or an application declares
+                compiled = compile_chart(cls, mutant_from_env())
+                entry = (compiled, _machine_class(compiled))
+            else:  # one table with the runtime's ChartRef, if still the class's own
+                declaration, index = declaration_of(cls)
+                entry = ref.entry()
+                check_current(declaration, entry[0].declaration)
+                entry[0].lazy.update(cls=cls, index=index)
+            _compiled[cls] = entry
         return entry
 
     @classmethod
@@ -89,14 +98,11 @@ class Chart(StateChart[Any]):
     ) -> ChartMachine:
         """A new running instance of this chart, in its initial state; ``observed=False``
         keeps its transitions from the process-wide observers (see :mod:`._machine`)."""
-        compiled, machine = cls._compiled_entry()
-        if (engine or _default_engine()) == "reference":
-            return ReferenceMachine(
-                compiled, tags=tags, observers=observers, observed=observed, **constants
-            )
-        return machine(tags=tags, observers=observers, observed=observed, **constants)
-
-
-def declared_transitions(chart: type[Chart]) -> frozenset[tuple[str, str, str]]:
-    """Every declared ``(source, event, target)`` of ``chart`` (targetless → source)."""
-    return chart.compiled().declared
+        return start_machine(
+            cls._compiled_entry(),
+            engine=engine,
+            tags=tags,
+            observers=observers,
+            observed=observed,
+            **constants,
+        )

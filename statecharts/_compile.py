@@ -40,20 +40,22 @@ identifiers.
 
 from __future__ import annotations
 
-import inspect
-import keyword
-import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import importlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from ._mutant import MUTANT_ENV, MUTATIONS, Mutant, _mutate, mutant_from_env
 from .errors import ChartDefinitionError
 from .names import EffectName
 
 if TYPE_CHECKING:
     from ._base import Chart
+    from ._declare import Declaration
 
 __all__ = [
+    "MUTANT_ENV",
+    "MUTATIONS",
     "Candidate",
     "CompiledChart",
     "Effect",
@@ -62,27 +64,10 @@ __all__ = [
     "Mutant",
     "Step",
     "compile_chart",
+    "compile_declaration",
     "effect",
+    "mutant_from_env",
 ]
-
-# python-statemachine injects these into callbacks; a guard parameter so named would be fed
-# by the reference engine and not by ours.
-_INJECTED = frozenset(
-    {"event", "event_data", "machine", "model", "source", "state", "target", "transition"}
-)
-_CONVENTION_PREFIXES = ("on_enter_", "on_exit_", "on_invoke_")
-_CONVENTION_GENERIC = frozenset(
-    {
-        "before_transition",
-        "on_transition",
-        "after_transition",
-        "on_enter_state",
-        "on_exit_state",
-        "on_invoke_state",
-        "prepare_event",
-    }
-)
-
 
 # --------------------------------------------------------------------------- effects
 
@@ -237,7 +222,8 @@ class CompiledChart:
     """One chart class as plain tables (see the module docstring)."""
 
     name: str
-    cls: type[Chart]
+    declaration: Declaration
+    """What the tables were compiled from (generated ahead of time, or read from the class)."""
     states: frozenset[str]
     events: frozenset[str]
     initial: str
@@ -269,9 +255,34 @@ class CompiledChart:
     ``initial_effects()``)."""
     initial_plans: tuple[EffectPlan, ...]
     """``initial_effects`` as :func:`effect_plan` fills them."""
-    index: dict[tuple[int, str], int]
-    """``(id(python-statemachine's transition object), event)`` → the declared transition's
-    index (what the reference engine took, in these tables)."""
+    lazy: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The declaration class and :attr:`index`, once asked for (python-statemachine's)."""
+
+    @property
+    def cls(self) -> type[Chart]:
+        """The chart's declaration class (imported on first use: it imports
+        python-statemachine)."""
+        cls = self.lazy.get("cls")
+        if cls is None:
+            cls = importlib.import_module(self.declaration.module)
+            for part in self.declaration.qualname.split("."):
+                cls = getattr(cls, part)
+            self.lazy["cls"] = cls
+        return cast("type[Chart]", cls)
+
+    @property
+    def index(self) -> dict[tuple[int, str], int]:
+        """``(id(python-statemachine's transition object), event)`` → the declared
+        transition's index (what the reference engine took, in these tables). Raises
+        ChartDefinitionError when the class no longer matches the tables' declaration."""
+        index = self.lazy.get("index")
+        if index is None:
+            from ._declare import check_current, declaration_of
+
+            declaration, index = declaration_of(self.cls)
+            check_current(declaration, self.declaration)
+            self.lazy["index"] = index
+        return cast("dict[tuple[int, str], int]", index)
 
     @property
     def effect_names(self) -> frozenset[str]:
@@ -310,120 +321,12 @@ class CompiledChart:
         return frozenset(out)
 
 
-# --------------------------------------------------------------------------- mutants
-
-MUTANT_ENV = "ACPFSM_CHART_MUTANT"
-"""Names one :class:`Mutant` (its ``str``) for the whole process: chart mutation testing
-(``acpfsm.tools.mutate_charts``) only; never set otherwise."""
-
-MUTATIONS = ("delete", "retarget", "drop_guard", "negate_guard", "swap")
-
-
-@dataclass(frozen=True, slots=True)
-class Mutant:
-    """One deliberate defect in one declared transition (``index``, declaration order) of the
-    chart named ``chart``: ``delete`` it, ``retarget`` it to ``target`` (a state id),
-    ``drop_guard`` (unguarded), ``negate_guard`` (every guard expects the opposite), or
-    ``swap`` it with the next transition of the same state and event (selection order)."""
-
-    chart: str
-    index: int
-    mutation: str
-    target: str = ""
-
-    def __str__(self) -> str:
-        tail = f":{self.target}" if self.target else ""
-        return f"{self.chart}:{self.index}:{self.mutation}{tail}"
-
-    @classmethod
-    def parse(cls, text: str) -> Mutant:
-        """The mutant ``str(mutant)`` names; raises ChartDefinitionError."""
-        parts = text.strip().split(":")
-        if len(parts) in (3, 4) and parts[1].isdigit() and parts[2] in MUTATIONS:
-            return cls(parts[0], int(parts[1]), parts[2], parts[3] if len(parts) == 4 else "")
-        raise ChartDefinitionError(f"{MUTANT_ENV}={text!r}: expected chart:index:mutation[:state]")
-
-
-def mutant_from_env() -> Mutant | None:
-    """The mutant ``$ACPFSM_CHART_MUTANT`` names, if any."""
-    value = os.environ.get(MUTANT_ENV, "")
-    return Mutant.parse(value) if value else None
-
-
-def _mutate(
-    chart: type[Chart],
-    mutant: Mutant,
-    declared: list[tuple[str, str, str | None, tuple[Guard, ...]]],
-    per_state: dict[str, list[int]],
-    states: Mapping[str, Any],
-) -> None:
-    """Apply ``mutant`` to the declared transitions in place (effects stay with the index)."""
-    if not 0 <= mutant.index < len(declared):
-        raise ChartDefinitionError(f"{chart.__name__}: no transition {mutant.index} to mutate")
-    event, source, target, guards = declared[mutant.index]
-    order = per_state[source]
-    if mutant.mutation == "delete":
-        order.remove(mutant.index)
-    elif mutant.mutation == "retarget":
-        if mutant.target not in states:
-            raise ChartDefinitionError(f"{chart.__name__}: no state {mutant.target!r}")
-        declared[mutant.index] = (event, source, mutant.target, guards)
-    elif mutant.mutation == "drop_guard":
-        declared[mutant.index] = (event, source, target, ())
-    elif mutant.mutation == "negate_guard":
-        flipped = tuple((fn, params, not expected) for fn, params, expected in guards)
-        declared[mutant.index] = (event, source, target, flipped)
-    else:  # swap
-        at = order.index(mutant.index)
-        later = [k for k in range(at + 1, len(order)) if declared[order[k]][0] == event]
-        if not later:
-            raise ChartDefinitionError(f"{chart.__name__}: transition {mutant.index} has no next")
-        order[at], order[later[0]] = order[later[0]], order[at]
-
-
 # --------------------------------------------------------------------------- the compiler
 
 
-def _refuse(chart: type[Chart], what: str) -> ChartDefinitionError:
-    return ChartDefinitionError(f"{chart.__name__}: {what} is not supported by acpfsm's engine")
-
-
-def _check_callbacks(chart: type[Chart], states: Mapping[str, Any], events: Iterable[str]) -> None:
-    names = {n for cls in chart.__mro__ if cls.__module__ != "statemachine" for n in vars(cls)}
-    conventions = set(_CONVENTION_GENERIC)
-    for event in events:
-        conventions.update((f"before_{event}", f"on_{event}", f"after_{event}"))
-    for sid in states:
-        conventions.update(p + sid for p in _CONVENTION_PREFIXES)
-    for name in sorted(names & conventions):
-        raise _refuse(chart, f"the naming-convention callback {name!r}")
-    for sid, state in states.items():
-        for spec in state._specs:
-            if not spec.is_convention:
-                raise _refuse(chart, f"the {spec.group.name.lower()} callback of state {sid!r}")
-
-
-def _guard(chart: type[Chart], spec: Any, where: str) -> Guard:
-    name = spec.func
-    if not isinstance(name, str):
-        given = getattr(name, "__qualname__", None) or repr(name)
-        raise _refuse(chart, f"the guard given as the callable {given} on {where} (name a method)")
-    if not name.isidentifier() or keyword.iskeyword(name):
-        raise _refuse(
-            chart, f"the guard expression {name!r} on {where} (name one method that combines them)"
-        )
-    fn = inspect.getattr_static(chart, name, None)
-    if not inspect.isfunction(fn):
-        raise _refuse(chart, f"the guard {name!r} on {where} (not a plain method)")
-    params = list(inspect.signature(fn).parameters.values())[1:]
-    for p in params:
-        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-            raise _refuse(chart, f"the guard {name}'s parameter {p.name!r} (*args/**kwargs)")
-        if p.default is p.empty:
-            raise _refuse(chart, f"the guard {name}'s parameter {p.name!r} without a default")
-        if p.name in _INJECTED:
-            raise _refuse(chart, f"the guard {name}'s parameter {p.name!r} (an injected name)")
-    return (fn, tuple(p.name for p in params), spec.expected_value is not False)
+def _refuse(chart: type[Chart] | str, what: str) -> ChartDefinitionError:
+    name = chart if isinstance(chart, str) else chart.__name__
+    return ChartDefinitionError(f"{name}: {what} is not supported by acpfsm's engine")
 
 
 def _chain(state: str, parent: Mapping[str, str | None]) -> list[str]:
@@ -435,7 +338,7 @@ def _chain(state: str, parent: Mapping[str, str | None]) -> list[str]:
     return out
 
 
-def _parse_key(chart: type[Chart], key: str) -> tuple[str, str, str | None, frozenset[str] | None]:
+def _parse_key(chart: str, key: str) -> tuple[str, str, str | None, frozenset[str] | None]:
     """``event: source -> target [guard, …]`` → its parts (guards None when not given)."""
     guards: frozenset[str] | None = None
     body = key.strip()
@@ -447,7 +350,7 @@ def _parse_key(chart: type[Chart], key: str) -> tuple[str, str, str | None, froz
         event, rest = (part.strip() for part in body.split(":", 1))
     except ValueError:
         raise ChartDefinitionError(
-            f"{chart.__name__}: effect key {key!r} is not 'event: source -> target'"
+            f"{chart}: effect key {key!r} is not 'event: source -> target'"
         ) from None
     if "->" in rest:
         source, target = (part.strip() for part in rest.split("->", 1))
@@ -456,20 +359,27 @@ def _parse_key(chart: type[Chart], key: str) -> tuple[str, str, str | None, froz
 
 
 def compile_chart(chart: type[Chart], mutant: Mutant | None = None) -> CompiledChart:
-    """Compile ``chart`` (see the module docstring); raises ChartDefinitionError. ``mutant``
-    (chart mutation testing only) is applied when it names this chart."""
-    states: dict[str, Any] = {str(sid): s for sid, s in chart.states_map.items()}
-    parent: dict[str, str | None] = {}
-    children: dict[str, list[str]] = {}
-    for sid, state in states.items():
-        if state.parallel:
-            raise _refuse(chart, f"the parallel state {sid!r}")
-        if state.history:
-            raise _refuse(chart, f"the history state in {sid!r}")
-        parent[sid] = str(state.parent.id) if state.parent is not None else None
-        children[sid] = [str(c.id) for c in state.states]
-        if state.final and state.parent is not None:
-            raise _refuse(chart, f"the final state {sid!r} inside a compound state")
+    """Compile the class ``chart`` (see the module docstring); raises ChartDefinitionError.
+    ``mutant`` (chart mutation testing only) is applied when it names this chart."""
+    from ._declare import declaration_of
+
+    declaration, index = declaration_of(chart)
+    compiled = compile_declaration(declaration, mutant)
+    compiled.lazy.update(cls=chart, index=index)
+    return compiled
+
+
+def compile_declaration(decl: Declaration, mutant: Mutant | None = None) -> CompiledChart:
+    """Compile a :class:`Declaration` (see the module docstring); raises
+    ChartDefinitionError. ``mutant`` (chart mutation testing only) is applied when it names
+    this chart. Imports nothing: the runtime compiles the generated declarations this way."""
+    chart = decl.qualname.rpartition(".")[2]
+    states = {s.id: s for s in decl.states}
+    parent: dict[str, str | None] = {s.id: s.parent for s in decl.states}
+    children: dict[str, list[str]] = {s.id: [] for s in decl.states}
+    for s in decl.states:
+        if s.parent is not None:
+            children[s.parent].append(s.id)
 
     def initial_child(sid: str) -> str:
         kids = children[sid]
@@ -486,64 +396,39 @@ def compile_chart(chart: type[Chart], mutant: Mutant | None = None) -> CompiledC
     ancestors = {sid: tuple(_chain(sid, parent)) for sid in states}
 
     # every evented transition, in declaration order: (event, source, target, guards)
+    params = dict(decl.guards)
     declared: list[tuple[str, str, str | None, tuple[Guard, ...]]] = []
-    by_object: dict[tuple[int, str], int] = {}
     per_state: dict[str, list[int]] = {sid: [] for sid in states}
-    events: set[str] = set()
-    for sid, state in states.items():
-        for transition in state.transitions:
-            if transition.initial:
-                continue
-            where = f"a transition from {sid!r}"
-            names = [str(e) for e in transition.events]
-            if not names:
-                raise _refuse(chart, f"the eventless transition from {sid!r}")
-            if transition.internal:
-                raise _refuse(chart, f"the internal transition {names[0]!r} from {sid!r}")
-            if len(transition.targets) > 1:
-                raise _refuse(chart, f"the multi-target transition {names[0]!r} from {sid!r}")
-            guard_list: list[Guard] = []
-            for spec in transition._specs:
-                if spec.is_convention:
-                    continue
-                if spec.group.name != "COND":
-                    raise _refuse(chart, f"the {spec.group.name.lower()} callback on {where}")
-                guard_list.append(_guard(chart, spec, where))
-            target = str(transition.target.id) if transition.target is not None else None
-            for name in names:
-                if not name.isidentifier():
-                    raise _refuse(chart, f"the event name {name!r}")
-                per_state[sid].append(len(declared))
-                by_object[(id(transition), name)] = len(declared)
-                declared.append((name, sid, target, tuple(guard_list)))
-                events.add(name)
-    _check_callbacks(chart, states, events)
+    for t in decl.transitions:
+        per_state[t.source].append(len(declared))
+        guards = tuple((decl.functions[g], params[g], expected) for g, expected in t.guards)
+        declared.append((t.event, t.source, t.target, guards))
+    events = {t.event for t in decl.transitions}
 
     # effects
-    decl: Effects = getattr(chart, "effects", None) or Effects()
     transition_effects: dict[int, tuple[EffectSpec, ...]] = {}
-    for key, specs in decl.transitions.items():
+    for key, specs in decl.transition_effects:
         event, source, target, wanted = _parse_key(chart, key)
         matches = [
             i
-            for i, (e, s, t, g) in enumerate(declared)
-            if (e, s, t) == (event, source, target)
-            and (wanted is None or frozenset(fn.__name__ for fn, _, _ in g) == wanted)
+            for i, t in enumerate(decl.transitions)
+            if (t.event, t.source, t.target) == (event, source, target)
+            and (wanted is None or frozenset(g for g, _ in t.guards) == wanted)
         ]
         if not matches:
             raise ChartDefinitionError(
-                f"{chart.__name__}: effects for {key!r}, which the chart does not declare"
+                f"{chart}: effects for {key!r}, which the chart does not declare"
             )
         for i in matches:
-            transition_effects[i] = tuple(_spec(d) for d in specs)
+            transition_effects[i] = specs
     entry_effects: dict[str, tuple[EffectSpec, ...]] = {}
-    for sid, specs in decl.on_enter.items():
+    for sid, specs in decl.entry_effects:
         if sid not in states:
-            raise ChartDefinitionError(f"{chart.__name__}: entry effects for unknown {sid!r}")
-        entry_effects[sid] = tuple(_spec(d) for d in specs)
-    constants = dict(getattr(chart, "constants", {}) or {})
+            raise ChartDefinitionError(f"{chart}: entry effects for unknown {sid!r}")
+        entry_effects[sid] = specs
+    constants = dict(decl.constants)
     removed: set[int] = set()
-    if mutant is not None and mutant.chart == chart.chart_name:
+    if mutant is not None and mutant.chart == decl.name:
         _mutate(chart, mutant, declared, per_state, states)
         removed = set(range(len(declared))) - {i for ids in per_state.values() for i in ids}
 
@@ -578,7 +463,7 @@ def compile_chart(chart: type[Chart], mutant: Mutant | None = None) -> CompiledC
                     static = all(not s.fields for s in specs)
                     built = (
                         Step(
-                            chart.chart_name,
+                            decl.name,
                             event,
                             source,
                             target if target is not None else source,
@@ -622,14 +507,14 @@ def compile_chart(chart: type[Chart], mutant: Mutant | None = None) -> CompiledC
         e for s in reversed(ancestors[default_leaf[top_initial]]) for e in entry_effects.get(s, ())
     )
     return CompiledChart(
-        name=chart.chart_name,
-        cls=chart,
+        name=decl.name,
+        declaration=decl,
         states=frozenset(states),
         events=frozenset(events),
         initial=default_leaf[top_initial],
         final=frozenset(sid for sid, st in states.items() if st.final),
         parent=parent,
-        display={sid: str(st.name) for sid, st in states.items()},
+        display={s.id: s.name for s in decl.states},
         constants=constants,
         declared=frozenset(
             (s, e, t or s) for i, (e, s, t, _) in enumerate(declared) if i not in removed
@@ -643,5 +528,4 @@ def compile_chart(chart: type[Chart], mutant: Mutant | None = None) -> CompiledC
         entry_effects=entry_effects,
         initial_effects=initial,
         initial_plans=tuple(effect_plan(e, constants) for e in initial),
-        index=by_object,
     )

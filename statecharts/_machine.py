@@ -325,7 +325,7 @@ def machine_class(compiled: CompiledChart) -> type[Machine]:
     return cast(
         "type[Machine]",
         type(
-            f"{compiled.cls.__name__}Machine",
+            f"{compiled.declaration.qualname.rpartition('.')[2]}Machine",
             (Machine,),
             {
                 "__slots__": names,

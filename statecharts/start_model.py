@@ -31,36 +31,23 @@ row   transition                                      final state (outcome / rea
                                                       fallback is NOT tried, even if advertised)
 ====  ==============================================  =========================================
 
-The decision (:func:`decision`) is built from that effect and the inputs; its ``warning`` flag
-is data of the outcome (true for every provider_default and for explicit_fallback).
+The decision (:func:`~.model_decision.decision`) is built from that effect and the inputs;
+its ``warning`` flag is data of the outcome (true for every provider_default and for
+explicit_fallback).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
 from statemachine import State
 
 from ._base import Chart
-from ._compile import Effect, Effects, EffectSpec, effect
+from ._compile import Effects, EffectSpec, effect
+from .model_decision import ModelSelectionDecision, decision
 
 __all__ = ["ModelSelectionDecision", "StartModelPolicy", "decision"]
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSelectionDecision:
-    """The outcome of the policy (kandev's ``ModelSelectionDecision``)."""
-
-    requested_model: str
-    fallback_model: str
-    effective_model: str
-    outcome: str  # "" | "applied" | "explicit_fallback" | "provider_default"
-    reason: str
-    warning: bool
-    set_model_called: bool
-    error: str = ""
 
 
 _SET_REQUESTED = effect("set_model", model_field="requested_model")
@@ -177,37 +164,3 @@ class StartModelPolicy(Chart):
 
     def auto_fallback_on(self) -> bool:
         return bool(self.auto_fallback)
-
-
-def decision(
-    decided: Effect, *, requested: str, fallback: str, current: str, error: str = ""
-) -> ModelSelectionDecision:
-    """The policy's decision from its ``decided`` effect and the inputs (``current`` is the
-    session's model before the policy; ``error`` the failed SetModel call's)."""
-    outcome, reason = decided["outcome"], decided["reason"]
-    if decided["failed"]:
-        what = (
-            f'failed to set fallback model "{fallback}"'
-            if decided["failed"] == "fallback"
-            else f'failed to set start model "{requested}"'
-        )
-        return ModelSelectionDecision(
-            requested, fallback, "", "", "", False, True, f"{what}: {error}"
-        )
-    if outcome == "":
-        return ModelSelectionDecision(requested, fallback, "", "", "", False, False)
-    if outcome == "applied":
-        effective = requested
-    elif outcome == "explicit_fallback":
-        effective = fallback
-    else:
-        effective = current
-    return ModelSelectionDecision(
-        requested_model=requested,
-        fallback_model=fallback,
-        effective_model=effective,
-        outcome=outcome,
-        reason=reason,
-        warning=outcome in ("provider_default", "explicit_fallback"),
-        set_model_called=bool(decided["set_called"]),
-    )

@@ -187,6 +187,8 @@ SIZED = ("adapters", "statecharts")
 OVERSIZED_FOR_NOW: dict[str, str] = {}
 """Modules allowed over the limit until their split lands; an entry within the limit fails
 (remove it)."""
+GENERATED = ("statecharts/_generated.py",)
+"""Generated modules (the chart declarations as data): their size is the charts'."""
 
 
 def _sizes(folders: tuple[str, ...]) -> tuple[dict[str, int], dict[str, int]]:
@@ -196,6 +198,8 @@ def _sizes(folders: tuple[str, ...]) -> tuple[dict[str, int], dict[str, int]]:
         for path in _files(folder):
             text = path.read_text(encoding="utf-8")
             rel = str(path.relative_to(REPO))
+            if rel in GENERATED:
+                continue
             modules[rel] = len(text.splitlines())
             for node in ast.walk(ast.parse(text)):
                 if isinstance(node, ast.ClassDef):

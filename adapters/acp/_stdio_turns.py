@@ -9,7 +9,6 @@ import logging
 import os
 import pathlib
 import re
-import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -144,7 +143,7 @@ class _TurnSide(_StdioBase):
         session = safe_component(self._session_id or "", "none")
         fallback = safe_component(att.attachment_id, "attachment")
         name = safe_component(os.path.basename(att.name), fallback)
-        parts = (".acpfsm", "attachments", session, secrets.token_hex(8), name)
+        parts = (".acpfsm", "attachments", session, os.urandom(8).hex(), name)
         data = att.data
         return await self._in_thread(
             lambda cancelled: self._files.save_private(parts, data, cancelled=cancelled),

@@ -24,7 +24,6 @@ import contextlib
 import logging
 import os
 import signal
-import subprocess
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Final
@@ -279,6 +278,8 @@ async def open_agent_process(
             f"cannot start agent {argv[0]!r}: {exc.strerror or exc}"
         )
     }
+    import subprocess  # at the first launch, not at import (it loads locale, selectors …)
+
     with map_exceptions(cannot_start):
         process = await anyio.open_process(
             list(argv),

@@ -17,13 +17,8 @@ import logging
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import AgentRequestError
 from acpfsm.adapters.transport import SessionResult
-from acpfsm.statecharts import (
-    ChartMachine,
-    ConfigSettlement,
-    Effect,
-    StartModelPolicy,
-    model_decision,
-)
+from acpfsm.statecharts import ChartMachine, Effect, model_decision
+from acpfsm.statecharts.charts import CONFIG_SETTLEMENT, START_MODEL_POLICY
 from acpfsm.statecharts.names import (
     ConfigSettlementEffect,
     ConfigSettlementEvent,
@@ -51,14 +46,14 @@ class ConfigDriver:
         self._set_model_error = ""
         self._baseline: ModelState | None = None
         ctx.handle(
-            StartModelPolicy.chart_name,
+            START_MODEL_POLICY.chart_name,
             {
                 StartModelPolicyEffect.set_model: self._noop,
                 StartModelPolicyEffect.decided: self._on_decided,
             },
         )
         ctx.handle(
-            ConfigSettlement.chart_name,
+            CONFIG_SETTLEMENT.chart_name,
             {ConfigSettlementEffect.publish_settled: self._on_publish_settled},
         )
 
@@ -99,7 +94,7 @@ class ConfigDriver:
         if not model:
             return "", ""
         policy = self.policy = ctx.start(
-            StartModelPolicy,
+            START_MODEL_POLICY,
             requested_model=model,
             fallback_model=ctx.profile.fallback_model,
             auto_fallback=ctx.profile.auto_fallback,
@@ -303,7 +298,7 @@ class ConfigDriver:
         ctx = self.ctx
         models = ctx.models
         self._baseline = models.provider_default
-        self.settlement = ctx.start(ConfigSettlement, config_id=final_config_id)
+        self.settlement = ctx.start(CONFIG_SETTLEMENT, config_id=final_config_id)
         await ctx.step(
             self.settlement,
             ConfigSettlementEvent.settle_requested,

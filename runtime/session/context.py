@@ -14,7 +14,6 @@ buffered reply, timestamps. "Where is this execution in its life?" is always a c
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +26,8 @@ from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
 from acpfsm.adapters.mcp_servers import McpServer, mcp_server_kind, split_mcp_servers
 from acpfsm.adapters.sync import Mutex
 from acpfsm.adapters.transport import AgentTransport
-from acpfsm.statecharts import Chart, ChartMachine, Effect, EngineName, flows
+from acpfsm.statecharts import ChartMachine, Effect, EngineName, flows
+from acpfsm.statecharts.charts import ChartRef
 from acpfsm.statecharts.coordination import Fired, fire
 from acpfsm.statecharts.names import EffectName, EventName
 
@@ -39,6 +39,8 @@ from ..trace import Trace
 from ..types import AgentProfile, LaunchSpec, Retention, Timeouts
 
 if TYPE_CHECKING:
+    from acpfsm.statecharts import Chart
+
     from ..mcp.execution import ExecutionMcp
 
 __all__ = [
@@ -99,6 +101,8 @@ def decision_id(
 ) -> str:
     """Deterministic id of a model-selection warning (kandev start_model.go)."""
     raw = f"{execution_id}|{acp_session_id}|{requested}|{reason}|{eff}"
+    import hashlib  # here, not at import: OpenSSL's loading is a twentieth of the import
+
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -231,7 +235,9 @@ class ExecutionContext:
 
     # ------------------------------------------------------------------ charts --
 
-    def start(self, chart: type[Chart], *, current: bool = True, **constants: Any) -> ChartMachine:
+    def start(
+        self, chart: ChartRef | type[Chart], *, current: bool = True, **constants: Any
+    ) -> ChartMachine:
         """A new machine of ``chart`` for this execution (the current one when ``current``)."""
         tags: dict[str, Any] = {"execution_id": self.id}
         if "generation" in constants:
@@ -249,7 +255,7 @@ class ExecutionContext:
         """Fire ``event`` and what the coordination table makes follow (nothing performed)."""
         return fire(self.machines, machine, event, data)
 
-    def check_handlers(self, charts: Iterable[type[Chart]]) -> None:
+    def check_handlers(self, charts: Iterable[ChartRef | type[Chart]]) -> None:
         """Every effect each of ``charts`` declares has a handler, and every handler is for an
         effect its chart declares (raises naming the missing and the unknown ones): checked
         when the execution is built, not when an effect first fires."""

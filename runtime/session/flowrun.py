@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from acpfsm.adapters.errors import AcpfsmError
-from acpfsm.statecharts import ALL_CHARTS
 from acpfsm.statecharts import flows as F
+from acpfsm.statecharts.charts import ALL_CHARTS
 
 if TYPE_CHECKING:
     from .turns import Generation

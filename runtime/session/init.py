@@ -17,7 +17,8 @@ import anyio
 
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.sync import Flag
-from acpfsm.statecharts import ChartMachine, Effect, SessionInit
+from acpfsm.statecharts import ChartMachine, Effect
+from acpfsm.statecharts.charts import SESSION_INIT
 from acpfsm.statecharts.flows import Op
 from acpfsm.statecharts.names import SessionInitEffect
 
@@ -54,7 +55,7 @@ class InitDriver:
         self.ctx = ctx
         self.stream = stream
         self.config = config
-        self.machine: ChartMachine = ctx.start(SessionInit)
+        self.machine: ChartMachine = ctx.start(SESSION_INIT)
         """From the execution's start (``pending`` until the init task runs), so that a stop
         before it ran still abandons it (the coordination table)."""
         self.admission = Flag()
@@ -73,7 +74,7 @@ class InitDriver:
         self._failures: list[str] = []
         self._resumed = False
         self._snapshot_cached = False
-        handlers = flow_effects(SessionInit.chart_name)
+        handlers = flow_effects(SESSION_INIT.chart_name)
         handlers.update(
             {
                 SessionInitEffect.send_initial_prompt: self._send_initial_prompt,
@@ -83,7 +84,7 @@ class InitDriver:
                 SessionInitEffect.publish_agent_recovered: self._publish_agent_recovered,
             }
         )
-        ctx.handle(SessionInit.chart_name, handlers)
+        ctx.handle(SESSION_INIT.chart_name, handlers)
 
     def _publish_agent_recovered(self, effect: Effect, machine: ChartMachine) -> None:
         ctx = self.ctx

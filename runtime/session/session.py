@@ -24,7 +24,8 @@ from acpfsm.adapters.transport import (
     PermissionPolicy,
     SupportsMcpMode,
 )
-from acpfsm.statecharts import SESSION_CHARTS, EngineName, Execution, Step, peek
+from acpfsm.statecharts import EngineName, Step, peek
+from acpfsm.statecharts.charts import EXECUTION, SESSION_CHARTS
 from acpfsm.statecharts.flows import Lock, Op
 from acpfsm.statecharts.names import (
     ExecutionEffect,
@@ -131,7 +132,7 @@ class ExecutionSession(SessionViews):
         )
         self.crash = CrashGuard(self)
         ctx.handle(
-            Execution.chart_name,
+            EXECUTION.chart_name,
             {ExecutionEffect.close_subscriptions: lambda effect, m: ctx.hub.close()},
         )
         self.flows.register(

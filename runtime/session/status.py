@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, cast
 
 from acpfsm.adapters.sync import Wakeup
-from acpfsm.statecharts import ChartMachine, Effect, Execution, FirstActivity, peek
+from acpfsm.statecharts import ChartMachine, Effect, peek
+from acpfsm.statecharts.charts import EXECUTION, FIRST_ACTIVITY
 from acpfsm.statecharts.coordination import Fired
 from acpfsm.statecharts.names import (
     EventName,
@@ -33,12 +34,12 @@ class StatusDriver:
 
     def __init__(self, ctx: ExecutionContext) -> None:
         self.ctx = ctx
-        self.machine = ctx.start(Execution)
-        self.first_activity = ctx.start(FirstActivity)
+        self.machine = ctx.start(EXECUTION)
+        self.first_activity = ctx.start(FIRST_ACTIVITY)
         self._wakeup_watch = False
         self._changed = Wakeup()
         ctx.handle(
-            Execution.chart_name,
+            EXECUTION.chart_name,
             {
                 ExecutionEffect.publish_agent_ready: self._ready,
                 ExecutionEffect.publish_agent_running: self._running,
@@ -58,12 +59,12 @@ class StatusDriver:
                 ExecutionEffect.report_not_ready: nothing,
                 ExecutionEffect.recover_stream: nothing,  # stream_recovery_requested's answer
             }
-            | flow_effects(Execution.chart_name),
+            | flow_effects(EXECUTION.chart_name),
         )
         ctx.handle(
-            FirstActivity.chart_name, {FirstActivityEffect.publish_agent_running: self._running}
+            FIRST_ACTIVITY.chart_name, {FirstActivityEffect.publish_agent_running: self._running}
         )
-        ctx.on_step(Execution.chart_name, self._notify)
+        ctx.on_step(EXECUTION.chart_name, self._notify)
 
     @property
     def status(self) -> ExecutionStatus:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import DialFailed, DialRefused
-from acpfsm.statecharts import AgentStream, ChartMachine, Effect
+from acpfsm.statecharts import ChartMachine, Effect
+from acpfsm.statecharts.charts import AGENT_STREAM
 from acpfsm.statecharts.flows import Op
 from acpfsm.statecharts.names import AgentStreamEffect, AgentStreamEvent, EventName
 
@@ -39,12 +40,12 @@ class StreamDriver:
 
     def __init__(self, ctx: ExecutionContext) -> None:
         self.ctx = ctx
-        self.machine = ctx.start(AgentStream)
+        self.machine = ctx.start(AGENT_STREAM)
         self._last_dial_error = ""
         self.flows: Interpreter = _NO_FLOWS
-        ctx.handle(AgentStream.chart_name, flow_effects(AgentStream.chart_name))
+        ctx.handle(AGENT_STREAM.chart_name, flow_effects(AGENT_STREAM.chart_name))
         ctx.handle(
-            AgentStream.chart_name,
+            AGENT_STREAM.chart_name,
             {
                 AgentStreamEffect.redial: self._redial,
                 AgentStreamEffect.stop_redialling: lambda effect, machine: self.flows.stop(

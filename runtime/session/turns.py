@@ -22,7 +22,8 @@ import msgspec
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.classify import Call, classify_error
 from acpfsm.adapters.sync import Flag
-from acpfsm.statecharts import ChartMachine, Effect, Execution, PromptGeneration
+from acpfsm.statecharts import ChartMachine, Effect
+from acpfsm.statecharts.charts import EXECUTION, PROMPT_GENERATION
 from acpfsm.statecharts.coordination import Fired
 from acpfsm.statecharts.flows import Cond
 from acpfsm.statecharts.names import (
@@ -116,7 +117,7 @@ class TurnDriver:
         self.terminal: ev.Complete | ev.ErrorEvent | None = None
         """The agent's terminal event whose COMPLETION flow runs (its publishing effects)."""
         self._partial = ""
-        handlers: dict[EffectName, Handler] = flow_effects(PromptGeneration.chart_name)
+        handlers: dict[EffectName, Handler] = flow_effects(PROMPT_GENERATION.chart_name)
         own: dict[EffectName, Handler] = {
             PromptGenerationEffect.arm_activity: self._arm_activity,
             PromptGenerationEffect.claim_outcome: self._claim_outcome,
@@ -134,8 +135,8 @@ class TurnDriver:
             PromptGenerationEffect.turn_over: nothing,
         }
         handlers.update(own)
-        ctx.handle(PromptGeneration.chart_name, handlers)
-        ctx.handle(Execution.chart_name, {ExecutionEffect.end_wakeup_turn: self._end_wakeup_turn})
+        ctx.handle(PROMPT_GENERATION.chart_name, handlers)
+        ctx.handle(EXECUTION.chart_name, {ExecutionEffect.end_wakeup_turn: self._end_wakeup_turn})
 
     def of(self, machine: ChartMachine) -> Generation:
         return self.generations[int(machine.constant("generation"))]
@@ -164,7 +165,7 @@ class TurnDriver:
         )
         generation = Generation(
             ctx.start(
-                PromptGeneration, generation=g, dispatch_only=dispatch_only, waited_before=before
+                PROMPT_GENERATION, generation=g, dispatch_only=dispatch_only, waited_before=before
             ),
             g,
         )

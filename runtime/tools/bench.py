@@ -52,10 +52,14 @@ then each section's detail:
    ``engine="compiled"``) and **memory per idle execution** (``tracemalloc`` per execution
    brought to READY, and the agents' RSS).
 
+10. **Scale** (:mod:`.bench_scale`): a thousand executions in one Runtime prompting at once
+    (CPU per prompt against one execution's, p99), ten thousand idle ones (memory each, launch
+    rate), a hundred over real reference agents (the Runtime's share of the CPU).
+
 9. **Durable executions** (:mod:`.bench_durable`): the prompt round trip with an
    ``SqliteStore`` and a ``PostgresStore`` against none, the recovery of stored executions
    at start-up, the store's size per execution.
-10. **Across processes** (:mod:`.bench_nats`): ``RemoteRuntime.prompt`` through an ``acpfsm
+11. **Across processes** (:mod:`.bench_nats`): ``RemoteRuntime.prompt`` through an ``acpfsm
     serve`` process against ``Runtime.prompt`` in process, and events per second from the NATS
     bus to 1 and to 10 subscribers.
 
@@ -111,7 +115,7 @@ from acpfsm.statecharts import Execution as ExecutionChart
 from acpfsm.testing.memory import MemoryExecutor
 from acpfsm.tools.bench_conform import CONFORM_FIGURE, CONFORM_GOAL, ConformRow, bench_conform
 
-from . import bench_durable, bench_nats
+from . import bench_durable, bench_nats, bench_scale
 from .bench_peer import MemoryAgentExecutor, memory_agent
 
 __all__ = [
@@ -140,6 +144,13 @@ __all__ = [
 GOAL_TRANSITION = "<=0.05x"
 GOAL_CYCLE = "<=0.20x"
 GOAL_LIFECYCLE = "<=0.25x"
+#: The goals of issue 35 for the prompt round trip and the stream (ratios to the bare
+#: transport, to the official SDK's client, p99 to the median).
+GOAL_MEDIAN = 1.15
+GOAL_SDK = 0.85
+GOAL_CPU = 1.25
+GOAL_TAIL = 2.0
+GOAL_STREAM = 1.1
 
 #: The reference agent's flags for every path: no pacing, quiet stderr.
 AGENT_ARGS: tuple[str, ...] = ("--delay", "0", "--log-level", "error")
@@ -172,6 +183,9 @@ class LatencyRow:
     gc_max_generation: int = 0
     gc_count: int = 0
     gc_by_generation: list[int] = field(default_factory=lambda: [0, 0, 0])
+    cpu_samples_ms: list[float] = field(default_factory=list)
+    """This thread's CPU in each timed round trip (``time.thread_time``): where the wall
+    time's tail is not in it, the tail is waiting (the agent, the scheduler), not work."""
     note: str = ""
 
     @property
@@ -196,6 +210,14 @@ class LatencyRow:
     @property
     def p99_ms(self) -> float | None:
         return percentile(self.samples_ms, 99.0) if self.samples_ms else None
+
+    @property
+    def cpu_tail(self) -> float | None:
+        """p99 over the median of the per-prompt CPU (:attr:`cpu_samples_ms`)."""
+        if not self.cpu_samples_ms:
+            return None
+        median = statistics.median(self.cpu_samples_ms)
+        return percentile(self.cpu_samples_ms, 99.0) / median if median > 0 else None
 
 
 @dataclass(frozen=True)
@@ -280,6 +302,7 @@ class ImportRow:
     top: tuple[tuple[str, float], ...] = ()  # (package, self ms) of one -X importtime run
     after_asyncio_cpu_ms: tuple[float, ...] = ()  # asyncio imported first (an asyncio app)
     floor_cpu_ms: tuple[float, ...] = ()  # only the dependencies (see DEPENDENCIES)
+    loaded: tuple[str, ...] = ()  # of WATCHED, what ``import acpfsm.runtime`` loaded
 
     @property
     def floor_median_ms(self) -> float:
@@ -292,6 +315,11 @@ class ImportRow:
     @property
     def cpu_median_ms(self) -> float:
         return statistics.median(self.cpu_ms) if self.cpu_ms else math.nan
+
+    @property
+    def own_median_ms(self) -> float:
+        """acpfsm's own part: the median beyond the dependencies' floor."""
+        return self.cpu_median_ms - self.floor_median_ms
 
 
 @dataclass(frozen=True)
@@ -327,6 +355,8 @@ class Goal:
 def _fmt(value: float, unit: str) -> str:
     if unit == "x":
         return f"{value:.2f}x"
+    if unit == "KiB":
+        return f"{value:.0f} KiB"  # the summary's columns are 12 wide
     if unit == "B":
         return f"{round(value):,} B"  # a whole number: no "-0 B" for a slight shrink
     return f"{value:.1f} {unit}"
@@ -350,6 +380,11 @@ class BenchOptions:
     profile_prompts: int = 3000
     conform_runs: int = 5
     durable_prompts: int = 1000
+    scale_executions: int = 1000
+    scale_prompts: int = 5
+    scale_idle: int = 10_000
+    scale_stdio: int = 100
+    scale_stdio_prompts: int = 20
     recover_executions: int = 1000
     nats_prompts: int = 500
     nats_events: int = 20_000
@@ -375,6 +410,11 @@ QUICK = BenchOptions(
     profile_prompts=300,
     conform_runs=2,
     durable_prompts=100,
+    scale_executions=100,
+    scale_prompts=3,
+    scale_idle=500,
+    scale_stdio=10,
+    scale_stdio_prompts=5,
     recover_executions=200,
     nats_prompts=50,
     nats_events=2000,
@@ -400,6 +440,7 @@ class BenchReport:
     conform: ConformRow | None = None
     durable: bench_durable.DurableReport | None = None
     nats: bench_nats.NatsReport | None = None
+    scale: bench_scale.ScaleReport | None = None
     seconds: float = 0.0
     section_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -600,11 +641,12 @@ class _Path:
         try:
             for i in range(first, first + count):
                 with anyio.fail_after(PROMPT_TIMEOUT):
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.thread_time()
                     await self.one(i)
-                    elapsed = time.perf_counter() - t0
+                    elapsed, cpu = time.perf_counter() - t0, time.thread_time() - c0
                 if timed:
                     self.row.samples_ms.append(elapsed * 1000.0)
+                    self.row.cpu_samples_ms.append(cpu * 1000.0)
         finally:
             gcw.row = None
         if not timed:
@@ -997,8 +1039,12 @@ _IMPORT_CODE = (
     "{pre}"
     "t, c = time.perf_counter(), time.process_time()\n"
     "import {modules}\n"
-    "print(time.perf_counter() - t, time.process_time() - c, int('httpx' in sys.modules))\n"
+    "print(time.perf_counter() - t, time.process_time() - c, int('httpx' in sys.modules),\n"
+    "      ','.join(m for m in {watched!r} if m in sys.modules) or '-')\n"
 )
+#: Modules ``import acpfsm.runtime`` should not load (issue 35): python-statemachine (the
+#: charts run from their generated declarations), asyncio (a trio program has no use for it).
+WATCHED = ("statemachine", "asyncio", "httpx")
 _IMPORTTIME = re.compile(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
 
 
@@ -1007,9 +1053,20 @@ def _package(module: str) -> str:
     return ".".join(parts[:2]) if parts[0] == "acpfsm" else parts[0]
 
 
-#: What ``import acpfsm.runtime`` loads whatever acpfsm does: python-statemachine (the chart
-#: declarations; it imports asyncio, and with it ssl, socket, logging …), anyio and msgspec.
-DEPENDENCIES = "statemachine, anyio, msgspec"
+#: What ``import acpfsm.runtime`` loads whatever acpfsm does: anyio and msgspec.
+#: python-statemachine (and the asyncio it imports) is no longer among them: the runtime runs
+#: the charts from their declarations generated ahead of time (acpfsm.statecharts.charts).
+DEPENDENCIES = "anyio, msgspec"
+#: The goals of issue 35 for ``import acpfsm.runtime``: CPU, and acpfsm's own part of it.
+GOAL_IMPORT_MS = 60.0
+GOAL_IMPORT_OWN_MS = 30.0
+#: What stands in the way of the own part's goal (profiled for issue 35: ``-X importtime``
+#: and the cost of each ``@dataclass`` while ``import acpfsm.runtime`` runs).
+IMPORT_NOTE = (
+    "77 acpfsm modules load (the size limits split them), ~0.3 ms each to find, read and run; "
+    "37 @dataclass(frozen, slots) classes cost ~0.4 ms each to build (a quarter of the own "
+    "part; flowsteps' 14 step types alone 5 ms); the cyclic GC runs ~50 times meanwhile"
+)
 
 
 def bench_import(count: int) -> ImportRow:
@@ -1021,12 +1078,13 @@ def bench_import(count: int) -> ImportRow:
     after_asyncio: list[float] = []
     floor: list[float] = []
     httpx = False
+    loaded: set[str] = set()
     # as installed: byte-compiled (the first, untimed run writes what is missing)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
     def timed(pre: str, modules: str = "acpfsm.runtime") -> list[str]:
         return subprocess.run(
-            [sys.executable, "-c", _IMPORT_CODE.format(pre=pre, modules=modules)],
+            [sys.executable, "-c", _IMPORT_CODE.format(pre=pre, modules=modules, watched=WATCHED)],
             capture_output=True,
             text=True,
             check=True,
@@ -1040,6 +1098,7 @@ def bench_import(count: int) -> ImportRow:
         samples.append(float(out[0]) * 1000.0)
         cpu.append(float(out[1]) * 1000.0)
         httpx = httpx or out[2] == "1"
+        loaded.update(m for m in out[3].split(",") if m != "-")
         # an asyncio app: asyncio (which python-statemachine imports) is there already
         after_asyncio.append(float(timed("import asyncio\n")[1]) * 1000.0)
         floor.append(float(timed("", DEPENDENCIES)[1]) * 1000.0)
@@ -1062,7 +1121,15 @@ def bench_import(count: int) -> ImportRow:
             key = _package(module)
             by_package[key] = by_package.get(key, 0.0) + micros / 1000.0
     top = tuple(sorted(by_package.items(), key=lambda kv: -kv[1])[:8])
-    return ImportRow(tuple(samples), tuple(cpu), httpx, top, tuple(after_asyncio), tuple(floor))
+    return ImportRow(
+        tuple(samples),
+        tuple(cpu),
+        httpx,
+        top,
+        tuple(after_asyncio),
+        tuple(floor),
+        tuple(m for m in WATCHED if m in loaded),
+    )
 
 
 # ------------------------------------------------------------ 6. transitions --
@@ -1501,6 +1568,17 @@ def run_bench(opts: BenchOptions) -> BenchReport:
         if opts.nats_prompts or opts.nats_events:
             report.nats = bench_nats.run(root, prompts=opts.nats_prompts, events=opts.nats_events)
         report.section_seconds["nats"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        if opts.scale_executions or opts.scale_idle or opts.scale_stdio:
+            report.scale = bench_scale.run(
+                root,
+                executions=opts.scale_executions,
+                prompts=max(1, opts.scale_prompts),
+                idle=opts.scale_idle,
+                stdio=opts.scale_stdio,
+                stdio_prompts=max(1, opts.scale_stdio_prompts),
+            )
+        report.section_seconds["scale"] = time.perf_counter() - mark
     mark = time.perf_counter()
     if opts.imports > 0:
         report.imports = bench_import(opts.imports)
@@ -1552,12 +1630,12 @@ def goals(report: BenchReport) -> list[Goal]:
             continue
         versus = f"{_num(rt.median_ms)} vs {_num(bare.median_ms)} ms"
         ratio(f"{RUNTIME_ROW} median vs bare StdioTransport", backend, rt.median_ms,
-              bare.median_ms, 1.3, versus)  # fmt: skip
+              bare.median_ms, GOAL_MEDIAN, versus)  # fmt: skip
         sdk = report.row(report.latency, SDK_ROW, backend)
         if sdk is not None and sdk.samples_ms:
             versus = f"{_num(rt.median_ms)} vs {_num(sdk.median_ms)} ms"
             ratio(f"{RUNTIME_ROW} median vs official ACP SDK client", backend, rt.median_ms,
-                  sdk.median_ms, 1.0, versus)  # fmt: skip
+                  sdk.median_ms, GOAL_SDK, versus)  # fmt: skip
         versus = f"{_num(rt.client_cpu_ms)} vs {_num(bare.client_cpu_ms)} ms"
         others = [b for b in report.options.backends if b != backend]
         for other in others:  # the same code on the other backend: what the backend adds
@@ -1565,19 +1643,29 @@ def goals(report: BenchReport) -> list[Goal]:
             o_rt = report.row(report.latency, RUNTIME_ROW, other)
             if o_bare is not None and o_rt is not None:
                 versus += f"; on {other} {_ratio(o_rt.client_cpu_ms, o_bare.client_cpu_ms)}"
+        shares = sorted(
+            (r for r in report.breakdown if r.backend == backend and r.extra_us >= 5.0),
+            key=lambda r: -r.extra_us,
+        )[:4]
+        if shares:  # what stands in the way: the profile's largest extras
+            versus += "; extra by the profile: " + ", ".join(
+                f"{r.name.split(' (')[0]} {r.extra_us:.0f} us" for r in shares
+            )
         ratio("client CPU per prompt vs bare", backend, rt.client_cpu_ms, bare.client_cpu_ms,
-              1.5, versus)  # fmt: skip
+              GOAL_CPU, versus)  # fmt: skip
         p99 = (
             f"p99 {_num(rt.p99_ms)} ms over {len(rt.samples_ms)} prompts; the bare "
-            f"transport's own {_ratio(bare.p99_ms, bare.median_ms)}"
+            f"transport's own {_ratio(bare.p99_ms, bare.median_ms)}; this thread's CPU per "
+            f"prompt p99/median {_num(rt.cpu_tail, '{:.2f}x')} (bare "
+            f"{_num(bare.cpu_tail, '{:.2f}x')}): the rest of the tail is waiting"
         )
-        ratio(f"{RUNTIME_ROW} p99 vs median", backend, rt.p99_ms, rt.median_ms, 2.0, p99)
+        ratio(f"{RUNTIME_ROW} p99 vs median", backend, rt.p99_ms, rt.median_ms, GOAL_TAIL, p99)
         gc_max = rt.gc_max_ms if rt.samples_ms else None
         out.append(Goal(f"longest GC pause during {RUNTIME_ROW}", backend, COMPILED, gc_max,
                         10.0, "ms", detail=rt.gc_detail))  # fmt: skip
     pairs = (
         ("CPU per streamed notification vs bare (in-memory)", report.streaming, STREAM_BARE,
-         STREAM_RUNTIME, 1.3, 1000.0, "us"),
+         STREAM_RUNTIME, GOAL_STREAM, 1000.0, "us"),
         ("launch -> READY client CPU vs initialize + session/new by hand", report.launch,
          LAUNCH_BARE, LAUNCH_RUNTIME, 2.0, 1.0, "ms"),
     )  # fmt: skip
@@ -1595,12 +1683,16 @@ def goals(report: BenchReport) -> list[Goal]:
     if report.imports is not None:
         imp = report.imports
         detail = (
-            f"wall {imp.median_ms:.1f} ms; {len(imp.samples_ms)} fresh processes; "
-            + ("httpx loaded" if imp.httpx_loaded else "httpx not loaded")
-            + f"; the dependencies alone {imp.floor_median_ms:.1f} ms"
+            f"wall {imp.median_ms:.1f} ms; {len(imp.samples_ms)} fresh processes; loaded of "
+            f"{', '.join(WATCHED)}: {', '.join(imp.loaded) or 'none'}"
+            f"; the dependencies alone ({DEPENDENCIES}) {imp.floor_median_ms:.1f} ms"
         )
         out.append(Goal("import acpfsm.runtime (stdio-only), CPU median", "-", COMPILED,
-                        imp.cpu_median_ms, 60.0, "ms", strict=True, detail=detail))  # fmt: skip
+                        imp.cpu_median_ms, GOAL_IMPORT_MS, "ms", strict=False,
+                        detail=detail))  # fmt: skip
+        out.append(Goal("import acpfsm.runtime: acpfsm's own part (beyond the floor)", "-",
+                        COMPILED, imp.own_median_ms, GOAL_IMPORT_OWN_MS, "ms", strict=False,
+                        detail=IMPORT_NOTE))  # fmt: skip
     if report.conform is not None:
         row = report.conform
         detail = (
@@ -1619,6 +1711,7 @@ def goals(report: BenchReport) -> list[Goal]:
                         detail=detail))  # fmt: skip
     out.extend(bench_durable.goals(report.durable, Goal))
     out.extend(bench_nats.goals(report.nats, Goal))
+    out.extend(bench_scale.goals(report.scale, Goal))
     return out
 
 
@@ -1851,6 +1944,7 @@ def format_report(report: BenchReport) -> str:
 
     bench_durable.format_into(table, report.durable)
     bench_nats.format_into(table, report.nats)
+    bench_scale.format_into(table, report.scale)
 
     table.lines.append("")
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in report.section_seconds.items())
@@ -1885,6 +1979,11 @@ _COUNTS: dict[str, str] = {
     "recover_executions": "stored executions recovered at start-up, per store",
     "nats_prompts": "prompts per path in process and through acpfsm serve over NATS",
     "nats_events": "events of one execution read back from the NATS bus, per subscriber count",
+    "scale_executions": "executions in one Runtime prompting at once (in-memory agent)",
+    "scale_prompts": "prompts each of them sends",
+    "scale_idle": "idle executions launched to READY in one Runtime (in-memory agent)",
+    "scale_stdio": "executions over real reference agents in one Runtime",
+    "scale_stdio_prompts": "prompts each of those sends",
 }
 
 

@@ -6,6 +6,8 @@
   ``acpfsm diagrams --trace TRACE.jsonl [--execution ID] [--out DIR]`` draws every chart with
   what one execution of a recorded trace did highlighted; ``--check --browser`` also measures
   every drawing's legibility in headless Chromium and checks the screenshots.
+* ``acpfsm chart-tables [--check] [--out PATH]`` writes (or checks) the chart declarations
+  the runtime runs from, generated ahead of time (:mod:`acpfsm.tools.chart_tables`).
 * ``acpfsm check-trace TRACE.jsonl [--json] [--partial]`` replays a trace against the charts
   (:mod:`acpfsm.tools.check_trace`): exit 0 clean, 1 violations, 2 unreadable/malformed.
 * ``acpfsm conform [--json] [--junit-xml FILE] [--timeout S] -- AGENT_COMMAND [ARGS…]`` runs
@@ -264,9 +266,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     diagrams.set_defaults(handler=_diagrams)
 
-    from . import agentctl, check_trace, conform, report, serve, verify
+    from . import agentctl, chart_tables, check_trace, conform, report, serve, verify
 
     tools = (
+        (
+            "chart-tables",
+            chart_tables,
+            "write the chart declarations the runtime runs from (statecharts/_generated.py)",
+            chart_tables.DESCRIPTION,
+        ),
         (
             "check-trace",
             check_trace,

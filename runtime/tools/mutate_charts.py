@@ -384,6 +384,7 @@ class _Runner:
 
 def _install(base: Any, chart: type[Chart], mutant: Mutant | None) -> None:
     """Make ``chart`` run on ``mutant``'s tables (None: the declared ones) from now on."""
+    from acpfsm.statecharts import charts
     from acpfsm.tools import check_trace
 
     if mutant is None:
@@ -391,6 +392,7 @@ def _install(base: Any, chart: type[Chart], mutant: Mutant | None) -> None:
     else:
         os.environ[MUTANT_ENV] = str(mutant)
     base._compiled.pop(chart, None)
+    charts._entries.pop(chart.chart_name, None)  # the runtime's ChartRef shares the tables
     chart.compiled()
     check_trace._CHARTS = None
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import gc
 import os
 import random
 import re
@@ -178,6 +179,13 @@ class SoakReport:
     """Open fds at the start, after the warm-up, at the end."""
     rss_kib: list[int] = field(default_factory=list)
     """RSS (KiB) at the start, after the warm-up, at the end."""
+    blocks: list[int] = field(default_factory=list)
+    """Python's allocated blocks (``sys.getallocatedblocks``, after a full collection) at the
+    start, after the warm-up, at the end: what the runtime keeps, where RSS is also what the
+    allocator kept of what was freed."""
+    trimmed_rss_kib: int = -1
+    """RSS (KiB) at the end once glibc's ``malloc_trim(0)`` returned the free memory it kept
+    (-1: not glibc)."""
     trace_records: int = 0
     violations: list[Violation] = field(default_factory=list)
     seconds: float = 0.0
@@ -213,6 +221,28 @@ def _open_fds() -> int:
 def _rss_kib() -> int:
     rss = rss_kib()
     return rss if rss is not None else -1
+
+
+def _blocks() -> int:
+    gc.collect()
+    return sys.getallocatedblocks()
+
+
+def _trimmed_rss_kib() -> int:
+    """RSS after glibc hands back what it keeps free (-1 where there is no malloc_trim)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        trim = None
+    if trim is None:
+        return -1
+    gc.collect()
+    trim(0)
+    return _rss_kib()
 
 
 # ------------------------------------------------------------------------ the run --
@@ -421,6 +451,7 @@ async def run_soak(options: SoakOptions) -> SoakReport:
     started = time.monotonic()
     report.fds.append(_open_fds())
     report.rss_kib.append(_rss_kib())
+    report.blocks.append(_blocks())
     with tempfile.TemporaryDirectory(prefix="acpfsm-soak-") as tmp:
         root = Path(tmp)
         if options.warmup:
@@ -436,6 +467,7 @@ async def run_soak(options: SoakOptions) -> SoakReport:
             await _phase(warm, SoakReport(warm), root / "warmup", "", "w")
         report.fds.append(_open_fds())
         report.rss_kib.append(_rss_kib())
+        report.blocks.append(_blocks())
         trace = options.trace or str(root / "trace.jsonl")
         (root / "ws").mkdir()
         await _phase(options, report, root / "ws", trace, "s")
@@ -444,6 +476,8 @@ async def run_soak(options: SoakOptions) -> SoakReport:
         report.zombies = sorted(zombie_pids())
         report.fds.append(_open_fds())
         report.rss_kib.append(_rss_kib())
+        report.blocks.append(_blocks())
+        report.trimmed_rss_kib = _trimmed_rss_kib()
         checked = await anyio.to_thread.run_sync(check_file, trace)
         report.trace_records = checked.records
         report.violations = list(checked.violations)
@@ -492,6 +526,16 @@ def format_report(report: SoakReport) -> str:
         ("zombies", str(len(report.zombies)), " ".join(map(str, report.zombies))),
         ("open fds (start / warm / end)", " / ".join(map(str, report.fds)), ""),
         ("RSS MiB (start / warm / end)", " / ".join(mib), ""),
+        (
+            "  RSS MiB at the end after malloc_trim",
+            "?" if report.trimmed_rss_kib < 0 else f"{report.trimmed_rss_kib / 1024:.0f}",
+            "the rest of the end's RSS is what the allocator kept, free",
+        ),
+        (
+            "Python blocks in use (start / warm / end)",
+            " / ".join(f"{b:,}" for b in report.blocks),
+            "what the runtime keeps",
+        ),
         ("trace records", str(report.trace_records), ""),
         ("check-trace violations", str(len(report.violations)), ""),
         ("wall time", f"{report.seconds:.0f} s", ""),

@@ -24,8 +24,16 @@ def test_every_subcommand_is_described() -> None:
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     names = set(commands.choices)
     assert names == {
-        "diagrams", "check-trace", "report", "conform", "verify", "agentctl", "serve", "demo"
-    }  # fmt: skip
+        "diagrams",
+        "chart-tables",
+        "check-trace",
+        "report",
+        "conform",
+        "verify",
+        "agentctl",
+        "serve",
+        "demo",
+    }
     helps = {action.dest: action.help for action in commands._choices_actions}
     for name, sub in commands.choices.items():
         assert sub.description and len(sub.description) > 40, name
