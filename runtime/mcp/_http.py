@@ -4,16 +4,21 @@ Any local process can connect to a tool server: only the agent has the bearer se
 connecting needs none. So the server accepts connections itself (hypercorn's per-connection
 server and lifespan run what it admits, under trio or asyncio, whichever runs the Runtime):
 
-* at most ``max_connections`` at once; past the bound a new connection is answered
-  ``503 Service Unavailable`` (``Retry-After: 1``) and closed at once;
+* at most ``max_connections`` at once; past the bound a new connection takes the place of the
+  oldest one that has not authenticated yet (that one is shut down), so a flood of
+  connections without the secret cannot keep the agent out; only when every admitted
+  connection has authenticated (or ``max_connections`` evicted ones are still ending) is a new
+  one answered ``503 Service Unavailable`` (``Retry-After: 1``) and closed at once;
 * a connection must make an authenticated request (``Authorization: Bearer <secret>``)
   within ``idle`` seconds of being accepted, else it is shut down (a silent one, a slow one,
   one that keeps asking without the secret);
 * ``accept`` failing for want of file descriptors or memory (``EMFILE`` …) is logged once
   per episode, without a traceback, and retried after a pause.
 
-One execution's flood thus holds at most ``max_connections`` descriptors of the Runtime's
-process, briefly; the other executions' launches and servers are not touched.
+One execution's flood thus holds at most twice ``max_connections`` descriptors of the
+Runtime's process, briefly; the other executions' launches and servers are not touched, and
+the execution's own agent still gets in: its connection authenticates on its first request,
+after which no unauthenticated connection can take its place.
 """
 
 from __future__ import annotations
@@ -53,13 +58,29 @@ Asgi = Callable[[Any, Any, Any], Awaitable[None]]
 
 @dataclass(slots=True, eq=False)
 class _Connection:
-    """One admitted connection (counted from its accept); ``shut`` shuts its socket down
-    (its server then ends)."""
+    """One admitted connection (counted from its accept); :meth:`close` shuts its socket down
+    (its server then ends), also when asked before its server started (:meth:`arm`)."""
 
     key: Any
     sock: Any = None
     shut: Callable[[], None] = lambda: None
     authenticated: bool = False
+    closing: bool = False
+    scope: anyio.CancelScope | None = None
+
+    def close(self) -> None:
+        """Shut the socket down and end its server at once (hypercorn would otherwise keep a
+        closed connection for its keep-alive bound)."""
+        self.closing = True
+        self.shut()
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def arm(self, shut: Callable[[], None]) -> None:
+        """``shut`` shuts this connection down from now on (at once if it was closed before)."""
+        self.shut = shut
+        if self.closing:
+            shut()
 
 
 class ConnectionGate:
@@ -74,8 +95,12 @@ class ConnectionGate:
         self.idle = idle
         self.connections: dict[Any, _Connection] = {}
         """The admitted connections, by the peer's address (the ASGI scope's ``client``)."""
+        self.evicting: set[_Connection] = set()
+        """Connections shut down to make room, until their servers end (bounded too)."""
         self.refused = 0
         """How many connections were refused for the bound."""
+        self.evicted = 0
+        """How many unauthenticated connections were shut down to make room for a new one."""
         self.expired = 0
         """How many were shut down for making no authenticated request in time."""
         self._starved = False
@@ -92,19 +117,40 @@ class ConnectionGate:
         await self._app(scope, receive, send)
 
     def admit(self, peer: Any) -> _Connection | None:
-        """The connection from ``peer``, counted at once; None past the bound (refuse it)."""
-        if len(self.connections) < self.max_connections:
-            key = tuple(peer) if isinstance(peer, list | tuple) else peer
-            connection = self.connections[key] = _Connection(key)
-            return connection
-        self.refused += 1
-        if self.refused == 1 or self.refused % 1000 == 0:
-            log.warning(
-                "tool server refuses connections: %d open, %d refused so far",
-                len(self.connections),
-                self.refused,
-            )
-        return None
+        """The connection from ``peer``, counted at once, in the place of the oldest
+        unauthenticated one when the bound is reached; None when none can make room (refuse
+        it)."""
+        if len(self.connections) >= self.max_connections and not self._evict_one():
+            self.refused += 1
+            if self.refused == 1 or self.refused % 1000 == 0:
+                log.warning(
+                    "tool server refuses connections: %d open, %d refused so far",
+                    len(self.connections),
+                    self.refused,
+                )
+            return None
+        key = tuple(peer) if isinstance(peer, list | tuple) else peer
+        connection = self.connections[key] = _Connection(key)
+        return connection
+
+    def _evict_one(self) -> bool:
+        """Shut the oldest unauthenticated connection down to make room; False when every
+        connection has authenticated or too many evicted ones are still ending."""
+        if len(self.evicting) >= self.max_connections:
+            return False
+        oldest = next((c for c in self.connections.values() if not c.authenticated), None)
+        if oldest is None:
+            return False
+        del self.connections[oldest.key]
+        self.evicted += 1
+        if oldest.scope is None:  # its server has not started: the socket goes at once
+            oldest.closing = True
+            with contextlib.suppress(OSError):
+                oldest.sock.close()
+        else:
+            self.evicting.add(oldest)
+            oldest.close()
+        return True
 
     def accept_failed(self, exc: OSError) -> bool:
         """Whether ``accept``'s failure is one to wait out (logged once per episode)."""
@@ -122,22 +168,26 @@ class ConnectionGate:
         """Serve one admitted connection; shut it down when it has made no authenticated
         request ``idle`` seconds after it was accepted."""
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._expire, connection)
-                await serve
-                tg.cancel_scope.cancel()
+            with anyio.CancelScope() as connection.scope:
+                if connection.closing:
+                    connection.scope.cancel()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._expire, connection)
+                    await serve
+                    tg.cancel_scope.cancel()
         finally:
             self.ended(connection)
 
     def ended(self, connection: _Connection) -> None:
         if self.connections.get(connection.key) is connection:
             del self.connections[connection.key]
+        self.evicting.discard(connection)
 
     async def _expire(self, connection: _Connection) -> None:
         await anyio.sleep(self.idle)
         if not connection.authenticated:
             self.expired += 1
-            connection.shut()
+            connection.close()
 
 
 def _shut(sock: Any) -> Callable[[], None]:
@@ -178,10 +228,11 @@ async def serve_gated(
                 acceptor.cancel_scope.cancel()
             await backend.context.terminated.set()
             connections.cancel_scope.deadline = anyio.current_time() + config.graceful_timeout
-        for left in list(gate.connections.values()):  # admitted, never served: stopped first
+        for left in [*gate.connections.values(), *gate.evicting]:  # admitted, never served
             with contextlib.suppress(OSError):
                 left.sock.close()
         gate.connections.clear()
+        gate.evicting.clear()
         await backend.lifespan.wait_for_shutdown()
         lifespan_group.cancel_scope.cancel()
 
@@ -258,12 +309,18 @@ class _Trio(_Backend):
 
     async def serve(self, gate: ConnectionGate, connection: _Connection, conn: Any) -> None:
         import trio
+
+        if connection.closing:  # evicted before it was served (its socket closed)
+            return
         from hypercorn.trio.tcp_server import TCPServer
 
-        connection.shut = _shut(conn)
+        connection.arm(_shut(conn))
         stream: Any = trio.SocketStream(conn)  # hypercorn takes a plain one for http
         server = TCPServer(self.app, self.config, self.context, self.state, stream)
-        await gate.run(connection, server.run())
+        try:
+            await gate.run(connection, server.run())
+        finally:  # a server cancelled (closed by the gate) did not close its socket
+            conn.close()
 
 
 class _Asyncio(_Backend):
@@ -295,7 +352,9 @@ class _Asyncio(_Backend):
 
         from hypercorn.asyncio.tcp_server import TCPServer
 
-        connection.shut = _shut(conn)
+        if connection.closing:  # evicted before it was served (its socket closed)
+            return
+        connection.arm(_shut(conn))
         try:
             reader, writer = await asyncio.open_connection(sock=conn)
         except OSError:
@@ -305,4 +364,7 @@ class _Asyncio(_Backend):
         server = TCPServer(
             self.app, self.loop, self.config, self.context, self.state, reader, writer
         )
-        await gate.run(connection, server.run())
+        try:
+            await gate.run(connection, server.run())
+        finally:  # a server cancelled (closed by the gate) did not close its transport
+            writer.close()

@@ -62,7 +62,8 @@ __all__ = ["CompiledTool", "CompiledTools", "serve_tools"]
 log = logging.getLogger("acpfsm.runtime.mcp")
 
 MAX_CONNECTIONS = 64
-"""Connections one tool server holds at once; more are refused (``503``)."""
+"""Connections one tool server holds at once; past it a new one takes the place of the oldest
+unauthenticated one, or is refused (``503``) when all have authenticated."""
 MAX_CONCURRENT_CALLS = 16
 """Tool calls one execution runs at once; more wait for a slot (within their bound)."""
 _SESSIONS_REMEMBERED = 64
