@@ -302,8 +302,6 @@ class PromptGeneration(Chart):
     dispatch_accepted = (
         live.sending.to(live.dispatched.unawaited, cond="is_dispatch_only")
         | live.sending.to(live.dispatched.awaited)
-        | live.abandoned.to(None)  # the ack of a prompt whose waiter left: a cancel follows
-        | live.releasing.to(None)  # a late ack after the carrier gave the turn up
         | live.escalating.to(None)  # a late ack after the cancel released the trigger
         | ended.to(None)  # R23: completion claimed before MarkPromptDispatched
         | superseded.to(None)

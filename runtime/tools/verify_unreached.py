@@ -41,11 +41,6 @@ _CURRENT_ONLY = (
     "predecessor's prompt flow is past its send (the prompt lock), and the stop, the "
     "steer's target and a loss go to the current generation"
 )
-_NO_FLOW_FIRES = (
-    "no flow fires it: the prompt flow that waited for the answer was cancelled with its "
-    "caller (abandoned), or the turn was dispatched already (releasing follows a dispatched, "
-    "handed-off or abandoned turn); a row the runtime cannot take either (issue 36)"
-)
 _SEND_ANSWER = (
     "a send's answer finds its turn sending, or escalating when a cancel overtook it; the "
     "other live states follow an accepted send, and an abandoned turn's flow is gone"
@@ -112,8 +107,6 @@ UNREACHED: Mapping[_T, str] = MappingProxyType(
             "entering giving_up disarms the reconnect budget: its timer is gone before it "
             "could run out there"
         ),
-        ("prompt_generation", "abandoned", "dispatch_accepted", "abandoned"): _NO_FLOW_FIRES,
-        ("prompt_generation", "releasing", "dispatch_accepted", "releasing"): _NO_FLOW_FIRES,
         ("prompt_generation", "dispatched", "completion_received", "dispatched"): (
             "not modelled: R9's completion stamped with a stale startup generation (the "
             "model has no startup generations)"
