@@ -58,29 +58,24 @@ Asgi = Callable[[Any, Any, Any], Awaitable[None]]
 
 @dataclass(slots=True, eq=False)
 class _Connection:
-    """One admitted connection (counted from its accept); :meth:`close` shuts its socket down
-    (its server then ends), also when asked before its server started (:meth:`arm`)."""
+    """One admitted connection (counted from its accept); :meth:`close` ends it."""
 
     key: Any
     sock: Any = None
-    shut: Callable[[], None] = lambda: None
     authenticated: bool = False
     closing: bool = False
     scope: anyio.CancelScope | None = None
 
     def close(self) -> None:
-        """Shut the socket down and end its server at once (hypercorn would otherwise keep a
-        closed connection for its keep-alive bound)."""
+        """End it at once: its server is cancelled (the socket is closed as it ends; hypercorn
+        would otherwise keep a closed connection for its keep-alive bound), or, before its
+        server started, the socket is closed now."""
         self.closing = True
-        self.shut()
         if self.scope is not None:
             self.scope.cancel()
-
-    def arm(self, shut: Callable[[], None]) -> None:
-        """``shut`` shuts this connection down from now on (at once if it was closed before)."""
-        self.shut = shut
-        if self.closing:
-            shut()
+        elif self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
 
 
 class ConnectionGate:
@@ -143,13 +138,9 @@ class ConnectionGate:
             return False
         del self.connections[oldest.key]
         self.evicted += 1
-        if oldest.scope is None:  # its server has not started: the socket goes at once
-            oldest.closing = True
-            with contextlib.suppress(OSError):
-                oldest.sock.close()
-        else:
+        if oldest.scope is not None:  # its server is ending (else its socket is gone now)
             self.evicting.add(oldest)
-            oldest.close()
+        oldest.close()
         return True
 
     def accept_failed(self, exc: OSError) -> bool:
@@ -188,14 +179,6 @@ class ConnectionGate:
         if not connection.authenticated:
             self.expired += 1
             connection.close()
-
-
-def _shut(sock: Any) -> Callable[[], None]:
-    def shut() -> None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-    return shut
 
 
 async def serve_gated(
@@ -314,7 +297,6 @@ class _Trio(_Backend):
             return
         from hypercorn.trio.tcp_server import TCPServer
 
-        connection.arm(_shut(conn))
         stream: Any = trio.SocketStream(conn)  # hypercorn takes a plain one for http
         server = TCPServer(self.app, self.config, self.context, self.state, stream)
         try:
@@ -354,7 +336,6 @@ class _Asyncio(_Backend):
 
         if connection.closing:  # evicted before it was served (its socket closed)
             return
-        connection.arm(_shut(conn))
         try:
             reader, writer = await asyncio.open_connection(sock=conn)
         except OSError:
