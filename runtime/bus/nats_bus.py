@@ -164,6 +164,7 @@ class NatsBus:
         async def disconnected() -> None:
             if self._disconnected_at is None:
                 self._disconnected_at = time.monotonic()
+            _forget_unwritten(self._nc)
 
         async def reconnected() -> None:
             self._disconnected_at = None
@@ -179,6 +180,7 @@ class NatsBus:
             "error_cb": error,
             "disconnected_cb": disconnected,
             "reconnected_cb": reconnected,
+            "pending_size": 0,  # nothing is queued while disconnected (see _forget_unwritten)
         }
         options.update(self._connect)
         try:
@@ -291,6 +293,21 @@ class NatsBus:
         if self._runner is None:
             raise BusClosed("NatsBus.subscribe outside its `async with` block")
         return NatsSubscription(self, check_execution_id(execution_id), after)
+
+
+def _forget_unwritten(nc: Any) -> None:
+    """On a lost connection: drop what the client had queued and not yet written.
+
+    nats-py keeps such commands and writes them on the next connection, while those written
+    to the dead socket are gone: of one batch, the tail would be stored and the head (sent
+    again by the publisher's retry) after it, out of order, and a subscriber would take the
+    head for events the stream dropped. Dropped here (and with ``pending_size=0`` nothing is
+    queued while disconnected), whatever was sent before the loss is either stored or gone,
+    and the publisher's retry sends the rest in order. A request or reply lost this way is a
+    request lost in the socket: its caller's bound and retry cover it."""
+    if nc is not None and isinstance(getattr(nc, "_pending", None), list):
+        nc._pending = []
+        nc._pending_data_size = 0
 
 
 async def _close(nc: Any) -> None:

@@ -272,3 +272,40 @@ async def test_no_server_is_a_typed_error(nats_server: NatsServer) -> None:
         async with NatsBus(nats_server.url, request_timeout=1.0, connect={
             "max_reconnect_attempts": 0, "allow_reconnect": False}):  # fmt: skip
             pass
+
+
+async def test_killed_while_batches_are_in_flight_nothing_is_reordered(
+    nats_server: NatsServer,
+) -> None:
+    """The server killed three times while a flood of events is being published: the
+    publishes the client had not yet written when the connection died are not sent again by
+    the client on reconnect (they would land before the retried batch's first events, which
+    died in the socket); the bus's own retry sends them, in order. Read back from the start,
+    every event is there once and in order, with no truncation marker."""
+    async with NatsBus(nats_server.url, linger=0.0, request_timeout=1.0) as bus:
+        published = 0
+
+        async def flood() -> None:
+            nonlocal published
+            while published < 6000:
+                bus.publish("ex-1", chunks(published + 1, published + 40))
+                published += 40
+                await anyio.sleep(0.002)
+
+        with anyio.fail_after(90):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(flood)
+                for _ in range(3):
+                    while bus.published < published - 200:  # batches in flight right now
+                        await anyio.sleep(0.001)
+                    await anyio.sleep(0.01)
+                    nats_server.kill()
+                    await anyio.sleep(0.3)
+                    nats_server.start()
+                    while not bus.connected:
+                        await anyio.sleep(0.05)
+            while bus.published < published:
+                await anyio.sleep(0.05)
+        got = await take(bus, "ex-1", published)
+        assert [type(i.event) for i in got] == [le.MessageChunk] * published
+        assert [i.seq for i in got] == list(range(1, published + 1))
