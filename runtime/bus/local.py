@@ -4,12 +4,17 @@ after a ``seq``, then live; a subscriber that fell behind what is kept gets an
 :class:`~acpfsm.runtime.events.EventsTruncated` marker), without a server.
 
 Memory is bounded by ``retain`` events per execution, whatever the number or speed of the
-subscribers: they all read the one kept log, none has a queue of its own.
+subscribers: they all read the one kept log, none has a queue of its own; and by
+``executions`` logs in all: past that, the log of the execution published to least recently
+is forgotten (a subscriber still reading it is told what it missed, with an
+:class:`~acpfsm.runtime.events.EventsTruncated` marker, and follows whatever comes next). A
+long-lived process that runs many executions one after another keeps the latest ones.
 """
 
 from __future__ import annotations
 
 import collections
+import weakref
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
@@ -23,32 +28,55 @@ __all__ = ["LocalBus", "LocalSubscription"]
 
 
 class _Log:
-    __slots__ = ("changed", "events", "last")
+    __slots__ = ("__weakref__", "changed", "events", "last", "successor")
 
     def __init__(self, retain: int) -> None:
         self.events: collections.deque[SequencedEvent] = collections.deque(maxlen=retain)
         self.last = 0
         self.changed = Wakeup()
+        self.successor: _Log | None = None
+        """The execution's next log, once this one was forgotten and it published again."""
 
 
 class LocalBus:
     """The in-process bus (see the module docstring)."""
 
-    def __init__(self, *, retain: int = 10_000) -> None:
+    def __init__(self, *, retain: int = 10_000, executions: int = 1_000) -> None:
+        if retain < 1 or executions < 1:
+            raise ValueError("LocalBus keeps at least one event of at least one execution")
         self.retain = retain
-        self._logs: dict[str, _Log] = {}
+        self.executions = executions
+        self.forgotten = 0
+        """Executions whose log was forgotten to stay within ``executions``."""
+        self._logs: collections.OrderedDict[str, _Log] = collections.OrderedDict()
+        self._forgotten: weakref.WeakValueDictionary[str, _Log] = weakref.WeakValueDictionary()
+        """Forgotten logs a subscriber still reads (and waits on for the next one)."""
         self._open = False
+
+    @property
+    def kept(self) -> int:
+        """How many executions' logs are kept now (at most ``executions``)."""
+        return len(self._logs)
 
     def _log(self, execution_id: str) -> _Log:
         entry = self._logs.get(execution_id)
         if entry is None:
             entry = self._logs[check_execution_id(execution_id)] = _Log(self.retain)
+            before = self._forgotten.pop(execution_id, None)
+            if before is not None:  # its subscribers go on in this one
+                before.successor = entry
+                before.changed.wake()
+            while len(self._logs) > self.executions:
+                old_id, old = self._logs.popitem(last=False)
+                self._forgotten[old_id] = old
+                self.forgotten += 1
         return entry
 
     def publish(self, execution_id: str, events: Sequence[SequencedEvent]) -> None:
         if not self._open:
             raise BusClosed("LocalBus.publish outside its `async with` block")
         entry = self._log(execution_id)
+        self._logs.move_to_end(execution_id)
         for item in events:
             if item.seq > entry.last:  # a replayed seq is taken once
                 entry.events.append(item)
@@ -71,7 +99,7 @@ class LocalBus:
         tb: TracebackType | None,
     ) -> None:
         self._open = False
-        for entry in self._logs.values():
+        for entry in [*self._logs.values(), *self._forgotten.values()]:
             entry.changed.wake()
 
 
@@ -89,8 +117,8 @@ class LocalSubscription:
         return self
 
     async def __anext__(self) -> SequencedEvent:
-        entry = self._entry
         while True:
+            entry = self._entry
             events = entry.events
             if events and events[-1].seq >= self._next:
                 first = events[0].seq
@@ -106,6 +134,9 @@ class LocalSubscription:
                 return item
             if not self._bus._open:
                 raise StopAsyncIteration
+            if entry.successor is not None:  # forgotten (the bus's bound) and published again
+                self._entry = entry.successor  # a marker tells what went in between
+                continue
             await entry.changed.wait()
 
     async def __aenter__(self) -> Self:

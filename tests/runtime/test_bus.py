@@ -309,3 +309,44 @@ async def test_killed_while_batches_are_in_flight_nothing_is_reordered(
         got = await take(bus, "ex-1", published)
         assert [type(i.event) for i in got] == [le.MessageChunk] * published
         assert [i.seq for i in got] == list(range(1, published + 1))
+
+
+async def test_a_local_bus_keeps_the_latest_executions_only() -> None:
+    """Many executions one after another: the bus keeps the logs of the ``executions`` it
+    published to most recently, however many went before; a subscriber reading a forgotten
+    log reads what it holds, is told what went, and follows the execution when it publishes
+    again, and one waiting on a forgotten execution does not spin."""
+    async with LocalBus(retain=50, executions=10) as bus:
+        bus.publish("first", chunks(1, 5))
+        with anyio.fail_after(10):
+            async with bus.subscribe("first") as early:
+                assert [(await early.__anext__()).seq for _ in range(2)] == [1, 2]
+                for n in range(1000):
+                    bus.publish(f"ex-{n}", chunks(1, 3))
+                assert bus.kept == 10 and bus.forgotten == 991  # "first" and 990 others
+                rest = [(await early.__anext__()).seq for _ in range(3)]
+                assert rest == [3, 4, 5]  # what the forgotten log held, once
+                got: list[Seq] = []
+
+                async def follow() -> None:
+                    async for item in early:
+                        got.append(item)
+                        if item.seq == 8:
+                            return
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(follow)
+                    await anyio.sleep(0.05)  # waiting on the forgotten log, not spinning
+                    assert got == []
+                    bus.publish("first", chunks(6, 8))
+                assert [i.seq for i in got] == [6, 7, 8]
+        later = await take(bus, "first", 4)  # from the start: the forgotten five are told
+        assert later[0] == Seq(5, le.EventsTruncated(execution_id="first", missed=5))
+        assert later[1:] == chunks(6, 8)
+        async with bus.subscribe("ex-0") as gone:  # forgotten, nothing published since
+            bus.publish("ex-0", chunks(4, 4))
+            item = await gone.__anext__()
+            assert isinstance(item.event, le.EventsTruncated) and item.event.missed == 3
+            assert (await gone.__anext__()).seq == 4
+    with pytest.raises(ValueError, match="at least one"):
+        LocalBus(executions=0)
