@@ -337,9 +337,45 @@ async def _publish_batch(
             future.cancel()
 
 
-async def _pull(js: Any, subject: str, stream: str, inactive: float) -> Any:
+async def _start_of(js: Any, stream: str, subject: str, wanted: int, bound: float) -> int:
+    """On the asyncio loop: the stream sequence to read an execution's events from so that
+    the first is its event ``wanted`` (or the first after it the stream still has); 0 to read
+    them all. A binary search over the stream, one message lookup a step (an execution's
+    events are stored in ``seq`` order), so a subscriber that resumes late in a long
+    execution does not read its whole history again. Anything unexpected (a message that is
+    not an event, a lookup that fails): 0, the full replay, which skips what was seen."""
+
+    async def seq_at(position: int | None) -> tuple[int, int]:
+        if position is None:
+            found = await js.get_msg(stream, subject=subject)  # the execution's last
+        else:
+            found = await js.get_msg(stream, seq=position, subject=subject, next=True)
+        return int(found.seq), decode_event(found.data or b"").seq
+
+    try:
+        async with asyncio.timeout(bound):
+            last_position, last_seq = await seq_at(None)
+            if last_seq < wanted:
+                return last_position + 1  # all it has is older: what comes next
+            low, high = 1, last_position  # the answer is in [low, high]
+            while low < high:
+                middle = (low + high) // 2
+                position, seq = await seq_at(middle)
+                if seq >= wanted:
+                    high = min(middle, position)
+                else:
+                    low = position + 1
+            return low
+    except (TimeoutError, nats.errors.Error, msgspec.DecodeError, RecursionError):
+        return 0
+
+
+async def _pull(js: Any, subject: str, stream: str, inactive: float, start: int) -> Any:
     config = nats.js.api.ConsumerConfig(
-        deliver_policy=nats.js.api.DeliverPolicy.ALL,
+        deliver_policy=(
+            nats.js.api.DeliverPolicy.BY_START_SEQUENCE if start else nats.js.api.DeliverPolicy.ALL
+        ),
+        opt_start_seq=start or None,
         ack_policy=nats.js.api.AckPolicy.NONE,
         inactive_threshold=inactive,
         mem_storage=True,
@@ -370,6 +406,9 @@ class NatsSubscription:
         self._buffer: collections.deque[bytes] = collections.deque()
         self._psub: Any = None
         self.rejected = 0
+        self.skipped = 0
+        """Events read and passed over as at or before the last ``seq`` delivered (a replay,
+        a forged copy); a subscriber resuming after a ``seq`` starts at it, not before."""
 
     @property
     def buffered(self) -> int:
@@ -390,6 +429,7 @@ class NatsSubscription:
                     log.warning("nats bus: a message on %s is not an event", self.execution_id)
                     continue
                 if item.seq < self._next:
+                    self.skipped += 1
                     continue  # delivered already
                 if item.seq > self._next:  # the stream's limits dropped some
                     missed = item.seq - self._next
@@ -416,12 +456,19 @@ class NatsSubscription:
         wait = max(0.05, min(1.0, bus.unavailable_after / 2))
         try:
             if self._psub is None:
+                subject = execution_subjects(self.execution_id, bus.prefix)
+                start = 0
+                if self._next > 1:
+                    start = await bus.runner.run(
+                        _start_of, bus._js, bus.stream, subject, self._next, bus.request_timeout
+                    )
                 self._psub = await bus.runner.run(
                     _pull,
                     bus._js,
-                    execution_subjects(self.execution_id, bus.prefix),
+                    subject,
                     bus.stream,
                     max(30.0, bus.unavailable_after * 4),
+                    start,
                 )
             self._buffer.extend(await bus.runner.run(_fetch, self._psub, bus.batch, wait))
         except (TimeoutError, nats.errors.Error, OSError) as exc:

@@ -203,6 +203,8 @@ async def test_garbage_on_an_executions_subject_is_skipped(nats_server: NatsServ
             async with bus.subscribe("ex-1") as sub:
                 got = [await sub.__anext__() for _ in range(4)]
                 assert sub.rejected == 4
+            async with bus.subscribe("ex-1", after=3) as late:  # the lookup meets garbage:
+                assert await late.__anext__() == chunks(4, 4)[0]  # it reads from the start
     assert [i.seq for i in got] == [1, 2, 3, 4]  # the forged seq 1 was a duplicate
     assert got == chunks(1, 4)
 
@@ -350,3 +352,26 @@ async def test_a_local_bus_keeps_the_latest_executions_only() -> None:
             assert (await gone.__anext__()).seq == 4
     with pytest.raises(ValueError, match="at least one"):
         LocalBus(executions=0)
+
+
+async def test_a_subscriber_resuming_late_reads_from_its_seq(nats_server: NatsServer) -> None:
+    """A long execution beside another one: subscribed after seq 1500 (or 2999, or past the
+    end), the subscriber starts at its seq in the stream and reads none of the history
+    before it again; a subscription from the start still reads them all."""
+    async with NatsBus(nats_server.url, batch=64) as bus:
+        for first in range(1, 3001, 100):
+            bus.publish("ex-1", chunks(first, first + 99))
+            bus.publish("ex-2", chunks(first, first + 99))
+        with anyio.fail_after(30):
+            while bus.published < 6000:
+                await anyio.sleep(0.05)
+        for after in (1500, 2999, 1):
+            async with bus.subscribe("ex-1", after=after) as sub:
+                got = [await sub.__anext__() for _ in range(3000 - after)]
+                assert got == chunks(after + 1, 3000)
+                assert sub.skipped == 0
+        async with bus.subscribe("ex-1", after=3000) as sub:
+            bus.publish("ex-1", chunks(3001, 3001))
+            with anyio.fail_after(10):
+                assert await sub.__anext__() == chunks(3001, 3001)[0]
+            assert sub.skipped == 0
