@@ -495,6 +495,11 @@ async def test_agentctl_mcp_requests(agentctl: AgentctlServer, tmp_path: Path) -
         with anyio.fail_after(30):
             refused = await rt.launch(spec(workspace(tmp_path, "a"), "plain"))
             served = await rt.launch(spec(workspace(tmp_path, "b"), "served"))
+            # launch returns before session/new; agentctl resets its MCP backend client at
+            # session/new and cancels a call in flight ("MCP request cancelled: session
+            # reset"): the calls go once both sessions exist
+            await rt.wait_ready(refused.id)
+            await rt.wait_ready(served.id)
             plain_url = plain.transports[refused.id].instance.base_url
             served_url = serving.transports[served.id].instance.base_url
 
