@@ -245,6 +245,12 @@ class _OperationSide(_AgentctlBase):
         if steer:
             payload["steer"] = True
         else:
+            # a new turn goes out once the lifecycle is done with every earlier one: one still
+            # owed here never gets its end (agentctl v0.95.1 may answer ``success`` to a cancel
+            # whose turn it gave up, its 3 s cancel join racing its own release of the prompt
+            # gate, and suppress the turn's end: the runtime escalated it after its cancel
+            # wait), so it no longer claims the agent's unstamped content or a death's error
+            self._owed = [g for g in self._owed if g >= generation]
             self._owed.append(generation)
         self._loading = False
         try:

@@ -25,12 +25,13 @@ CONFIG = AgentctlConfig(keepalive_interval=None, keepalive_timeout=None, exit_gr
 
 class FakeAgentStream:
     """agentctl's agent stream, in process: answers ``agent.session.new``, answers
-    ``agent.cancel`` ``not_acknowledged``, acknowledges ``agent.prompt`` only with
+    ``agent.cancel`` ``not_acknowledged`` (``success`` with ``ack_cancels``), acknowledges ``agent.prompt`` only with
     ``ack_prompts``, records every request; :meth:`send` writes a frame on the current
     socket."""
 
-    def __init__(self, *, ack_prompts: bool = False) -> None:
+    def __init__(self, *, ack_prompts: bool = False, ack_cancels: bool = False) -> None:
         self.ack_prompts = ack_prompts
+        self.ack_cancels = ack_cancels
         self.requests: list[dict[str, Any]] = []
         self.connections = 0
         self._send: Any = None
@@ -53,7 +54,10 @@ class FakeAgentStream:
             self.requests.append(request)
             if request["action"] == "agent.session.new":
                 await self.reply(request, {"session_id": "fake-session"})
-            elif request["action"] == "agent.prompt" and self.ack_prompts:
+            elif (request["action"], True) in {
+                ("agent.prompt", self.ack_prompts),
+                ("agent.cancel", self.ack_cancels),
+            }:
                 await self.reply(request, {"success": True})
             elif request["action"] == "agent.cancel":  # the agent ignored it for 3 s
                 answer = {"success": False, "not_acknowledged": True, "error": "not acknowledged"}

@@ -111,3 +111,24 @@ async def test_a_turn_whose_cancel_was_not_acknowledged_owes_nothing() -> None:
         transport.give_up("redial refused")
         await anyio.sleep(0.05)
         assert not any(isinstance(e, ErrorEvent) for e in events)
+
+
+async def test_a_turn_acknowledged_as_cancelled_without_an_end_is_over_at_the_next_prompt() -> None:
+    """agentctl v0.95.1 may answer ``success`` to the cancel of a turn it gave up (its 3 s
+    cancel join races its own release of the prompt gate) and suppress the turn's end: the
+    runtime escalates it after its cancel wait and, READY, sends the next prompt. That turn
+    is over then: the agent's unstamped content is the new turn's, and a death ends only the
+    new turn."""
+    fake = FakeAgentStream(ack_prompts=True, ack_cancels=True)
+    async with carrier(fake) as (transport, events):
+        await transport.prompt("hang", [], 1)
+        assert (await transport.cancel()).acknowledged  # and no end ever comes for 1
+        await transport.prompt("next", [], 2)
+        await fake.send({"type": "message_chunk", "text": "the next answer"})
+        await until(lambda: any(isinstance(e, MessageChunk) for e in events))
+        (chunk,) = [e for e in events if isinstance(e, MessageChunk)]
+        assert chunk.prompt_generation == 2
+        transport.give_up("redial refused")
+        await until(lambda: any(isinstance(e, ErrorEvent) for e in events))
+        await anyio.sleep(0.05)
+        assert [e.prompt_generation for e in events if isinstance(e, ErrorEvent)] == [2]

@@ -25,6 +25,7 @@ from acpfsm.runtime.store import (
     StoreReadOnly,
     StoreSchemaError,
 )
+from acpfsm.runtime.store.postgres import _lock_key
 from acpfsm.testing.postgres import PostgresCluster
 
 from .durable_helpers import StoreFactory, kinds, read_log, store_factory
@@ -76,12 +77,30 @@ async def test_a_second_process_is_refused_naming_the_holder(
         finally:
             holder.kill()  # the lock goes with the process, however it ends
             holder.wait()
+    if kind == "postgres":
+        await anyio.to_thread.run_sync(_outlive_the_session, where, namespace)
     async with make_runtime(memory_agent(auto_complete=True), store=make()) as rt:
         ref = await rt.launch(spec())
         await rt.prompt(ref.id, "hello")
     if kind == "sqlite":
         assert os.stat(where).st_mode & 0o777 == 0o600
         assert os.stat(where + ".lock").st_mode & 0o777 == 0o600
+
+
+def _outlive_the_session(dsn: str, namespace: str) -> None:
+    """Until the server has ended the killed holder's session (its lock goes with it).
+
+    The kernel frees a dead process's file lock before ``wait()`` returns; PostgreSQL ends a
+    session only once its backend has read the closed connection, which may come after: a
+    blocking ``pg_advisory_lock`` returns exactly then (a new store opened before that is
+    refused, rightly: the session still holds the lock)."""
+    import psycopg
+
+    key = _lock_key(namespace)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET statement_timeout = '30s'")
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
 async def test_a_corrupt_or_foreign_file_is_refused(tmp_path: Path) -> None:
