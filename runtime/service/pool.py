@@ -132,6 +132,10 @@ class Pool:
     makes the Runtime for namespace ``ns`` (the member's profiles, executors and bus, a
     :class:`PostgresStore` on ``ns``)."""
 
+    _fence: anyio.CancelScope
+    """The fence watch's scope, whose deadline is the fence deadline (``arm_fence_deadline``;
+    made by :meth:`run`: a cancel scope needs the event loop)."""
+
     def __init__(
         self,
         service: Service,
@@ -153,8 +157,6 @@ class Pool:
         """The member's PoolMember machine: every decision about the lease is its."""
         self._conns: dict[str, Any] = {}
         """A connection per task (the renewal's, the scan's), opened when needed."""
-        self._fence = anyio.CancelScope()
-        """Its deadline is the fence deadline (``arm_fence_deadline``)."""
         self._renewed_at = 0.0
         self._lost = ""
         self._tg: anyio.abc.TaskGroup | None = None
@@ -175,6 +177,7 @@ class Pool:
         adoption (the recovery of many executions) never delays it."""
         renewals_in, renewals = anyio.create_memory_object_stream[Effect](math.inf)
         scans_in, scans = anyio.create_memory_object_stream[Effect](math.inf)
+        self._fence = anyio.CancelScope()
         self._route = {
             PoolMemberEffect.claim_leases: (None, self._claim_own),
             PoolMemberEffect.refuse_join: (None, self._refuse),
