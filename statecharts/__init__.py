@@ -14,6 +14,8 @@ python-statemachine and run on acpfsm's compiled engine (:mod:`._compile`, :mod:
 * :class:`AgentStream` - the transport connection (pipes or WebSocket).
 * :class:`DurableRecord` - when an execution's stored row is written (with a store).
 * :class:`StartupRecovery` - one stored execution at start-up: recovered, or lost.
+* :class:`PoolMember` - an ``acpfsm serve --pool`` process's lease: renewed, or fenced.
+* :class:`NamespaceAdoption` - the take-over of one namespace whose lease ran out.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -55,6 +57,8 @@ if TYPE_CHECKING:
     from .durable_record import DurableRecord as DurableRecord
     from .execution import Execution as Execution
     from .first_activity import FirstActivity as FirstActivity
+    from .pool_member import NamespaceAdoption as NamespaceAdoption
+    from .pool_member import PoolMember as PoolMember
     from .prompt_generation import PromptGeneration as PromptGeneration
     from .session_init import SessionInit as SessionInit
     from .start_model import StartModelPolicy as StartModelPolicy
@@ -76,6 +80,8 @@ _LAZY = {
     "DurableRecord": "durable_record",
     "Execution": "execution",
     "FirstActivity": "first_activity",
+    "NamespaceAdoption": "pool_member",
+    "PoolMember": "pool_member",
     "PromptGeneration": "prompt_generation",
     "SessionInit": "session_init",
     "StartModelPolicy": "start_model",
@@ -102,6 +108,7 @@ def __getattr__(name: str) -> Any:
     elif name == "ALL_CHARTS":
         value = (*__getattr__("SESSION_CHARTS"), __getattr__("DurableRecord"))
         value = (*value, __getattr__("StartupRecovery"))
+        value = (*value, __getattr__("PoolMember"), __getattr__("NamespaceAdoption"))
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value
@@ -132,6 +139,8 @@ __all__ = [
     "IllegalTransition",
     "Machine",
     "ModelSelectionDecision",
+    "NamespaceAdoption",
+    "PoolMember",
     "PromptGeneration",
     "SessionInit",
     "StartModelPolicy",

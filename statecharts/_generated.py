@@ -1023,6 +1023,110 @@ STARTUP_RECOVERY = Declaration(
     },
 )
 
+class _pool_member:
+    # the guards of acpfsm.statecharts.pool_member.PoolMember
+
+    def taken_over(self, taken: Sequence[str] = ()) -> bool:
+        return len(taken) > 0
+
+
+POOL_MEMBER = Declaration(
+    name='pool_member',
+    module='acpfsm.statecharts.pool_member',
+    qualname='PoolMember',
+    states=(
+        StateDecl('outside', 'outside', None, True, False),
+        StateDecl('joining', 'joining', None, False, False),
+        StateDecl('member', 'Member', None, False, False),
+        StateDecl('holding', 'holding', 'member', True, False),
+        StateDecl('renewing', 'renewing', 'member', False, False),
+        StateDecl('unrenewed', 'unrenewed', 'member', False, False),
+        StateDecl('fenced', 'fenced', None, False, False),
+        StateDecl('refused', 'refused', None, False, True),
+    ),
+    transitions=(
+        TransitionDecl('join_requested', 'outside', 'joining', ()),
+        TransitionDecl('claimed', 'joining', 'holding', ()),
+        TransitionDecl('claim_failed', 'joining', 'refused', ()),
+        TransitionDecl('fence_deadline_passed', 'member', 'fenced', ()),
+        TransitionDecl('scan_due', 'member', None, ()),
+        TransitionDecl('expired_listed', 'member', None, ()),
+        TransitionDecl('scan_failed', 'member', None, ()),
+        TransitionDecl('renew_due', 'holding', 'renewing', ()),
+        TransitionDecl('renewed', 'renewing', 'fenced', (('taken_over', True),)),
+        TransitionDecl('renewed', 'renewing', 'holding', ()),
+        TransitionDecl('renewal_failed', 'renewing', 'unrenewed', ()),
+        TransitionDecl('renew_due', 'unrenewed', 'renewing', ()),
+        TransitionDecl('scan_due', 'unrenewed', None, ()),
+        TransitionDecl('expired_listed', 'unrenewed', None, ()),
+        TransitionDecl('renew_due', 'fenced', None, ()),
+        TransitionDecl('renewed', 'fenced', None, ()),
+        TransitionDecl('renewal_failed', 'fenced', None, ()),
+        TransitionDecl('fence_deadline_passed', 'fenced', None, ()),
+        TransitionDecl('scan_due', 'fenced', None, ()),
+        TransitionDecl('expired_listed', 'fenced', None, ()),
+        TransitionDecl('scan_failed', 'fenced', None, ()),
+    ),
+    guards=(
+        ('taken_over', ('taken',)),
+    ),
+    transition_effects=(
+        ('join_requested: outside -> joining', (EffectSpec('claim_leases', (), ()),)),
+        ('claimed: joining -> holding', (EffectSpec('schedule_scan', ('per_lease',), (('per_lease', 3),)),)),
+        ('claim_failed: joining -> refused', (EffectSpec('refuse_join', ('reason',), ()),)),
+        ('renewed: renewing -> fenced', (EffectSpec('fence_taken_over', ('taken',), ()),)),
+        ('fence_deadline_passed: member -> fenced', (EffectSpec('fence_unrenewed', ('silent',), ()),)),
+        ('scan_due: unrenewed', (EffectSpec('schedule_scan', ('per_lease',), (('per_lease', 3),)),)),
+        ('scan_due: member', (EffectSpec('scan_expired', (), ()),)),
+        ('expired_listed: unrenewed', (EffectSpec('schedule_scan', ('per_lease',), (('per_lease', 3),)),)),
+        ('expired_listed: member', (EffectSpec('adopt_namespaces', ('namespaces',), ()), EffectSpec('schedule_scan', ('per_lease',), (('per_lease', 3),)))),
+        ('scan_failed: member', (EffectSpec('schedule_scan', ('per_lease',), (('per_lease', 3),)),)),
+    ),
+    entry_effects=(
+        ('holding', (EffectSpec('arm_fence_deadline', ('share',), (('share', 0.7),)), EffectSpec('schedule_renewal', ('per_lease',), (('per_lease', 6),)))),
+        ('renewing', (EffectSpec('renew_leases', (), ()),)),
+        ('unrenewed', (EffectSpec('schedule_renewal', ('per_lease',), (('per_lease', 6),)),)),
+    ),
+    constants=(),
+    functions={
+        'taken_over': _pool_member.taken_over,
+    },
+)
+
+NAMESPACE_ADOPTION = Declaration(
+    name='namespace_adoption',
+    module='acpfsm.statecharts.pool_member',
+    qualname='NamespaceAdoption',
+    states=(
+        StateDecl('expired', 'expired', None, True, False),
+        StateDecl('opening', 'opening', None, False, False),
+        StateDecl('claiming', 'claiming', None, False, False),
+        StateDecl('hosting', 'hosting', None, False, True),
+        StateDecl('lost_race', 'lost_race', None, False, True),
+        StateDecl('unadoptable', 'unadoptable', None, False, True),
+        StateDecl('released', 'released', None, False, True),
+    ),
+    transitions=(
+        TransitionDecl('adoption_started', 'expired', 'opening', ()),
+        TransitionDecl('namespace_locked', 'opening', 'lost_race', ()),
+        TransitionDecl('open_failed', 'opening', 'unadoptable', ()),
+        TransitionDecl('namespace_opened', 'opening', 'claiming', ()),
+        TransitionDecl('lease_claimed', 'claiming', 'hosting', ()),
+        TransitionDecl('lease_claim_failed', 'claiming', 'released', ()),
+    ),
+    guards=(),
+    transition_effects=(),
+    entry_effects=(
+        ('opening', (EffectSpec('open_namespace', (), ()),)),
+        ('unadoptable', (EffectSpec('report_unadoptable', ('reason',), ()),)),
+        ('claiming', (EffectSpec('claim_lease', (), ()),)),
+        ('hosting', (EffectSpec('host_namespace', (), ()),)),
+        ('released', (EffectSpec('release_namespace', ('reason',), ()),)),
+    ),
+    constants=(),
+    functions={},
+)
+
 #: Every chart's declaration, by chart name.
 DECLARATIONS: dict[str, Declaration] = {
     SESSION_INIT.name: SESSION_INIT,
@@ -1034,4 +1138,6 @@ DECLARATIONS: dict[str, Declaration] = {
     AGENT_STREAM.name: AGENT_STREAM,
     DURABLE_RECORD.name: DURABLE_RECORD,
     STARTUP_RECOVERY.name: STARTUP_RECOVERY,
+    POOL_MEMBER.name: POOL_MEMBER,
+    NAMESPACE_ADOPTION.name: NAMESPACE_ADOPTION,
 }

@@ -37,6 +37,8 @@ __all__ = [
     "DURABLE_RECORD",
     "EXECUTION",
     "FIRST_ACTIVITY",
+    "NAMESPACE_ADOPTION",
+    "POOL_MEMBER",
     "PROMPT_GENERATION",
     "SESSION_CHARTS",
     "SESSION_INIT",
@@ -140,6 +142,8 @@ FIRST_ACTIVITY = ChartRef("first_activity")
 AGENT_STREAM = ChartRef("agent_stream")
 DURABLE_RECORD = ChartRef("durable_record")
 STARTUP_RECOVERY = ChartRef("startup_recovery")
+POOL_MEMBER = ChartRef("pool_member")
+NAMESPACE_ADOPTION = ChartRef("namespace_adoption")
 
 #: The charts an execution's session runs (a store adds DurableRecord; StartupRecovery runs
 #: once per stored execution at a Runtime's start), as :class:`ChartRef`.
@@ -152,6 +156,13 @@ SESSION_CHARTS: tuple[ChartRef, ...] = (
     FIRST_ACTIVITY,
     AGENT_STREAM,
 )
-#: Every chart, in the order diagrams and coverage list them, as :class:`ChartRef`.
-ALL_CHARTS: tuple[ChartRef, ...] = (*SESSION_CHARTS, DURABLE_RECORD, STARTUP_RECOVERY)
+#: Every chart, in the order diagrams and coverage list them, as :class:`ChartRef` (the last
+#: two: a serve process's membership of a pool, and its take-over of one namespace).
+ALL_CHARTS: tuple[ChartRef, ...] = (
+    *SESSION_CHARTS,
+    DURABLE_RECORD,
+    STARTUP_RECOVERY,
+    POOL_MEMBER,
+    NAMESPACE_ADOPTION,
+)
 _BY_NAME = {ref.chart_name: ref for ref in ALL_CHARTS}

@@ -304,6 +304,57 @@ class StartupRecoveryEffect:
     relaunch_agent: Final = EffectName("relaunch_agent")
 
 
+class PoolMemberEvent:
+    """The events of the ``pool_member`` chart."""
+
+    claim_failed: Final = EventName("claim_failed")
+    claimed: Final = EventName("claimed")
+    expired_listed: Final = EventName("expired_listed")
+    fence_deadline_passed: Final = EventName("fence_deadline_passed")
+    join_requested: Final = EventName("join_requested")
+    renew_due: Final = EventName("renew_due")
+    renewal_failed: Final = EventName("renewal_failed")
+    renewed: Final = EventName("renewed")
+    scan_due: Final = EventName("scan_due")
+    scan_failed: Final = EventName("scan_failed")
+
+
+class PoolMemberEffect:
+    """The effects of the ``pool_member`` chart."""
+
+    adopt_namespaces: Final = EffectName("adopt_namespaces")
+    arm_fence_deadline: Final = EffectName("arm_fence_deadline")
+    claim_leases: Final = EffectName("claim_leases")
+    fence_taken_over: Final = EffectName("fence_taken_over")
+    fence_unrenewed: Final = EffectName("fence_unrenewed")
+    refuse_join: Final = EffectName("refuse_join")
+    renew_leases: Final = EffectName("renew_leases")
+    scan_expired: Final = EffectName("scan_expired")
+    schedule_renewal: Final = EffectName("schedule_renewal")
+    schedule_scan: Final = EffectName("schedule_scan")
+
+
+class NamespaceAdoptionEvent:
+    """The events of the ``namespace_adoption`` chart."""
+
+    adoption_started: Final = EventName("adoption_started")
+    lease_claim_failed: Final = EventName("lease_claim_failed")
+    lease_claimed: Final = EventName("lease_claimed")
+    namespace_locked: Final = EventName("namespace_locked")
+    namespace_opened: Final = EventName("namespace_opened")
+    open_failed: Final = EventName("open_failed")
+
+
+class NamespaceAdoptionEffect:
+    """The effects of the ``namespace_adoption`` chart."""
+
+    claim_lease: Final = EffectName("claim_lease")
+    host_namespace: Final = EffectName("host_namespace")
+    open_namespace: Final = EffectName("open_namespace")
+    release_namespace: Final = EffectName("release_namespace")
+    report_unadoptable: Final = EffectName("report_unadoptable")
+
+
 class Result:
     """Every ``result`` an effect declares."""
 
@@ -333,6 +384,10 @@ __all__ = [
     "ExecutionEvent",
     "FirstActivityEffect",
     "FirstActivityEvent",
+    "NamespaceAdoptionEffect",
+    "NamespaceAdoptionEvent",
+    "PoolMemberEffect",
+    "PoolMemberEvent",
     "PromptGenerationEffect",
     "PromptGenerationEvent",
     "Result",

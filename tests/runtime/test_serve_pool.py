@@ -7,6 +7,7 @@ once, in order, across the take-over. Two adopters racing for one namespace: one
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +20,7 @@ from acpfsm.runtime import ExecutionLost, LaunchSpec, Runtime, WorkspaceRef
 from acpfsm.runtime import events as le
 from acpfsm.runtime.service import ExecutionUnreachable, RemoteRuntime, ServiceTimeout
 from acpfsm.runtime.store import PostgresStore, StoreLocked
+from acpfsm.statecharts.pool_member import FENCE
 from acpfsm.testing.natsserver import NatsServer
 from acpfsm.testing.postgres import PostgresCluster
 
@@ -162,5 +164,36 @@ def test_a_member_whose_namespace_was_taken_stops(
         err = member.stderr.read().decode()
         assert member.process.returncode == 3, err
         assert f"LeaseLost: another member took {namespace} over" in err
+    finally:
+        member.stop()
+
+
+def test_a_member_that_cannot_renew_for_most_of_its_lease_stops(
+    nats_server: NatsServer, postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    """Fencing on the deadline: PostgreSQL stops answering the member's renewals (the lease
+    table locked: every renewal hangs until its bound); the chart's fence deadline (70 % of
+    the lease since the last renewal) passes and the member stops (exit status 3) before
+    anyone may adopt its namespace, at the whole lease."""
+    pool = fresh_database(postgres_cluster)
+    member = ServeProcess(
+        nats_server, tmp_path, name="a", store=pool, extra=("--pool", "--lease", str(LEASE))
+    )
+    try:
+        namespace = str(member.ready["namespace"])
+        with psycopg.connect(pool) as conn:  # one transaction, holding the lock
+            conn.execute("LOCK TABLE acpfsm_pool IN ACCESS EXCLUSIVE MODE")
+            member.process.wait(LEASE + 10)
+            conn.rollback()
+        member.stderr.seek(0)
+        err = member.stderr.read().decode()
+        assert member.process.returncode == 3, err
+        lost = re.search(
+            f"LeaseLost: the lease of {namespace} could not be renewed for ([0-9.]+) s", err
+        )
+        assert lost is not None, err
+        # the renewals hung (each dropped at its bound): the member stopped at the deadline,
+        # before the lease ran out
+        assert FENCE * LEASE <= float(lost.group(1)) < LEASE, err
     finally:
         member.stop()

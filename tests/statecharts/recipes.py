@@ -15,6 +15,8 @@ from acpfsm.statecharts import (
     ErrorClass,
     Execution,
     FirstActivity,
+    NamespaceAdoption,
+    PoolMember,
     PromptGeneration,
     SessionInit,
     StartModelPolicy,
@@ -177,6 +179,31 @@ RECOVERY_RECIPES: dict[str, Recipe] = {
 }
 _ATTEMPTS = [_NOW, {"startup_generation": 0}]  # this attempt's fact, another attempt's
 
+# --- PoolMember and NamespaceAdoption -----------------------------------------------------------
+
+_HOLDING: Recipe = [("join_requested", {}), ("claimed", {})]
+_RENEWING: Recipe = [*_HOLDING, ("renew_due", {})]
+POOL_RECIPES: dict[str, Recipe] = {
+    "outside": [],
+    "joining": [("join_requested", {})],
+    "member": _HOLDING,
+    "holding": _HOLDING,
+    "renewing": _RENEWING,
+    "unrenewed": [*_RENEWING, ("renewal_failed", {"reason": "gone"})],
+    "fenced": [*_HOLDING, ("fence_deadline_passed", {"silent": 7.0})],
+    "refused": [("join_requested", {}), ("claim_failed", {"reason": "gone"})],
+}
+_OPENED: Recipe = [("adoption_started", {}), ("namespace_opened", {})]
+ADOPTION_RECIPES: dict[str, Recipe] = {
+    "expired": [],
+    "opening": [("adoption_started", {})],
+    "claiming": _OPENED,
+    "hosting": [*_OPENED, ("lease_claimed", {})],
+    "lost_race": [("adoption_started", {}), ("namespace_locked", {})],
+    "unadoptable": [("adoption_started", {}), ("open_failed", {"reason": "disk"})],
+    "released": [*_OPENED, ("lease_claim_failed", {"reason": "gone"})],
+}
+
 #: Event data tried, in order, to select each guarded branch of an event.
 GUARD_DATA: dict[str, list[dict[str, Any]]] = {
     # SessionInit
@@ -249,6 +276,8 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
         ),
         _ATTEMPTS,
     ),
+    # PoolMember
+    "renewed": [{"taken": ["ns-a"]}, {}],
     # AgentStream
     "connection_lost": [{"redialable": True, "clean": True}, {"redialable": True}, {}],
     "redial_failed": [{"fatal": True}, {}],
@@ -277,6 +306,8 @@ CHARTS: dict[type[Chart], tuple[list[dict[str, Any]], dict[str, Recipe]]] = {
     AgentStream: ([{}], STREAM_RECIPES),
     DurableRecord: ([{}], DURABLE_RECIPES),
     StartupRecovery: ([{"startup_generation": 1}], RECOVERY_RECIPES),
+    PoolMember: ([{}], POOL_RECIPES),
+    NamespaceAdoption: ([{}], ADOPTION_RECIPES),
 }
 
 
