@@ -34,6 +34,7 @@ __all__ = [
     "AGENT_STREAM",
     "ALL_CHARTS",
     "CONFIG_SETTLEMENT",
+    "CRASH",
     "DURABLE_RECORD",
     "EXECUTION",
     "FIRST_ACTIVITY",
@@ -138,6 +139,7 @@ PROMPT_GENERATION = ChartRef("prompt_generation")
 EXECUTION = ChartRef("execution")
 FIRST_ACTIVITY = ChartRef("first_activity")
 AGENT_STREAM = ChartRef("agent_stream")
+CRASH = ChartRef("crash")
 DURABLE_RECORD = ChartRef("durable_record")
 STARTUP_RECOVERY = ChartRef("startup_recovery")
 
@@ -151,6 +153,7 @@ SESSION_CHARTS: tuple[ChartRef, ...] = (
     EXECUTION,
     FIRST_ACTIVITY,
     AGENT_STREAM,
+    CRASH,
 )
 #: Every chart, in the order diagrams and coverage list them, as :class:`ChartRef`.
 ALL_CHARTS: tuple[ChartRef, ...] = (*SESSION_CHARTS, DURABLE_RECORD, STARTUP_RECOVERY)

@@ -11,6 +11,7 @@ from acpfsm.statecharts import (
     Chart,
     ChartMachine,
     ConfigSettlement,
+    Crash,
     DurableRecord,
     ErrorClass,
     Execution,
@@ -154,6 +155,10 @@ STREAM_RECIPES: dict[str, Recipe] = {
     "giving_up": [*_ANNOUNCED, ("reconnect_timed_out", {})],
 }
 
+# --- Crash ------------------------------------------------------------------------------------
+
+CRASH_RECIPES: dict[str, Recipe] = {"intact": [], "crashed": [("crash_reported", {"error": "x"})]}
+
 # --- DurableRecord and StartupRecovery --------------------------------------------------------
 
 DURABLE_RECIPES: dict[str, Recipe] = {
@@ -275,6 +280,7 @@ CHARTS: dict[type[Chart], tuple[list[dict[str, Any]], dict[str, Recipe]]] = {
     Execution: ([{}], EXECUTION_RECIPES),
     FirstActivity: ([{}], FIRST_ACTIVITY_RECIPES),
     AgentStream: ([{}], STREAM_RECIPES),
+    Crash: ([{}], CRASH_RECIPES),
     DurableRecord: ([{}], DURABLE_RECIPES),
     StartupRecovery: ([{"startup_generation": 1}], RECOVERY_RECIPES),
 }
