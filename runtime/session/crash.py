@@ -105,11 +105,6 @@ class CrashGuard:
         """The first crash: what the execution's callers raise from now on (data)."""
         self.session.ctx.crash = effect["error"]
 
-    @property
-    def error(self) -> ExecutionCrashed | None:
-        """The crash (a copy), once the Crash chart says the execution crashed."""
-        return crash_of(self.session.ctx)
-
     async def contain(self, exc: BaseException, where: str) -> BaseException | None:
         """``exc`` left the execution's tasks: its failures crash the execution; returns
         what must still propagate (``None`` when nothing)."""
