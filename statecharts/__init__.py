@@ -12,6 +12,7 @@ python-statemachine and run on acpfsm's compiled engine (:mod:`._compile`, :mod:
 * :class:`Execution` - the execution's status (STARTING … STOPPED).
 * :class:`FirstActivity` - the one ``agent.running`` of the first activity.
 * :class:`AgentStream` - the transport connection (pipes or WebSocket).
+* :class:`Crash` - whether the execution's own code failed (its crash, once).
 * :class:`DurableRecord` - when an execution's stored row is written (with a store).
 * :class:`StartupRecovery` - one stored execution at start-up: recovered, or lost.
 * :class:`PoolMember` - an ``acpfsm serve --pool`` process's lease: renewed, or fenced.
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from ._base import Chart as Chart
     from .agent_stream import AgentStream as AgentStream
     from .config_settlement import ConfigSettlement as ConfigSettlement
+    from .crash import Crash as Crash
     from .durable_record import DurableRecord as DurableRecord
     from .execution import Execution as Execution
     from .first_activity import FirstActivity as FirstActivity
@@ -77,6 +79,7 @@ _LAZY = {
     "Chart": "_base",
     "AgentStream": "agent_stream",
     "ConfigSettlement": "config_settlement",
+    "Crash": "crash",
     "DurableRecord": "durable_record",
     "Execution": "execution",
     "FirstActivity": "first_activity",
@@ -95,6 +98,7 @@ _SESSION = (
     "Execution",
     "FirstActivity",
     "AgentStream",
+    "Crash",
 )
 
 
@@ -132,6 +136,7 @@ __all__ = [
     "AgentStream",
     "Chart",
     "ConfigSettlement",
+    "Crash",
     "DurableRecord",
     "ErrorClass",
     "Execution",

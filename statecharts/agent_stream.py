@@ -30,6 +30,10 @@ announced, whether and when to redial, when to give up.
 * A loss that cannot be redialled (stdio EOF, the agent's exit) is final and announced:
   ``disconnected``. A carrier lost before the stream wait saw it up is not redialled.
 * ``closed`` is final: we closed it on purpose (stop, shutdown); a redial in flight stops.
+
+Two questions, asked without firing (``statecharts.peek``), so the runtime reads no state
+name: ``carrier_awaited`` (is the carrier up, on its way, or not coming back) and
+``event_stream_ended`` (is an event stream that ended without saying why a loss).
 """
 
 from __future__ import annotations
@@ -101,6 +105,28 @@ class AgentStream(Chart):
     )
     reconnect_timed_out = reconnecting.to(giving_up) | giving_up.to(None)
 
+    # --- questions, asked without firing (statecharts.peek) ---------------------------------
+    # a wait for the carrier (a prompt's retry after a reconnect, a stream recovery) asks
+    # whether it is up (``report_connected``), still on its way (nothing: a redial is under
+    # way) or never will be without another fact (``report_not_connected``; closed has
+    # ended the chart, which says the same)
+    carrier_awaited = (
+        connected.to(None)
+        | reconnecting.to(None)
+        | disconnected.to(None)
+        | connecting.to(None)
+        | giving_up.to(None)
+    )
+    # the carrier's event stream ended without saying why: a loss (``report_loss``) unless
+    # the stream already rests (disconnected; closed has ended the chart)
+    event_stream_ended = (
+        connecting.to(None)
+        | connected.to(None)
+        | reconnecting.to(None)
+        | giving_up.to(None)
+        | disconnected.to(None)
+    )
+
     close_requested = (
         disconnected.to(closed)
         | connecting.to(closed)
@@ -123,6 +149,14 @@ class AgentStream(Chart):
             "redial_succeeded: silent -> connected": ["disarm_reconnect_budget"],
             "redial_failed: reconnecting": [effect("redial", "failures")],
             "close_requested: reconnecting -> closed": [*_STOP],
+            "carrier_awaited: connected": ["report_connected"],
+            "carrier_awaited: disconnected": ["report_not_connected"],
+            "carrier_awaited: connecting": ["report_not_connected"],
+            "carrier_awaited: giving_up": ["report_not_connected"],
+            "event_stream_ended: connecting": ["report_loss"],
+            "event_stream_ended: connected": ["report_loss"],
+            "event_stream_ended: reconnecting": ["report_loss"],
+            "event_stream_ended: giving_up": ["report_loss"],
         },
         on_enter={
             "reconnecting": ["arm_reconnect_budget", effect("redial", failures=0)],

@@ -34,6 +34,7 @@ __all__ = [
     "AGENT_STREAM",
     "ALL_CHARTS",
     "CONFIG_SETTLEMENT",
+    "CRASH",
     "DURABLE_RECORD",
     "EXECUTION",
     "FIRST_ACTIVITY",
@@ -140,6 +141,7 @@ PROMPT_GENERATION = ChartRef("prompt_generation")
 EXECUTION = ChartRef("execution")
 FIRST_ACTIVITY = ChartRef("first_activity")
 AGENT_STREAM = ChartRef("agent_stream")
+CRASH = ChartRef("crash")
 DURABLE_RECORD = ChartRef("durable_record")
 STARTUP_RECOVERY = ChartRef("startup_recovery")
 POOL_MEMBER = ChartRef("pool_member")
@@ -155,6 +157,7 @@ SESSION_CHARTS: tuple[ChartRef, ...] = (
     EXECUTION,
     FIRST_ACTIVITY,
     AGENT_STREAM,
+    CRASH,
 )
 #: Every chart, in the order diagrams and coverage list them, as :class:`ChartRef` (the last
 #: two: a serve process's membership of a pool, and its take-over of one namespace).

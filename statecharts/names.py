@@ -46,6 +46,7 @@ class SessionInitEvent:
     start_model_settled: Final = EventName("start_model_settled")
     stream_connect_timed_out: Final = EventName("stream_connect_timed_out")
     stream_ready: Final = EventName("stream_ready")
+    stream_recovery_requested: Final = EventName("stream_recovery_requested")
 
 
 class SessionInitEffect:
@@ -67,6 +68,7 @@ class SessionInitEffect:
     open_admission: Final = EffectName("open_admission")
     publish_agent_recovered: Final = EffectName("publish_agent_recovered")
     publish_original_snapshot: Final = EffectName("publish_original_snapshot")
+    recover_stream: Final = EffectName("recover_stream")
     require_authentication: Final = EffectName("require_authentication")
     send_initial_prompt: Final = EffectName("send_initial_prompt")
     settle: Final = EffectName("settle")
@@ -229,12 +231,14 @@ class FirstActivityEffect:
 class AgentStreamEvent:
     """The events of the ``agent_stream`` chart."""
 
+    carrier_awaited: Final = EventName("carrier_awaited")
     close_requested: Final = EventName("close_requested")
     connect_failed: Final = EventName("connect_failed")
     connect_started: Final = EventName("connect_started")
     connect_succeeded: Final = EventName("connect_succeeded")
     connect_timed_out: Final = EventName("connect_timed_out")
     connection_lost: Final = EventName("connection_lost")
+    event_stream_ended: Final = EventName("event_stream_ended")
     reconnect_timed_out: Final = EventName("reconnect_timed_out")
     redial_failed: Final = EventName("redial_failed")
     redial_succeeded: Final = EventName("redial_succeeded")
@@ -249,7 +253,24 @@ class AgentStreamEffect:
     give_up: Final = EffectName("give_up")
     publish_reconnected: Final = EffectName("publish_reconnected")
     redial: Final = EffectName("redial")
+    report_connected: Final = EffectName("report_connected")
+    report_loss: Final = EffectName("report_loss")
+    report_not_connected: Final = EffectName("report_not_connected")
     stop_redialling: Final = EffectName("stop_redialling")
+
+
+class CrashEvent:
+    """The events of the ``crash`` chart."""
+
+    crash_checked: Final = EventName("crash_checked")
+    crash_reported: Final = EventName("crash_reported")
+
+
+class CrashEffect:
+    """The effects of the ``crash`` chart."""
+
+    contain_crash: Final = EffectName("contain_crash")
+    raise_crash: Final = EffectName("raise_crash")
 
 
 class DurableRecordEvent:
@@ -376,6 +397,8 @@ __all__ = [
     "AgentStreamEvent",
     "ConfigSettlementEffect",
     "ConfigSettlementEvent",
+    "CrashEffect",
+    "CrashEvent",
     "DurableRecordEffect",
     "DurableRecordEvent",
     "EffectName",

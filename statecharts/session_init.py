@@ -49,6 +49,10 @@ reports the fact.
    ``prompt_composed`` (the context goes into that prompt once); otherwise ``ready``.
 
 ``init_abandoned`` (the launch was stopped or cancelled) leaves any working state.
+
+``stream_recovery_requested`` is a question, asked without firing (``statecharts.peek``): a
+stream recovery (``RecoverAgentPromptStream``) proceeds only when the init is over
+(``recover_stream``: prompting or booted); before, the startup owns the stream (R34).
 """
 
 from __future__ import annotations
@@ -175,6 +179,13 @@ class SessionInit(Chart):
         booted.resume_context_pending.to(booted.ready) | booted.ready.to(None) | prompting.to(None)
     )
 
+    # RecoverAgentPromptStream asks, in place, whether the init is over (``recover_stream``:
+    # prompting or booted); before that the startup owns the stream (R34), after a failed or
+    # abandoned init (the chart has ended) there is no session to recover
+    stream_recovery_requested = (
+        pending.to(None) | initializing.to(None) | prompting.to(None) | booted.to(None)
+    )
+
     effects: ClassVar[Effects] = Effects(
         on_enter={
             "connecting_stream": ["await_stream"],
@@ -204,6 +215,8 @@ class SessionInit(Chart):
             "new_session_failed: creating -> failed [needs_authentication]": [
                 "require_authentication"
             ],
+            "stream_recovery_requested: prompting": ["recover_stream"],
+            "stream_recovery_requested: booted": ["recover_stream"],
         },
     )
 

@@ -215,11 +215,11 @@ class ExecutionContext:
         self.models = ModelCache()
         self.activity = Activity()
         self.message: list[str] = []
-        self.crashed: ExecutionCrashed | None = None
+        self.crash: ExecutionCrashed | None = None
+        """The first failure of the execution's own code (see :mod:`.crash`): what its
+        callers raise once the Crash chart says it crashed (data: nothing decides on it)."""
         self.stop_reason = ""
         """The reason the app gave to ``stop`` (what a call the stop ended says)."""
-        """Set once the execution's own code failed (see :mod:`.crash`): what its waiters
-        raise."""
         self.lifecycle_lock = Mutex(check_cancelled=False)
         """kandev's ``promptLifecycleMu``: generation ownership (begin, claims, steer). Taking
         it free checks no cancellation: a caller's operation checks once at its start

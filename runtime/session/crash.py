@@ -9,6 +9,11 @@ the Runtime. :class:`CrashGuard` catches it at the edge of the execution instead
 every facade call on the execution for what is not a typed error of ours (a ``ChartError``
 is a bug, so it counts).
 
+Whether the execution crashed is the Crash chart's (:class:`~acpfsm.statecharts.Crash`): the
+first ``crash_reported`` answers ``contain_crash`` (a later one nothing: the same execution
+failing again), and a caller asks ``crash_checked`` in place (``raise_crash``: raise the
+crash). The runtime keeps the crash's exception to raise (data), never a flag to decide on.
+
 A crash is a fact for the Execution chart (``execution_crashed``: FAILED, ``agent.failed``
 phase ``crash``); the live turn is released as on a lost stream, the AgentStream chart is
 closed, pending permission requests are cancelled, and the execution's tasks end (its
@@ -28,15 +33,17 @@ import anyio
 import anyio.lowlevel
 
 from acpfsm.adapters.errors import AcpfsmError
-from acpfsm.statecharts import ChartError
-from acpfsm.statecharts.names import ExecutionEvent, SessionInitEvent
+from acpfsm.statecharts import ChartError, ChartMachine, Effect, peek
+from acpfsm.statecharts.charts import CRASH
+from acpfsm.statecharts.names import CrashEffect, CrashEvent, ExecutionEvent, SessionInitEvent
 
 from ..errors import ExecutionCrashed
+from .context import ExecutionContext, nothing
 
 if TYPE_CHECKING:
     from .session import ExecutionSession
 
-__all__ = ["CrashGuard", "first_failure"]
+__all__ = ["CrashGuard", "crash_of", "first_failure"]
 
 log = logging.getLogger("acpfsm.runtime")
 
@@ -65,11 +72,21 @@ def _split(exc: BaseException) -> tuple[BaseException | None, BaseException | No
 
 def copy_of(crash: ExecutionCrashed) -> ExecutionCrashed:
     """The crash as one caller raises it: its message, execution and cause, in a fresh
-    exception. The execution's record of the crash (``ctx.crashed``) is never raised itself:
+    exception. The execution's record of the crash (``ctx.crash``) is never raised itself:
     each raise would add that caller's frames to it, and link it into the caller's chain."""
     copy = ExecutionCrashed(str(crash), execution_id=crash.execution_id)
     copy.__cause__ = crash.__cause__
     return copy
+
+
+def crash_of(ctx: ExecutionContext) -> ExecutionCrashed | None:
+    """The crash a caller raises (a copy of it), when the Crash chart says the execution
+    crashed: its answer to ``crash_checked``, asked without firing; ``None`` otherwise."""
+    step = peek(ctx.machines[CRASH.chart_name], CrashEvent.crash_checked)
+    if step is None or not any(e.name == CrashEffect.raise_crash for e in step.effects):
+        return None
+    assert ctx.crash is not None  # recorded before the chart took the crash
+    return copy_of(ctx.crash)
 
 
 class CrashGuard:
@@ -77,11 +94,16 @@ class CrashGuard:
 
     def __init__(self, session: ExecutionSession) -> None:
         self.session = session
+        ctx = session.ctx
+        self.machine: ChartMachine = ctx.start(CRASH)
+        ctx.handle(
+            CRASH.chart_name,
+            {CrashEffect.contain_crash: self._record, CrashEffect.raise_crash: nothing},
+        )  # raise_crash: crash_of()'s answer, asked without firing
 
-    @property
-    def error(self) -> ExecutionCrashed | None:
-        """The crash, once the execution has crashed."""
-        return self.session.ctx.crashed
+    def _record(self, effect: Effect, machine: ChartMachine) -> None:
+        """The first crash: what the execution's callers raise from now on (data)."""
+        self.session.ctx.crash = effect["error"]
 
     async def contain(self, exc: BaseException, where: str) -> BaseException | None:
         """``exc`` left the execution's tasks: its failures crash the execution; returns
@@ -101,15 +123,16 @@ class CrashGuard:
         failure replace the crash's cause. A caller already cancelled runs nothing (the
         lifecycle lock an operation takes checks no cancellation)."""
         await anyio.lowlevel.checkpoint_if_cancelled()
-        before = self.session.ctx.crashed
+        ctx = self.session.ctx
+        before = crash_of(ctx)
         try:
             return await operation()
         except AcpfsmError as exc:
             if isinstance(exc, ChartError):
                 raise copy_of(await self.crashed(exc, where)) from exc
-            crash = self.session.ctx.crashed
+            crash = crash_of(ctx)
             if before is None and crash is not None:
-                raise copy_of(crash) from crash.__cause__  # exc stays its context
+                raise crash from crash.__cause__  # exc stays its context
             raise
         except Exception as exc:
             raise copy_of(await self.crashed(exc, where)) from exc
@@ -118,14 +141,15 @@ class CrashGuard:
         """Make the execution FAILED, release whoever waits on it, end its tasks."""
         session = self.session
         ctx = session.ctx
-        if ctx.crashed is not None:
-            log.error("execution %s failed again in %s", ctx.id, where, exc_info=failure)
-            return ctx.crashed
         leaf = first_failure(failure)
         message = f"execution crashed ({where}): {type(leaf).__name__}: {leaf}"
         error = ExecutionCrashed(message, execution_id=ctx.id)
         error.__cause__ = failure
-        ctx.crashed = error
+        fired = await ctx.step(self.machine, CrashEvent.crash_reported, error=error)
+        if not any(e.name == CrashEffect.contain_crash for _, step in fired for e in step.effects):
+            log.error("execution %s failed again in %s", ctx.id, where, exc_info=failure)
+            assert ctx.crash is not None  # the first report recorded it (contain_crash)
+            return ctx.crash
         log.error("execution %s crashed in %s", ctx.id, where, exc_info=failure)
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(_RELEASE_BOUND):

@@ -25,7 +25,7 @@ from acpfsm.statecharts.names import SessionInitEffect
 from .. import events as le
 from ..errors import AuthenticationRequired, SessionInitError
 from .config import ConfigDriver
-from .context import ExecutionContext, Failed, bounded, flow_effects
+from .context import ExecutionContext, Failed, bounded, flow_effects, nothing
 from .interpreter import Answer, FlowRun, Interpreter, Later
 from .stream import StreamDriver
 
@@ -82,6 +82,8 @@ class InitDriver:
                 SessionInitEffect.fail_init: self._fail_init,
                 SessionInitEffect.require_authentication: self._require_authentication,
                 SessionInitEffect.publish_agent_recovered: self._publish_agent_recovered,
+                # stream_recovery_requested's answer, a question asked in place
+                SessionInitEffect.recover_stream: nothing,
             }
         )
         ctx.handle(SESSION_INIT.chart_name, handlers)

@@ -318,9 +318,10 @@ class Interpreter:
             if again:
                 await anyio.sleep(poll)
             while not generation.done.is_set():
-                if self.stream.connected:
+                carrier = self.stream.carrier()  # the AgentStream chart's answer
+                if carrier:
                     return step.happened
-                if not self.stream.redialling:
+                if carrier is not None:
                     break  # closed on purpose (stop) or given up: nothing will redial
                 await anyio.sleep(poll)
         last = run.values.get("cause", "")

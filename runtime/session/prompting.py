@@ -45,7 +45,7 @@ from ..errors import (
 )
 from ..types import PromptResult, stop_reason_of
 from .context import ExecutionContext
-from .crash import copy_of
+from .crash import crash_of
 from .init import InitDriver
 from .interpreter import Answer, FlowRun, Interpreter
 from .stall import StallWatchdog
@@ -155,8 +155,8 @@ class PromptDriver:
         """What the generation's ``release_waiter`` effect said, as a result or an error."""
         g, ctx = generation.number, self.ctx
         result = generation.result
-        if ctx.crashed is not None and result not in RETURNED_RESULTS:
-            raise copy_of(ctx.crashed)
+        if result not in RETURNED_RESULTS and (crash := crash_of(ctx)) is not None:
+            raise crash  # the Crash chart says the execution crashed: the reason
         if result == Result.completed:
             return PromptResult(
                 stop_reason=stop_reason_of(generation.stop_reason or "end_turn"),

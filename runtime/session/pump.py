@@ -101,7 +101,7 @@ class EventPump:
                     publish(taken)
             if event is not None:
                 await self.handle(event)  # may yield: the next one comes the checked way
-        if self.stream.live:
+        if self.stream.silent_end_is_loss():
             # the stream ended without saying why: still a loss, so nobody waits forever
             await self.stream_lost(ev.StreamDisconnected(error="agent event stream ended"))
 

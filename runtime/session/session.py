@@ -32,6 +32,8 @@ from acpfsm.statecharts.names import (
     ExecutionEvent,
     PromptGenerationEffect,
     PromptGenerationEvent,
+    SessionInitEffect,
+    SessionInitEvent,
 )
 
 from .. import events as le
@@ -44,7 +46,7 @@ from ..types import Execution as ExecutionSnapshot
 from .cancelling import Canceller
 from .config import ConfigDriver
 from .context import ExecutionContext
-from .crash import CrashGuard, copy_of
+from .crash import CrashGuard, crash_of
 from .init import InitDriver
 from .interpreter import Answer, FlowRun, Interpreter
 from .permissions import PermissionBroker
@@ -296,8 +298,8 @@ class ExecutionSession(SessionViews):
         NotReadyForPrompts when the execution ended or failed otherwise."""
         await self.init.admission.wait()
         while True:
-            if self.ctx.crashed is not None:
-                raise copy_of(self.ctx.crashed)
+            if (crash := crash_of(self.ctx)) is not None:
+                raise crash
             if self.init.failure is not None:
                 raise self.init.failure
             ready = self.status.ready()  # the Execution chart's answer
@@ -323,8 +325,8 @@ class ExecutionSession(SessionViews):
 
     def _transport(self) -> AgentTransport:
         """The transport, unless the execution crashed (its transport is being closed)."""
-        if self.ctx.crashed is not None:
-            raise copy_of(self.ctx.crashed)
+        if (crash := crash_of(self.ctx)) is not None:
+            raise crash
         return self.ctx.transport_or_raise()
 
     async def set_mcp_mode(self, mode: str) -> None:
@@ -349,7 +351,7 @@ class ExecutionSession(SessionViews):
             "stop",
             reason=reason,
             error=f"agent stream disconnected: execution stopped: {reason}",
-            graceful=not force and ctx.transport is not None and ctx.crashed is None,
+            graceful=not force and ctx.transport is not None and crash_of(ctx) is None,
         )
         return self.snapshot()
 
@@ -376,12 +378,13 @@ class ExecutionSession(SessionViews):
         """RecoverAgentPromptStream: revive a FAILED execution whose stream is back. A no-op
         before ACP init (the startup owns its stream, R34) and unless FAILED."""
         ctx = self.ctx
-        if not self.init.machine.is_in("prompting", "booted"):
+        over = peek(self.init.machine, SessionInitEvent.stream_recovery_requested)
+        if over is None or SessionInitEffect.recover_stream not in _names(over):
             return  # the init is not over (or failed): the startup owns the stream (R34)
         failed = peek(self.status.machine, ExecutionEvent.stream_recovery_requested)
         if failed is None or ExecutionEffect.recover_stream not in _names(failed):
             return  # nothing to recover: the execution is not FAILED
-        if ctx.exit_code is not None or not self.stream.connected:
+        if ctx.exit_code is not None or self.stream.carrier() is not True:
             raise TransportClosed(
                 f'agent process is not running for execution "{ctx.id}" (stream not recovered)',
                 execution_id=ctx.id,

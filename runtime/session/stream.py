@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import DialFailed, DialRefused
-from acpfsm.statecharts import ChartMachine, Effect
+from acpfsm.statecharts import ChartMachine, Effect, peek
 from acpfsm.statecharts.charts import AGENT_STREAM
 from acpfsm.statecharts.flows import Op
 from acpfsm.statecharts.names import AgentStreamEffect, AgentStreamEvent, EventName
 
-from .context import ExecutionContext, flow_effects
+from .context import ExecutionContext, flow_effects, nothing
 from .interpreter import Later
 
 if TYPE_CHECKING:
@@ -57,6 +57,11 @@ class StreamDriver:
                 ),
                 AgentStreamEffect.give_up: self._give_up,
                 AgentStreamEffect.publish_reconnected: self._publish_reconnected,
+                # the answers to carrier_awaited and event_stream_ended, questions asked in
+                # place (carrier(), silent_end_is_loss())
+                AgentStreamEffect.report_connected: nothing,
+                AgentStreamEffect.report_not_connected: nothing,
+                AgentStreamEffect.report_loss: nothing,
             },
         )
 
@@ -67,20 +72,25 @@ class StreamDriver:
 
     # --- the chart's view ---------------------------------------------------------------
 
-    @property
-    def connected(self) -> bool:
-        """The chart says the carrier is up."""
-        return self.machine.is_in("connected")
+    def carrier(self) -> bool | None:
+        """The AgentStream chart's answer to ``carrier_awaited``, asked without firing: True
+        when the carrier is up, None while a redial is under way, False when it never will
+        be without another fact (closed: the chart has ended, which says the same)."""
+        step = peek(self.machine, AgentStreamEvent.carrier_awaited)
+        if step is None:
+            return False
+        names = {e.name for e in step.effects}
+        if AgentStreamEffect.report_connected in names:
+            return True
+        return False if AgentStreamEffect.report_not_connected in names else None
 
-    @property
-    def redialling(self) -> bool:
-        """The chart waits for a redial."""
-        return self.machine.is_in("reconnecting")
-
-    @property
-    def live(self) -> bool:
-        """Not at rest: a silently ended event stream is still a loss."""
-        return self.machine.is_in("connecting", "connected", "reconnecting", "giving_up")
+    def silent_end_is_loss(self) -> bool:
+        """The chart's answer to ``event_stream_ended``, asked without firing: an event
+        stream that ended without saying why is a loss unless the stream rests already."""
+        step = peek(self.machine, AgentStreamEvent.event_stream_ended)
+        return step is not None and any(
+            e.name == AgentStreamEffect.report_loss for e in step.effects
+        )
 
     # --- facts ----------------------------------------------------------------------------
 

@@ -58,7 +58,8 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -69,6 +70,8 @@ from acpfsm.adapters.acp.executor import StdioExecutor
 from acpfsm.adapters.acp.process import ShutdownPolicy
 from acpfsm.adapters.acp.stdio import StdioConfig
 from acpfsm.adapters.errors import AcpfsmError
+from acpfsm.adapters.executor import AgentLaunch
+from acpfsm.adapters.transport import AgentTransport
 from acpfsm.runtime.runtime import Runtime, reference_profile
 from acpfsm.runtime.types import ExecutionRef, LaunchSpec, PromptResult, Timeouts, WorkspaceRef
 
@@ -249,9 +252,17 @@ def _trimmed_rss_kib() -> int:
 
 
 class _Soak:
-    def __init__(self, options: SoakOptions, rt: Runtime, workspace: Path, report: SoakReport):
+    def __init__(
+        self,
+        options: SoakOptions,
+        rt: Runtime,
+        executor: _SoakExecutor,
+        workspace: Path,
+        report: SoakReport,
+    ) -> None:
         self.options = options
         self.rt = rt
+        self.executor = executor
         self.workspace = workspace
         self.report = report
         self.seen_generations: dict[str, set[int]] = collections.defaultdict(set)
@@ -286,7 +297,7 @@ class _Soak:
             return ""
         with contextlib.suppress(AcpfsmError):
             self.rt.get_execution(ref.id)  # still there
-            transport = self.rt._session(ref.id).transport
+            transport = self.executor.transports.get(ref.id)
             process = getattr(transport, "process", None)
             if process is not None:
                 tail = process.stderr.tail(5).strip().replace("\n", " | ")
@@ -417,11 +428,33 @@ class _Soak:
             report.fs_escapes += sum(int(n) for n in ESCAPED.findall(result.agent_message))
 
 
-def _runtime(trace: str) -> Runtime:
-    executor = StdioExecutor(
-        config=StdioConfig(max_line_bytes=MAX_LINE_BYTES, cancel_timeout=3.0),
-        shutdown=ShutdownPolicy(stdin_close_wait=2.0, term_wait=2.0, kill_wait=2.0),
-    )
+class _SoakExecutor(StdioExecutor):
+    """The stdio executor, keeping each open execution's transport: how its agent process
+    ended and its stderr tail, for the report (:meth:`_Soak.agent_exit`)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            config=StdioConfig(max_line_bytes=MAX_LINE_BYTES, cancel_timeout=3.0),
+            shutdown=ShutdownPolicy(stdin_close_wait=2.0, term_wait=2.0, kill_wait=2.0),
+        )
+        self.transports: dict[str, AgentTransport] = {}
+
+    def open(self, launch: AgentLaunch) -> AbstractAsyncContextManager[AgentTransport]:
+        return self._kept(launch, super().open(launch))
+
+    @contextlib.asynccontextmanager
+    async def _kept(
+        self, launch: AgentLaunch, opening: AbstractAsyncContextManager[AgentTransport]
+    ) -> AsyncIterator[AgentTransport]:
+        async with opening as transport:
+            self.transports[launch.execution_id] = transport
+            try:
+                yield transport
+            finally:
+                self.transports.pop(launch.execution_id, None)
+
+
+def _runtime(trace: str, executor: _SoakExecutor) -> Runtime:
     return Runtime(
         profiles=[reference_profile(*AGENT_ARGS)],
         executors={"stdio": executor},
@@ -433,8 +466,9 @@ def _runtime(trace: str) -> Runtime:
 async def _phase(
     options: SoakOptions, report: SoakReport, workspace: Path, trace: str, tag: str
 ) -> None:
-    async with _runtime(trace) as rt:
-        soak = _Soak(options, rt, workspace, report)
+    executor = _SoakExecutor()
+    async with _runtime(trace, executor) as rt:
+        soak = _Soak(options, rt, executor, workspace, report)
         limiter = anyio.CapacityLimiter(options.concurrency)
         with anyio.move_on_after(options.deadline) as deadline:
             async with anyio.create_task_group() as tg:

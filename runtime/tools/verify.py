@@ -6,7 +6,7 @@ Theory of operation
 The lifecycle of one execution is a finite system once its decisions are declared: the
 charts (:mod:`acpfsm.statecharts`), the coordination table that moves one chart when another
 enters a state, and the drivers' flow table and decision functions
-(:mod:`acpfsm.runtime.session.flows`). :mod:`.verify_model` runs exactly those, on the
+(:mod:`acpfsm.statecharts.flows`). :mod:`.verify_model` runs exactly those, on the
 compiled engine, with every piece of I/O replaced by the environment's possible answers; this
 module explores every state the execution can reach from its start, breadth first and
 deduplicated, and checks :data:`PROPERTIES` on the way.

@@ -52,8 +52,9 @@ _ESCALATION_WAIT = (
 
 _QUESTION = (
     "a question, never fired: the runtime asks it with statecharts.peek (wait_ready, a "
-    "stream recovery, a permission request's turn) and acts on the effects it would return; "
-    "the chart walks in tests/statecharts take each row"
+    "stream recovery, a permission request's turn, a wait for the carrier, an event stream "
+    "that ended silently) and acts on the effects it would return; the chart walks in "
+    "tests/statecharts take each row"
 )
 
 _T = tuple[str, str, str, str]
@@ -70,6 +71,15 @@ UNREACHED: Mapping[_T, str] = MappingProxyType(
         **{
             ("prompt_generation", state, "permission_requested", state): _QUESTION
             for state in ("ended", "live", "superseded")
+        },
+        **{
+            ("agent_stream", state, event, state): _QUESTION
+            for state in ("connected", "connecting", "disconnected", "giving_up", "reconnecting")
+            for event in ("carrier_awaited", "event_stream_ended")
+        },
+        **{
+            ("session_init", state, "stream_recovery_requested", state): _QUESTION
+            for state in ("booted", "initializing", "pending", "prompting")
         },
         ("execution", "active", "execution_crashed", "failed"): _CRASH,
         ("execution", "completed", "execution_crashed", "completed"): _CRASH,

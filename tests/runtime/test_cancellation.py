@@ -185,7 +185,7 @@ async def test_a_failed_cancel_of_an_abandoned_turn_leaves_the_execution_usable(
         await leave_prompt(rt, s, "first")
         await wait_until(lambda: sent(agent, "cancel") == [()])
         await settle()
-        assert s.ctx.crashed is None
+        assert s.ctx.crash is None
         agent.complete(1)
         agent.auto_complete = True
         result = await rt.prompt(ref.id, "second")

@@ -203,7 +203,7 @@ async def test_each_caller_gets_its_own_copy_of_the_crash(time_scale: float) -> 
 
         with pytest.raises(ExecutionCrashed) as second:
             await session.crash.call("later", another_bug)
-        crash = session.ctx.crashed
+        crash = session.ctx.crash
         assert crash is not None and len({id(crash), id(first.value), id(second.value)}) == 3
         assert str(first.value) == str(second.value) == str(crash)
         assert isinstance(crash.__cause__, KeyError)  # still the failure that crashed it
@@ -222,7 +222,7 @@ async def test_the_record_of_a_crash_is_never_raised_itself(time_scale: float) -
         transport.handlers["prompt"] = a_bug
         with pytest.raises(ExecutionCrashed):
             await rt.prompt(ref.id, "boom")
-        crash = session_of(rt, ref.id).ctx.crashed
+        crash = session_of(rt, ref.id).ctx.crash
         assert crash is not None
         frames = len(traceback.extract_tb(crash.__traceback__))
         raised: list[ExecutionCrashed] = []
@@ -276,7 +276,7 @@ async def test_model_mode_and_option_calls_reach_the_agent_until_its_execution_c
             raised.append(info.value)
         assert [c for c in transport.calls[before:] if c[0] in settings] == []
         # each its own object, never the execution's record of the crash
-        crash = session_of(rt, ref.id).ctx.crashed
+        crash = session_of(rt, ref.id).ctx.crash
         assert len({id(e) for e in [crash, *raised]}) == len(raised) + 1
         await rt.stop(ref.id, "done")
 
@@ -576,9 +576,9 @@ async def test_a_bug_in_the_transports_own_task_fails_only_its_execution(
             # the loss of the stream the crash closed: typed either way
             with pytest.raises((ExecutionCrashed, AgentReportedError)):
                 await rt.prompt(b, "boom")
-            await wait_until(lambda: session_of(rt, b).ctx.crashed is not None)
+            await wait_until(lambda: session_of(rt, b).ctx.crash is not None)
             assert rt.get_execution(b).status == "FAILED"
-            assert isinstance(root_cause(session_of(rt, b).ctx.crashed), ZeroDivisionError)  # type: ignore[arg-type]
+            assert isinstance(root_cause(session_of(rt, b).ctx.crash), ZeroDivisionError)  # type: ignore[arg-type]
             await other.completed()
 
 

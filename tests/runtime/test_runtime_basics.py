@@ -230,13 +230,13 @@ async def test_agent_stream_follows_a_carrier_that_redials_or_gives_up(time_scal
         ref, s = await launch_session(rt, ready=True)
         tr = ex.last
         tr.drop("websocket: close 1006 (abnormal closure)")
-        await wait_until(lambda: s.stream.redialling)
+        await wait_until(lambda: s.stream.carrier() is None)  # a redial under way
         tr.restore()
-        await wait_until(lambda: s.stream.connected)
+        await wait_until(lambda: s.stream.carrier() is True)
         tr.drop("websocket: close 1000 (normal)", clean=True)
-        await wait_until(lambda: s.stream.redialling)
+        await wait_until(lambda: s.stream.carrier() is None)  # a redial under way
         tr.restore()
-        await wait_until(lambda: s.stream.connected)
+        await wait_until(lambda: s.stream.carrier() is True)
 
         def refused() -> None:
             raise DialRefused("agent stream upgrade refused with status 401")

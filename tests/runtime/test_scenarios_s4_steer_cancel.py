@@ -154,7 +154,7 @@ async def test_s106_cancel_release_during_reconnect_retry(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.drop(clean=True)
-        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
+        await wait_until(lambda: s.stream.carrier() is not True)  # the chart heard of the drop
 
         def reject(text: str, atts: tuple[Attachment, ...], g: int) -> None:
             raise AgentRequestError(-32603, PROMPT_ABANDONED, method="session/prompt")
@@ -189,7 +189,7 @@ async def test_s106_reconnect_retry_resends_same_generation(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.drop(clean=True)
-        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
+        await wait_until(lambda: s.stream.carrier() is not True)  # the chart heard of the drop
         restored_at: list[float] = []
 
         async def redial_then_complete() -> None:
@@ -226,7 +226,7 @@ async def test_s106_reconnect_retry_gives_up_after_5s(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.drop(clean=True)
-        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
+        await wait_until(lambda: s.stream.carrier() is not True)  # the chart heard of the drop
         start = anyio.current_time()
         with pytest.raises(PromptDispatchError) as info:
             await rt.prompt(eid, "work")
@@ -246,7 +246,7 @@ async def test_s106_reconnect_retry_gives_up_after_5s(
         # (once it is up: a prompt sent before would race the redial's backoff against its
         # own 5 s window, which is this test's first half)
         tr.restore()
-        await wait_until(lambda: s.stream.connected)
+        await wait_until(lambda: s.stream.carrier() is True)
         async with anyio.create_task_group() as tg:
             run = start_prompt(tg, rt, eid, "again")
             await wait_until(live(s, 2))
@@ -272,12 +272,12 @@ async def test_s106_reconnect_retry_stops_when_the_stream_is_given_up(
 
         tr.handlers["redial"] = refused
         tr.drop(clean=True)
-        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
+        await wait_until(lambda: s.stream.carrier() is not True)  # the chart heard of the drop
         async with anyio.create_task_group() as tg:
             run = start_prompt(tg, rt, eid, "work")
             await wait_until(lambda: s.current is not None and s.current.leaf == "reconnecting")
             refuse.set()
-            await wait_until(lambda: not s.stream.redialling)
+            await wait_until(lambda: s.stream.carrier() is not None)
             given_up_at = anyio.current_time()
         assert isinstance(run.error, PromptDispatchError), run.error
         assert str(run.error).startswith(
@@ -300,7 +300,7 @@ async def test_s106_local_cancel_during_reconnect_retry(
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.drop(clean=True)
-        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
+        await wait_until(lambda: s.stream.carrier() is not True)  # the chart heard of the drop
         async with anyio.create_task_group() as tg:
             run = start_prompt(tg, rt, eid, "work")
             await wait_until(lambda: s.current is not None and s.current.leaf == "reconnecting")
@@ -329,7 +329,7 @@ async def test_s106_a_prompt_withdrawn_while_waiting_for_the_carrier_was_never_d
     async with make_runtime(ex, time_scale=time_scale) as rt:
         eid, s, tr = await launch_ready(rt, ex)
         tr.drop(clean=True)
-        await wait_until(lambda: not s.stream.connected)  # the chart heard of the drop
+        await wait_until(lambda: s.stream.carrier() is not True)  # the chart heard of the drop
         dispatched: list[int] = []
         async with anyio.create_task_group() as tg:
             run = start_prompt(
@@ -642,7 +642,7 @@ async def test_s116_steer_over_a_disconnected_stream_is_not_dispatched(
             assert s.stream.machine.state == "silent"  # and the clean close released nobody
             assert s.current is not None and s.current.machine.is_in("dispatched")
             tr.restore()
-            await wait_until(lambda: s.stream.connected)
+            await wait_until(lambda: s.stream.carrier() is True)
             tr.complete(1)
         assert run.result is not None and run.result.stop_reason == "end_turn"
         assert s.turns._next == 1
@@ -993,7 +993,7 @@ async def test_a_wait_the_caller_left_gets_no_more_ticks(
         assert result.generation == 2
         assert s.turns.generations[1].machine.is_in("superseded")
         await anyio.sleep(600 * time_scale)
-        assert s.ctx.crashed is None
+        assert s.ctx.crash is None
         assert not [r for r in s.transitions("prompt_generation", 1) if r.event == "stall_detected"]
         await rt.stop(ref.id, "done")
 
@@ -1017,7 +1017,7 @@ async def test_a_stall_tick_too_short_ticks_every_millisecond(
             ]
             assert 1 <= len(ticks) <= 60
             tr.complete(1)
-        assert s.ctx.crashed is None
+        assert s.ctx.crash is None
         assert run.result is not None and run.result.stop_reason == "end_turn"
 
 
@@ -1469,7 +1469,7 @@ async def test_s136_stream_recovery_revives_failed(time_scale: float) -> None:
         assert rt.get_execution(eid).status == "FAILED"
         assert len(published(s, le.AgentBootReady)) == boots
         tr.restore()
-        await wait_until(lambda: s.stream.connected)  # the chart's next dial
+        await wait_until(lambda: s.stream.carrier() is True)  # the chart's next dial
         await rt.recover_stream(eid)
         assert rt.get_execution(eid).status == "READY"
         assert len(published(s, le.AgentBootReady)) == boots + 1

@@ -94,7 +94,7 @@ async def test_an_announced_drop_is_redialled_and_published(time_scale: float) -
         await wait_until(lambda: dials(tr) >= 2)  # failing meanwhile
         assert s.stream.machine.state == "announced"
         tr.restore()
-        await wait_until(lambda: s.stream.connected)
+        await wait_until(lambda: s.stream.carrier() is True)
         [back] = published(s, ev.StreamReconnected)
         assert isinstance(back, ev.StreamReconnected) and back.attempts >= 2
         steps = stream_steps(s)
@@ -117,12 +117,12 @@ async def test_a_clean_close_is_redialled_silently(time_scale: float) -> None:
         eid, s, tr = await launch_ready(rt, ex)
         async with anyio.create_task_group() as tg:
             run = await drop_mid_turn(tg, rt, s, tr, error="websocket: close 1000", clean=True)
-            await wait_until(lambda: s.stream.redialling)
+            await wait_until(lambda: s.stream.carrier() is None)
             await settle()
             assert s.stream.machine.state == "silent"
             assert rt.get_execution(eid).status == "RUNNING" and not run.done.is_set()
             tr.restore()
-            await wait_until(lambda: s.stream.connected)
+            await wait_until(lambda: s.stream.carrier() is True)
             tr.complete(1)
         assert run.result is not None and run.result.stop_reason == "end_turn"
         assert published(s, ev.StreamReconnected) == []

@@ -78,7 +78,7 @@ async def test_a_prompt_queued_behind_a_stop_is_refused_not_crashed(time_scale: 
             await first.wait()
             await second.wait()
         assert isinstance(second.error, NotReadyForPrompts), second.error
-        assert s.ctx.crashed is None
+        assert s.ctx.crash is None
         assert [args[2] for args in sent(ex.last, "prompt")] == [1]
 
 
@@ -95,7 +95,7 @@ async def test_an_admission_after_a_stop_is_refused(time_scale: float) -> None:
                 await s.status.fire("stop_requested", reason="done", error="stopped")
             await p.wait()
         assert isinstance(p.error, NotReadyForPrompts), p.error
-        assert s.generations == {} and s.ctx.crashed is None
+        assert s.generations == {} and s.ctx.crash is None
         await rt.stop(ref.id, "done")
 
 

@@ -11,6 +11,7 @@ from acpfsm.statecharts import (
     Chart,
     ChartMachine,
     ConfigSettlement,
+    Crash,
     DurableRecord,
     ErrorClass,
     Execution,
@@ -155,6 +156,10 @@ STREAM_RECIPES: dict[str, Recipe] = {
     "silent": [*_UP, ("connection_lost", {"redialable": True, "clean": True})],
     "giving_up": [*_ANNOUNCED, ("reconnect_timed_out", {})],
 }
+
+# --- Crash ------------------------------------------------------------------------------------
+
+CRASH_RECIPES: dict[str, Recipe] = {"intact": [], "crashed": [("crash_reported", {"error": "x"})]}
 
 # --- DurableRecord and StartupRecovery --------------------------------------------------------
 
@@ -304,6 +309,7 @@ CHARTS: dict[type[Chart], tuple[list[dict[str, Any]], dict[str, Recipe]]] = {
     Execution: ([{}], EXECUTION_RECIPES),
     FirstActivity: ([{}], FIRST_ACTIVITY_RECIPES),
     AgentStream: ([{}], STREAM_RECIPES),
+    Crash: ([{}], CRASH_RECIPES),
     DurableRecord: ([{}], DURABLE_RECIPES),
     StartupRecovery: ([{"startup_generation": 1}], RECOVERY_RECIPES),
     PoolMember: ([{}], POOL_RECIPES),
