@@ -54,10 +54,12 @@ from acpfsm.statecharts import (
     PromptGeneration,
     SessionInit,
     StartModelPolicy,
+    StartupRecovery,
 )
 from acpfsm.statecharts.coordination import COORDINATION, Rule
 from acpfsm.statecharts.flows import Flow
 
+from . import verify_startup
 from .verify_model import (
     CALLER,
     CALLER_ACTIONS,
@@ -113,6 +115,7 @@ DEFAULT_CHARTS: Mapping[str, type[Chart]] = MappingProxyType(
             PromptGeneration,
             StartModelPolicy,
             ConfigSettlement,
+            StartupRecovery,
         )
     }
 )
@@ -133,6 +136,9 @@ class Bounds:
     generations: int = DEFAULT_GENERATIONS
     depth: int | None = DEFAULT_DEPTH
     carriers: tuple[str, ...] = ("agentctl", "stdio")
+    startup_attempts: int = 3
+    """How many startup-recovery attempts of one stored execution are explored
+    (:mod:`.verify_startup`)."""
     crashes: bool = False
     """Explore the execution's own code crashing at any point (runtime/session/crash.py).
     Off at the default bounds while ``nothing_dispatched_after_a_crash`` fails on the
@@ -337,8 +343,19 @@ def verify(
                     env_moves = True
         graph.moves[n] = 1 if env_moves else 0
     _liveness(x, graph, found)
+    startup = None
+    if "startup_recovery" in chosen:
+        startup = verify_startup.explore(
+            chosen["startup_recovery"], bounds.startup_attempts, bounds.depth
+        )
+        x.covered |= startup.covered
     seconds = time.perf_counter() - started
-    results = tuple(_result(x, graph, p, found[p.name]) for p in PROPERTIES)
+    results = tuple(
+        _startup_result(p, startup)
+        if p.name == verify_startup.PROPERTY
+        else _result(x, graph, p, found[p.name])
+        for p in PROPERTIES
+    )
     return VerifyResult(
         bounds=bounds,
         states=len(graph.states) - 1,
@@ -473,6 +490,21 @@ def _coverage(x: Explorer) -> tuple[Coverage, ...]:
         reasons = tuple(reason(name, t) for t in unreached)
         out.append(Coverage(name, len(declared), len(declared & taken), unreached, reasons))
     return tuple(out)
+
+
+def _startup_result(prop: Property, startup: verify_startup.StartupResult | None) -> PropertyResult:
+    if startup is None or not startup.violations:
+        return PropertyResult(prop.name, prop.summary, prop.ids, True)
+    return PropertyResult(
+        prop.name,
+        prop.summary,
+        prop.ids,
+        False,
+        violations=startup.violations,
+        message=startup.message,
+        steps=tuple(startup.steps),
+        trace=tuple(startup.trace),
+    )
 
 
 def _path(graph: _Graph, n: int) -> list[tuple[int, Label]]:

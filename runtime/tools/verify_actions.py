@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from acpfsm.statecharts import flows as F
 from acpfsm.statecharts.names import (
     AgentStreamEvent,
+    ExecutionEffect,
     ExecutionEvent,
     PromptGenerationEvent,
     SessionInitEvent,
@@ -127,7 +128,17 @@ def _stop(x: Explorer, w: World, label: Label) -> None:
 
 @_action("recover")
 def _recover(x: Explorer, w: World, label: Label) -> None:
-    w.status_fire(ExecutionEvent.recovered)
+    """RecoverAgentPromptStream with the agent running: FAILED → READY, announced."""
+    fired = w.status_fire(ExecutionEvent.recovered)
+    announced = any(
+        e.name == ExecutionEffect.publish_agent_boot_ready for _, s in fired for e in s.effects
+    )
+    if not x.exe.is_in("ready") or not announced:
+        w.flag(
+            "a_recovered_execution_is_ready",
+            f"the stream recovery left the execution {x.exe.snapshot().upper()}"
+            + ("" if announced else " and announced nothing"),
+        )
 
 
 @_action("leave")

@@ -65,6 +65,7 @@ def render_json(result: VerifyResult) -> dict[str, Any]:
             "generations": b.generations,
             "depth": b.depth,
             "carriers": list(b.carriers),
+            "startup_attempts": b.startup_attempts,
             "crashes": b.crashes,
         },
         "states": result.states,

@@ -135,6 +135,19 @@ PROPERTIES: tuple[Property, ...] = (
         ("H9",),
     ),
     Property(
+        "an_older_startup_signal_changes_nothing",
+        "in startup recovery a fact stamped with an older attempt's startup generation "
+        "(its work was under way when a new attempt began) changes nothing: no transition, "
+        "no effect",
+        ("R9",),
+    ),
+    Property(
+        "a_recovered_execution_is_ready",
+        "a stream recovery of a FAILED execution whose agent runs makes it READY and "
+        "announces it (agent.boot_ready)",
+        (),
+    ),
+    Property(
         "the_start_model_policy_comes_to_rest",
         "every run of the start-model policy inside the session init (every input the "
         "runtime gives it, every answer of each SetModel call) ends in a decision, once, "
