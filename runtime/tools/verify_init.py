@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from acpfsm.statecharts import Machine
 from acpfsm.statecharts.names import (
@@ -46,7 +46,19 @@ from acpfsm.statecharts.names import (
 
 from .verify_world import EXECUTION_ID
 
-__all__ = ["POLICY_CALLS", "SETTLE_INPUTS", "SETTLE_UPDATES", "UPDATES", "Policy", "Settlement"]
+if TYPE_CHECKING:
+    from .verify_model import World
+
+__all__ = [
+    "POLICY_CALLS",
+    "SETTLE_INPUTS",
+    "SETTLE_UPDATES",
+    "UPDATES",
+    "Policy",
+    "Settlement",
+    "policy_answers",
+    "settlement_requested",
+]
 
 #: the most SetModel calls one run of the policy may make before it counts as not at rest
 POLICY_CALLS = 3
@@ -227,3 +239,21 @@ class Settlement:
                 f"the settlement's answer came and nothing was published: {what}"
             )
         return published
+
+
+def policy_answers(w: World, policy: Policy) -> list[tuple[str, dict[str, Any]]]:
+    """APPLY_START_MODEL's answers: the policy's runs (once), its problems flagged in ``w``."""
+    policy.explore()
+    w.x.covered |= policy.covered
+    for message in policy.violations:
+        w.flag("the_start_model_policy_comes_to_rest", message)
+    return [(answer, {}) for answer in policy.answers]
+
+
+def settlement_requested(w: World, settling: Settlement) -> None:
+    """SETTLE answered: the settlement's runs (once), its problems flagged in ``w``."""
+    w.settlement = True
+    settling.explore()
+    w.x.covered |= settling.covered
+    for message in settling.violations:
+        w.flag("the_config_settles_once_on_its_answer", message)

@@ -38,7 +38,11 @@ counterexample replays). The actions:
 * the carrier: a loss (agentctl: redialled, clean, final; stdio: final, the process exiting
   0 or 1), the give-up's error events and final loss;
 * a flow's step: an in-flight request's answer, a wait's end or expiry, a lock taken, a
-  stall tick while a prompt waits, the admission of a prompt.
+  stall tick while a prompt waits, the admission of a prompt;
+* with ``Bounds.crashes``, the execution's own code crashing (``CrashGuard``).
+
+The session init's start-model policy and config settlement run inside its steps
+(:mod:`.verify_init`); startup recovery is explored on its own (:mod:`.verify_startup`).
 
 The runtime closing is not an action of its own: a fact whose meaning depends on it (an error
 end, a process exit) is taken both ways; when the runtime closing changed what it did (the
@@ -59,7 +63,7 @@ from acpfsm.statecharts.coordination import Rule
 
 from .verify_actions import HANDLERS
 from .verify_flows import FlowSteps
-from .verify_init import Policy, Settlement
+from .verify_init import Policy, Settlement, policy_answers, settlement_requested
 from .verify_world import (
     _FINAL_LOSSES,
     _INIT_OPS,
@@ -128,7 +132,7 @@ class World(FlowSteps):
             if op is F.Op.END_TASKS:
                 return [("ok", {"_close": True})]
             if op is F.Op.APPLY_START_MODEL and self.x.policy is not None:
-                return self.start_model_answers()
+                return policy_answers(self, self.x.policy)
             return list(_declared(step))
         if op is F.Op.MATERIALIZE:  # uploads (a steer's attachments) are in flight
             if bool(run.values.get("attachments")) == at_once:
@@ -237,7 +241,7 @@ class World(FlowSteps):
         self, run: Run, op: F.Op, answer: str, values: Mapping[str, Any]
     ) -> None:
         if op is F.Op.SETTLE and self.x.settling is not None:
-            self.settle_started()
+            settlement_requested(self, self.x.settling)
         elif op is F.Op.SEND_PROMPT:
             if answer in ("not_connected", "failed", "cancel_release"):
                 # the request never reached the agent, or it refused it
@@ -365,28 +369,6 @@ class World(FlowSteps):
                 f"still {self.x.pg.path(self.leaf(self.current))}",
             )
         self.closed_again(closing)
-
-    # --- the init's inner charts (verify_init) -------------------------------------------
-
-    def start_model_answers(self) -> list[tuple[str, dict[str, Any]]]:
-        """APPLY_START_MODEL: the policy's runs (once), its problems flagged here."""
-        policy = self.x.policy
-        assert policy is not None
-        policy.explore()
-        self.x.covered |= policy.covered
-        for message in policy.violations:
-            self.flag("the_start_model_policy_comes_to_rest", message)
-        return [(answer, {}) for answer in policy.answers]
-
-    def settle_started(self) -> None:
-        """SETTLE answered: the settlement's runs (once), its problems flagged here."""
-        settling = self.x.settling
-        assert settling is not None
-        self.settlement = True
-        settling.explore()
-        self.x.covered |= settling.covered
-        for message in settling.violations:
-            self.flag("the_config_settles_once_on_its_answer", message)
 
     def closing(self, shutting: bool) -> bool:
         """A fact taken while the runtime closes (``shutting``): True when that is new."""

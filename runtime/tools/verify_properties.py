@@ -1,7 +1,8 @@
 """``acpfsm verify``'s properties: what each one protects, and the race and anomaly ids of
 the catalogue (:mod:`.races`) it cites. Where each is checked: the explorer
 (:mod:`.verify`: the liveness ones and the state checks) and the model (:mod:`.verify_model`,
-:mod:`.verify_flows`, :mod:`.verify_life`: the safety ones, on every step)."""
+:mod:`.verify_flows`, :mod:`.verify_actions`, :mod:`.verify_init`: the safety ones, on
+every step; :mod:`.verify_startup`: startup recovery's)."""
 
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ PROPERTIES: tuple[Property, ...] = (
         "from every state after a crash with a waiting caller (prompt, initial prompt, steer, "
         "cancel, stop), some path of the environment releases it: the crash's own release, "
         "its bound, the flows' ends",
-        ("H9",),
+        (),
     ),
     Property(
         "an_older_startup_signal_changes_nothing",
