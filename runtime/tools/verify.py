@@ -11,7 +11,8 @@ compiled engine, with every piece of I/O replaced by the environment's possible 
 module explores every state the execution can reach from its start, breadth first and
 deduplicated, and checks :data:`PROPERTIES` on the way.
 
-*Bounds* (:class:`Bounds`). ``generations`` (default 3: supersession and the barrier
+*Bounds* (:class:`Bounds`). ``crashes`` adds the execution's own code crashing at any
+point (off by default, see :class:`Bounds`). ``generations`` (default 3: supersession and the barrier
 interact) bounds how many prompts are admitted; ``depth`` bounds the breadth-first depth
 (default :data:`DEFAULT_DEPTH`, deep enough to take every declared transition the model can
 reach; ``None`` explores exhaustively). Both carriers (agentctl's redialable WebSocket, a
@@ -35,34 +36,30 @@ stops where the property failed, before the execution is stopped) and ``acpfsm d
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.abc
-import importlib.util
-import inspect
-import itertools
-import sys
 import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any
 
 from acpfsm.runtime.trace import TraceRecord
 from acpfsm.statecharts import (
     AgentStream,
     Chart,
+    ConfigSettlement,
     Execution,
     FirstActivity,
     PromptGeneration,
     SessionInit,
+    StartModelPolicy,
+    StartupRecovery,
 )
 from acpfsm.statecharts.coordination import COORDINATION, Rule
-from acpfsm.statecharts.flows import FLOWS, Flow, Step
+from acpfsm.statecharts.flows import Flow
 
-from .races import race
+from . import verify_startup
 from .verify_model import (
     CALLER,
     CALLER_ACTIONS,
@@ -71,6 +68,7 @@ from .verify_model import (
     OWED_LEAVES,
     R_NAME,
     R_OWNER,
+    S_CRASHED,
     S_EXE,
     S_FLOWS,
     S_GENS,
@@ -79,6 +77,8 @@ from .verify_model import (
     Violated,
     World,
 )
+from .verify_properties import PROPERTIES, Property
+from .verify_seeds import seeded_copy, seeded_flows
 from .verify_unreached import UNREACHED, reason
 
 __all__ = [
@@ -107,7 +107,16 @@ __all__ = [
 DEFAULT_CHARTS: Mapping[str, type[Chart]] = MappingProxyType(
     {
         c.chart_name: c
-        for c in (Execution, FirstActivity, AgentStream, SessionInit, PromptGeneration)
+        for c in (
+            Execution,
+            FirstActivity,
+            AgentStream,
+            SessionInit,
+            PromptGeneration,
+            StartModelPolicy,
+            ConfigSettlement,
+            StartupRecovery,
+        )
     }
 )
 
@@ -121,131 +130,20 @@ DEFAULT_GENERATIONS = 3
 
 
 @dataclass(frozen=True, slots=True)
-class Property:
-    """A property the explorer checks, named after what it protects."""
-
-    name: str
-    summary: str
-    ids: tuple[str, ...]
-    """The race and anomaly ids it protects against (the catalogue, :mod:`.races`)."""
-
-
-PROPERTIES: tuple[Property, ...] = (
-    Property(
-        "one_outcome_per_generation",
-        "every admitted generation reaches exactly one terminal outcome (superseded ends one "
-        "that had none): never a second, and from every state some path of the "
-        "environment ends a live one",
-        ("R7", "R8", "H7"),
-    ),
-    Property(
-        "no_caller_waits_forever",
-        "from every reachable state with a waiting caller (prompt, initial prompt, steer, "
-        "cancel, stop), some path of the environment (timeouts included) releases it",
-        ("R4", "R15", "R17", "R36", "H3", "H9"),
-    ),
-    Property(
-        "steer_only_into_a_live_dispatched_turn",
-        "a steer request is sent, and ``steered`` fires, only for the current generation "
-        "while it is dispatched",
-        ("R1", "R2", "R3", "H6"),
-    ),
-    Property(
-        "never_ready_under_a_live_turn",
-        "the execution is never READY while a generation the agent accepted is still "
-        "unclaimed (dispatched, handed off, abandoned or in a cancel escalation)",
-        ("R16", "R26", "R27"),
-    ),
-    Property(
-        "superseded_stays_superseded",
-        "a superseded generation never changes state (its late events are only ignored)",
-        ("R6", "R21", "R22", "R23"),
-    ),
-    Property(
-        "completion_claimed_at_most_once",
-        "a completion is claimed at most once: one claim per generation, one claimant per "
-        "terminal event",
-        ("R7", "R12", "H3", "H5"),
-    ),
-    Property(
-        "dispatch_only_barrier_holds",
-        "a prompt following a dispatch-only one passes its barrier only once the "
-        "predecessor left ``dispatched``, or after the bound fired",
-        ("R14", "R19", "R36", "H4"),
-    ),
-    Property(
-        "nothing_dispatched_after_stop",
-        "once the execution is stopped no prompt request is sent and no generation becomes "
-        "dispatched",
-        ("R24",),
-    ),
-    Property(
-        "stopped_leaves_no_live_generation",
-        "every final execution state (STOPPED, nothing left to happen) has no live generation",
-        ("H7", "H9"),
-    ),
-    Property(
-        "cancel_waits_for_its_prompt",
-        "session/cancel is sent for a generation only once its prompt request was answered: "
-        "the cancel never overtakes the prompt it cancels",
-        (),
-    ),
-    Property(
-        "an_escalation_ends_the_turn",
-        "a cancel escalation ends the turn for the execution: once a generation is "
-        "cancel_escalated, or a cancel is over as escalated, the execution is READY (it "
-        "accepts prompts) unless the agent is gone (COMPLETED, STOPPED), the turn ended "
-        "otherwise meanwhile (its stream lost, the app's stop) or a later prompt began",
-        ("R16",),
-    ),
-    Property(
-        "a_cancel_is_done_only_once_its_turn_is_over",
-        "a cancel is told done only once the generation it cancelled is no longer live "
-        "(ended, superseded), handed off by the agent, or while another cancel escalates it",
-        (),
-    ),
-    Property(
-        "a_left_turn_is_cancelled",
-        "a prompt's caller that leaves before its turn ended, while the agent has the turn, "
-        "leaves a cancel on its way for that turn (kandev's background cancel)",
-        ("R17",),
-    ),
-    Property(
-        "lost_for_good_ends_the_turn",
-        "once the carrier is gone for good (its final loss, the process's exit), no turn the "
-        "agent was given stays live: nothing can answer or end it any more",
-        (),
-    ),
-    Property(
-        "dispatched_at_most_once",
-        "a generation's prompt request is sent again only when no earlier send of it can "
-        "have reached the agent (never after one written and lost, a redial or not)",
-        ("H2",),
-    ),
-    Property(
-        "the_init_comes_to_rest",
-        "from every reachable state where the session init runs, some path of the "
-        "environment brings it to rest (prompting, booted, failed or abandoned)",
-        (),
-    ),
-    Property(
-        "no_illegal_event",
-        "the drivers never fire an event a chart refuses (an IllegalTransition is a crash)",
-        (),
-    ),
-)
-for _p in PROPERTIES:  # every cited id is in the catalogue
-    for _id in _p.ids:
-        race(_id)
-
-
-@dataclass(frozen=True, slots=True)
 class Bounds:
     """How much of the life is explored."""
 
     generations: int = DEFAULT_GENERATIONS
     depth: int | None = DEFAULT_DEPTH
     carriers: tuple[str, ...] = ("agentctl", "stdio")
+    startup_attempts: int = 3
+    """How many startup-recovery attempts of one stored execution are explored
+    (:mod:`.verify_startup`)."""
+    crashes: bool = False
+    """Explore the execution's own code crashing at any point (runtime/session/crash.py).
+    Off at the default bounds while ``nothing_dispatched_after_a_crash`` fails on the
+    shipped runtime (a prompt that passed its status check before the crash is admitted
+    after it: FAILED becomes RUNNING and its request goes out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,7 +270,7 @@ def verify(
     coordination table, ``flows`` the flow table (modified copies: a seeded bug)."""
     chosen = {**DEFAULT_CHARTS, **(charts or {})}
     coordination = table if table is not None and table != COORDINATION else None
-    x = Explorer(chosen, coordination, bounds.generations, flows)
+    x = Explorer(chosen, coordination, bounds.generations, flows, crashes=bounds.crashes)
     started = time.perf_counter()
     graph = _Graph()
     index: dict[tuple[Any, ...], int] = {}
@@ -445,8 +343,19 @@ def verify(
                     env_moves = True
         graph.moves[n] = 1 if env_moves else 0
     _liveness(x, graph, found)
+    startup = None
+    if "startup_recovery" in chosen:
+        startup = verify_startup.explore(
+            chosen["startup_recovery"], bounds.startup_attempts, bounds.depth
+        )
+        x.covered |= startup.covered
     seconds = time.perf_counter() - started
-    results = tuple(_result(x, graph, p, found[p.name]) for p in PROPERTIES)
+    results = tuple(
+        _startup_result(p, startup)
+        if p.name == verify_startup.PROPERTY
+        else _result(x, graph, p, found[p.name])
+        for p in PROPERTIES
+    )
     return VerifyResult(
         bounds=bounds,
         states=len(graph.states) - 1,
@@ -522,8 +431,13 @@ def _liveness(x: Explorer, graph: _Graph, found: dict[str, _Found]) -> None:
         waits = stuck(graph.waiting, 1 << bit)
         if waits and who == "session init":
             report("the_init_comes_to_rest", waits, lambda _: "the session init never rests")
-        elif waits:
-            report("no_caller_waits_forever", waits, _waits_forever(who))
+            continue
+        crashed = [n for n in waits if graph.states[n][S_CRASHED]]
+        if crashed:
+            report("a_crash_releases_every_caller", crashed, _waits_forever(who, " after a crash"))
+        alive = [n for n in waits if not graph.states[n][S_CRASHED]]
+        if alive:
+            report("no_caller_waits_forever", alive, _waits_forever(who))
     for g in range(x.generations):
         lives = stuck(graph.live, 1 << g)
         if lives:
@@ -542,8 +456,8 @@ def _liveness(x: Explorer, graph: _Graph, found: dict[str, _Found]) -> None:
         report("stopped_leaves_no_live_generation", final, _stopped_live(x))
 
 
-def _waits_forever(who: str) -> Callable[[tuple[Any, ...]], str]:
-    return lambda state: f"the {who} caller waits forever: no environment path releases it"
+def _waits_forever(who: str, after: str = "") -> Callable[[tuple[Any, ...]], str]:
+    return lambda state: f"the {who} caller waits forever{after}: no environment path releases it"
 
 
 def _never_ends(x: Explorer, g: int) -> Callable[[tuple[Any, ...]], str]:
@@ -576,6 +490,21 @@ def _coverage(x: Explorer) -> tuple[Coverage, ...]:
         reasons = tuple(reason(name, t) for t in unreached)
         out.append(Coverage(name, len(declared), len(declared & taken), unreached, reasons))
     return tuple(out)
+
+
+def _startup_result(prop: Property, startup: verify_startup.StartupResult | None) -> PropertyResult:
+    if startup is None or not startup.violations:
+        return PropertyResult(prop.name, prop.summary, prop.ids, True)
+    return PropertyResult(
+        prop.name,
+        prop.summary,
+        prop.ids,
+        False,
+        violations=startup.violations,
+        message=startup.message,
+        steps=tuple(startup.steps),
+        trace=tuple(startup.trace),
+    )
 
 
 def _path(graph: _Graph, n: int) -> list[tuple[int, Label]]:
@@ -670,60 +599,6 @@ def _describe(label: Label, state: tuple[Any, ...]) -> str:
 
 
 _FLOW_ACTIONS = frozenset({"answer", "wait", "tick", "admit", "go", "leave", "drop"})
-
-
-# --------------------------------------------------------------------------- broken copies
-
-_copies = itertools.count()
-
-
-def seeded_flows(name: str, **steps: Step) -> dict[str, Flow]:
-    """A copy of the flow table with flow ``name``'s steps replaced (label → step): a flow
-    with a seeded bug, for showing that ``acpfsm verify`` catches it (pass it in
-    ``verify(flows=…)``). The table itself is not touched."""
-    flow = FLOWS[name]
-    unknown = set(steps) - set(flow.steps)
-    if unknown:
-        raise ValueError(f"flow {name} has no steps {sorted(unknown)}")
-    copy = dataclasses.replace(flow, steps={**flow.steps, **steps})
-    return {**FLOWS, name: copy}
-
-
-def seeded_copy(chart: type[Chart], *edits: tuple[str, str]) -> type[Chart]:
-    """A copy of ``chart``'s declaration with ``edits`` applied to its source (each
-    ``(old, new)``: ``old`` must occur exactly once), loaded as a module of its own: a chart
-    with a seeded bug, for showing that ``acpfsm verify`` catches it (pass it in
-    ``verify(charts=…)``). The chart itself is not touched."""
-    module = sys.modules[chart.__module__]
-    path = inspect.getsourcefile(module)
-    if path is None:  # pragma: no cover - a chart always has its source
-        raise ValueError(f"{chart.__qualname__}: no source to copy")
-    source = Path(path).read_text(encoding="utf-8")
-    for old, new in edits:
-        if source.count(old) != 1:
-            raise ValueError(f"{chart.__qualname__}: {old!r} occurs {source.count(old)} times")
-        source = source.replace(old, new)
-    name = f"{module.__name__}_seeded{next(_copies)}"
-    spec = importlib.util.spec_from_loader(name, _Source(path, source), origin=path)
-    assert spec is not None and spec.loader is not None
-    copy = importlib.util.module_from_spec(spec)
-    sys.modules[name] = copy  # the chart's class machinery looks its module up
-    spec.loader.exec_module(copy)
-    return cast(type[Chart], getattr(copy, chart.__name__))
-
-
-class _Source(importlib.abc.SourceLoader):
-    """Loads a module from source text held in memory (a seeded copy of a chart)."""
-
-    def __init__(self, path: str, source: str) -> None:
-        self.path = path
-        self.source = source
-
-    def get_filename(self, fullname: str) -> str:
-        return self.path
-
-    def get_data(self, path: str) -> bytes:
-        return self.source.encode()
 
 
 # the output and the command line (their own module; the names stay this module's)

@@ -9,9 +9,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from acpfsm.statecharts import flows as F
-from acpfsm.statecharts.names import AgentStreamEvent, ExecutionEvent, PromptGenerationEvent
+from acpfsm.statecharts.names import (
+    AgentStreamEvent,
+    ExecutionEffect,
+    ExecutionEvent,
+    PromptGenerationEvent,
+    SessionInitEvent,
+)
 
-from .verify_world import CALLER, TASK, Label
+from .verify_world import CALLER, DONE, OVER, SENT, TASK, Label
 
 if TYPE_CHECKING:
     from .verify_model import Explorer, World
@@ -122,7 +128,17 @@ def _stop(x: Explorer, w: World, label: Label) -> None:
 
 @_action("recover")
 def _recover(x: Explorer, w: World, label: Label) -> None:
-    w.status_fire(ExecutionEvent.recovered)
+    """RecoverAgentPromptStream with the agent running: FAILED → READY, announced."""
+    fired = w.status_fire(ExecutionEvent.recovered)
+    announced = any(
+        e.name == ExecutionEffect.publish_agent_boot_ready for _, s in fired for e in s.effects
+    )
+    if not x.exe.is_in("ready") or not announced:
+        w.flag(
+            "a_recovered_execution_is_ready",
+            f"the stream recovery left the execution {x.exe.snapshot().upper()}"
+            + ("" if announced else " and announced nothing"),
+        )
 
 
 @_action("leave")
@@ -168,3 +184,26 @@ def _admit(x: Explorer, w: World, label: Label) -> None:
 @_action("go")
 def _go(x: Explorer, w: World, label: Label) -> None:
     """A step that waited for a lock takes it (settle goes on from there)."""
+
+
+@_action("crash")
+def _crash(x: Explorer, w: World, label: Label) -> None:
+    """The execution's own code fails (``CrashGuard.crashed``, runtime/session/crash.py):
+    ``execution_crashed``; then, under the lifecycle lock, the live turn lost for good, the
+    stream closed and an init under way abandoned (``_fail``); the admission opened and
+    every generation's signals set (``_release``); then the execution's tasks end. The
+    action is enabled while no flow holds the lifecycle lock: a crash meanwhile waits for
+    it (its holder's wait, the steer's request, is bounded by ``steer_dispatch``, 5 s, below
+    the release's own bound of 10 s), and nothing the holder reads changes before."""
+    w.crashed = True
+    w.status_fire(ExecutionEvent.execution_crashed, error="execution crashed")
+    if w.machines:
+        w.fire(w.machines[-1], PromptGenerationEvent.stream_lost, error="crashed", final=True)
+    if not x.stream.ended:
+        w.fire(x.stream, AgentStreamEvent.close_requested)
+    if not x.init.ended:
+        w.fire(x.init, SessionInitEvent.init_abandoned)
+    w.admission = True
+    for record in w.gens:
+        record[SENT] = record[DONE] = record[OVER] = True
+    w.close()

@@ -92,6 +92,8 @@ class FlowSteps(WorldState):
     def _check(self, machine: Machine, step: Step) -> None:
         x = self.x
         x.covered.add((step.chart, step.source, step.event, step.target))
+        if step.chart == x.init_name and step.event == "stream_ready" and step.target == "ready":
+            self.settlement = True  # a reattached session: its settlement was before the restart
         if step.chart != x.pg_name:
             return
         g = int(machine.constant("generation"))
@@ -109,6 +111,11 @@ class FlowSteps(WorldState):
             self.flag(
                 "steer_only_into_a_live_dispatched_turn",
                 f"steered fired for generation {g} in {x.pg.path(before)}",
+            )
+        if "dispatched" in step.entered and self.crashed:
+            self.flag(
+                "nothing_dispatched_after_a_crash",
+                f"generation {g} entered dispatched ({step.event}) after the execution crashed",
             )
         if "dispatched" in step.entered and self.exe_ended:
             self.flag(
@@ -357,7 +364,7 @@ class FlowSteps(WorldState):
     def answer(self, run: Run, step: F.Do, answer: str, values: Mapping[str, Any]) -> None:
         """``run``'s request ``step`` answered ``answer``."""
         go = step.answers[answer]
-        self.environment_answered(run, step.op, answer)
+        self.environment_answered(run, step.op, answer, values)
         if step.signal is not None and run.gen > 0:
             self.gens[run.gen - 1][_SIGNAL_INDEX[step.signal]] = True
         run.values.update(values)
@@ -437,7 +444,9 @@ class FlowSteps(WorldState):
     def environment_reached(self, run: Run, op: F.Op) -> None:
         raise NotImplementedError  # pragma: no cover - World's
 
-    def environment_answered(self, run: Run, op: F.Op, answer: str) -> None:
+    def environment_answered(
+        self, run: Run, op: F.Op, answer: str, values: Mapping[str, Any]
+    ) -> None:
         raise NotImplementedError  # pragma: no cover - World's
 
     def escalation_over(self, g: int) -> None:

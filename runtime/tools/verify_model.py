@@ -38,7 +38,11 @@ counterexample replays). The actions:
 * the carrier: a loss (agentctl: redialled, clean, final; stdio: final, the process exiting
   0 or 1), the give-up's error events and final loss;
 * a flow's step: an in-flight request's answer, a wait's end or expiry, a lock taken, a
-  stall tick while a prompt waits, the admission of a prompt.
+  stall tick while a prompt waits, the admission of a prompt;
+* with ``Bounds.crashes``, the execution's own code crashing (``CrashGuard``).
+
+The session init's start-model policy and config settlement run inside its steps
+(:mod:`.verify_init`); startup recovery is explored on its own (:mod:`.verify_startup`).
 
 The runtime closing is not an action of its own: a fact whose meaning depends on it (an error
 end, a process exit) is taken both ways; when the runtime closing changed what it did (the
@@ -59,6 +63,7 @@ from acpfsm.statecharts.coordination import Rule
 
 from .verify_actions import HANDLERS
 from .verify_flows import FlowSteps
+from .verify_init import Policy, Settlement, policy_answers, settlement_requested
 from .verify_world import (
     _FINAL_LOSSES,
     _INIT_OPS,
@@ -79,6 +84,7 @@ from .verify_world import (
     OWES,
     R_NAME,
     R_OWNER,
+    S_CRASHED,
     S_EXE,
     S_FLOWS,
     S_GENS,
@@ -99,6 +105,7 @@ __all__ = [
     "OWED_LEAVES",
     "R_NAME",
     "R_OWNER",
+    "S_CRASHED",
     "S_EXE",
     "S_FLOWS",
     "S_GENS",
@@ -124,6 +131,8 @@ class World(FlowSteps):
                 return []
             if op is F.Op.END_TASKS:
                 return [("ok", {"_close": True})]
+            if op is F.Op.APPLY_START_MODEL and self.x.policy is not None:
+                return policy_answers(self, self.x.policy)
             return list(_declared(step))
         if op is F.Op.MATERIALIZE:  # uploads (a steer's attachments) are in flight
             if bool(run.values.get("attachments")) == at_once:
@@ -199,6 +208,18 @@ class World(FlowSteps):
                 f"{self.x.pg.path(self.leaf(run.gen))}",
             )
         if op is F.Op.SEND_PROMPT:
+            if not self.settlement and self.x.settling is not None:
+                self.flag(
+                    "the_settlement_is_requested_before_any_prompt",
+                    f"the prompt request of generation {run.gen} is sent before the session "
+                    "init requested the config settlement",
+                )
+            if self.crashed:
+                self.flag(
+                    "nothing_dispatched_after_a_crash",
+                    f"the prompt request of generation {run.gen} is sent after the execution "
+                    "crashed",
+                )
             if self.exe_ended:
                 self.flag(
                     "nothing_dispatched_after_stop",
@@ -216,8 +237,12 @@ class World(FlowSteps):
             record[AGENT] = OWES  # the request is written: the agent may run it (again, H2)
             record[SENT] = False  # a cancel now waits for this send's answer
 
-    def environment_answered(self, run: Run, op: F.Op, answer: str) -> None:
-        if op is F.Op.SEND_PROMPT:
+    def environment_answered(
+        self, run: Run, op: F.Op, answer: str, values: Mapping[str, Any]
+    ) -> None:
+        if op is F.Op.SETTLE and self.x.settling is not None:
+            settlement_requested(self, self.x.settling)
+        elif op is F.Op.SEND_PROMPT:
             if answer in ("not_connected", "failed", "cancel_release"):
                 # the request never reached the agent, or it refused it
                 self.gens[run.gen - 1][AGENT] = run.values.get("_prev", NOT_RECEIVED)
@@ -415,11 +440,14 @@ class Explorer:
         table: tuple[Rule, ...] | None,
         generations: int,
         flows: Mapping[str, F.Flow] | None = None,
+        *,
+        crashes: bool = False,
     ) -> None:
         self.charts = charts
         self.table = table
         self.flows = Flows(flows)
         self.generations = generations
+        self.crashes = crashes
         start = _starter(charts)
         self.exe = start("execution")
         self.fa = start("first_activity")
@@ -432,6 +460,12 @@ class Explorer:
         self.fa_name = self.fa.compiled.name
         self.stream_name = self.stream.compiled.name
         self.init_name = self.init.compiled.name
+        self.policy = (
+            Policy(charts["start_model_policy"]) if "start_model_policy" in charts else None
+        )
+        self.settling = (
+            Settlement(charts["config_settlement"]) if "config_settlement" in charts else None
+        )
         # the terminal outcomes are the shipped chart's (what the property protects), so a
         # chart that lets one be left again is caught, not redefined
         self.outcomes = PromptGeneration.compiled().absorbing_states(SUPERSEDED)
@@ -536,6 +570,10 @@ class Explorer:
                     add(("recover",))
             if "stop" not in names and not locked:
                 add(("stop",))
+        # the execution's own code failing, at any point once it runs (runtime/session/crash.py;
+        # while a flow holds the lifecycle lock its release waits for it, see _crash)
+        if w.started and not w.closed and not w.crashed and not locked and self.crashes:
+            add(("crash",))
         # the flows' steps
         for i, run in enumerate(w.runs):
             self._flow_actions(w, i, run, add)

@@ -23,7 +23,8 @@ def render_text(result: VerifyResult) -> str:
     bound = " (the depth bound left states unexpanded)" if result.truncated else ""
     carriers = " + ".join(b.carriers)
     lines = [
-        f"acpfsm verify: {b.generations} generations, depth {depth}, carriers {carriers}",
+        f"acpfsm verify: {b.generations} generations, depth {depth}, carriers {carriers}"
+        + (", crashes" if b.crashes else ""),
         (
             f"explored {result.states} states, {result.transitions} environment transitions, "
             f"depth {result.depth}{bound}, in {result.seconds:.1f} s"
@@ -60,7 +61,13 @@ def render_json(result: VerifyResult) -> dict[str, Any]:
     b = result.bounds
     return {
         "ok": result.ok,
-        "bounds": {"generations": b.generations, "depth": b.depth, "carriers": list(b.carriers)},
+        "bounds": {
+            "generations": b.generations,
+            "depth": b.depth,
+            "carriers": list(b.carriers),
+            "startup_attempts": b.startup_attempts,
+            "crashes": b.crashes,
+        },
         "states": result.states,
         "transitions": result.transitions,
         "depth": result.depth,
@@ -136,6 +143,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="both",
         help="the carrier kinds explored (default both)",
     )
+    parser.add_argument(
+        "--crashes",
+        action="store_true",
+        help="also explore the execution's own code crashing at any point",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--out",
@@ -156,7 +168,10 @@ def run(args: argparse.Namespace) -> int:
         ("agentctl", "stdio") if args.carrier == "both" else (str(args.carrier),)
     )
     depth = args.depth or None
-    result = verify(Bounds(generations=args.generations, depth=depth, carriers=carriers))
+    bounds = Bounds(
+        generations=args.generations, depth=depth, carriers=carriers, crashes=args.crashes
+    )
+    result = verify(bounds)
     if args.json:
         print(json.dumps(render_json(result)))
     else:

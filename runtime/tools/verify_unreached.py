@@ -15,8 +15,9 @@ from types import MappingProxyType
 __all__ = ["UNREACHED", "reason"]
 
 _CRASH = (
-    "not modelled: execution_crashed is the execution's own code failing (its executor, the "
-    "transport, a bug; runtime/session/crash.py), not a fact of the lifecycle"
+    "explored with --crashes (verify_actions._crash, runtime/session/crash.py), off at the "
+    "default bounds while nothing_dispatched_after_a_crash fails there: a prompt that "
+    "passed its status check before the crash is admitted after it"
 )
 _COMPLETED = (
     "COMPLETED is the process's clean exit, its carrier's last fact: the model's agent and "
@@ -106,6 +107,10 @@ UNREACHED: Mapping[_T, str] = MappingProxyType(
         ("execution", "starting", "cancel_escalated", "ready"): _STARTING,
         ("execution", "starting", "prompt_requested", "starting"): _STARTING,
         ("execution", "starting", "turn_completed", "ready"): _STARTING,
+        ("start_model_policy", "evaluating", "policy_evaluated", "none"): (
+            "the runtime starts the policy only when a model is requested "
+            "(ConfigDriver.start_model returns at once without one); the chart walks take it"
+        ),
         ("agent_stream", "disconnected", "connection_lost", "disconnected"): (
             "the carrier's final loss ends its event stream: it reports no loss after it"
         ),

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from .verify_model import Explorer
 
 EXECUTION_ID = "verify"
-EXECUTION_ID = "verify"
 
 Label = tuple[Any, ...]
 """An action: its name, then its arguments (``("complete", 2, "error", False)``); the answers
@@ -58,6 +57,9 @@ _SIGNAL_INDEX = {F.Cond.SENT: SENT, F.Cond.RETURNED: RET}
 
 #: The actions of callers: they never count as the environment releasing a caller.
 CALLER_ACTIONS = frozenset({"prompt", "steer", "cancel", "stop", "recover", "leave"})
+#: Where a frozen state says the execution crashed (runtime/session/crash.py), and whether
+#: the config settlement was requested (:class:`~.verify_init.Settlement`).
+S_CRASHED, S_SETTLEMENT = 12, 13
 #: The flows whose caller waits (the liveness property's callers), by owner.
 CALLER, TASK = "caller", "task"
 
@@ -191,6 +193,11 @@ class WorldState:
     gens: list[list[Any]]
     machines: list[Machine]
     runs: list[Run]
+    started: bool
+    crashed: bool
+    """The execution crashed (its ``CrashGuard``): its tasks ended, its waiters released."""
+    settlement: bool
+    """The session init requested the config settlement (or reattached a session)."""
 
     def __init__(self, explorer: Explorer, *, replaying: bool = False) -> None:
         self.x = explorer
@@ -218,6 +225,8 @@ class WorldState:
         self.gens, self.machines, self.runs = [], [], []
         x.current = None
         self.started = False
+        self.crashed = False
+        self.settlement = False
 
     # --- state ------------------------------------------------------------------------
 
@@ -235,6 +244,8 @@ class WorldState:
             gens,
             runs,
             self.started,
+            self.crashed,
+            self.settlement,
         ) = state
         x = self.x
         x.exe.restore(exe)
@@ -289,6 +300,8 @@ class WorldState:
             tuple(gens),
             runs,
             self.started,
+            self.crashed,
+            self.settlement,
         )
 
     # --- views ------------------------------------------------------------------------

@@ -11,6 +11,7 @@ The bounds here are small (the run at the default bounds is ``make verify``, par
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,16 @@ from typing import Any
 import pytest
 
 from acpfsm.runtime.session import interpreter
-from acpfsm.statecharts import ALL_CHARTS, Chart, PromptGeneration, SessionInit
+from acpfsm.statecharts import (
+    ALL_CHARTS,
+    Chart,
+    ConfigSettlement,
+    Execution,
+    PromptGeneration,
+    SessionInit,
+    StartModelPolicy,
+    StartupRecovery,
+)
 from acpfsm.statecharts import flows as F
 from acpfsm.statecharts.coordination import COORDINATION, Rule
 from acpfsm.tools import check_trace, cli, verify, verify_model
@@ -48,6 +58,9 @@ def _without(event: str) -> dict[str, Any]:
 
 
 STDIO_2 = Bounds(generations=2, depth=8, carriers=("stdio",))
+STDIO_1 = Bounds(generations=1, depth=8, carriers=("stdio",))
+#: the execution's own code crashing at any point (off at the default bounds)
+CRASHES = Bounds(generations=1, depth=8, carriers=("stdio",), crashes=True)
 AGENTCTL_2 = Bounds(generations=2, depth=7, carriers=("agentctl",))
 
 #: One bug seeded into each flow of the table (a step of the order, not a chart), and the
@@ -219,6 +232,88 @@ SEEDS: dict[str, tuple[dict[str, Any], Bounds]] = {
     "lost_for_good_ends_the_turn": BUG_CLASSES["lost_carrier_never_lost_for_good"][1:],
     "dispatched_at_most_once": BUG_CLASSES["resent_after_a_redial"][1:],
     "the_init_comes_to_rest": FLOW_SEEDS["session_init"][1:],
+    # what acpfsm verify found in the shipped runtime (no seed needed until it is fixed, see
+    # test_a_crash_admits_a_prompt_checked_before_it): a prompt that passed its status check
+    # before the crash is admitted after it and its request goes out
+    "nothing_dispatched_after_a_crash": ({}, CRASHES),
+    # the prompt's wait for the carrier without its bound: after a crash (the carrier
+    # closed) its caller waits forever
+    "a_crash_releases_every_caller": (
+        {"flows": seeded_flows("prompt", carrier_wait=F.Wait(F.Cond.CARRIER, happened=F.NEXT))},
+        Bounds(generations=1, depth=8, carriers=("agentctl",), crashes=True),
+    ),
+    # R9: an older attempt's "agent gone" makes the current attempt lost
+    "an_older_startup_signal_changes_nothing": (
+        {
+            "charts": {
+                StartupRecovery.chart_name: seeded_copy(
+                    StartupRecovery,
+                    (
+                        (
+                            'agent_gone = attempt.probing.to(attempt.lost, cond="current") | '
+                            'attempt.to(None, cond="stale")'
+                        ),
+                        "agent_gone = attempt.probing.to(attempt.lost)",
+                    ),
+                )
+            }
+        },
+        STDIO_1,
+    ),
+    # a stream recovery that does not announce agent.boot_ready
+    "a_recovered_execution_is_ready": (
+        {
+            "charts": {
+                Execution.chart_name: seeded_copy(
+                    Execution,
+                    (
+                        (
+                            '            "recovered: failed -> ready": [\n'
+                            '                effect("publish_agent_boot_ready", '
+                            "resume_context_pending=False)\n"
+                            "            ],\n"
+                        ),
+                        "",
+                    ),
+                )
+            }
+        },
+        STDIO_1,
+    ),
+    # the start model applied, and no decision said so
+    "the_start_model_policy_comes_to_rest": (
+        {
+            "charts": {
+                StartModelPolicy.chart_name: seeded_copy(
+                    StartModelPolicy,
+                    ('                _decided("applied", "", set_called=True)\n', ""),
+                )
+            }
+        },
+        STDIO_1,
+    ),
+    # R29: any update publishes a deferred settlement, not only its answer
+    "the_config_settles_once_on_its_answer": (
+        {
+            "charts": {
+                ConfigSettlement.chart_name: seeded_copy(
+                    ConfigSettlement,
+                    ('deferred.to(published, cond="settles")', "deferred.to(published)"),
+                )
+            }
+        },
+        STDIO_1,
+    ),
+    # the init's settle step does something else (the settlement is never requested)
+    "the_settlement_is_requested_before_any_prompt": (
+        {
+            "flows": seeded_flows(
+                "session_init",
+                settle=F.Do(F.Op.PUBLISH_ORIGINAL_SNAPSHOT, {"ok": F.go("settle.ok")}),
+            )
+        },
+        STDIO_1,
+    ),
     # an event an ended turn ignores is no longer declared
     "no_illegal_event": (
         _pg(
@@ -286,7 +381,7 @@ def _caught(name: str, seed: dict[str, Any], bounds: Bounds) -> None:
     assert bad == [], bad
     # a shortest one: explored one step less deep, the violation is not reached
     actions = len(found.steps) - 1  # the first step is the start
-    shorter = verify.verify(Bounds(bounds.generations, actions - 1, bounds.carriers), **seed)
+    shorter = verify.verify(dataclasses.replace(bounds, depth=actions - 1), **seed)
     assert shorter.property(name).holds
 
 
@@ -359,13 +454,22 @@ def test_the_command_line_reports_states_coverage_and_properties(
     assert cli.main([*argv, "--json", "--out", str(tmp_path)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is True and report["states"] > 0
-    assert report["bounds"] == {"generations": 1, "depth": 6, "carriers": ["stdio"]}
+    assert report["bounds"] == {
+        "generations": 1,
+        "depth": 6,
+        "carriers": ["stdio"],
+        "startup_attempts": 3,
+        "crashes": False,
+    }
     assert {c["chart"] for c in report["coverage"]} == {
         "execution",
         "first_activity",
         "agent_stream",
         "session_init",
         "prompt_generation",
+        "start_model_policy",
+        "config_settlement",
+        "startup_recovery",
     }
     assert [p["name"] for p in report["properties"]] == [p.name for p in PROPERTIES]
     assert list(tmp_path.iterdir()) == []  # nothing violated, nothing written
@@ -394,3 +498,25 @@ def test_the_catalogue_is_in_the_diagrams_index() -> None:
         row = next(line for line in index.splitlines() if line.startswith(f"| {entry.id} |"))
         for p in PROPERTIES:
             assert (f"`{p.name}`" in row) == (entry.id in p.ids), (entry.id, p.name)
+
+
+def test_a_crash_admits_a_prompt_checked_before_it() -> None:
+    """What ``acpfsm verify --crashes`` finds in the shipped runtime: a prompt that passed
+    its status check while the execution was READY is admitted after the execution crashed
+    (``prompt_began`` takes the crashed, FAILED execution to RUNNING: ``TurnDriver.admit``
+    refuses only a STOPPED one) and its request goes out on a transport being closed. When
+    this is fixed, this test fails: turn crashes on at the default bounds
+    (``Bounds.crashes``), give ``nothing_dispatched_after_a_crash`` a seeded bug and drop
+    the crash reasons of verify_unreached."""
+    result = verify.verify(CRASHES)
+    found = result.property("nothing_dispatched_after_a_crash")
+    assert not found.holds
+    assert [s.split(" (")[0] for s in found.steps[2:]] == [
+        "session_init.await_stream: answered ok",
+        "prompt ordinary",
+        "crash",
+        "prompt.admit: admit",
+        "prompt.materialize: answered ok",
+    ]
+    # everything else holds with crashes explored
+    assert [p.name for p in result.properties if not p.holds] == [found.name]

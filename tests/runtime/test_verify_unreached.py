@@ -29,11 +29,15 @@ def test_the_report_gives_the_reason_beside_each_unreached_transition(
     crash = ("active", "execution_crashed", "failed")
     assert crash in execution.unreached
     why = execution.reasons[execution.unreached.index(crash)]
-    assert why == reason("execution", crash) and "not modelled" in why
+    assert why == reason("execution", crash) and "--crashes" in why
     # outside the default bounds much more stays unreached: reported, not refused
     assert cli.main(["verify", "--generations", "1", "--depth", "4", "--carrier", "stdio"]) == 0
     text = capsys.readouterr().out
-    assert "unreached execution: active --execution_crashed--> failed\n      (not modelled" in text
+    assert "unreached execution: active --execution_crashed--> failed\n      (explored with" in text
+    # with the crashes explored the crash is reached
+    crashes = verify.verify(Bounds(generations=1, depth=4, carriers=("stdio",), crashes=True))
+    (execution,) = (c for c in crashes.coverage if c.chart == "execution")
+    assert crash not in execution.unreached
 
 
 def _result(*coverage: Coverage) -> VerifyResult:
