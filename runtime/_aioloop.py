@@ -4,7 +4,8 @@ Some well-kept clients are asyncio-only (psycopg's async API, nats-py). Under tr
 run on the caller's loop, so :class:`AsyncioLoopThread` keeps one asyncio event loop in a
 dedicated thread (anyio's blocking portal, ``start_blocking_portal(backend="asyncio")``) and
 :meth:`AsyncioLoopThread.run` awaits a coroutine function there from trio or asyncio alike:
-the call is scheduled on the loop thread, and its completion wakes the caller's loop
+the call is scheduled on the loop thread (``asyncio.run_coroutine_threadsafe``: the caller's
+thread does not wait for the loop to take it), and its completion wakes the caller's loop
 (:func:`await_future`), so neither the caller's event loop nor a worker thread is blocked. Cancelling the caller cancels the task on the loop
 thread too. Every object the library creates (connections, pools) must then be created and
 used through :meth:`~AsyncioLoopThread.run`, on that one loop.
@@ -155,15 +156,24 @@ class AsyncioLoopThread:
 
     async def run(self, fn: Callable[..., Awaitable[T]], *args: object) -> T:
         """``await fn(*args)`` on the loop thread; its result or its exception. A caller
-        cancelled meanwhile cancels the task there (and is cancelled itself)."""
-        portal = self._portal
-        if portal is None:
+        cancelled meanwhile cancels the task there (and is cancelled itself). The task is
+        started on the loop thread without waiting for that thread to take it (the caller's
+        thread never blocks)."""
+        loop = self._loop
+        if loop is None:
             raise RuntimeError(f"{self.name}: the asyncio loop thread is not running")
 
-        async def call() -> T:  # the portal takes a coroutine function of no keyword
+        async def call() -> T:
+            sniffio.current_async_library_cvar.set("asyncio")  # not the caller's library
             return await fn(*args)
 
-        return await await_future(portal.start_task_soon(call))
+        coro = call()
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # the loop has closed meanwhile
+            coro.close()
+            raise RuntimeError(f"{self.name}: the asyncio loop thread is not running") from None
+        return await await_future(future)
 
     def post(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
         """Start ``fn(*args)`` on the loop thread and return at once (see
