@@ -275,7 +275,7 @@ class NatsBus:
             messages = [self._message(execution_id, item) for execution_id, item in taken]
             try:
                 await self.runner.run(
-                    _publish_batch, self._js, messages, self.stream, self.request_timeout
+                    _publish_batch, self._nc, messages, self.stream, self.request_timeout
                 )
             except Exception as exc:  # noqa: BLE001 retried: message ids make a retry store once
                 pause = min(max(pause * 2, 0.05), 1.0)
@@ -316,25 +316,48 @@ async def _close(nc: Any) -> None:
 
 
 async def _publish_batch(
-    js: Any, messages: list[tuple[str, bytes, str]], stream: str, bound: float
+    nc: Any, messages: list[tuple[str, bytes, str]], stream: str, bound: float
 ) -> None:
     """On the asyncio loop: publish in order, then wait for every acknowledgement (those
-    not come within ``bound`` seconds are abandoned: the batch is retried)."""
-    futures: list[asyncio.Future[Any]] = []
+    not come within ``bound`` seconds are abandoned: the batch is retried).
+
+    JetStream publishes by hand: each message is a core publish with the headers JetStream
+    reads (``Nats-Msg-Id``, ``Nats-Expected-Stream``) and a reply subject in one inbox of the
+    batch, whose acknowledgements are counted as they come (an error, or the server's "no
+    responders" status, fails the batch). nats-py's ``publish_async`` costs about four times
+    the CPU per message (a future, a token and a parsed acknowledgement each)."""
+    loop = asyncio.get_running_loop()
+    acked = loop.create_future()
+    left = len(messages)
+    inbox = nc.new_inbox()
+
+    async def ack(msg: Any) -> None:
+        nonlocal left
+        data = msg.data
+        if acked.done():
+            return
+        if not data or b'"error"' in data:  # no stream took it, or JetStream refused it
+            acked.set_exception(BusError(f"JetStream did not store an event: {data[:200]!r}"))
+            return
+        left -= 1
+        if left == 0:
+            acked.set_result(None)
+
+    sub = await nc.subscribe(f"{inbox}.*", cb=ack)
     try:
         async with asyncio.timeout(bound):
-            for subject, body, msg_id in messages:
-                futures.append(
-                    await js.publish_async(
-                        subject, body, wait_stall=bound, stream=stream,
-                        headers={"Nats-Msg-Id": msg_id},
-                    )
-                )  # fmt: skip
-            for future in futures:
-                await future
+            for i, (subject, body, msg_id) in enumerate(messages):
+                headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Stream": stream}
+                await nc.publish(subject, body, reply=f"{inbox}.{i}", headers=headers)
+            if messages:
+                await acked
     finally:
-        for future in futures:
-            future.cancel()
+        if not acked.done():
+            acked.cancel()
+        elif not acked.cancelled():
+            acked.exception()  # retrieved, whether or not it was awaited
+        with contextlib.suppress(nats.errors.Error, OSError):
+            await sub.unsubscribe()
 
 
 async def _start_of(js: Any, stream: str, subject: str, wanted: int, bound: float) -> int:

@@ -9,15 +9,19 @@ execution reaches the one process that owns it; none: NATS says no responders at
 request (:mod:`.wire`) is answered with the Runtime's result or the error it raised. Every request runs in a task of its own, at most
 ``max_in_flight`` at once (beyond: :class:`~.wire.ServiceBusy`); a request that cannot be
 read is :class:`~.wire.RequestInvalid`, an unknown operation ``Unsupported``; the service
-stays up whatever a request holds. The messages wait in one bounded queue (``pending``;
-beyond it a request is answered :class:`~.wire.ServiceBusy` at once).
+stays up whatever a request holds. A request is handed from the NATS client's callback to
+the service's loop as it arrives (nothing polls); at most ``pending`` are on their way at
+once (beyond: answered :class:`~.wire.ServiceBusy` at once). A reply is handed to the NATS
+client and not waited for (a failure to send it is logged).
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
+import math
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -26,6 +30,7 @@ import nats.errors
 
 from acpfsm.adapters.errors import AcpfsmError
 
+from .._aioloop import caller_soon
 from ..bus.nats_bus import NatsBus
 from ..errors import ExecutionNotFound
 from ..runtime import Runtime
@@ -54,35 +59,21 @@ RPC_PREFIX = "acpfsm.rpc"
 QUEUE = "acpfsm-serve"
 
 
-async def _inbox(size: int) -> asyncio.Queue[tuple[str, bytes, str]]:
-    return asyncio.Queue(size)
-
-
 async def _subscribe(
-    nc: Any, subject: str, queue: str, inbox: asyncio.Queue[tuple[str, bytes, str]], busy: bytes
+    nc: Any, subject: str, queue: str, take: Callable[[bytes, str], bool], busy: bytes
 ) -> Any:
-    async def take(msg: Any) -> None:  # on the asyncio loop: never blocks nats-py's reader
-        try:
-            inbox.put_nowait((msg.subject, msg.data, msg.reply))
-        except asyncio.QueueFull:
-            if msg.reply:
-                await nc.publish(msg.reply, busy)
+    async def received(msg: Any) -> None:  # on the asyncio loop: never blocks nats-py's reader
+        if msg.reply and not take(msg.data, msg.reply):
+            await nc.publish(msg.reply, busy)
 
-    return await nc.subscribe(subject, queue=queue, cb=take)
-
-
-async def _next(
-    inbox: asyncio.Queue[tuple[str, bytes, str]], wait: float
-) -> tuple[str, bytes, str] | None:
-    try:
-        async with asyncio.timeout(wait):
-            return await inbox.get()
-    except TimeoutError:
-        return None
+    return await nc.subscribe(subject, queue=queue, cb=received)
 
 
 async def _respond(nc: Any, reply: str, body: bytes) -> None:
-    await nc.publish(reply, body)
+    try:
+        await nc.publish(reply, body)
+    except (nats.errors.Error, OSError) as exc:
+        log.warning("serve: a reply could not be sent: %s", type(exc).__name__)
 
 
 async def _unsubscribe(sub: Any) -> None:
@@ -121,14 +112,14 @@ class Service:
         self.pending = pending
         self.in_flight = 0
         self.answered = 0
-        self._inbox: Any = None
+        self._take: Callable[[bytes, str], bool] | None = None
         self._subs: dict[str, Any] = {}
         self._busy = error_reply(ServiceBusy("too many requests waiting"))
 
     async def _subscribe(self, key: str, subject: str, queue: str = "") -> None:
         if key not in self._subs:
             self._subs[key] = await self.bus.runner.run(
-                _subscribe, self.bus._nc, subject, queue, self._inbox, self._busy
+                _subscribe, self.bus._nc, subject, queue, self._take, self._busy
             )
 
     async def _unsubscribe(self, key: str) -> None:
@@ -155,30 +146,43 @@ class Service:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Answer requests until cancelled."""
-        bus = self.bus
-        self._inbox = await bus.runner.run(_inbox, self.pending)
+        send, receive = anyio.create_memory_object_stream[tuple[bytes, str]](math.inf)
+        soon = caller_soon(self.bus.runner)
+        counts = [0, 0]  # handed over (the NATS loop's), taken (this loop's): one writer each
+
+        def hand(item: tuple[bytes, str]) -> None:  # on this loop; must not raise
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                send.send_nowait(item)  # unbounded: `take` bounds it
+
+        def take(body: bytes, reply: str) -> bool:  # on the NATS client's loop
+            if counts[0] - counts[1] >= self.pending:
+                return False
+            try:
+                soon(hand, (body, reply))
+            except Exception:  # noqa: BLE001 - this loop has ended: answered busy
+                return False
+            counts[0] += 1
+            return True
+
+        self._take = take
         try:
             await self._subscribe("launch", f"{self.prefix}.launch", self.queue)
             await self._subscribe("list", f"{self.prefix}.list")
             for execution in self.runtime.list_executions():
                 await self.own(execution.id)
-            async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as tg, receive:
                 task_status.started()
-                while True:
-                    msg = await bus.runner.run(_next, self._inbox, 1.0)
-                    if msg is None:
-                        continue
-                    _, body, reply = msg
-                    if not reply:
-                        continue  # nobody to answer
+                async for body, reply in receive:
+                    counts[1] += 1
                     if self.in_flight >= self.max_in_flight:
-                        tg.start_soon(self._send, reply, self._busy)
+                        self._send(reply, self._busy)
                         continue
                     self.in_flight += 1
                     tg.start_soon(self._handle, body, reply)
         finally:
             for key in list(self._subs):
                 await self._unsubscribe(key)
+            send.close()
 
     async def _handle(self, body: bytes, reply: str) -> None:
         try:
@@ -191,16 +195,17 @@ class Service:
                 out = error_reply(exc)
             if len(out) > self.bus.max_payload - 1024:
                 out = error_reply(AcpfsmError(f"the reply is too large ({len(out)} bytes)"))
-            await self._send(reply, out)
+            self._send(reply, out)
             self.answered += 1
         finally:
             self.in_flight -= 1
 
-    async def _send(self, reply: str, body: bytes) -> None:
+    def _send(self, reply: str, body: bytes) -> None:
+        """Hand ``body`` to the NATS client (not waited for: a failure is logged there)."""
         try:
-            await self.bus.runner.run(_respond, self.bus._nc, reply, body)
-        except (nats.errors.Error, OSError) as exc:
-            log.warning("serve: a reply could not be sent: %s", type(exc).__name__)
+            self.bus.runner.post(_respond, self.bus._nc, reply, body)
+        except RuntimeError:  # the bus is closing: nobody hears the reply
+            log.warning("serve: a reply could not be sent: the bus is closed")
 
     def _owner(self, execution_id: str) -> Runtime:
         """The runtime that holds ``execution_id`` (ExecutionNotFound: none here)."""

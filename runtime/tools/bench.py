@@ -52,17 +52,6 @@ then each section's detail:
    ``engine="compiled"``) and **memory per idle execution** (``tracemalloc`` per execution
    brought to READY, and the agents' RSS).
 
-10. **Scale** (:mod:`.bench_scale`): a thousand executions in one Runtime prompting at once
-    (CPU per prompt against one execution's, p99), ten thousand idle ones (memory each, launch
-    rate), a hundred over real reference agents (the Runtime's share of the CPU).
-
-9. **Durable executions** (:mod:`.bench_durable`): the prompt round trip with an
-   ``SqliteStore`` and a ``PostgresStore`` against none, the recovery of stored executions
-   at start-up, the store's size per execution.
-11. **Across processes** (:mod:`.bench_nats`): ``RemoteRuntime.prompt`` through an ``acpfsm
-    serve`` process against ``Runtime.prompt`` in process, and events per second from the NATS
-    bus to 1 and to 10 subscribers.
-
 8. **Where the runtime's extra CPU per prompt goes**: the bare and the runtime paths of
    section 1 again, fresh, each sampled for ``--profile-prompts`` prompts: at every tick of
    the process's CPU (``ITIMER_PROF``) the running Python code's module is counted into a
@@ -72,6 +61,19 @@ then each section's detail:
    component's microseconds per prompt on both paths and its part of the difference: why a
    prompt row misses. (A tracing profiler would not do: its cost per call inflates the code
    that makes many small calls.)
+
+9. **Durable executions** (:mod:`.bench_durable`): the prompt round trip with an
+   ``SqliteStore`` and a ``PostgresStore`` against none, the recovery of stored executions
+   at start-up, the store's size per execution.
+
+10. **Scale** (:mod:`.bench_scale`): a thousand executions in one Runtime prompting at once
+    (CPU per prompt against one execution's, p99), ten thousand idle ones (memory each, launch
+    rate), a hundred over real reference agents (the Runtime's share of the CPU).
+
+11. **Across processes** (:mod:`.bench_nats`): ``RemoteRuntime.prompt`` through an ``acpfsm
+    serve`` process against ``Runtime.prompt`` in process, events per second from the NATS
+    bus to 1 and to 10 subscribers, and the take-over of ``--nats-takeover`` executions by a
+    pool's survivor after their owner is killed (``SIGKILL``).
 
 Nothing here is asserted anywhere: the numbers are for reading, ratios more than absolutes.
 """
@@ -388,6 +390,8 @@ class BenchOptions:
     recover_executions: int = 1000
     nats_prompts: int = 500
     nats_events: int = 20_000
+    nats_takeover: int = 100
+    nats_lease: int = 10
     backends: tuple[str, ...] = ("trio", "asyncio")
     sdk: bool = True
     quick: bool = False
@@ -418,6 +422,7 @@ QUICK = BenchOptions(
     recover_executions=200,
     nats_prompts=50,
     nats_events=2000,
+    nats_takeover=20,
     quick=True,
 )
 #: The bounds the heap row runs with under ``--quick`` (filled sooner than the defaults).
@@ -1565,8 +1570,14 @@ def run_bench(opts: BenchOptions) -> BenchReport:
             )
         report.section_seconds["durable"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        if opts.nats_prompts or opts.nats_events:
-            report.nats = bench_nats.run(root, prompts=opts.nats_prompts, events=opts.nats_events)
+        if opts.nats_prompts or opts.nats_events or opts.nats_takeover:
+            report.nats = bench_nats.run(
+                root,
+                prompts=opts.nats_prompts,
+                events=opts.nats_events,
+                takeover=opts.nats_takeover,
+                lease=max(opts.nats_lease, 1),
+            )
         report.section_seconds["nats"] = time.perf_counter() - mark
         mark = time.perf_counter()
         if opts.scale_executions or opts.scale_idle or opts.scale_stdio:
@@ -1979,6 +1990,8 @@ _COUNTS: dict[str, str] = {
     "recover_executions": "stored executions recovered at start-up, per store",
     "nats_prompts": "prompts per path in process and through acpfsm serve over NATS",
     "nats_events": "events of one execution read back from the NATS bus, per subscriber count",
+    "nats_takeover": "executions taken over from a killed acpfsm serve --pool member",
+    "nats_lease": "the pool's lease in seconds in that take-over (acpfsm serve --lease)",
     "scale_executions": "executions in one Runtime prompting at once (in-memory agent)",
     "scale_prompts": "prompts each of them sends",
     "scale_idle": "idle executions launched to READY in one Runtime (in-memory agent)",

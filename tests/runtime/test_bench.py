@@ -33,6 +33,7 @@ TINY = [
     "--primitives", "20", "--profile-prompts", "20", "--conform-runs", "1",
     "--primitives", "20", "--profile-prompts", "20", "--durable-prompts", "5",
     "--recover-executions", "10", "--nats-prompts", "5", "--nats-events", "50",
+    "--nats-takeover", "2", "--nats-lease", "3",
     "--scale-executions", "3", "--scale-prompts", "2",
     "--scale-idle", "4", "--scale-stdio", "2", "--scale-stdio-prompts", "2",
 ]  # fmt: skip
@@ -84,6 +85,7 @@ GOALS = [
     ("recovery of 10 stored executions (PostgresStore)", "trio", "compiled", "< 2.0 s"),
     ("recovery of 10 stored executions (SqliteStore)", "trio", "compiled", "< 2.0 s"),
     ("RemoteRuntime.prompt median vs Runtime.prompt", "trio", "compiled", "<= 1.50x"),
+    ("take-over of 2 executions after the owner's SIGKILL", "trio", "compiled", "<= 8.0 s"),
     ("CPU per prompt, 3 executions at once vs one alone", "trio", "compiled", "<= 1.20x"),
     ("RSS per idle execution, 4 READY (in-memory agent)", "trio", "compiled", "<= 64 KiB"),
 ]
@@ -172,6 +174,9 @@ def test_tiny_bench_prints_every_goal_and_every_row(capsys: pytest.CaptureFixtur
     assert [r[1] for r in engine] == ["0", "0"], engine  # the bare transport fires no chart
     assert "Runtime over the in-memory agent, after the bounded stores filled" in out
     assert "httpx not loaded" in out  # a stdio-only user never loads the agentctl stack
+    for which in ("the first", "all 2"):  # the take-over's detail rows
+        name = f"take-over: {which} answering after SIGKILL"
+        assert NUMBER.match(_cells(_lines(out, name)[0], name)[0]), name
     assert "total " in out
     assert child_pids() <= before  # every agent the bench started is gone
 

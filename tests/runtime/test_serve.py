@@ -244,3 +244,53 @@ async def test_nats_restarted_under_load(
                         break
             assert [i.seq for i in seen] == list(range(1, len(seen) + 1))
             await rt.stop(ref.id, "done")
+
+
+@pytest.mark.both_backends
+async def test_the_service_bounds_its_requests(nats_server: NatsServer, tmp_path: Path) -> None:
+    """A :class:`Service` in this process: a request beyond ``max_in_flight`` (here one, a
+    slow prompt) is answered ServiceBusy at once and the service goes on; one beyond
+    ``pending`` (here none may wait) too, whatever it asks."""
+    from acpfsm.runtime import Runtime, reference_profile
+    from acpfsm.runtime.service import Service
+    from acpfsm.runtime.service.wire import ServiceBusy
+
+    with anyio.fail_after(60):
+        async with (
+            NatsBus(nats_server.url) as bus,
+            Runtime(profiles=[reference_profile("--delay", "0")], bus=bus) as runtime,
+            RemoteRuntime(bus=bus, request_timeout=10) as rt,
+            anyio.create_task_group() as tg,
+        ):
+            service = Service(runtime, bus, max_in_flight=1)
+            await tg.start(service.run)
+            ref = await rt.launch(spec(tmp_path))
+            assert service.in_flight == 0
+
+            async def slow() -> None:
+                await rt.prompt(ref.id, "[[delay:2]] wait")
+
+            tg.start_soon(slow)
+            while service.in_flight == 0:
+                await anyio.sleep(0.01)
+            with pytest.raises(ServiceBusy) as busy:
+                await rt.get_execution(ref.id)
+            assert busy.value.retryable
+            while service.in_flight:  # the slow turn ends: the service answers again
+                await anyio.sleep(0.01)
+            assert (await rt.get_execution(ref.id)).id == ref.id
+            tg.cancel_scope.cancel()
+
+        async with (
+            NatsBus(nats_server.url) as bus,
+            Runtime(profiles=[], bus=bus) as runtime,
+            RemoteRuntime(bus=bus, request_timeout=10) as rt,
+            anyio.create_task_group() as tg,
+        ):
+            await tg.start(Service(runtime, bus, pending=0, prefix="acpfsm.none").run)
+            rt.prefix = "acpfsm.none"
+            with pytest.raises(ServiceBusy):
+                await rt.list_executions()
+            with pytest.raises(ServiceBusy):
+                await rt.launch(spec(tmp_path))
+            tg.cancel_scope.cancel()
