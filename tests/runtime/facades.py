@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import anyio
 import msgspec
+import pytest
 
 from acpfsm.runtime import (
     AgentProfile,
@@ -90,6 +91,17 @@ class Facade:
                 await anyio.sleep(0.005)
         return snapshot
 
+    async def wait_event(
+        self, execution_id: str, predicate: Callable[[le.RuntimeEvent], bool]
+    ) -> le.RuntimeEvent:
+        """The first of the execution's events (from its start) ``predicate`` holds for."""
+        with anyio.fail_after(30):
+            async with self.events(execution_id) as events:
+                async for event in events:
+                    if predicate(event):
+                        return event
+        raise AssertionError(f"no such event of {execution_id}")
+
     async def list(self) -> list[Execution]:
         if self.remote is not None:
             return await self.remote.list_executions()
@@ -107,21 +119,33 @@ class Facade:
         assert self.remote is not None
         await self.remote.get_execution(execution_id)
         async with self.remote.events(execution_id, from_seq=0) as items:
-            yield _until_stopped(items)
+            yield _UntilStopped(items)
 
 
-async def _until_stopped(items: AsyncIterator[le.SequencedEvent]) -> AsyncIterator[le.RuntimeEvent]:
-    async for item in items:
-        yield item.event
-        if isinstance(item.event, le.AgentStopped):
-            return
+class _UntilStopped:
+    """The events of sequenced ones, ending after ``agent.stopped`` (a class, not an async
+    generator: a caller may stop early and nothing is left to finalize)."""
+
+    def __init__(self, items: AsyncIterator[le.SequencedEvent]) -> None:
+        self._items = items
+        self._done = False
+
+    def __aiter__(self) -> _UntilStopped:
+        return self
+
+    async def __anext__(self) -> le.RuntimeEvent:
+        if self._done:
+            raise StopAsyncIteration
+        item = await self._items.__anext__()
+        self._done = isinstance(item.event, le.AgentStopped)
+        return item.event
 
 
 class Opener(Protocol):
     def __call__(
         self,
         agent: MemoryExecutor,
-        name: str = "local_pc",
+        name: str = ...,
         *,
         executors: Mapping[str, MemoryExecutor] | None = None,
     ) -> AbstractAsyncContextManager[Facade]: ...
@@ -133,6 +157,7 @@ def opener(
     time_scale: float,
     serve: ServeProcess | None,
     url: str = "",
+    executor: str = "local_pc",
 ) -> Opener:
     """Opens the facade under test: in process over the given memory executors, or
     through ``url`` to ``serve`` (which stops every execution left at the end, as a
@@ -141,7 +166,7 @@ def opener(
     @asynccontextmanager
     async def open_facade(
         agent: MemoryExecutor,
-        name: str = "local_pc",
+        name: str = executor,
         *,
         executors: Mapping[str, MemoryExecutor] | None = None,
     ) -> AsyncIterator[Facade]:
@@ -163,3 +188,25 @@ def opener(
                     await remote.stop(execution.id, "the test ended", force=True)
 
     return open_facade
+
+
+def facade_fixtures(
+    profiles: tuple[AgentProfile, ...], executors: tuple[str, ...]
+) -> tuple[Any, Any]:
+    """A module's ``serve`` fixture (one ``acpfsm serve`` process for the module, started
+    on first use) and its ``facade`` fixture (in process, then through the wire); the
+    first of ``executors`` is the default one."""
+
+    @pytest.fixture(scope="module")
+    def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProcess, str]]:
+        with serving(tmp_path_factory.mktemp("serve"), profiles, executors) as served:
+            yield served
+
+    @pytest.fixture(params=["in_process", "remote"])
+    def facade(request: pytest.FixtureRequest, time_scale: float) -> Opener:
+        if request.param == "in_process":
+            return opener("in_process", profiles, time_scale, None, executor=executors[0])
+        process, url = request.getfixturevalue("serve")
+        return opener("remote", profiles, time_scale, process, url, executor=executors[0])
+
+    return serve, facade

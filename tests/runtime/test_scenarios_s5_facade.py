@@ -29,7 +29,7 @@ execution is FAILED there where the memory agent's exit while idle leaves it COM
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -59,9 +59,8 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.runtime.service import RemoteRuntime
 
-from .facades import BROKEN, Facade, Opener, opener, serving
+from .facades import BROKEN, Facade, Opener, facade_fixtures
 from .memory_runtime import MemoryExecutor, session_of, wait_until
-from .serve_helpers import ServeProcess
 
 pytestmark = pytest.mark.both_backends
 
@@ -72,20 +71,7 @@ PROFILES = (
 EXECUTORS = ("local_pc", "sprites", "stdio")
 
 
-@pytest.fixture(scope="module")
-def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProcess, str]]:
-    """One ``acpfsm serve`` process for the module (its NATS server's URL beside it)."""
-    with serving(tmp_path_factory.mktemp("serve"), PROFILES, EXECUTORS) as served:
-        yield served
-
-
-@pytest.fixture(params=["in_process", "remote"])
-def facade(request: pytest.FixtureRequest, time_scale: float) -> Opener:
-    """Opens the facade under test (:mod:`.facades`)."""
-    if request.param == "in_process":
-        return opener("in_process", PROFILES, time_scale, None)
-    process, url = request.getfixturevalue("serve")
-    return opener("remote", PROFILES, time_scale, process, url)
+serve, facade = facade_fixtures(PROFILES, EXECUTORS)
 
 
 class RecordingExecutor(MemoryExecutor):
@@ -358,8 +344,8 @@ async def test_s142_resume_maps_not_found(facade: Opener, tmp_path: Path) -> Non
                 )
                 assert done == []  # still waiting for the turn
                 ex.last.complete(1)
-            else:  # the reference agent holds the turn until it is steered
-                await anyio.sleep(0.5)
+            else:  # the reference agent holds the turn (after a chunk) until it is steered
+                await f.wait_event(ref.id, lambda e: isinstance(e, le.MessageChunk))
                 assert done == []  # still waiting for the turn
                 await f.rt.steer(ref.id, "that will do")
         assert done == ["end_turn"]
