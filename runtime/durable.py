@@ -178,10 +178,12 @@ class Durability:
             self.append(self.logs[execution_id], (event,))
 
     def delete(self, entry: ExecutionLog) -> None:
-        """Queue the deletion of the row and its log (the execution was stopped)."""
+        """Queue the deletion of the row and its log (the execution was stopped). The events
+        it logged last (``agent.stopped``) are written in the same batch, just before, so they
+        reach the bus (``on_logged``) like every other: a subscriber in another process sees
+        the execution end."""
         entry.deleted = True
         entry.open = False
-        entry.pending.clear()
         entry.changed.wake()
         self._hubs.pop(entry.record.id, None)
         self._changed()
@@ -287,8 +289,10 @@ class Durability:
         for entry in self.logs.values():
             if entry.deleted:
                 if not entry.delete_written:
+                    if entry.pending:  # inserted before the deletion in the same batch
+                        batch.events[entry.record.id] = [e for e, _ in entry.pending]
                     batch.deletes.append(entry.record.id)
-                    taken.append((entry, 0, 0, True))
+                    taken.append((entry, 0, len(entry.pending), True))
                 continue
             version = entry.row_version if entry.row_version != entry.row_written else 0
             if version:
@@ -305,6 +309,13 @@ class Durability:
 
     def _committed(self, taken: list[tuple[ExecutionLog, int, int, bool]]) -> None:
         for entry, version, n, deleted in taken:
+            if n:  # committed: to the bus, in order (also those of a stopped execution)
+                done, entry.pending[:n] = entry.pending[:n], []
+                entry.committed = done[-1][0].seq
+                items = [le.SequencedEvent(e.seq, event) for e, event in done]
+                entry.recent.extend(items)
+                if self.on_logged is not None:
+                    self.on_logged(entry.record.id, items)
             if deleted:
                 entry.delete_written = True
                 continue
@@ -312,13 +323,6 @@ class Durability:
                 continue
             if version:
                 entry.row_written = version
-            if n:
-                done, entry.pending[:n] = entry.pending[:n], []
-                entry.committed = done[-1][0].seq
-                items = [le.SequencedEvent(e.seq, event) for e, event in done]
-                entry.recent.extend(items)
-                if self.on_logged is not None:
-                    self.on_logged(entry.record.id, items)
             entry.changed.wake()
         for execution_id in [i for i, e in self.logs.items() if e.deleted and e.delete_written]:
             del self.logs[execution_id]

@@ -33,6 +33,7 @@ from acpfsm.adapters.transport import Attachment
 
 from ..bus.base import BusError, check_execution_id
 from ..bus.nats_bus import NatsBus, NatsSubscription
+from ..errors import ExecutionIdRequired
 from ..types import Execution, ExecutionRef, LaunchSpec, PromptResult
 from .server import RPC_PREFIX, exec_subject
 from .wire import (
@@ -78,6 +79,8 @@ class RuntimeControl(Protocol):
         dispatch_only: bool = False,
         timeout: float | None = None,  # noqa: ASYNC109 - the Runtime's signature
     ) -> PromptResult: ...
+
+    async def resume(self, execution_id: str, prompt: str) -> PromptResult: ...
 
     async def steer(
         self, execution_id: str, text: str, *, attachments: Sequence[Attachment] = ()
@@ -189,6 +192,8 @@ class RemoteRuntime:
         execution_id = getattr(request, "execution_id", None)
         if execution_id is None:
             return f"{self.prefix}.{op}"
+        if not execution_id:
+            raise ExecutionIdRequired  # as the Runtime says it, before anything is sent
         try:
             return exec_subject(self.prefix, check_execution_id(execution_id), op)
         except BusError:
@@ -218,8 +223,9 @@ class RemoteRuntime:
         except nats.errors.NoRespondersError:
             if execution_id is not None:
                 raise ExecutionUnreachable(
-                    f"no acpfsm serve process answers for execution {execution_id} (it does "
-                    "not exist, or its owner died and it is not taken over yet)",
+                    f'runtime: execution not found: execution "{execution_id}" (no acpfsm '
+                    "serve process answers for it: it does not exist, or its owner died and "
+                    "it is not taken over yet)",
                     execution_id=execution_id,
                 ) from None
             raise ServiceUnavailable(
@@ -264,6 +270,10 @@ class RemoteRuntime:
         )
         bound = self.prompt_timeout if timeout is None else timeout + self.request_timeout
         return await self._call(request, PromptResult, bound)
+
+    async def resume(self, execution_id: str, prompt: str) -> PromptResult:
+        """Send ``prompt`` and wait for the turn to complete (as :meth:`Runtime.resume`)."""
+        return await self.prompt(execution_id, prompt)
 
     async def steer(
         self, execution_id: str, text: str, *, attachments: Sequence[Attachment] = ()

@@ -56,6 +56,8 @@ __all__ = ["QUEUE", "RPC_PREFIX", "Service", "exec_subject"]
 log = logging.getLogger("acpfsm.serve")
 
 RPC_PREFIX = "acpfsm.rpc"
+READ_ONLY = (GetRequest, ListRequest, PingRequest)
+"""The requests that change nothing (answered without waiting for the store)."""
 QUEUE = "acpfsm-serve"
 
 
@@ -187,7 +189,12 @@ class Service:
     async def _handle(self, body: bytes, reply: str) -> None:
         try:
             try:
-                out = result_reply(await self._dispatch(decode_request(body)))
+                request = decode_request(body)
+                try:
+                    out = result_reply(await self._dispatch(request))
+                finally:
+                    if not isinstance(request, READ_ONLY):
+                        await self._committed()
             except AcpfsmError as exc:
                 out = error_reply(exc)
             except Exception as exc:  # a bug: told to the caller, logged, contained
@@ -199,6 +206,16 @@ class Service:
             self.answered += 1
         finally:
             self.in_flight -= 1
+
+    async def _committed(self) -> None:
+        """Wait until what the request changed is in the store (bounded by its flush
+        timeout): a caller told that its prompt was dispatched (or an execution launched,
+        stopped) finds it there after a take-over, however soon this process dies."""
+        for rt in list(self.runtimes):
+            persistence = rt._persistence
+            if persistence is not None:
+                with anyio.CancelScope(shield=True):
+                    await persistence.durability.flush()
 
     def _send(self, reply: str, body: bytes) -> None:
         """Hand ``body`` to the NATS client (not waited for: a failure is logged there)."""

@@ -20,6 +20,7 @@ import msgspec
 from acpfsm.adapters.errors import AcpfsmError
 from acpfsm.adapters.transport import Attachment
 
+from ..errors import ExecutionNotFound
 from ..types import LaunchSpec
 
 __all__ = [
@@ -61,9 +62,14 @@ class ServiceUnavailable(ServiceError):
     retryable = True
 
 
-class ExecutionUnreachable(ServiceUnavailable):
+class ExecutionUnreachable(ServiceUnavailable, ExecutionNotFound):
     """No serve process answers for this execution: it does not exist (or was stopped), or
-    its owner died and no pool member has taken it over yet (retry within the lease)."""
+    its owner died and no pool member has taken it over yet (retry within the lease). An
+    :class:`~acpfsm.runtime.ExecutionNotFound` too, as the in-process Runtime raises for an
+    id it does not hold, so code written against one catches it from the other."""
+
+    def __init__(self, message: str, *, execution_id: str | None = None) -> None:
+        AcpfsmError.__init__(self, message, execution_id=execution_id)
 
 
 class ServiceTimeout(ServiceError):

@@ -27,6 +27,10 @@ __all__ = ["AgentctlServer", "AgentctlUnavailable", "ensure_agentctl_binary"]
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "agentctl"
+INSTANCE_PORTS = 32
+"""How many agent instances one test agentctl serves at once (its block of instance ports,
+``AGENTCTL_INSTANCE_PORT_BASE`` .. ``AGENTCTL_INSTANCE_PORT_MAX``): room for the take-over
+test's 20 executions."""
 
 
 def ensure_agentctl_binary() -> Path:
@@ -37,7 +41,7 @@ def ensure_agentctl_binary() -> Path:
 class AgentctlServer(LocalAgentctl):
     """One agentctl on loopback for a test (see the module docstring)."""
 
-    def __init__(self, binary: Path, root: Path, *, instance_ports: int = 10) -> None:
+    def __init__(self, binary: Path, root: Path, *, instance_ports: int = INSTANCE_PORTS) -> None:
         home, temp = root / "home", root / "tmp"
         for folder in (home, temp):
             folder.mkdir(parents=True, exist_ok=True)

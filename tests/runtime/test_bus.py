@@ -149,6 +149,30 @@ async def test_with_a_store_the_bus_carries_the_logs_numbers(
         assert any(isinstance(i.event, le.AgentRecovered) for i in got)
 
 
+async def test_with_a_store_a_stopped_executions_last_events_reach_the_bus(
+    tmp_path: Path,
+) -> None:
+    """Stopping deletes the execution's row and log, but the events it logged last (its
+    ``agent.stopped``) are committed just before and published like every other: a
+    subscriber on the bus sees the execution end, with no gap in the numbers."""
+    async with LocalBus() as bus:
+        store = SqliteStore(tmp_path / "executions.db")
+        async with make_runtime(memory_agent(auto_complete=True), store=store, bus=bus) as rt:
+            ref = await rt.launch(spec())
+            await rt.prompt(ref.id, "hello")
+            await rt.stop(ref.id, "done")
+            assert await rt._persistence.durability.flush()  # type: ignore[union-attr]
+        got: list[Seq] = []
+        with anyio.fail_after(30):
+            async with bus.subscribe(ref.id) as sub:
+                async for item in sub:
+                    got.append(item)
+                    if isinstance(item.event, le.AgentStopped):
+                        break
+        assert [i.seq for i in got] == list(range(1, len(got) + 1))
+        assert got[-1].event == le.AgentStopped(execution_id=ref.id, reason="done")
+
+
 def test_a_subscriber_in_another_process_follows_live(nats_server: NatsServer) -> None:
     async def publish(proc: subprocess.Popen[str]) -> None:
         async with NatsBus(nats_server.url) as bus:

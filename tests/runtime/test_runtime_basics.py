@@ -1,6 +1,20 @@
-"""The runtime over the in-memory transport: launch, prompt, steer, cancel, stop."""
+"""The runtime over the in-memory transport: launch, prompt, steer, cancel, stop.
+
+The tests taking ``facade`` run twice (:mod:`.facades`): on the in-process Runtime over the
+memory agent, and through :class:`~acpfsm.runtime.service.RemoteRuntime` against one real
+``acpfsm serve`` process for the module (the reference agent over stdio, under the same
+profile and executor names), with the same assertions; what only the memory agent shows
+(the ACP calls it recorded, its canned text and session id, the turn machine's state) is
+asserted in process alone. Through the wire the reference agent's ``[[fault:stall]]`` holds a
+turn open (after its first chunk) until it is cancelled or steered. The other tests need the
+memory agent driven by hand or the virtual clock (``autojump_clock``: a cancel escalating
+after 10 s, the dispatch barrier timing out), which a serve process in another process and
+on the real clock cannot give; the escalation and the barrier over the wire are answered by
+the serve's Runtime, whose errors come back as their own classes (``test_serve.py``)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import anyio
 import msgspec
@@ -18,11 +32,14 @@ from acpfsm.runtime import (
 from acpfsm.runtime import events as le
 from acpfsm.runtime.types import Timeouts
 
+from .facades import Facade, Opener, facade_fixtures
 from .memory_runtime import (
+    PROFILE,
     MemoryExecutor,
     launch_session,
     make_runtime,
     memory_agent,
+    session_of,
     settle,
     spec,
     wait_until,
@@ -31,98 +48,119 @@ from .prompt_helpers import prompting
 
 pytestmark = pytest.mark.both_backends
 
+serve, facade = facade_fixtures((PROFILE,), ("memory",))
 
-async def test_launch_initializes_and_is_ready(time_scale: float) -> None:
+
+async def test_launch_initializes_and_is_ready(facade: Opener, tmp_path: Path) -> None:
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref, _ = await launch_session(rt, ready=True)
-        snap = rt.get_execution(ref.id)
+    async with facade(ex) as f:
+        ref = await f.rt.launch(spec(path=str(tmp_path)))
+        snap = await f.until(ref.id, lambda e: e.status == "READY")
         assert snap.status == "READY"
-        assert snap.acp_session_id == "mem-session-1"
+        if f.local is not None:
+            assert snap.acp_session_id == "mem-session-1"
+            methods = [c[0] for c in ex.last.calls]
+            assert methods[:2] == ["initialize", "session/new"]
+        else:  # the reference agent's own
+            assert snap.acp_session_id != ""
         assert snap.charts["session_init"] == "ready"
         assert snap.charts["agent_stream"] == "connected"
-        methods = [c[0] for c in ex.last.calls]
-        assert methods[:2] == ["initialize", "session/new"]
-        await rt.stop(ref.id, "done")
+        await f.rt.stop(ref.id, "done")
         with pytest.raises(ExecutionNotFound):
-            rt.get_execution(ref.id)
+            await f.get(ref.id)
 
 
-async def test_prompt_waits_for_completion_and_collects_text(time_scale: float) -> None:
+async def test_prompt_waits_for_completion_and_collects_text(
+    facade: Opener, tmp_path: Path
+) -> None:
     ex = memory_agent(auto_complete=True)
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec())
-        result = await rt.resume(ref.id, "hi")
+    async with facade(ex) as f:
+        ref = await f.rt.launch(spec(path=str(tmp_path)))
+        result = await f.rt.resume(ref.id, "hi")
         assert result.stop_reason == "end_turn"
-        assert result.agent_message == "Hello world"
+        if f.local is not None:
+            assert result.agent_message == "Hello world"
+        else:  # the reference agent answers with the prompt
+            assert "hi" in result.agent_message
         assert result.generation == 1
-        assert rt.get_execution(ref.id).status == "READY"
-        result2 = await rt.prompt(ref.id, "again")
+        assert (await f.get(ref.id)).status == "READY"
+        result2 = await f.rt.prompt(ref.id, "again")
         assert result2.generation == 2
-        await rt.stop(ref.id, "done")
+        await f.rt.stop(ref.id, "done")
 
 
-async def test_initial_prompt_and_events_in_order(time_scale: float) -> None:
+async def test_initial_prompt_and_events_in_order(facade: Opener, tmp_path: Path) -> None:
     ex = memory_agent(auto_complete=True)
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref = await rt.launch(spec("do the thing"))
+    async with facade(ex) as f:
+        ref = await f.rt.launch(spec("do the thing", path=str(tmp_path)))
         seen: list[str] = []
-        async with rt.subscribe_events(ref.id) as events:
+        async with f.events(ref.id) as events:
             async for event in events:
                 seen.append(type(event).__name__)
                 if isinstance(event, le.AgentReady):
                     break
         assert seen.index("AcpSessionCreated") < seen.index("MessageChunk")
         assert seen.index("MessageChunk") < seen.index("Complete") < seen.index("AgentReady")
-        await rt.stop(ref.id, "done")
+        await f.rt.stop(ref.id, "done")
 
 
-async def test_steer_folds_into_the_live_generation(time_scale: float) -> None:
+async def test_steer_folds_into_the_live_generation(facade: Opener, tmp_path: Path) -> None:
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref, s = await launch_session(rt)
+    async with facade(ex) as f:
+        ref = await f.rt.launch(spec(path=str(tmp_path)))
+        await f.until(ref.id, lambda e: e.status == "READY")
         with pytest.raises(SteerNotDispatched):
-            await rt.steer(ref.id, "too early")
+            await f.rt.steer(ref.id, "too early")
         results = []
 
         async def run_prompt() -> None:
-            results.append(await rt.prompt(ref.id, "long task"))
+            results.append(await f.rt.prompt(ref.id, "[[fault:stall]] long task"))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_prompt)
-            await wait_until(
-                lambda: s.current is not None and s.current.machine.is_in("dispatched")
-            )
-            steered = await rt.steer(ref.id, "also this")
+            await _dispatched(f, ref.id)
+            steered = await f.rt.steer(ref.id, "also this")
             assert steered.stop_reason == "dispatched"
             assert steered.generation == 1
-            assert ("steer", ("also this", (), 1)) in ex.last.calls
-            ex.last.emit(MessageChunk(text="done", prompt_generation=1))
-            ex.last.complete(1)
+            if f.local is not None:
+                assert ("steer", ("also this", (), 1)) in ex.last.calls
+                ex.last.emit(MessageChunk(text="done", prompt_generation=1))
+                ex.last.complete(1)
         assert results[0].stop_reason == "end_turn"
-        assert results[0].agent_message == "done"
-        assert s.turns._next == 1  # a steer never starts a generation
-        await rt.stop(ref.id, "done")
+        if f.local is not None:
+            assert results[0].agent_message == "done"
+            assert session_of(f.local, ref.id).turns._next == 1  # a steer never starts one
+        assert (await f.get(ref.id)).prompt_generation == 1  # a steer never starts a generation
+        await f.rt.stop(ref.id, "done")
 
 
-async def test_cancel_with_cooperative_agent(time_scale: float) -> None:
+async def _dispatched(f: Facade, execution_id: str) -> None:
+    """Once the execution's first turn is dispatched (through the wire: the reference agent
+    sent its first chunk, after which ``[[fault:stall]]`` holds the turn)."""
+    if f.local is not None:
+        s = session_of(f.local, execution_id)
+        await wait_until(lambda: s.current is not None and s.current.machine.is_in("dispatched"))
+    else:
+        await f.wait_event(execution_id, lambda e: isinstance(e, MessageChunk))
+
+
+async def test_cancel_with_cooperative_agent(facade: Opener, tmp_path: Path) -> None:
     ex = MemoryExecutor()
-    async with make_runtime(ex, time_scale=time_scale) as rt:
-        ref, s = await launch_session(rt)
+    async with facade(ex) as f:
+        ref = await f.rt.launch(spec(path=str(tmp_path)))
+        await f.until(ref.id, lambda e: e.status == "READY")
         results = []
 
         async def run_prompt() -> None:
-            results.append(await rt.prompt(ref.id, "long task"))
+            results.append(await f.rt.prompt(ref.id, "[[fault:stall]] long task"))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_prompt)
-            await wait_until(
-                lambda: s.current is not None and s.current.machine.is_in("dispatched")
-            )
-            await rt.cancel(ref.id)
+            await _dispatched(f, ref.id)
+            await f.rt.cancel(ref.id)
         assert results[0].stop_reason == "cancelled"
-        assert rt.get_execution(ref.id).status == "READY"
-        await rt.stop(ref.id, "done")
+        assert (await f.get(ref.id)).status == "READY"
+        await f.rt.stop(ref.id, "done")
 
 
 async def test_cancel_escalates_when_the_agent_ignores_it(
@@ -195,23 +233,27 @@ async def test_dispatch_only_barrier_times_out_and_keeps_the_gate(
         await rt.stop(ref.id, "done")
 
 
-async def test_unknown_execution_everywhere() -> None:
+async def test_unknown_execution_everywhere(facade: Opener) -> None:
     ex = MemoryExecutor()
-    async with make_runtime(ex) as rt:
+    async with facade(ex) as f:
         for call in (
-            lambda: rt.resume("nope", "x"),
-            lambda: rt.stop("nope", "x"),
-            lambda: rt.steer("nope", "x"),
-            lambda: rt.cancel("nope"),
-            lambda: rt.set_mcp_mode("nope", "task"),
-            lambda: rt.set_model("nope", "m"),
+            lambda: f.rt.resume("nope", "x"),
+            lambda: f.rt.stop("nope", "x"),
+            lambda: f.rt.steer("nope", "x"),
+            lambda: f.rt.cancel("nope"),
+            lambda: f.rt.set_mcp_mode("nope", "task"),
+            lambda: f.rt.prompt("nope", "x"),
         ):
             with pytest.raises(ExecutionNotFound):
                 await call()
+        if f.local is not None:  # not a call of the wire's
+            with pytest.raises(ExecutionNotFound):
+                await f.local.set_model("nope", "m")
         with pytest.raises(ExecutionNotFound):
-            rt.get_execution("nope")
+            await f.get("nope")
         with pytest.raises(ExecutionNotFound):
-            rt.subscribe_events("nope")
+            async with f.events("nope"):
+                pass
 
 
 async def test_agent_stream_follows_a_carrier_that_redials_or_gives_up(time_scale: float) -> None:
