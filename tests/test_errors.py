@@ -29,6 +29,10 @@ NOT_OURS: dict[str, str] = {
     ),
     "acpfsm.adapters.reference_agent._wire.RpcError": "the reference agent's, as above",
     "acpfsm.adapters.reference_agent._faults.FaultError": "the reference agent's, as above",
+    "acpfsm.runtime.service.pool._Unreachable": (
+        "private control flow of the pool: a lease query that failed, caught where it is "
+        "raised and fed to the PoolMember chart as a fact; it never reaches a caller"
+    ),
     "acpfsm.tools.verify_world.Violated": (
         "private control flow of acpfsm verify's model: a step the drivers would crash on, "
         "caught by the explorer and reported as the property no_illegal_event"
