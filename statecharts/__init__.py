@@ -37,9 +37,11 @@ from ._machine import Machine as Machine
 from ._machine import TransitionObserver as TransitionObserver
 from ._machine import TransitionRecord as TransitionRecord
 from ._machine import add_transition_observer as add_transition_observer
+from ._machine import answer as answer
 from ._machine import default_engine as default_engine
 from ._machine import peek as peek
 from ._machine import remove_transition_observer as remove_transition_observer
+from ._machine import says as says
 from .charts import declared_transitions as declared_transitions
 from .errors import AcpfsmError as AcpfsmError
 from .errors import ChartDefinitionError as ChartDefinitionError
@@ -153,8 +155,10 @@ __all__ = [
     "TransitionObserver",
     "TransitionRecord",
     "add_transition_observer",
+    "answer",
     "declared_transitions",
     "model_decision",
     "peek",
     "remove_transition_observer",
+    "says",
 ]

@@ -62,9 +62,11 @@ __all__ = [
     "TransitionObserver",
     "TransitionRecord",
     "add_transition_observer",
+    "answer",
     "default_engine",
     "peek",
     "remove_transition_observer",
+    "says",
 ]
 
 EngineName = Literal["compiled", "reference"]
@@ -194,6 +196,20 @@ def peek(machine: ChartMachine, event: str, **data: Any) -> Step | None:
         else:
             return _step(cand, machine, event, data)
     return None
+
+
+def answer(machine: ChartMachine, event: str, **data: Any) -> frozenset[str] | None:
+    """The names of the effects of the chart's answer to the question ``event`` (asked
+    without firing, :func:`peek`); ``None`` when the question is illegal here (the chart
+    has ended, or no row takes it)."""
+    step = peek(machine, event, **data)
+    return None if step is None else frozenset(e.name for e in step.effects)
+
+
+def says(machine: ChartMachine, event: str, effect: str, **data: Any) -> bool:
+    """Whether the chart's answer to the question ``event`` includes ``effect``."""
+    names = answer(machine, event, **data)
+    return names is not None and effect in names
 
 
 def _initial(machine: ChartMachine) -> tuple[Effect, ...]:

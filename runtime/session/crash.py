@@ -33,7 +33,7 @@ import anyio
 import anyio.lowlevel
 
 from acpfsm.adapters.errors import AcpfsmError
-from acpfsm.statecharts import ChartError, ChartMachine, Effect, peek
+from acpfsm.statecharts import ChartError, ChartMachine, Effect, says
 from acpfsm.statecharts.charts import CRASH
 from acpfsm.statecharts.names import CrashEffect, CrashEvent, ExecutionEvent, SessionInitEvent
 
@@ -82,8 +82,7 @@ def copy_of(crash: ExecutionCrashed) -> ExecutionCrashed:
 def crash_of(ctx: ExecutionContext) -> ExecutionCrashed | None:
     """The crash a caller raises (a copy of it), when the Crash chart says the execution
     crashed: its answer to ``crash_checked``, asked without firing; ``None`` otherwise."""
-    step = peek(ctx.machines[CRASH.chart_name], CrashEvent.crash_checked)
-    if step is None or not any(e.name == CrashEffect.raise_crash for e in step.effects):
+    if not says(ctx.machines[CRASH.chart_name], CrashEvent.crash_checked, CrashEffect.raise_crash):
         return None
     assert ctx.crash is not None  # recorded before the chart took the crash
     return copy_of(ctx.crash)

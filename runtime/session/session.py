@@ -24,7 +24,7 @@ from acpfsm.adapters.transport import (
     PermissionPolicy,
     SupportsMcpMode,
 )
-from acpfsm.statecharts import EngineName, Step, peek
+from acpfsm.statecharts import EngineName, says
 from acpfsm.statecharts.charts import EXECUTION, SESSION_CHARTS
 from acpfsm.statecharts.flows import Lock, Op
 from acpfsm.statecharts.names import (
@@ -204,9 +204,8 @@ class ExecutionSession(SessionViews):
         g = self.turns.generations.get(generation)
         if g is None:
             return False
-        step = peek(g.machine, PromptGenerationEvent.permission_requested)
-        return step is not None and any(
-            e.name == PromptGenerationEffect.turn_over for e in step.effects
+        return says(
+            g.machine, PromptGenerationEvent.permission_requested, PromptGenerationEffect.turn_over
         )
 
     async def wait_finished(self) -> None:
@@ -378,11 +377,14 @@ class ExecutionSession(SessionViews):
         """RecoverAgentPromptStream: revive a FAILED execution whose stream is back. A no-op
         before ACP init (the startup owns its stream, R34) and unless FAILED."""
         ctx = self.ctx
-        over = peek(self.init.machine, SessionInitEvent.stream_recovery_requested)
-        if over is None or SessionInitEffect.recover_stream not in _names(over):
+        init, status = self.init.machine, self.status.machine
+        if not says(
+            init, SessionInitEvent.stream_recovery_requested, SessionInitEffect.recover_stream
+        ):
             return  # the init is not over (or failed): the startup owns the stream (R34)
-        failed = peek(self.status.machine, ExecutionEvent.stream_recovery_requested)
-        if failed is None or ExecutionEffect.recover_stream not in _names(failed):
+        if not says(
+            status, ExecutionEvent.stream_recovery_requested, ExecutionEffect.recover_stream
+        ):
             return  # nothing to recover: the execution is not FAILED
         if ctx.exit_code is not None or self.stream.carrier() is not True:
             raise TransportClosed(
@@ -390,8 +392,3 @@ class ExecutionSession(SessionViews):
                 execution_id=ctx.id,
             )
         await self.status.fire(ExecutionEvent.recovered)
-
-
-def _names(step: Step) -> set[str]:
-    """The names of the effects of a chart's answer (a question asked in place)."""
-    return {e.name for e in step.effects}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from acpfsm.adapters.sync import Wakeup
-from acpfsm.statecharts import ChartMachine, Effect, peek
+from acpfsm.statecharts import ChartMachine, Effect, answer
 from acpfsm.statecharts.charts import EXECUTION, FIRST_ACTIVITY
 from acpfsm.statecharts.coordination import Fired
 from acpfsm.statecharts.names import (
@@ -103,10 +103,9 @@ class StatusDriver:
         """The Execution chart's answer to ``ready_awaited``, asked without firing: True when
         READY, False when it never will be without another fact (FAILED, COMPLETED, or
         STOPPED: the chart has ended), None while it is on its way."""
-        step = peek(self.machine, ExecutionEvent.ready_awaited)
-        if step is None:
+        names = answer(self.machine, ExecutionEvent.ready_awaited)
+        if names is None:
             return False
-        names = {e.name for e in step.effects}
         if ExecutionEffect.report_ready in names:
             return True
         return False if ExecutionEffect.report_not_ready in names else None

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import DialFailed, DialRefused
-from acpfsm.statecharts import ChartMachine, Effect, peek
+from acpfsm.statecharts import ChartMachine, Effect, answer, says
 from acpfsm.statecharts.charts import AGENT_STREAM
 from acpfsm.statecharts.flows import Op
 from acpfsm.statecharts.names import AgentStreamEffect, AgentStreamEvent, EventName
@@ -76,10 +76,9 @@ class StreamDriver:
         """The AgentStream chart's answer to ``carrier_awaited``, asked without firing: True
         when the carrier is up, None while a redial is under way, False when it never will
         be without another fact (closed: the chart has ended, which says the same)."""
-        step = peek(self.machine, AgentStreamEvent.carrier_awaited)
-        if step is None:
+        names = answer(self.machine, AgentStreamEvent.carrier_awaited)
+        if names is None:
             return False
-        names = {e.name for e in step.effects}
         if AgentStreamEffect.report_connected in names:
             return True
         return False if AgentStreamEffect.report_not_connected in names else None
@@ -87,9 +86,8 @@ class StreamDriver:
     def silent_end_is_loss(self) -> bool:
         """The chart's answer to ``event_stream_ended``, asked without firing: an event
         stream that ended without saying why is a loss unless the stream rests already."""
-        step = peek(self.machine, AgentStreamEvent.event_stream_ended)
-        return step is not None and any(
-            e.name == AgentStreamEffect.report_loss for e in step.effects
+        return says(
+            self.machine, AgentStreamEvent.event_stream_ended, AgentStreamEffect.report_loss
         )
 
     # --- facts ----------------------------------------------------------------------------

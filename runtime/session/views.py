@@ -9,7 +9,7 @@ import datetime as dt
 from typing import Any
 
 from acpfsm.adapters.transport import AgentTransport
-from acpfsm.statecharts import peek
+from acpfsm.statecharts import answer
 from acpfsm.statecharts.names import ExecutionEffect, ExecutionEvent
 
 from ..hub import EventHub
@@ -136,7 +136,5 @@ class SessionViews:
         """Whether a prompt sent now would be admitted: the Execution chart's answer to
         ``prompt_requested`` (the question the prompt path asks, kandev ``validateStatus``),
         asked without firing it."""
-        step = peek(self.status.machine, ExecutionEvent.prompt_requested)
-        return step is not None and not any(
-            e.name == ExecutionEffect.refuse_prompt for e in step.effects
-        )
+        names = answer(self.status.machine, ExecutionEvent.prompt_requested)
+        return names is not None and ExecutionEffect.refuse_prompt not in names
