@@ -33,7 +33,7 @@ from acpfsm.adapters.transport import Attachment
 
 from ..bus.base import BusError, check_execution_id
 from ..bus.nats_bus import NatsBus, NatsSubscription
-from ..errors import ExecutionIdRequired
+from ..errors import ExecutionIdRequired, ExecutionNotFound
 from ..types import Execution, ExecutionRef, LaunchSpec, PromptResult
 from .server import RPC_PREFIX, exec_subject
 from .wire import (
@@ -223,9 +223,8 @@ class RemoteRuntime:
         except nats.errors.NoRespondersError:
             if execution_id is not None:
                 raise ExecutionUnreachable(
-                    f'runtime: execution not found: execution "{execution_id}" (no acpfsm '
-                    "serve process answers for it: it does not exist, or its owner died and "
-                    "it is not taken over yet)",
+                    f"{ExecutionNotFound(execution_id)} (no acpfsm serve process answers for "
+                    "it: it does not exist, or its owner died and it is not taken over yet)",
                     execution_id=execution_id,
                 ) from None
             raise ServiceUnavailable(

@@ -29,6 +29,7 @@ leaves it. Events go on on the bus from the last committed ``seq``
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -184,9 +185,15 @@ class Pool:
             PoolMemberEffect.arm_fence_deadline: (None, self._arm_fence),
             PoolMemberEffect.fence_taken_over: (None, self._fence_taken_over),
             PoolMemberEffect.fence_unrenewed: (None, self._fence_unrenewed),
-            PoolMemberEffect.schedule_renewal: (renewals_in, self._schedule_renewal),
+            PoolMemberEffect.schedule_renewal: (
+                renewals_in,
+                functools.partial(self._after_share, PoolMemberEvent.renew_due),
+            ),
             PoolMemberEffect.renew_leases: (renewals_in, self._renew),
-            PoolMemberEffect.schedule_scan: (scans_in, self._schedule_scan),
+            PoolMemberEffect.schedule_scan: (
+                scans_in,
+                functools.partial(self._after_share, PoolMemberEvent.scan_due),
+            ),
             PoolMemberEffect.scan_expired: (scans_in, self._scan),
             PoolMemberEffect.adopt_namespaces: (scans_in, self._adopt_all),
         }
@@ -282,9 +289,11 @@ class Pool:
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
 
-    async def _schedule_renewal(self, effect: Effect) -> None:
+    async def _after_share(self, due: EventName, effect: Effect) -> None:
+        """A timer the chart set (``schedule_renewal``, ``schedule_scan``): ``due`` fired a
+        ``per_lease``-th of the lease later."""
         await anyio.sleep(self.lease / int(effect["per_lease"]))
-        await self._fire(PoolMemberEvent.renew_due)
+        await self._fire(due)
 
     async def _renew(self, effect: Effect) -> None:
         held = list(self.held)
@@ -295,10 +304,6 @@ class Pool:
             await self._fire(PoolMemberEvent.renewal_failed, reason=str(exc))
             return
         await self._fire(PoolMemberEvent.renewed, taken=sorted(set(held) - set(renewed)))
-
-    async def _schedule_scan(self, effect: Effect) -> None:
-        await anyio.sleep(self.lease / int(effect["per_lease"]))
-        await self._fire(PoolMemberEvent.scan_due)
 
     async def _scan(self, effect: Effect) -> None:
         try:
