@@ -336,7 +336,7 @@ async def _publish_batch(
         data = msg.data
         if acked.done():
             return
-        if not data or b'"error"' in data:  # no stream took it, or JetStream refused it
+        if not _stored(data):  # no stream took it, or JetStream refused it
             acked.set_exception(BusError(f"JetStream did not store an event: {data[:200]!r}"))
             return
         left -= 1
@@ -358,6 +358,24 @@ async def _publish_batch(
             acked.exception()  # retrieved, whether or not it was awaited
         with contextlib.suppress(nats.errors.Error, OSError):
             await sub.unsubscribe()
+
+
+class _PubAck(msgspec.Struct):
+    """What JetStream answers a publish (the fields read here)."""
+
+    error: dict[str, Any] | None = None
+
+
+_decode_ack = msgspec.json.Decoder(_PubAck).decode
+
+
+def _stored(data: bytes) -> bool:
+    """Whether an acknowledgement says the stream stored the message (an empty one is the
+    server's "no responders": no stream took it)."""
+    try:
+        return bool(data) and _decode_ack(data).error is None
+    except msgspec.DecodeError:
+        return False
 
 
 async def _start_of(js: Any, stream: str, subject: str, wanted: int, bound: float) -> int:
