@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from acpfsm.statecharts import Machine
 from acpfsm.statecharts.names import (
@@ -44,7 +44,7 @@ from acpfsm.statecharts.names import (
     StartModelPolicyEvent,
 )
 
-from .verify_world import EXECUTION_ID
+from .verify_world import model_machine
 
 if TYPE_CHECKING:
     from .verify_model import World
@@ -106,16 +106,8 @@ class Policy:
         self._done = True
         outcomes: set[str] = set()
         for fallback, auto, advertised in _POLICY_INPUTS:
-            machine = cast(
-                Machine,
-                self.chart.start(
-                    engine="compiled",
-                    observed=False,
-                    tags={"execution_id": EXECUTION_ID},
-                    requested_model="r",
-                    fallback_model=fallback,
-                    auto_fallback=auto,
-                ),
+            machine = model_machine(
+                self.chart, requested_model="r", fallback_model=fallback, auto_fallback=auto
             )
             start = machine.snapshot()
             first = self._fire(machine, StartModelPolicyEvent.policy_evaluated, advertised)
@@ -186,15 +178,7 @@ class Settlement:
             return
         self._done = True
         for config_id, cached, applied in SETTLE_INPUTS:
-            m = cast(
-                Machine,
-                self.chart.start(
-                    engine="compiled",
-                    observed=False,
-                    tags={"execution_id": EXECUTION_ID},
-                    config_id=config_id,
-                ),
-            )
+            m = model_machine(self.chart, config_id=config_id)
             step = m.fire(
                 ConfigSettlementEvent.settle_requested,
                 catalog_cached=cached,

@@ -55,7 +55,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, cast
+from typing import Any
 
 from acpfsm.statecharts import Machine, PromptGeneration
 from acpfsm.statecharts import flows as F
@@ -95,6 +95,7 @@ from .verify_world import (
     Label,
     Run,
     Violated,
+    model_machine,
 )
 
 __all__ = [
@@ -486,16 +487,12 @@ class Explorer:
         key = (number, dispatch_only, waited_before)
         machine = self._generations.get(key)
         if machine is None:
-            machine = cast(
-                Machine,
-                self.pg_chart.start(
-                    engine="compiled",
-                    observed=False,
-                    tags={"execution_id": EXECUTION_ID, "generation": number},
-                    generation=number,
-                    dispatch_only=dispatch_only,
-                    waited_before=waited_before,
-                ),
+            machine = model_machine(
+                self.pg_chart,
+                {"generation": number},
+                generation=number,
+                dispatch_only=dispatch_only,
+                waited_before=waited_before,
             )
             self._generations[key] = machine
         return machine
@@ -677,11 +674,6 @@ def _oldest_owed(w: World) -> int:
 
 def _starter(charts: Mapping[str, Any]) -> Callable[[str], Machine]:
     def start(name: str) -> Machine:
-        return cast(
-            Machine,
-            charts[name].start(
-                engine="compiled", observed=False, tags={"execution_id": EXECUTION_ID}
-            ),
-        )
+        return model_machine(charts[name])
 
     return start

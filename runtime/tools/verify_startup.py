@@ -33,13 +33,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from acpfsm.runtime.trace import TraceRecord
 from acpfsm.statecharts import ChartError, Machine
 from acpfsm.statecharts.names import StartupRecoveryEvent as Ev
 
-from .verify_world import EXECUTION_ID
+from .verify_world import EXECUTION_ID, model_machine
 
 __all__ = ["PROPERTY", "StartupResult", "explore"]
 
@@ -78,15 +78,7 @@ class _Model:
     def machine(self, generation: int) -> Machine:
         m = self._machines.get(generation)
         if m is None:
-            m = cast(
-                Machine,
-                self.chart.start(
-                    engine="compiled",
-                    observed=False,
-                    tags={"execution_id": EXECUTION_ID},
-                    startup_generation=generation,
-                ),
-            )
+            m = model_machine(self.chart, startup_generation=generation)
             self._machines[generation] = m
         return m
 

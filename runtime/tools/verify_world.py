@@ -6,7 +6,7 @@ state, and the views the interpreter and the environment read). The model as a w
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from acpfsm.statecharts import Machine
 from acpfsm.statecharts import flows as F
@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from .verify_model import Explorer
 
 EXECUTION_ID = "verify"
+
+
+def model_machine(chart: Any, tags: Mapping[str, Any] | None = None, **data: Any) -> Machine:
+    """A machine of ``chart`` as the model runs it: on the compiled engine, unobserved,
+    tagged with the model's execution (and ``tags``), started with ``data``."""
+    tagged = {"execution_id": EXECUTION_ID, **(tags or {})}
+    return cast(Machine, chart.start(engine="compiled", observed=False, tags=tagged, **data))
+
 
 Label = tuple[Any, ...]
 """An action: its name, then its arguments (``("complete", 2, "error", False)``); the answers
