@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from acpfsm.tools.conform import ConformUsageError, main, run_battery
+from acpfsm.tools.conform import ConformUsageError, main, render_table, run_battery
 from acpfsm.tools.conform.judge import SchemaOptions
 from acpfsm.tools.conform.schema import (
     BUNDLED,
@@ -27,6 +27,10 @@ from tests.peers.sdk_corpus import SdkCorpus
 
 VENDORED = Path(__file__).parents[2] / "runtime" / "tools" / "conform" / "acp_schema"
 REFERENCE = [sys.executable, "-m", "acpfsm.adapters.reference_agent"]
+FAKE_AGENT = [
+    sys.executable,
+    str(Path(__file__).parents[1] / "adapters/fake_agents/fake_acp_agent.py"),
+]
 A, C = Direction.AGENT_TO_CLIENT, Direction.CLIENT_TO_AGENT
 
 Message = tuple[Direction, dict[str, Any], str | None]
@@ -344,6 +348,29 @@ async def test_a_forced_version_and_no_schema() -> None:
     assert [(c.id, c.status.value, c.detail) for c in off.checks if c.id == "schema"] == [
         ("schema", "n/a", "turned off (--no-schema)")
     ]
+
+
+async def test_an_agent_that_negotiates_v2_is_judged_against_v2() -> None:
+    """An agent answering protocolVersion 2 (to the v1 the client asked for) has its
+    messages judged against the v2 schema, with no option given; the client's initialize
+    request, sent before any version was agreed, is judged in the v1 it asked for. The fake
+    agent's answers are v1-shaped: v2's required ``info`` is missing, a finding."""
+    report = await run_battery([*FAKE_AGENT, "--protocol", "2"], check_timeout=10)
+    summary = next(c for c in report.checks if c.id == "schema")
+    assert "the main process: negotiated v2, ACP v2 schema" in summary.detail
+    assert "its initialize request against the v1 schema it asked for" in summary.detail
+    failed = {c.id: c for c in report.failed}
+    assert "expected required member info (InitializeResponse)" in (
+        failed["schema:agent:initialize:/result/info"].detail
+    )
+    assert not [c.id for c in report.failed if c.id.startswith("schema:client:")]
+    # the text report: the violation's own row (method, direction, pointer, expectation,
+    # value) and its evidence, the message quoted
+    row = next(line for line in render_table(report).splitlines() if "/result/info" in line)
+    assert row.startswith("schema:agent:initialize:/result/info") and " fail " in row
+    assert "initialize result, agent → client, at /result/info: expected required" in row
+    assert "got (absent)" in row
+    assert "schema:agent:initialize:/result/info: evidence (fail)" in render_table(report)
 
 
 def test_cli_schema_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -65,28 +65,43 @@ class _Group:
     pointers: set[str] = field(default_factory=set)
 
 
+def _initialize_request(item: Recorded) -> dict[str, Any] | None:
+    """The params of the client's own (not deliberate) initialize request, else None."""
+    message = item.message
+    if item.direction is not Direction.CLIENT_TO_AGENT or item.deliberate:
+        return None
+    if not isinstance(message, dict) or message.get("method") != "initialize":
+        return None
+    params = message.get("params")
+    return params if isinstance(params, dict) else None
+
+
+def _version(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _asked(messages: Sequence[Recorded]) -> int | None:
+    """The protocol version the client asked for in its initialize request."""
+    for item in messages:
+        params = _initialize_request(item)
+        if params is not None:
+            return _version(params.get("protocolVersion"))
+    return None
+
+
 def _negotiated(messages: Sequence[Recorded]) -> tuple[int | None, str]:
     """The protocol version of a process: what the agent answered to initialize, else what
     the client asked for; and how it was found."""
     for item in messages:
         if item.answered == "initialize" and isinstance(item.message, dict):
             result = item.message.get("result")
-            version = result.get("protocolVersion") if isinstance(result, dict) else None
-            if isinstance(version, int) and not isinstance(version, bool):
+            version = _version(result.get("protocolVersion")) if isinstance(result, dict) else None
+            if version is not None:
                 return version, "negotiated"
-    for item in messages:
-        message = item.message
-        if (
-            item.direction is Direction.CLIENT_TO_AGENT
-            and not item.deliberate
-            and isinstance(message, dict)
-        ):
-            params = message.get("params")
-            if message.get("method") == "initialize" and isinstance(params, dict):
-                version = params.get("protocolVersion")
-                if isinstance(version, int) and not isinstance(version, bool):
-                    return version, "asked for (no answer)"
-    return None, "unknown"
+    asked = _asked(messages)
+    if asked is not None:
+        return asked, "asked for (no answer)"
+    return None, "version unknown"
 
 
 class SchemaJudge:
@@ -130,6 +145,21 @@ class SchemaJudge:
             return self._load(version), ""
         return None, ""
 
+    def _opening(
+        self, messages: Sequence[Recorded], negotiated: int | None
+    ) -> tuple[MessageSchema | None, str]:
+        """The schema the client's initialize request is judged against when it is not the
+        negotiated version's: the request is sent before any version is agreed, in the
+        version it asks for (an agent answering v2 to a client asking v1 does not make the
+        request a v2 one). None (and no note) when it is the same schema, forced, or the
+        version asked for has no official schema."""
+        asked = _asked(messages)
+        forced = self.options.path is not None or self.options.version is not None
+        if forced or asked is None or asked == negotiated or asked not in BUNDLED:
+            return None, ""
+        opening = self._load(asked)
+        return opening, f"; its initialize request against the v{asked} schema it asked for"
+
     def judge(self, batches: Sequence[Batch]) -> list[CheckResult]:
         """The summary check, then one failed check per distinct violation."""
         title = "messages against the official ACP schema"
@@ -148,11 +178,12 @@ class SchemaJudge:
                 total += len(batch.messages)
                 deliberate += len(batch.messages) - unjudged
                 used.append(
-                    f"{batch.label}: {how} v{version}, a protocol version with no official "
+                    f"{batch.label}: {_how(how, version)}, a protocol version with no official "
                     f"schema: its {unjudged} message(s) not judged"
                 )
                 continue
-            used.append(f"{batch.label}: {how} v{version}, {schema.describe()}{note}")
+            opening, said = self._opening(batch.messages, version)
+            used.append(f"{batch.label}: {_how(how, version)}, {schema.describe()}{note}{said}")
             for item in batch.messages:
                 total += 1
                 if item.deliberate:
@@ -160,7 +191,8 @@ class SchemaJudge:
                     continue
                 judged += 1
                 sent[item.direction] += 1
-                found = _check(schema, item)
+                by = opening if opening is not None and _initialize_request(item) else schema
+                found = _check(by, item)
                 bad_messages += bool(found)
                 for violation in found:
                     group = groups.get(violation.group)
@@ -192,6 +224,10 @@ class SchemaJudge:
         for group in shown:
             out.append(_violation_check(group, seen_ids))
         return out
+
+
+def _how(how: str, version: int | None) -> str:
+    return how if version is None else f"{how} v{version}"
 
 
 def _check(schema: MessageSchema, item: Recorded) -> list[Violation]:
