@@ -18,6 +18,9 @@ from acpfsm.tools.conform import ConformUsageError, main, render_table, run_batt
 from acpfsm.tools.conform.judge import SchemaOptions
 from acpfsm.tools.conform.schema import (
     BUNDLED,
+    SCHEMA_PACKAGE,
+    SCHEMA_PACKAGE_VERSION,
+    SCHEMA_TARBALL_SHA256,
     Direction,
     MessageSchema,
     quote,
@@ -134,6 +137,21 @@ def test_the_vendored_schemas_are_the_pinned_npm_package_s() -> None:
         assert hashlib.sha256(vendored).hexdigest() == pinned
     assert (VENDORED / "LICENSE").read_bytes() == (package / "LICENSE").read_bytes()
     assert "Apache License" in (VENDORED / "LICENSE").read_text()
+
+
+def test_the_docs_name_the_pinned_schema() -> None:
+    """What users read says which schema is vendored, from where, and why: the README, the
+    guide and the provenance note beside the files name the pinned package and digests."""
+    root = Path(__file__).parents[2]
+    pinned = f"{SCHEMA_PACKAGE} {SCHEMA_PACKAGE_VERSION}"
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert pinned in readme and "vendored" in readme and "never downloads" in readme
+    guide = (root / "docs/guides/conform-schema.md").read_text(encoding="utf-8")
+    assert f"version {SCHEMA_PACKAGE_VERSION}" in guide and "never downloads" in guide
+    provenance = (VENDORED / "README.md").read_text(encoding="utf-8")
+    digests = [SCHEMA_TARBALL_SHA256, *(sha for _, sha in BUNDLED.values())]
+    assert all(f"`{sha}`" in provenance for sha in digests)
+    assert f"`{SCHEMA_PACKAGE}` version {SCHEMA_PACKAGE_VERSION}" in provenance
 
 
 def test_a_damaged_bundled_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
