@@ -191,6 +191,20 @@ def test_the_reference_agent_guide_names_every_fault() -> None:
     assert rows == set(FAULTS)
 
 
+def test_the_charts_page_shows_every_chart() -> None:
+    """The concepts page has each declared chart: a row of its table, a section and the
+    chart's generated diagram (a chart added to the package is added there)."""
+    from acpfsm.statecharts.charts import ALL_CHARTS
+
+    page = (ROOT / "docs/concepts/charts.md").read_text(encoding="utf-8")
+    sections = re.findall(r"^## ([a-z_]+)$", page, re.MULTILINE)
+    assert sections == [ref.chart_name for ref in ALL_CHARTS]
+    for name in sections:
+        assert f"| [`{name}`](#{name}) |" in page, name
+        assert f"![{name}](../diagrams/{name}.svg)" in page, name
+        assert (ROOT / "diagrams" / f"{name}.svg").is_file(), name
+
+
 def test_readme_is_a_users_page() -> None:
     """Short, and nothing in it is true of one machine only."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
