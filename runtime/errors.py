@@ -81,6 +81,7 @@ __all__ = [
     "ExecutionIdRequired",
     "ExecutionLost",
     "ExecutionNotFound",
+    "ExecutionStopped",
     "ExecutorError",
     "ExecutorNotFound",
     "InvalidPrompt",

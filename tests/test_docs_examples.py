@@ -15,9 +15,11 @@ ruff (lint and format) with the project's settings; an error names the Markdown 
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,6 +205,35 @@ def test_the_charts_page_shows_every_chart() -> None:
         assert f"| [`{name}`](#{name}) |" in page, name
         assert f"![{name}](../diagrams/{name}.svg)" in page, name
         assert (ROOT / "diagrams" / f"{name}.svg").is_file(), name
+
+
+def _resolve(dotted: str) -> object:
+    """What a ``::: dotted.path`` directive of the API reference renders."""
+    try:
+        return importlib.import_module(dotted)
+    except ImportError:
+        module, _, name = dotted.rpartition(".")
+        return getattr(_resolve(module), name)
+
+
+@pytest.mark.parametrize("package", ["acpfsm.runtime", "acpfsm.runtime.store"])
+def test_the_api_reference_has_every_public_name(package: str) -> None:
+    """Each name of a public package's ``__all__`` is rendered by a ``:::`` directive of
+    docs/reference/: its own, or that of the module whose ``__all__`` lists it."""
+    pages = (ROOT / "docs/reference").glob("*.md")
+    directives = {
+        d for page in pages for d in re.findall(r"^::: (\S+)$", page.read_text(), re.MULTILINE)
+    }
+    rendered = [_resolve(d) for d in sorted(directives)]
+    modules = [m for m in rendered if isinstance(m, types.ModuleType)]
+    public = importlib.import_module(package)
+    missing = [
+        name
+        for name in public.__all__
+        if not any(getattr(public, name) is r for r in rendered)
+        and not any(name in getattr(m, "__all__", ()) for m in modules)
+    ]
+    assert missing == [], f"{package}: not in the API reference: {missing}"
 
 
 def test_readme_is_a_users_page() -> None:
