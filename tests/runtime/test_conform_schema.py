@@ -412,3 +412,22 @@ def test_cli_schema_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     )
     names = {case.get("name") for case in ET.parse(junit).getroot().iter("testcase")}
     assert {c["id"] for c in violations} <= names
+
+
+def test_cli_no_schema_and_schema_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The two options reach the run from the command line: ``--no-schema`` makes the check
+    n/a; ``--schema FILE`` judges by that file, its violation a row of the text report."""
+    assert main(["--json", "--no-schema", "--timeout", "10", "--", *REFERENCE]) == 0
+    checks = {c["id"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert (checks["schema"]["status"], checks["schema"]["detail"]) == (
+        "n/a",
+        "turned off (--no-schema)",
+    )
+    stricter = json.loads((VENDORED / "v1" / "schema.json").read_text())
+    stricter["$defs"]["StopReason"] = {"type": "string", "const": "refusal"}
+    path = tmp_path / "stricter.json"
+    path.write_text(json.dumps(stricter))
+    assert main(["--schema", str(path), "--timeout", "10", "--", *REFERENCE]) == 1
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("schema:agent:session/prompt"))
+    assert 'at /result/stopReason: expected "refusal"; got "end_turn"' in row
