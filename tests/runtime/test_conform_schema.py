@@ -431,3 +431,16 @@ def test_cli_no_schema_and_schema_file(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("schema:agent:session/prompt"))
     assert 'at /result/stopReason: expected "refusal"; got "end_turn"' in row
+
+
+def test_stop_reasons_are_the_schema_s(v1: MessageSchema) -> None:
+    """The stop reasons conform accepts are exactly those of the official v1 schema, and the
+    runtime's ``StopReason`` names each (CONTRIBUTING.md: adding a stop reason)."""
+    from typing import get_args
+
+    from acpfsm.runtime.types import StopReason
+    from acpfsm.tools.conform.report import STOP_REASONS
+
+    official = {branch["const"] for branch in v1.defs["StopReason"]["oneOf"]}
+    assert set(STOP_REASONS) == official
+    assert official <= set(get_args(StopReason))
