@@ -236,6 +236,21 @@ def test_the_api_reference_has_every_public_name(package: str) -> None:
     assert missing == [], f"{package}: not in the API reference: {missing}"
 
 
+def test_readme_names_every_extra_a_user_installs() -> None:
+    """Each optional dependency group of pyproject.toml but ours (test, mutation) is named in
+    the README's install section, so a guide's feature never fails on a missing import."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    install = readme.split("## Install", 1)[1].split("\n## ", 1)[0]
+    missing = [name for name in extras if name not in {"test", "mutation"}]
+    missing = [name for name in missing if f"`{name}`" not in install]
+    assert missing == []
+
+
 def test_readme_is_a_users_page() -> None:
     """Short, and nothing in it is true of one machine only."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
