@@ -410,8 +410,13 @@ def test_cli_schema_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert all(
         "client → agent" in c["detail"] or "agent → client" in c["detail"] for c in violations
     )
-    names = {case.get("name") for case in ET.parse(junit).getroot().iter("testcase")}
-    assert {c["id"] for c in violations} <= names
+    cases = {case.get("name"): case for case in ET.parse(junit).getroot().iter("testcase")}
+    assert {c["id"] for c in violations} <= set(cases)
+    for check in violations:  # each a failure whose message is the violation's detail
+        failure = cases[check["id"]].find("failure")
+        assert failure is not None and failure.get("message") == check["detail"]
+        assert " at " in check["detail"] and ": expected " in check["detail"]
+        assert "; got " in check["detail"]
 
 
 def test_cli_no_schema_and_schema_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
