@@ -1,7 +1,7 @@
 """The trace: every transition of every chart of every execution, as records.
 
-Schema of one record (one JSON object per line in the JSONL file; documented in the README
-because ``acpfsm check-trace`` reads it):
+Schema of one record (one JSON object per line in the JSONL file; documented in
+``docs/guides/trace.md`` because ``acpfsm check-trace`` reads it):
 
 =============  ======  ==================================================================
 field          type    meaning

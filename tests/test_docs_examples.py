@@ -251,6 +251,23 @@ def test_readme_names_every_extra_a_user_installs() -> None:
     assert missing == []
 
 
+def test_citations_of_readme_sections_name_its_headings() -> None:
+    """A page or a docstring citing a section of the README ("the README's \"X\"", "the
+    README, *X*") names a heading it has (the long README's sections moved to docs/)."""
+    headings = set(re.findall(r"^#+ (.+)$", (ROOT / "README.md").read_text(), re.MULTILINE))
+    cited = re.compile(r"README(?:'s|,)\s+[\"*]([^\"*]+)[\"*]")
+    sources = [*DOCUMENTS[1:], ROOT / "CONTRIBUTING.md"]
+    for package in ("statecharts", "runtime", "adapters"):
+        sources += sorted((ROOT / package).rglob("*.py"))
+    stale = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sources
+        for name in cited.findall(path.read_text(encoding="utf-8"))
+        if " ".join(name.split()) not in headings
+    ]
+    assert stale == []
+
+
 def test_readme_is_a_users_page() -> None:
     """Short, and nothing in it is true of one machine only."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -50,7 +50,7 @@ def render_table(report: ConformReport, *, evidence: bool = True) -> str:
 
 
 def render_markdown(report: ConformReport) -> str:
-    """The report as a Markdown table (what the README shows)."""
+    """The report as a Markdown table (what ``docs/guides/conform.md`` shows)."""
     counts = report.counts()
     lines = [
         f"`{' '.join(report.command)}`"

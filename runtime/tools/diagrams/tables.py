@@ -170,7 +170,7 @@ def _race_catalogue() -> list[str]:
             "The ids the chart docstrings, the tests and `acpfsm verify` cite: the races kandev's "
             "session manager guards (R…) and the anomalies it leaves open (H…), in our words. "
             "The last column names the `acpfsm verify` properties that check each one (see the "
-            "project README, *Verification*)."
+            "*Verify* guide, `docs/guides/verify.md`)."
         ),
         "",
         "| id | what can go wrong | kandev's guard | checked by |",
