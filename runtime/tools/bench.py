@@ -75,6 +75,10 @@ then each section's detail:
     bus to 1 and to 10 subscribers, and the take-over of ``--nats-takeover`` executions by a
     pool's survivor after their owner is killed (``SIGKILL``).
 
+12. **Soak memory** (:mod:`.bench_soak`): ``make soak``'s trio run (200 executions × 20
+    prompts, random faults): what the runtime keeps (Python's blocks in use, end against
+    after the warm-up) and what the allocator keeps (the RSS ``malloc_trim`` gives back).
+
 Nothing here is asserted anywhere: the numbers are for reading, ratios more than absolutes.
 """
 
@@ -117,7 +121,7 @@ from acpfsm.statecharts import Execution as ExecutionChart
 from acpfsm.testing.memory import MemoryExecutor
 from acpfsm.tools.bench_conform import CONFORM_FIGURE, CONFORM_GOAL, ConformRow, bench_conform
 
-from . import bench_durable, bench_nats, bench_scale
+from . import bench_durable, bench_nats, bench_scale, bench_soak
 from .bench_peer import MemoryAgentExecutor, memory_agent
 
 __all__ = [
@@ -332,13 +336,16 @@ class Goal:
     backend: str
     engine: str
     value: float | None
-    limit: float
-    unit: str  # "x" (a ratio), "ms", "B"
+    limit: float | None
+    """None: a figure the issue asks to report, with no goal (``-``, met ``reported``)."""
+    unit: str  # "x" (a ratio), "ms", "B", "KiB", "%", "/s"
     strict: bool = False  # ``<`` rather than ``<=``
     detail: str = ""
 
     @property
     def goal(self) -> str:
+        if self.limit is None:
+            return "-"
         op = "<" if self.strict else "<="
         return f"{op} {_fmt(self.limit, self.unit)}"
 
@@ -350,6 +357,8 @@ class Goal:
     def met(self) -> str:
         if self.value is None:
             return "n/a"
+        if self.limit is None:
+            return "reported"
         ok = self.value < self.limit if self.strict else self.value <= self.limit
         return "yes" if ok else "no"
 
@@ -357,6 +366,10 @@ class Goal:
 def _fmt(value: float, unit: str) -> str:
     if unit == "x":
         return f"{value:.2f}x"
+    if unit == "%":
+        return f"{value:.0%}"
+    if unit == "/s":
+        return f"{value:,.0f}/s"
     if unit == "KiB":
         return f"{value:.0f} KiB"  # the summary's columns are 12 wide
     if unit == "B":
@@ -387,6 +400,9 @@ class BenchOptions:
     scale_idle: int = 10_000
     scale_stdio: int = 100
     scale_stdio_prompts: int = 20
+    soak_executions: int = 200
+    soak_prompts: int = 20
+    soak_concurrency: int = 50
     recover_executions: int = 1000
     nats_prompts: int = 500
     nats_events: int = 20_000
@@ -419,6 +435,9 @@ QUICK = BenchOptions(
     scale_idle=500,
     scale_stdio=10,
     scale_stdio_prompts=5,
+    soak_executions=20,
+    soak_prompts=5,
+    soak_concurrency=10,
     recover_executions=200,
     nats_prompts=50,
     nats_events=2000,
@@ -446,6 +465,7 @@ class BenchReport:
     durable: bench_durable.DurableReport | None = None
     nats: bench_nats.NatsReport | None = None
     scale: bench_scale.ScaleReport | None = None
+    soak: bench_soak.SoakMemory | None = None
     seconds: float = 0.0
     section_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -1591,6 +1611,10 @@ def run_bench(opts: BenchOptions) -> BenchReport:
             )
         report.section_seconds["scale"] = time.perf_counter() - mark
     mark = time.perf_counter()
+    if opts.soak_executions and opts.soak_prompts:
+        report.soak = bench_soak.run(opts.soak_executions, opts.soak_prompts, opts.soak_concurrency)
+    report.section_seconds["soak"] = time.perf_counter() - mark
+    mark = time.perf_counter()
     if opts.imports > 0:
         report.imports = bench_import(opts.imports)
     report.section_seconds["imports"] = time.perf_counter() - mark
@@ -1723,6 +1747,7 @@ def goals(report: BenchReport) -> list[Goal]:
     out.extend(bench_durable.goals(report.durable, Goal))
     out.extend(bench_nats.goals(report.nats, Goal))
     out.extend(bench_scale.goals(report.scale, Goal))
+    out.extend(bench_soak.goals(report.soak, Goal))
     return out
 
 
@@ -1956,6 +1981,7 @@ def format_report(report: BenchReport) -> str:
     bench_durable.format_into(table, report.durable)
     bench_nats.format_into(table, report.nats)
     bench_scale.format_into(table, report.scale)
+    bench_soak.format_into(table, report.soak)
 
     table.lines.append("")
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in report.section_seconds.items())
@@ -1997,6 +2023,9 @@ _COUNTS: dict[str, str] = {
     "scale_idle": "idle executions launched to READY in one Runtime (in-memory agent)",
     "scale_stdio": "executions over real reference agents in one Runtime",
     "scale_stdio_prompts": "prompts each of those sends",
+    "soak_executions": "executions of the trio soak whose memory is measured (make soak's)",
+    "soak_prompts": "prompts each soak execution sends",
+    "soak_concurrency": "soak executions at a time",
 }
 
 
