@@ -60,7 +60,6 @@ import enum
 import json
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -398,8 +397,7 @@ def _auth_required(err: ErrorInput) -> bool:
 # --------------------------------------------------------------------------- the table
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     """One row: ``kind`` when ``test(error, loading_session_id)`` holds for a call in scope."""
 
     name: str

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ._compile import Step
 from ._machine import ChartMachine
@@ -41,8 +42,7 @@ from .errors import CoordinationError
 __all__ = ["COORDINATION", "Fired", "Rule", "coordinate", "fire", "rules_from"]
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     """When ``chart`` enters ``enters``, ``target`` receives ``event`` with the ``forward``
     fields (taken from the entering step's event data, else the entering chart's constants;
     absent fields are not forwarded)."""

@@ -16,10 +16,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import msgspec
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.errors import AcpfsmError, StreamNotConnected
@@ -73,8 +73,7 @@ def flow_effects(chart: str) -> dict[EffectName, Handler]:
     return dict.fromkeys(flows.flow_effects(chart), nothing)
 
 
-@dataclass(frozen=True, slots=True)
-class Failed:
+class Failed(msgspec.Struct, frozen=True):
     """What :func:`bounded` answers when the request failed or its bound ran out."""
 
     error: AcpfsmError | TimeoutError
@@ -106,13 +105,12 @@ def decision_id(
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-@dataclass
-class ModelState:
+class ModelState(msgspec.Struct):
     """kandev's ``CachedModelState``: what the agent said about models and config options."""
 
     current_model_id: str = ""
-    models: list[ev.ModelInfo] = field(default_factory=list)
-    config_options: list[ev.ConfigOption] = field(default_factory=list)
+    models: list[ev.ModelInfo] = msgspec.field(default_factory=list)
+    config_options: list[ev.ConfigOption] = msgspec.field(default_factory=list)
     settled: bool = False
 
     def copy(self) -> ModelState:
@@ -125,14 +123,13 @@ class ModelState:
         return self.settled or bool(self.config_options)
 
 
-@dataclass
-class ModelCache:
+class ModelCache(msgspec.Struct):
     """The cached model state, the provider default captured before the start-model policy,
     and the config ids whose provider response has already been applied."""
 
     state: ModelState | None = None
     provider_default: ModelState | None = None
-    responses_applied: set[str] = field(default_factory=set)
+    responses_applied: set[str] = msgspec.field(default_factory=set)
 
     def present(self) -> bool:
         state = self.state
@@ -153,8 +150,7 @@ class ModelCache:
             self.provider_default = state.copy()
 
 
-@dataclass
-class Activity:
+class Activity(msgspec.Struct):
     """Stall accounting (kandev ``waitForPromptDone``, manager_events.go)."""
 
     last_at: float = 0.0

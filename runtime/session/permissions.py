@@ -20,9 +20,9 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import anyio
+import msgspec
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.transport import allow_once_option, reject_option
@@ -47,10 +47,9 @@ REMEMBERED = 256
 """How many resolved request ids an execution remembers (for a late answer's error)."""
 
 
-@dataclass(slots=True)
-class _Pending:
+class _Pending(msgspec.Struct):
     request: ev.PermissionRequest
-    answered: anyio.Event = field(default_factory=anyio.Event)
+    answered: anyio.Event = msgspec.field(default_factory=anyio.Event)
     choice: str | None = None
 
 

@@ -75,6 +75,10 @@ then each section's detail:
     bus to 1 and to 10 subscribers, and the take-over of ``--nats-takeover`` executions by a
     pool's survivor after their owner is killed (``SIGKILL``).
 
+12. **Soak memory** (:mod:`.bench_soak`): ``make soak``'s trio run (200 executions × 20
+    prompts, random faults): what the runtime keeps (Python's blocks in use, end against
+    after the warm-up) and what the allocator keeps (the RSS ``malloc_trim`` gives back).
+
 Nothing here is asserted anywhere: the numbers are for reading, ratios more than absolutes.
 """
 
@@ -117,7 +121,7 @@ from acpfsm.statecharts import Execution as ExecutionChart
 from acpfsm.testing.memory import MemoryExecutor
 from acpfsm.tools.bench_conform import CONFORM_FIGURE, CONFORM_GOAL, ConformRow, bench_conform
 
-from . import bench_durable, bench_nats, bench_scale
+from . import bench_durable, bench_nats, bench_scale, bench_soak
 from .bench_peer import MemoryAgentExecutor, memory_agent
 
 __all__ = [
@@ -332,13 +336,16 @@ class Goal:
     backend: str
     engine: str
     value: float | None
-    limit: float
-    unit: str  # "x" (a ratio), "ms", "B"
+    limit: float | None
+    """None: a figure the issue asks to report, with no goal (``-``, met ``reported``)."""
+    unit: str  # "x" (a ratio), "ms", "B", "KiB", "%", "/s"
     strict: bool = False  # ``<`` rather than ``<=``
     detail: str = ""
 
     @property
     def goal(self) -> str:
+        if self.limit is None:
+            return "-"
         op = "<" if self.strict else "<="
         return f"{op} {_fmt(self.limit, self.unit)}"
 
@@ -350,6 +357,8 @@ class Goal:
     def met(self) -> str:
         if self.value is None:
             return "n/a"
+        if self.limit is None:
+            return "reported"
         ok = self.value < self.limit if self.strict else self.value <= self.limit
         return "yes" if ok else "no"
 
@@ -357,6 +366,10 @@ class Goal:
 def _fmt(value: float, unit: str) -> str:
     if unit == "x":
         return f"{value:.2f}x"
+    if unit == "%":
+        return f"{value:.0%}"
+    if unit == "/s":
+        return f"{value:,.0f}/s"
     if unit == "KiB":
         return f"{value:.0f} KiB"  # the summary's columns are 12 wide
     if unit == "B":
@@ -387,6 +400,9 @@ class BenchOptions:
     scale_idle: int = 10_000
     scale_stdio: int = 100
     scale_stdio_prompts: int = 20
+    soak_executions: int = 200
+    soak_prompts: int = 20
+    soak_concurrency: int = 50
     recover_executions: int = 1000
     nats_prompts: int = 500
     nats_events: int = 20_000
@@ -419,6 +435,9 @@ QUICK = BenchOptions(
     scale_idle=500,
     scale_stdio=10,
     scale_stdio_prompts=5,
+    soak_executions=20,
+    soak_prompts=5,
+    soak_concurrency=10,
     recover_executions=200,
     nats_prompts=50,
     nats_events=2000,
@@ -442,10 +461,13 @@ class BenchReport:
     primitives: list[PrimitiveRow] = field(default_factory=list)
     memory: list[MemoryRow] = field(default_factory=list)
     breakdown: list[ShareRow] = field(default_factory=list)
+    stream_breakdown: list[ShareRow] = field(default_factory=list)
+    """Per streamed notification (microseconds), as :attr:`breakdown` is per prompt."""
     conform: ConformRow | None = None
     durable: bench_durable.DurableReport | None = None
     nats: bench_nats.NatsReport | None = None
     scale: bench_scale.ScaleReport | None = None
+    soak: bench_soak.SoakMemory | None = None
     seconds: float = 0.0
     section_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -893,13 +915,32 @@ async def bench_breakdown(opts: BenchOptions, root: Path, backend: str) -> list[
 
 # ------------------------------------------------- 2. CPU per streamed notification --
 
+
+async def _sampled(turn: Callable[[int], Awaitable[int]], turns: int) -> dict[str, float]:
+    """CPU microseconds per notification of each component over ``turns`` turns."""
+    seen = 0
+    gc.collect()
+    cpu0 = time.process_time()
+    with _Sampler() as sampler:
+        for t in range(turns):
+            with anyio.fail_after(PROMPT_TIMEOUT):
+                seen += await turn(t)
+    per_item_us = (time.process_time() - cpu0) * 1e6 / max(1, seen)
+    samples = sum(sampler.counts.values())
+    return {k: per_item_us * n / samples for k, n in sampler.counts.items()} if samples else {}
+
+
 STREAM_BARE = "bare StdioTransport: events()"
 STREAM_RUNTIME = "Runtime.turn: its updates"
 
 
-async def bench_streaming(opts: BenchOptions, root: Path, backend: str) -> list[CostRow]:
+async def bench_streaming(
+    opts: BenchOptions, root: Path, backend: str, breakdown: list[ShareRow] | None = None
+) -> list[CostRow]:
     """CPU per notification through the bare transport and through the Runtime, both over
-    the in-process agent, interleaved turn by turn."""
+    the in-process agent, interleaved turn by turn; then, with ``breakdown``, each path
+    sampled alone for five times the turns (:class:`_Sampler`), its CPU per notification by
+    component appended to ``breakdown``: where the runtime's extra goes."""
     chunks = max(1, opts.chunks)
     bare_s = runtime_s = 0.0
     bare_n = runtime_n = 0
@@ -937,6 +978,15 @@ async def bench_streaming(opts: BenchOptions, root: Path, backend: str) -> list[
                 runtime_n += await runtime()
                 runtime_s += time.process_time() - cpu1
                 bare_s += cpu1 - cpu0
+        if breakdown is not None:
+            turns = 5 * opts.stream_turns
+            bare_us = await _sampled(lambda t: bare(opts.stream_turns + 2 + t), turns)
+            runtime_us = await _sampled(lambda _t: runtime(), turns)
+            names = [title for title, _ in COMPONENTS] + [OTHER]
+            breakdown += [
+                ShareRow(name, backend, bare_us.get(name, 0.0), runtime_us.get(name, 0.0))
+                for name in names
+            ]
         await rt.stop(ref.id, "bench done")
     return [
         CostRow(STREAM_BARE, backend, bare_n, bare_s * 1000.0 / max(1, bare_n)),
@@ -1066,11 +1116,13 @@ DEPENDENCIES = "anyio, msgspec"
 GOAL_IMPORT_MS = 60.0
 GOAL_IMPORT_OWN_MS = 30.0
 #: What stands in the way of the own part's goal (profiled for issue 35: ``-X importtime``
-#: and the cost of each ``@dataclass`` while ``import acpfsm.runtime`` runs).
+#: and cProfile while ``import acpfsm.runtime`` runs, the dependencies imported first).
 IMPORT_NOTE = (
-    "77 acpfsm modules load (the size limits split them), ~0.3 ms each to find, read and run; "
-    "37 @dataclass(frozen, slots) classes cost ~0.4 ms each to build (a quarter of the own "
-    "part; flowsteps' 14 step types alone 5 ms); the cyclic GC runs ~50 times meanwhile"
+    "cProfile of one import after anyio and msgspec: 81 acpfsm modules and 41 others (anyio's "
+    "lazy parts, logging, pathlib, ctypes, json...) load; unmarshalling their bytecode "
+    "~11 ms, running their bodies ~14 ms, building their ~380 classes ~25 ms (185 msgspec "
+    "Structs; 16 dataclasses, ~0.6 ms each, where a Struct costs ~0.03 ms), finding them "
+    "~8 ms; the cyclic GC runs ~37 times meanwhile"
 )
 
 
@@ -1520,7 +1572,8 @@ async def _per_backend(opts: BenchOptions, root: Path, backend: str, report: Ben
         report.section_seconds[f"round trips {backend}"] = time.perf_counter() - mark
     mark = time.perf_counter()
     if opts.stream_turns > 0:
-        report.streaming += await bench_streaming(opts, root, backend)
+        sampled = report.stream_breakdown if opts.profile_prompts > 0 else None
+        report.streaming += await bench_streaming(opts, root, backend, sampled)
     if opts.launches > 0:
         report.launch += await bench_launch(opts, root, backend)
     if opts.primitives > 0:
@@ -1591,6 +1644,10 @@ def run_bench(opts: BenchOptions) -> BenchReport:
             )
         report.section_seconds["scale"] = time.perf_counter() - mark
     mark = time.perf_counter()
+    if opts.soak_executions and opts.soak_prompts:
+        report.soak = bench_soak.run(opts.soak_executions, opts.soak_prompts, opts.soak_concurrency)
+    report.section_seconds["soak"] = time.perf_counter() - mark
+    mark = time.perf_counter()
     if opts.imports > 0:
         report.imports = bench_import(opts.imports)
     report.section_seconds["imports"] = time.perf_counter() - mark
@@ -1626,6 +1683,17 @@ def _ratio(value: float | None, base: float | None) -> str:
     return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.3f}x"
 
 
+def _extras(rows: Sequence[ShareRow], backend: str, least: float, fmt: str = "{:.0f}") -> str:
+    """The profile's largest extras of ``backend`` (what stands in the way of a CPU goal)."""
+    shares = sorted(
+        (r for r in rows if r.backend == backend and r.extra_us >= least), key=lambda r: -r.extra_us
+    )[:4]
+    if not shares:
+        return ""
+    parts = ", ".join(f"{r.name.split(' (')[0]} {fmt.format(r.extra_us)} us" for r in shares)
+    return "; extra by the profile: " + parts
+
+
 def goals(report: BenchReport) -> list[Goal]:
     """The summary: each figure of the issue's table with its goal."""
     out: list[Goal] = []
@@ -1639,12 +1707,20 @@ def goals(report: BenchReport) -> list[Goal]:
         rt = report.row(report.latency, RUNTIME_ROW, backend)
         if bare is None or rt is None:
             continue
-        versus = f"{_num(rt.median_ms)} vs {_num(bare.median_ms)} ms"
+        # the runtime's extra CPU is on the round trip's path: the median carries it
+        extra = (rt.client_cpu_ms or 0.0) - (bare.client_cpu_ms or 0.0)
+        on_path = f"; the runtime's extra CPU per prompt {extra:.3f} ms is on the path"
+        versus = f"{_num(rt.median_ms)} vs {_num(bare.median_ms)} ms" + on_path
         ratio(f"{RUNTIME_ROW} median vs bare StdioTransport", backend, rt.median_ms,
               bare.median_ms, GOAL_MEDIAN, versus)  # fmt: skip
         sdk = report.row(report.latency, SDK_ROW, backend)
         if sdk is not None and sdk.samples_ms:
-            versus = f"{_num(rt.median_ms)} vs {_num(sdk.median_ms)} ms"
+            versus = (
+                f"{_num(rt.median_ms)} vs {_num(sdk.median_ms)} ms; the goal needs "
+                f"{_num((sdk.median_ms or 0.0) * GOAL_SDK)} ms: the bare transport's "
+                f"{_num(bare.median_ms)} ms plus at most "
+                f"{_num((sdk.median_ms or 0.0) * GOAL_SDK - (bare.median_ms or 0.0))} ms" + on_path
+            )
             ratio(f"{RUNTIME_ROW} median vs official ACP SDK client", backend, rt.median_ms,
                   sdk.median_ms, GOAL_SDK, versus)  # fmt: skip
         versus = f"{_num(rt.client_cpu_ms)} vs {_num(bare.client_cpu_ms)} ms"
@@ -1654,14 +1730,7 @@ def goals(report: BenchReport) -> list[Goal]:
             o_rt = report.row(report.latency, RUNTIME_ROW, other)
             if o_bare is not None and o_rt is not None:
                 versus += f"; on {other} {_ratio(o_rt.client_cpu_ms, o_bare.client_cpu_ms)}"
-        shares = sorted(
-            (r for r in report.breakdown if r.backend == backend and r.extra_us >= 5.0),
-            key=lambda r: -r.extra_us,
-        )[:4]
-        if shares:  # what stands in the way: the profile's largest extras
-            versus += "; extra by the profile: " + ", ".join(
-                f"{r.name.split(' (')[0]} {r.extra_us:.0f} us" for r in shares
-            )
+        versus += _extras(report.breakdown, backend, 5.0)  # what stands in the way
         ratio("client CPU per prompt vs bare", backend, rt.client_cpu_ms, bare.client_cpu_ms,
               GOAL_CPU, versus)  # fmt: skip
         p99 = (
@@ -1685,6 +1754,8 @@ def goals(report: BenchReport) -> list[Goal]:
             base, row = report.row(rows, base_name, backend), report.row(rows, name, backend)
             if base is not None and row is not None:
                 versus = f"{row.per_item_ms * scale:.2f} vs {base.per_item_ms * scale:.2f} {unit}"
+                if rows is report.streaming:
+                    versus += _extras(report.stream_breakdown, backend, 0.05, "{:.2f}")
                 ratio(figure, backend, row.per_item_ms, base.per_item_ms, limit, versus)
     if report.heap is not None:
         heap = report.heap
@@ -1723,6 +1794,7 @@ def goals(report: BenchReport) -> list[Goal]:
     out.extend(bench_durable.goals(report.durable, Goal))
     out.extend(bench_nats.goals(report.nats, Goal))
     out.extend(bench_scale.goals(report.scale, Goal))
+    out.extend(bench_soak.goals(report.soak, Goal))
     return out
 
 
@@ -1956,6 +2028,7 @@ def format_report(report: BenchReport) -> str:
     bench_durable.format_into(table, report.durable)
     bench_nats.format_into(table, report.nats)
     bench_scale.format_into(table, report.scale)
+    bench_soak.format_into(table, report.soak)
 
     table.lines.append("")
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in report.section_seconds.items())
@@ -1997,6 +2070,9 @@ _COUNTS: dict[str, str] = {
     "scale_idle": "idle executions launched to READY in one Runtime (in-memory agent)",
     "scale_stdio": "executions over real reference agents in one Runtime",
     "scale_stdio_prompts": "prompts each of those sends",
+    "soak_executions": "executions of the trio soak whose memory is measured (make soak's)",
+    "soak_prompts": "prompts each soak execution sends",
+    "soak_concurrency": "soak executions at a time",
 }
 
 

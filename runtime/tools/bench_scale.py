@@ -274,6 +274,17 @@ def goals(report: ScaleReport | None, goal: type[Any]) -> list[Any]:
                 detail=detail,
             )
         )
+        out.append(
+            goal(
+                f"latency p99, {report.executions:,} executions prompting at once",
+                "trio",
+                "compiled",
+                _percentile(ms, 99),
+                None,
+                "ms",
+                detail=f"median {statistics.median(ms):.1f} ms: each prompt waits for the others",
+            )
+        )
     if report.idle_rss_kib is not None and report.idle_seconds:
         rate = report.idle / report.idle_seconds
         detail = (
@@ -289,6 +300,34 @@ def goals(report: ScaleReport | None, goal: type[Any]) -> list[Any]:
                 report.idle_rss_kib,
                 GOAL_KIB,
                 "KiB",
+                detail=detail,
+            )
+        )
+        out.append(
+            goal(
+                f"launch rate, {report.idle:,} executions to READY (in-memory agent)",
+                "trio",
+                "compiled",
+                rate,
+                None,
+                "/s",
+                detail=f"{report.idle_cpu_ms or 0:.2f} ms CPU each",
+            )
+        )
+    share = _share(report.runtime_cpu_s, report.agents_cpu_s)
+    if report.stdio and share is not None:
+        detail = (
+            f"Runtime {report.runtime_cpu_s or 0:.2f} s, agents {report.agents_cpu_s or 0:.2f} "
+            f"s; launching them: {_share(report.launch_runtime_cpu_s, report.launch_agents_cpu_s) or 0:.0%}"
+        )
+        out.append(
+            goal(
+                f"Runtime's CPU share, {report.stdio} reference agents x {report.stdio_prompts} prompts",
+                "trio",
+                "compiled",
+                share,
+                None,
+                "%",
                 detail=detail,
             )
         )

@@ -278,6 +278,7 @@ def union_of(names):
     return sum(all(name in text for name in names) for text in built)
 
 entries = ("UserEntry", "AssistantEntry", "ToolCallEntry", "ToolResultEntry")
+print(sum("SequencedEvent" in text for text in built))  # the event bus's
 print(union_of(("MessageChunk", "Complete")), union_of(entries))
 chunk = events.MessageChunk(text="hi")
 assert events.decode_event(events.encode_event(chunk)) == chunk
@@ -287,8 +288,9 @@ print(union_of(("MessageChunk", "Complete")), union_of(entries))
 
 
 def test_import_builds_no_decoder_for_events_or_history_it_does_not_read() -> None:
-    """The decoders of the whole event union and of history entries are built on their first
-    use (``decode_event``, reading a history file), not by ``import acpfsm.runtime``."""
+    """The decoders of the whole event union, of the bus's numbered events and of history
+    entries are built on their first use (``decode_event``, reading a bus or a history
+    file), not by ``import acpfsm.runtime``."""
     proc = subprocess.run(
         [sys.executable, "-c", DECODER_PROBE],
         capture_output=True,
@@ -297,4 +299,4 @@ def test_import_builds_no_decoder_for_events_or_history_it_does_not_read() -> No
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["0 0", "1 0"], proc.stdout
+    assert proc.stdout.splitlines() == ["0", "0 0", "1 0"], proc.stdout
