@@ -71,6 +71,21 @@ def test_the_legibility_check_names_the_drawing_and_both_labels(
     assert str(check_files([path], browser)[0]).startswith("broken.svg (broken): ")
 
 
+def test_the_explorer_is_measured_in_every_highlight(tmp_path: Path, browser: Any) -> None:
+    """The committed explorers stay legible with every element highlighted at once (each of
+    the script's highlights); a highlight that sets its text in bold spills it out of the
+    boxes laid out for the regular face, and the check says in which highlight."""
+    assert check_files(sorted((REPO / "diagrams").glob("*.html")), browser) == []
+    page = (REPO / "diagrams" / "crash.html").read_text(encoding="utf-8")
+    bold = page.replace("text.hl { fill: #c0392b;", "text.hl { font-weight: bold; fill: #c0392b;")
+    assert bold != page
+    path = tmp_path / "crash.html"
+    path.write_text(bold, encoding="utf-8")
+    found = check_files([path], browser)
+    assert found and {f.where for f in found} == {"crash.html (crash, highlighted: hl)"}
+    assert {f.kind for f in found} == {"text outside"}
+
+
 def _selected(page: Any) -> set[tuple[str, str, str]]:
     keys = page.eval_on_selector_all(
         "#panel li[data-t]", "els => els.map(e => e.getAttribute('data-t'))"
