@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from acpfsm.statecharts import PromptGeneration, declared_transitions
+from acpfsm.statecharts import ALL_CHARTS, Chart, PromptGeneration, declared_transitions
 from acpfsm.tools import demo, report
 from acpfsm.tools.check_trace import read_trace
 from acpfsm.tools.diagrams import render_explorer
@@ -103,13 +103,21 @@ def _highlighted_parts(page: Any) -> set[str]:
     )
 
 
-def test_clicking_a_state_highlights_exactly_its_declared_transitions(browser: Any) -> None:
-    """For every state of prompt_generation: the panel lists the declared transitions that
-    leave, enter or stay in it (the chart's declaration), and the drawing highlights exactly
-    the elements that show them."""
-    declared = declared_transitions(PromptGeneration)
+def _explorer(browser: Any, chart: type[Chart]) -> Any:
     page = new_page(browser, 1400, 900)
-    page.goto((REPO / "diagrams" / "prompt_generation.html").as_uri())
+    page.goto((REPO / "diagrams" / f"{chart.chart_name}.html").as_uri())
+    return page
+
+
+@pytest.mark.parametrize("chart", ALL_CHARTS, ids=lambda c: c.chart_name)
+def test_clicking_a_state_highlights_exactly_its_declared_transitions(
+    browser: Any, chart: type[Chart]
+) -> None:
+    """For every state of every chart: the panel lists the declared transitions that leave,
+    enter or stay in it (the chart's declaration), and the drawing highlights exactly the
+    elements that show them; every declared transition is drawn somewhere."""
+    declared = declared_transitions(chart)
+    page = _explorer(browser, chart)
     data = page.evaluate("() => JSON.parse(document.getElementById('data').textContent)")
     parts = {
         (t["source"], t["event"], t["target"]): {
@@ -118,23 +126,47 @@ def test_clicking_a_state_highlights_exactly_its_declared_transitions(browser: A
         for t in data["transitions"]
     }
     assert set(parts) == set(declared)
+    assert [t for t in declared if not parts[t]] == []
     for state in data["states"]:
         sid = state["id"]
         page.click(f"#{state['el']}" if not state.get("title") else f"#{state['title']}")
         mine = {t for t in declared if sid in (t[0], t[2])}
         assert _selected(page) == mine, sid
-        expected = {p for t in mine for p in parts[t]}
-        assert _highlighted_parts(page) == expected, sid
-        assert expected or not mine
-    # keyboard: Tab to a state, Enter selects it; Escape clears
+        assert _highlighted_parts(page) == {p for t in mine for p in parts[t]}, sid
+    page.context.close()
+
+
+def test_the_explorer_by_keyboard_event_and_search(browser: Any) -> None:
+    """Tab to a state and Enter selects it, Escape clears; an event chosen lists exactly its
+    declared transitions; ``/`` focuses the search, which finds the states and the declared
+    transitions whose name, event or guard contains the text, and highlights them."""
+    declared = declared_transitions(PromptGeneration)
+    page = _explorer(browser, PromptGeneration)
     page.focus("#s-sending")
     page.keyboard.press("Enter")
     assert _selected(page) == {t for t in declared if "sending" in (t[0], t[2])}
     page.keyboard.press("Escape")
     assert _selected(page) == set() and _highlighted_parts(page) == set()
-    # filter by event
-    page.select_option("#event", "cancel_requested")
-    assert _selected(page) == {t for t in declared if t[1] == "cancel_requested"}
+    for event in ("cancel_requested", "stream_lost"):
+        page.select_option("#event", event)
+        assert _selected(page) == {t for t in declared if t[1] == event}
+    page.keyboard.press("Escape")
+    page.focus("body")
+    page.keyboard.press("/")
+    assert page.evaluate("() => document.activeElement.id") == "search"
+    page.keyboard.type("abandon")
+    found = page.eval_on_selector_all("#panel ul.found li", "els => els.map(e => e.textContent)")
+    data = page.evaluate("() => JSON.parse(document.getElementById('data').textContent)")
+    guards = {(t["source"], t["event"], t["target"]): t["guard"] for t in data["transitions"]}
+    states = [s["id"] for s in data["states"] if "abandon" in s["id"]]
+    matching = [t for t in declared if "abandon" in t[1] or "abandon" in guards[t]]
+    assert states and matching
+    assert [f for f in found if f.startswith("state ")] == [f"state {s}" for s in states]
+    assert len(found) == len(states) + len(matching)
+    matched = page.evaluate("() => document.querySelectorAll('#drawing .match').length")
+    assert matched >= len(states)
+    page.keyboard.press("Escape")
+    assert page.evaluate("() => document.querySelectorAll('#drawing .match').length") == 0
     page.context.close()
 
 
