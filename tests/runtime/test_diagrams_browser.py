@@ -15,6 +15,7 @@ from acpfsm.tools import demo, report
 from acpfsm.tools.check_trace import read_trace
 from acpfsm.tools.diagrams import render_explorer
 from acpfsm.tools.diagrams.browser import new_page, open_browser
+from acpfsm.tools.diagrams.explorer import CSP
 from acpfsm.tools.diagrams.legibility import check_files
 from acpfsm.tools.diagrams.screenshots import compare_png
 
@@ -248,6 +249,53 @@ def test_a_hostile_trace_renders_inert_in_the_explorer(tmp_path: Path, browser: 
     assert [s.split(" · ", 1)[1] for s in steps] == [f"{e}: {e} → sending" for e in HOSTILE]
     assert HOSTILE[1] in page.inner_text("#timeline")
     page.context.close()
+
+
+_CSP_PROBE = """async () => {
+  const violations = [];
+  document.addEventListener('securitypolicyviolation', e => violations.push(e.violatedDirective));
+  const fetched = await fetch('http://127.0.0.1:9/x').then(() => 'fetched', () => 'refused');
+  const s = document.createElement('script');
+  s.textContent = 'window.__injected = 1';
+  document.body.appendChild(s);
+  const img = document.createElement('img');
+  img.src = 'http://127.0.0.1:9/pixel.png';
+  document.body.appendChild(img);
+  await new Promise(r => setTimeout(r, 200));
+  return [fetched, window.__injected === undefined, [...new Set(violations)].sort()];
+}"""
+
+
+def test_the_explorer_fetches_nothing_and_runs_only_its_own_script(
+    demo_run: tuple[Path, report.Report], browser: Any
+) -> None:
+    """The committed explorer and one of the demo report's: the page requests nothing but
+    itself while it is used, its content security policy is the strict one (nothing fetched,
+    only its own script by hash), and Chromium enforces it: a fetch, an injected inline script
+    and a remote image are refused."""
+    _, result = demo_run
+    ran = next(p for p in result.explorers if p.name.endswith(".prompt_generation.html"))
+    pages = [REPO / "diagrams" / "prompt_generation.html", ran]
+    for path in pages:
+        page = new_page(browser, 1200, 800)
+        requests: list[str] = []
+
+        def record(request: Any, requests: list[str] = requests) -> None:
+            requests.append(request.url)
+
+        page.on("request", record)
+        page.goto(path.as_uri())
+        assert page.get_attribute('meta[http-equiv="Content-Security-Policy"]', "content") == CSP
+        assert "default-src 'none'" in CSP and "script-src 'sha256-" in CSP
+        assert "unsafe-eval" not in CSP and "script-src 'unsafe-inline'" not in CSP
+        page.click("#s-sending")
+        page.select_option("#event", "stream_lost")
+        page.keyboard.press("ArrowRight")
+        assert requests == [path.as_uri()]
+        fetched, inert, violations = page.evaluate(_CSP_PROBE)
+        assert (fetched, inert) == ("refused", True)
+        assert violations == ["connect-src", "img-src", "script-src-elem"]
+        page.context.close()
 
 
 def test_screenshots_are_compared_within_a_tolerance(browser: Any) -> None:
