@@ -4,6 +4,7 @@ trace."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,13 +12,13 @@ from typing import Any
 import pytest
 
 from acpfsm.statecharts import ALL_CHARTS, Chart, PromptGeneration, declared_transitions
-from acpfsm.tools import demo, report
+from acpfsm.tools import cli, demo, report
 from acpfsm.tools.check_trace import read_trace
-from acpfsm.tools.diagrams import render_explorer
-from acpfsm.tools.diagrams.browser import new_page, open_browser
+from acpfsm.tools.diagrams import FONT, render_explorer
+from acpfsm.tools.diagrams.browser import drawing_font, new_page, open_browser
 from acpfsm.tools.diagrams.explorer import CSP
 from acpfsm.tools.diagrams.legibility import check_files
-from acpfsm.tools.diagrams.screenshots import compare_png
+from acpfsm.tools.diagrams.screenshots import compare_png, screenshot_plan
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -72,6 +73,29 @@ def test_the_legibility_check_names_the_drawing_and_both_labels(
     assert str(check_files([path], browser)[0]).startswith("broken.svg (broken): ")
 
 
+def test_the_browser_check_of_make_test_fails_naming_the_drawing_and_both_labels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``acpfsm diagrams --check --browser`` (make diagrams-check) after its drift check: the
+    screenshots' drawings and one overlapping drawing; exit 1, each fault on a line of its
+    own naming the drawing and the two labels."""
+    for shot in screenshot_plan(ALL_CHARTS):
+        shutil.copy(REPO / "diagrams" / shot.name, tmp_path)
+        shutil.copy(REPO / "diagrams" / shot.page, tmp_path)
+    assert cli._check_in_browser(tmp_path) == 0
+    assert "drawing(s) legible" in capsys.readouterr().out
+    (tmp_path / "broken.svg").write_text(BROKEN)
+    assert cli._check_in_browser(tmp_path) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert (
+        "illegible: broken.svg (broken): label/label: 'waiter_abandoned' and 'stall_reported'"
+        in err
+    )
+    faults = [line for line in err if line.startswith("illegible: ")]
+    assert err[-1].startswith(f"acpfsm diagrams: {len(faults)} legibility fault(s), 0 screenshot")
+    assert all(line.startswith("illegible: broken.svg (broken): ") for line in faults)
+
+
 def test_the_explorer_is_measured_in_every_highlight(tmp_path: Path, browser: Any) -> None:
     """The committed explorers stay legible with every element highlighted at once (each of
     the script's highlights); a highlight that sets its text in bold spills it out of the
@@ -85,6 +109,26 @@ def test_the_explorer_is_measured_in_every_highlight(tmp_path: Path, browser: An
     found = check_files([path], browser)
     assert found and {f.where for f in found} == {"crash.html (crash, highlighted: hl)"}
     assert {f.kind for f in found} == {"text outside"}
+
+
+def test_the_drawings_are_drawn_in_the_font_they_were_laid_out_for(
+    tmp_path: Path, browser: Any
+) -> None:
+    """Every drawing names DejaVu Sans and Chromium draws it in DejaVu Sans (the face
+    Graphviz measured); a drawing whose text comes out in another face is a finding."""
+    for path in sorted((REPO / "diagrams").glob("*.svg")):
+        text = path.read_text(encoding="utf-8")
+        assert text.count("<text") == text.count(f'font-family="{FONT},'), path.name
+    page = new_page(browser, 800, 600)
+    page.goto((REPO / "diagrams" / "prompt_generation.overview.svg").as_uri())
+    assert drawing_font(page) == FONT
+    page.context.close()
+    serif = tmp_path / "serif.svg"
+    serif.write_text(BROKEN.replace('font-size="11"', 'font-family="DejaVu Serif" font-size="11"'))
+    fonts = [f for f in check_files([serif], browser) if f.kind == "font"]
+    assert [(f.where, f.first, f.second) for f in fonts] == [
+        ("serif.svg", "DejaVu Serif", f"{FONT} (install fonts-dejavu-core)")
+    ]
 
 
 def _selected(page: Any) -> set[tuple[str, str, str]]:
