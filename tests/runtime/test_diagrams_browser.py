@@ -18,7 +18,7 @@ from acpfsm.tools.diagrams import FONT, render_explorer
 from acpfsm.tools.diagrams.browser import drawing_font, new_page, open_browser
 from acpfsm.tools.diagrams.explorer import CSP
 from acpfsm.tools.diagrams.legibility import check_files
-from acpfsm.tools.diagrams.screenshots import compare_png, screenshot_plan
+from acpfsm.tools.diagrams.screenshots import check_screenshots, compare_png, screenshot_plan
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -348,3 +348,26 @@ def test_screenshots_are_compared_within_a_tolerance(browser: Any) -> None:
     other = (REPO / "diagrams" / "prompt_generation.explorer.png").read_bytes()
     same, how = compare_png(browser, shot, other)
     assert not same and "px, expected" in how
+
+
+def test_the_screenshot_check_reports_drifted_missing_and_extra(
+    tmp_path: Path, browser: Any
+) -> None:
+    """The committed screenshots are within tolerance of what the browser shows now; one
+    replaced by another picture drifts, one deleted is missing, a stray PNG is extra."""
+    plan = screenshot_plan(ALL_CHARTS)
+    assert [s.name for s in plan] == [
+        "prompt_generation.overview.png",
+        "prompt_generation.state.live.png",
+        "prompt_generation.explorer.png",
+    ]
+    for shot in plan:
+        shutil.copy(REPO / "diagrams" / shot.name, tmp_path)
+        shutil.copy(REPO / "diagrams" / shot.page, tmp_path)
+    assert check_screenshots(tmp_path, ALL_CHARTS, browser) == []
+    overview, view, explorer = (tmp_path / s.name for s in plan)
+    shutil.copy(explorer, overview)
+    view.unlink()
+    (tmp_path / "stray.png").write_bytes(explorer.read_bytes())
+    found = {(d.path.name, d.kind) for d, _ in check_screenshots(tmp_path, ALL_CHARTS, browser)}
+    assert found == {(overview.name, "drifted"), (view.name, "missing"), ("stray.png", "extra")}
