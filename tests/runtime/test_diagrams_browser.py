@@ -42,9 +42,14 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, report.Rep
 def test_the_run_report_of_the_demo_is_legible(
     demo_run: tuple[Path, report.Report], browser: Any
 ) -> None:
-    _, result = demo_run
+    """The report's pages and explorers, and the drawings and explorers the demo wrote of each
+    execution (``acpfsm diagrams --trace``: ``<trace>/<n>-<id>/``)."""
+    trace, result = demo_run
     assert result.explorers and not result.svg_skipped
-    findings = check_files([*result.pages, *result.explorers], browser)
+    runs = sorted(p for p in trace.with_suffix("").glob("*/*") if p.suffix in (".svg", ".html"))
+    assert {p.suffix for p in runs} == {".svg", ".html"}
+    assert len({p.parent for p in runs}) >= 2
+    findings = check_files([*result.pages, *result.explorers, *runs], browser)
     assert findings == []
 
 
