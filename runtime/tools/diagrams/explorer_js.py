@@ -1,5 +1,9 @@
 """The explorer's script and style sheet (inlined into every explorer page; the page's
-content security policy allows exactly this script, by its hash)."""
+content security policy allows exactly this script, by its hash).
+
+A highlight never changes the width of a text (no bold face: the boxes were laid out for the
+regular one); a highlighted text is coloured and outlined in its colour instead. The
+legibility check measures every highlight (:data:`~.legibility.HIGHLIGHTS`)."""
 
 from __future__ import annotations
 
@@ -31,17 +35,17 @@ svg.dim g.arc-label text.hl, svg.dim g.arc-label text.step,
 svg.dim g.arc-label text.match { opacity: 1; }
 g.edge.hl path { stroke: #c0392b; stroke-width: 2.5; }
 g.edge.hl polygon { stroke: #c0392b; fill: #c0392b; }
-text.hl { fill: #c0392b; font-weight: bold; }
+text.hl { fill: #c0392b; stroke: #c0392b; stroke-width: .4px; }
 g.edge.step path { stroke: #1f6fd1; stroke-width: 3; }
 g.edge.step polygon { stroke: #1f6fd1; fill: #1f6fd1; }
-text.step { fill: #1f6fd1; font-weight: bold; }
+text.step { fill: #1f6fd1; stroke: #1f6fd1; stroke-width: .4px; }
 g.state.selected > path, g.state.selected > polygon { stroke: #c0392b; stroke-width: 3; }
 g.state.current > path, g.state.current > polygon { fill: #cfe3ff; stroke: #1f6fd1;
   stroke-width: 3; }
 g.cluster.current > path, g.cluster.current > polygon { stroke: #1f6fd1; stroke-width: 3; }
 g.cluster.selected > path, g.cluster.selected > polygon { stroke: #c0392b; stroke-width: 3; }
 g.state.match > path, g.state.match > polygon { fill: #e3f4e3; }
-text.match { fill: #2e7d32; font-weight: bold; }
+text.match { fill: #2e7d32; stroke: #2e7d32; stroke-width: .4px; }
 """
 
 SCRIPT = r"""

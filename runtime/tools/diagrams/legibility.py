@@ -12,6 +12,11 @@ report) it reports, naming the drawing and the two things involved:
 * ``edge through``: an edge passes through a state box other than its own ends, or through a
   label that is not its own.
 
+An explorer page (:mod:`.explorer`) is measured again in each of its highlights (the
+classes its script sets when a state is clicked, an event chosen, a search typed or the
+timeline stepped: :data:`HIGHLIGHTS`), every element at once: a highlight that widens a text
+(a bold face) spills it out of a box laid out for the regular one.
+
 Boxes are the rendered bounding boxes (``getBoundingClientRect``), a state's shape shrunk by
 :data:`SLACK_PX` for its rounded corners and stroke; an edge is sampled every
 :data:`STEP_PX` along its path. Before measuring, :func:`check_pages` asks Chromium which font
@@ -35,6 +40,13 @@ __all__ = ["Finding", "check_files", "check_pages", "measure_page"]
 
 SLACK_PX = 2.0
 STEP_PX = 2.0
+
+HIGHLIGHTS: tuple[tuple[str, str, str], ...] = (
+    ("hl", "hl", "selected"),
+    ("step", "step", "current"),
+    ("match", "match", "match"),
+)
+"""The explorer's highlights: ``(name, class of a text and an edge, class of a state)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +150,34 @@ _MEASURE_JS = r"""
 """
 
 
+_HIGHLIGHT_JS = r"""
+([text, state]) => {
+  const svg = document.querySelector('#drawing svg');
+  if (!svg || !document.getElementById('data')) return false;
+  const every = (sel, cls) => { for (const e of svg.querySelectorAll(sel)) {
+    for (const c of [...e.classList]) if (c !== cls && /^(hl|step|match|selected|current|end)$/.test(c))
+      e.classList.remove(c);
+    if (cls) e.classList.add(cls); } };
+  every('text', text); every('g.edge', text); every('g.state, g.cluster', state);
+  if (text) svg.classList.add('dim'); else svg.classList.remove('dim');
+  return true;
+}
+"""
+
+
 def measure_page(page: Page, url: str, where: str) -> list[Finding]:
-    """The findings of every drawing at ``url`` (loaded in ``page``)."""
+    """The findings of every drawing at ``url`` (loaded in ``page``); an explorer's drawing
+    also in each of its :data:`HIGHLIGHTS`."""
     page.goto(url)
     raw: Any = page.evaluate(_MEASURE_JS, [SLACK_PX, STEP_PX])
-    return [Finding(f"{where} ({drawing})", kind, str(a), str(b)) for drawing, kind, a, b in raw]
+    out = [Finding(f"{where} ({drawing})", kind, str(a), str(b)) for drawing, kind, a, b in raw]
+    for name, text, state in HIGHLIGHTS:
+        if not page.evaluate(_HIGHLIGHT_JS, [text, state]):
+            break
+        raw = page.evaluate(_MEASURE_JS, [SLACK_PX, STEP_PX])
+        out += [Finding(f"{where} ({drawing}, highlighted: {name})", kind, str(a), str(b))
+                for drawing, kind, a, b in raw]  # fmt: skip
+    return out
 
 
 def check_pages(urls: Sequence[tuple[str, str]], browser: Browser | None = None) -> list[Finding]:
