@@ -7,8 +7,13 @@ sequence number, none lost or doubled."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.runtime.durable_helpers import PAIRWISE, App, check_log, store_config_for
@@ -16,6 +21,26 @@ from tests.runtime.durable_helpers import PAIRWISE, App, check_log, store_config
 from .agentctl_server import AgentctlServer
 
 pytestmark = pytest.mark.integration
+
+
+def _config(
+    kind: str,
+    app_backend: str,
+    agentctl: AgentctlServer,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> dict[str, Any]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    return {
+        **store_config_for(kind, request, tmp_path),
+        "executor": "agentctl",
+        "url": agentctl.url,
+        "token": agentctl.token(),  # a nonce is traded once; the restarted app needs the token
+        "workspace": str(workspace),
+        "backend": app_backend,
+        "agent_args": ["--delay", "0", "--sessions-dir", str(tmp_path / "sessions")],
+    }
 
 
 @pytest.mark.parametrize(("kind", "app_backend", "turn"), PAIRWISE)
@@ -27,18 +52,7 @@ def test_kill_9_with_agentctl(
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
-    store_config = store_config_for(kind, request, tmp_path)
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    base = {
-        **store_config,
-        "executor": "agentctl",
-        "url": agentctl.url,
-        "token": agentctl.token(),  # a nonce is traded once; the restarted app needs the token
-        "workspace": str(workspace),
-        "backend": app_backend,
-        "agent_args": ["--delay", "0", "--sessions-dir", str(tmp_path / "sessions")],
-    }
+    base = _config(kind, app_backend, agentctl, tmp_path, request)
     first = App(base, tmp_path, launch=2, turn=turn, then="wait")
     ids = first.read_until("ready")
     sessions = first.lines["sessions"]
@@ -66,3 +80,56 @@ def test_kill_9_with_agentctl(
     second.read_until("done")
     second.close()
     assert agentctl.agents() == []  # stopped by the second app: nothing left
+
+
+@pytest.mark.parametrize(("kind", "app_backend"), [("sqlite", "asyncio"), ("postgres", "trio")])
+def test_kill_9_then_agents_gone_with_agentctl(
+    kind: str,
+    app_backend: str,
+    agentctl: AgentctlServer,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """While the app is down one instance is deleted and the other's agent process dies: the
+    restarted app reports both lost with their reason (``ExecutionLost``), their ACP sessions
+    kept, leaves no instance behind, and a relaunch brings each conversation back in a new
+    agent."""
+    base = _config(kind, app_backend, agentctl, tmp_path, request)
+    first = App(base, tmp_path, launch=2, turn="between", then="wait")
+    deleted, died = first.read_until("ready")
+    sessions = first.lines["sessions"]
+    first.kill()
+    response = httpx.delete(
+        f"{agentctl.url}/api/v1/instances/{deleted}",
+        headers={"Authorization": f"Bearer {agentctl.token()}"},
+        timeout=10.0,
+    )
+    response.raise_for_status()
+    deadline = time.monotonic() + 30
+    while len(agentctl.agents()) != 1:  # the deleted instance's agent ends with it
+        assert time.monotonic() < deadline, agentctl.agents()
+        time.sleep(0.05)
+    os.kill(agentctl.agents()[0], signal.SIGKILL)  # the other instance stays, its agent dead
+    second = App(base, tmp_path, recover=True, then="stop")
+    recovered = second.read_until("recovered")
+    assert set(recovered) == {deleted, died}
+    assert recovered[deleted]["error"].startswith(
+        "the agent instance ended while the app was down"
+    ), recovered[deleted]
+    assert recovered[died]["error"].startswith("the agent process ended while the app was down"), (
+        recovered[died]
+    )
+    for execution_id in (deleted, died):
+        info = recovered[execution_id]
+        assert info["status"] == "FAILED", info
+        assert info["acp_session_id"] == sessions[execution_id]
+        assert [k for _, k in info["events"]][-1] == "AgentLost"
+    check_log(first.seen(), recovered, [deleted, died])
+    prompted = second.read_until("prompted")
+    for execution_id in (deleted, died):  # relaunched: a new agent, the conversation loaded
+        assert prompted[execution_id]["stop_reason"] == "end_turn", prompted
+        assert prompted[execution_id]["acp_session_id"] == sessions[execution_id]
+    second.read_until("done")
+    second.close()
+    assert agentctl.agents() == []
+    assert agentctl.instances() == []
