@@ -1,6 +1,6 @@
 """A bad store: held by another process (at open; another program's write transaction
-mid-run), corrupt, of a newer schema, read-only, disappearing mid-run, PostgreSQL stopped and
-restarted. Every case is a typed error; while the Runtime runs it stays up, its executions go
+mid-run), corrupt, of a newer schema, read-only, full, disappearing mid-run, PostgreSQL stopped
+and restarted. Every case is a typed error; while the Runtime runs it stays up, its executions go
 on, and nothing is lost once the store is back."""
 
 from __future__ import annotations
@@ -203,6 +203,43 @@ async def test_a_store_file_that_disappears_mid_run_loses_nothing(tmp_path: Path
         stored = await read_log(rt, ref.id, until=le.AgentRecovered)
     assert [i.seq for i in stored] == list(range(1, len(stored) + 1))
     assert kinds(stored).count("PromptCompleted") == 2  # the one during the outage too
+
+
+@pytest.mark.both_backends
+async def test_a_full_disk_mid_run_loses_nothing(tmp_path: Path) -> None:
+    """The store's file system fills up (a small tmpfs, filled by another file): the writes
+    fail as ``StoreFull``, the execution goes on, and once space is freed nothing is lost."""
+    small = tmp_path / "small"
+    small.mkdir()
+    _mount("-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(small))
+    try:
+        path, filler = small / "executions.db", small / "filler"
+        ex = memory_agent(auto_complete=True)
+        async with make_runtime(ex, store=SqliteStore(path)) as rt:
+            ref = await rt.launch(spec())
+
+            async def down() -> None:
+                with filler.open("wb") as f:
+                    try:
+                        while True:
+                            f.write(b"\0" * 65536)
+                            f.flush()
+                    except OSError:
+                        pass  # full
+
+            async def up() -> None:
+                filler.unlink()
+
+            await _outage(rt, ref.id, down, up)
+            live = await read_log(rt, ref.id, until=le.StoreWriteResumed)
+        failed = next(i.event for i in live if isinstance(i.event, le.StoreWriteFailed))
+        assert failed.kind == "StoreFull", failed
+        async with make_runtime(ex, store=SqliteStore(path)) as rt:
+            stored = await read_log(rt, ref.id, until=le.AgentRecovered)
+        assert [i.seq for i in stored] == list(range(1, len(stored) + 1))
+        assert kinds(stored).count("PromptCompleted") == 2  # the one on the full disk too
+    finally:
+        subprocess.run(["umount", str(small)], check=False)  # noqa: ASYNC221
 
 
 WRITER = textwrap.dedent(
