@@ -8,6 +8,7 @@ sequence number, none lost or doubled."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import time
 from pathlib import Path
@@ -133,3 +134,52 @@ def test_kill_9_then_agents_gone_with_agentctl(
     second.close()
     assert agentctl.agents() == []
     assert agentctl.instances() == []
+
+
+def test_a_kill_restart_loop_with_agentctl(
+    agentctl: AgentctlServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Four rounds on SQLite, the app alternating trio and asyncio, each killed at a random
+    point (during recovery, a launch, a turn, or at rest): after each restart every execution
+    ever launched is there, reattached READY or lost with its reason, every log is numbered
+    without a gap and begins with what the killed app had seen; at the end no agent and no
+    instance is left."""
+    base = _config("sqlite", "trio", agentctl, tmp_path, request)
+    rng = random.Random(29)
+    known: set[str] = set()
+    killed: App | None = None
+    started = time.monotonic()
+    for round_ in range(4):
+        app = App(
+            base,
+            tmp_path,
+            recover=True,
+            launch=1,
+            turn=rng.choice(["mid", "between"]),
+            then="wait",
+            backend=("trio", "asyncio")[round_ % 2],
+        )
+        recovered = app.read_until("recovered")
+        assert known <= set(recovered), known - set(recovered)
+        for info in recovered.values():
+            assert info["status"] == "READY" or (info["status"] == "FAILED" and info["error"])
+        if killed is not None:
+            check_log(killed.seen(), recovered, list(killed.seen()))
+        known |= set(recovered)
+        if rng.random() < 0.5:
+            time.sleep(rng.uniform(0.0, 1.5))  # somewhere in the prompts or the launch
+        else:
+            known |= set(app.read_until("ready"))
+            time.sleep(rng.uniform(0.0, 0.3))
+        app.kill()
+        killed = app
+    final = App(base, tmp_path, recover=True, then="stop")
+    recovered = final.read_until("recovered")
+    assert known <= set(recovered)
+    assert killed is not None
+    check_log(killed.seen(), recovered, list(killed.seen()))
+    final.read_until("done")
+    final.close()
+    assert agentctl.agents() == []  # every agent of every round: reattached, then stopped
+    assert agentctl.instances() == []
+    assert time.monotonic() - started < 60
