@@ -68,7 +68,8 @@ def test_kill_9_with_agentctl(
         assert info["status"] == "READY", info
         assert info["acp_session_id"] == sessions[execution_id]
         kinds = [k for _, k in info["events"]]
-        assert kinds[-2:] == ["AgentRecovered", "AgentBootReady"], kinds
+        at = len(kinds) - 1 - kinds[::-1].index("AgentRecovered")  # this start's recovery
+        assert kinds[at : at + 2] == ["AgentRecovered", "AgentBootReady"], kinds
         assert ("PromptInterrupted" in kinds) == (turn == "mid")
         assert "AcpSessionCreated" not in kinds[len(first.seen()[execution_id]) :]
     check_log(first.seen(), recovered, ids)
