@@ -21,6 +21,7 @@ type]``), flushed line by line: what the app saw before it was killed.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,6 @@ from acpfsm.runtime import (
     WorkspaceRef,
     reference_profile,
 )
-from acpfsm.runtime.events import AgentBootReady
 from acpfsm.runtime.store import ExecutionStore, PostgresStore, SqliteStore
 
 
@@ -69,19 +69,35 @@ async def _follow(rt: Runtime, execution_id: str, after: int, seen: Path) -> Non
             f.write(json.dumps([execution_id, item.seq, type(item.event).__name__]) + "\n")
 
 
+async def _stored(rt: Runtime, execution_id: str, after: int) -> list[list[Any]]:
+    """The execution's log as this start found it: to its end (a lost one's ends), or, a
+    reattached one's going on, past an ``agent.recovered`` and its ``agent.boot_ready`` until
+    nothing more comes for a while (the stored events come at once; an execution reattached
+    at an earlier start has such a pair for each start, and a cancelled turn may follow)."""
+    items: list[list[Any]] = []
+    subscription = rt.subscribe(execution_id, after=after)
+    recovered = booted = False
+    while True:
+        with anyio.move_on_after(0.5 if booted else math.inf):
+            try:
+                item = await subscription.__anext__()
+            except StopAsyncIteration:
+                return items
+            kind = type(item.event).__name__
+            items.append([item.seq, kind])
+            recovered = recovered or kind == "AgentRecovered"
+            booted = booted or (recovered and kind == "AgentBootReady")
+            continue
+        return items
+
+
 async def main(config: dict[str, Any]) -> None:
     seen = Path(config["seen"])
     async with _runtime(config) as rt, anyio.create_task_group() as tg:
         recovered: dict[str, Any] = {}
         after: dict[str, int] = config.get("after", {})
         for e in rt.list_executions():
-            items: list[list[Any]] = []
-            async for item in rt.subscribe(e.id, after=after.get(e.id, 0)):
-                items.append([item.seq, type(item.event).__name__])
-                if isinstance(item.event, AgentBootReady) and ["AgentRecovered"] in [
-                    i[1:] for i in items
-                ]:
-                    break  # a running (reattached) execution's log goes on
+            items = await _stored(rt, e.id, after.get(e.id, 0))
             recovered[e.id] = {
                 "status": e.status,
                 "error": e.error_message,

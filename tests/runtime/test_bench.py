@@ -189,6 +189,10 @@ def test_tiny_bench_prints_every_goal_and_every_row(capsys: pytest.CaptureFixtur
     for which in ("the first", "all 2"):  # the take-over's detail rows
         name = f"take-over: {which} answering after SIGKILL"
         assert NUMBER.match(_cells(_lines(out, name)[0], name)[0]), name
+    for path in ("no store", "SqliteStore", "PostgresStore"):  # the CPU beside the ratio
+        for line in _lines(out, f"Runtime.prompt, {path} [trio]"):
+            assert re.search(r"\(CPU [\d.]+ ms per prompt, every thread\)$", line), line
+    assert "Where the time goes (cProfile)" in out
     assert "total " in out
     assert child_pids() <= before  # every agent the bench started is gone
 

@@ -12,12 +12,13 @@ from typing import Any
 import anyio
 import pytest
 
-from acpfsm.adapters.events import Complete
+from acpfsm.adapters.events import Complete, MessageChunk
 from acpfsm.adapters.executor import Probe
 from acpfsm.runtime import ExecutionLost, Runtime, Unsupported
 from acpfsm.runtime import events as le
 from acpfsm.runtime.durable import GENERATION_BLOCK
 from acpfsm.runtime.recovery import INTERRUPTED
+from acpfsm.runtime.store import ExecutionStore, StoreBatch, StoredEvent, StoredExecution
 from acpfsm.statecharts.names import StartupRecoveryEvent
 from acpfsm.testing.memory import MemoryExecutor
 
@@ -227,3 +228,63 @@ async def test_another_attempts_answer_is_ignored(make_store: StoreFactory) -> N
         assert rt.get_execution(row.id).status == "READY"
         log = await read_log(rt, row.id, until=le.AgentBootReady)
         assert "AgentLost" not in kinds(log)
+
+
+class _Counted:
+    """A real store whose batches are counted on their way in: the rows (their statuses)
+    and the events the Runtime asked it to write."""
+
+    def __init__(self, inner: ExecutionStore) -> None:
+        self.inner = inner
+        self.rows: list[str] = []
+        self.events = 0
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    async def open(self) -> list[StoredExecution]:
+        return await self.inner.open()
+
+    async def write(self, batch: StoreBatch) -> None:
+        await self.inner.write(batch)
+        self.rows += [row.status for row in batch.upserts]
+        self.events += sum(map(len, batch.events.values()))
+
+    async def read_events(
+        self, execution_id: str, after: int, limit: int
+    ) -> tuple[int, list[StoredEvent]]:
+        return await self.inner.read_events(execution_id, after, limit)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def test_a_message_chunk_writes_no_row(make_store: StoreFactory) -> None:
+    """The row is written when the DurableRecord chart says (here: the turn's two statuses),
+    never per message chunk: thirty chunks, each committed in a batch of its own, write
+    thirty events and two rows, as a turn of one chunk does."""
+    store = _Counted(make_store())
+    ex = memory_agent()
+    async with make_runtime(ex, store=store) as rt:
+        ref = await rt.launch(spec())
+        await rt.wait_ready(ref.id)
+
+        async def turn(chunks: int) -> tuple[list[str], int]:
+            await wait_until(lambda: rt.store_health is not None and rt.store_health.pending == 0)
+            rows, events = len(store.rows), store.events
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rt.prompt, ref.id, "hello")
+                await wait_until(lambda: bool(ex.last.running))
+                generation = ex.last.running[0]
+                for _ in range(chunks):
+                    ex.last.emit(MessageChunk(text="x", prompt_generation=generation))
+                    await anyio.sleep(0.02)  # past the writer's gathering: a batch of its own
+                ex.last.complete(generation)
+            await wait_until(lambda: rt.store_health is not None and rt.store_health.pending == 0)
+            return store.rows[rows:], store.events - events
+
+        await turn(1)  # the first turn also reserves a block of generations
+        rows, written = await turn(30)
+    assert written >= 30
+    assert rows == ["RUNNING", "READY"]

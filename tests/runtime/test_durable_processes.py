@@ -67,17 +67,20 @@ def test_kill_9_with_stdio_agents(
     assert agents_of(second.config["marker"]) == []
 
 
-def test_a_kill_restart_loop_accounts_for_everything(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_kill_restart_loop_accounts_for_everything(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """Four rounds, each killed at a random point (during recovery, a launch, a turn, or
-    at rest), on SQLite, the app alternating trio and asyncio: after each restart every
-    execution ever launched is there, lost with a reason (stdio) and relaunched, the agents
-    of every earlier round are gone, and every log is numbered without a gap."""
+    at rest), on SQLite and on PostgreSQL, the app alternating trio and asyncio: after each
+    restart every execution ever launched is there, lost with a reason (stdio) and
+    relaunched, the agents of every earlier round are gone, every log is numbered without a
+    gap, and what the killed app had seen of each is its beginning, event for event."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     rng = random.Random(29)
     base = {
-        "store": "sqlite",
-        "path": str(tmp_path / "executions.db"),
+        **store_config_for(kind, request, tmp_path),
         "executor": "stdio",
         "workspace": str(workspace),
         "agent_args": [
@@ -91,6 +94,7 @@ def test_a_kill_restart_loop_accounts_for_everything(tmp_path: Path) -> None:
     }
     known: set[str] = set()
     markers: list[str] = []
+    killed: App | None = None
     started = time.monotonic()
     for round_ in range(4):
         app = App(
@@ -110,6 +114,8 @@ def test_a_kill_restart_loop_accounts_for_everything(tmp_path: Path) -> None:
             assert seqs == list(range(1, len(seqs) + 1))
         for marker in markers:
             assert agents_of(marker) == [], "an agent of an earlier round is orphaned"
+        if killed is not None:  # nothing the killed app saw is lost or doubled
+            check_log(killed.seen(), recovered, list(killed.seen()))
         known |= set(recovered)
         markers.append(app.config["marker"])
         if rng.random() < 0.5:
@@ -118,9 +124,12 @@ def test_a_kill_restart_loop_accounts_for_everything(tmp_path: Path) -> None:
             known |= set(app.read_until("ready"))
             time.sleep(rng.uniform(0.0, 0.3))
         app.kill()
+        killed = app
     final = App(base, tmp_path, recover=True, then="stop")
     recovered = final.read_until("recovered")
     assert known <= set(recovered)
+    assert killed is not None
+    check_log(killed.seen(), recovered, list(killed.seen()))
     final.read_until("done")
     final.close()
     for marker in [*markers, final.config["marker"]]:

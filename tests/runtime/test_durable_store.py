@@ -1,6 +1,7 @@
-"""A bad store: held by another process, corrupt, of a newer schema, read-only, disappearing
-mid-run, PostgreSQL stopped and restarted. Every case is a typed error; while the Runtime runs
-it stays up, its executions go on, and nothing is lost once the store is back."""
+"""A bad store: held by another process (at open; another program's write transaction
+mid-run), corrupt, of a newer schema, read-only, full, disappearing mid-run, PostgreSQL stopped
+and restarted. Every case is a typed error; while the Runtime runs it stays up, its executions go
+on, and nothing is lost once the store is back."""
 
 from __future__ import annotations
 
@@ -202,6 +203,98 @@ async def test_a_store_file_that_disappears_mid_run_loses_nothing(tmp_path: Path
         stored = await read_log(rt, ref.id, until=le.AgentRecovered)
     assert [i.seq for i in stored] == list(range(1, len(stored) + 1))
     assert kinds(stored).count("PromptCompleted") == 2  # the one during the outage too
+
+
+@pytest.mark.both_backends
+async def test_a_full_disk_mid_run_loses_nothing(tmp_path: Path) -> None:
+    """The store's file system fills up (a small tmpfs, filled by another file): the writes
+    fail as ``StoreFull``, the execution goes on, and once space is freed nothing is lost."""
+    small = tmp_path / "small"
+    small.mkdir()
+    _mount("-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(small))
+    try:
+        path, filler = small / "executions.db", small / "filler"
+        ex = memory_agent(auto_complete=True)
+        async with make_runtime(ex, store=SqliteStore(path)) as rt:
+            ref = await rt.launch(spec())
+
+            async def down() -> None:
+                with filler.open("wb") as f:
+                    try:
+                        while True:
+                            f.write(b"\0" * 65536)
+                            f.flush()
+                    except OSError:
+                        pass  # full
+
+            async def up() -> None:
+                filler.unlink()
+
+            await _outage(rt, ref.id, down, up)
+            live = await read_log(rt, ref.id, until=le.StoreWriteResumed)
+        failed = next(i.event for i in live if isinstance(i.event, le.StoreWriteFailed))
+        assert failed.kind == "StoreFull", failed
+        async with make_runtime(ex, store=SqliteStore(path)) as rt:
+            stored = await read_log(rt, ref.id, until=le.AgentRecovered)
+        assert [i.seq for i in stored] == list(range(1, len(stored) + 1))
+        assert kinds(stored).count("PromptCompleted") == 2  # the one on the full disk too
+    finally:
+        subprocess.run(["umount", str(small)], check=False)  # noqa: ASYNC221
+
+
+WRITER = textwrap.dedent(
+    """
+    import sqlite3, sys
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")  # another program's write transaction, left open
+    print("writing", flush=True)
+    sys.stdin.read()
+    conn.execute("ROLLBACK")
+    """
+)
+
+
+@pytest.mark.both_backends
+async def test_a_store_file_locked_by_another_process_mid_run_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """Another program (an admin's sqlite3 shell, a backup) holds a write transaction on the
+    file: the writes fail, typed, until it lets go; nothing is lost."""
+    path = tmp_path / "executions.db"
+    ex = memory_agent(auto_complete=True)
+    writer: list[subprocess.Popen[str]] = []
+    async with make_runtime(ex, store=SqliteStore(path, busy_timeout=0.2)) as rt:
+        ref = await rt.launch(spec())
+
+        async def down() -> None:
+            proc = subprocess.Popen(  # noqa: ASYNC220 - a writer outside this event loop
+                [sys.executable, "-c", WRITER, str(path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            writer.append(proc)
+            assert proc.stdout is not None
+            line = await anyio.to_thread.run_sync(proc.stdout.readline)
+            assert line == "writing\n"
+
+        async def up() -> None:
+            proc = writer[0]
+            await anyio.to_thread.run_sync(proc.communicate, "")
+
+        try:
+            await _outage(rt, ref.id, down, up)
+        finally:
+            for proc in writer:
+                proc.kill()
+                proc.wait()
+        live = await read_log(rt, ref.id, until=le.StoreWriteResumed)
+    failed = next(i.event for i in live if isinstance(i.event, le.StoreWriteFailed))
+    assert failed.kind == "StoreUnavailable" and "locked" in failed.error, failed
+    async with make_runtime(ex, store=SqliteStore(path)) as rt:
+        stored = await read_log(rt, ref.id, until=le.AgentRecovered)
+    assert [i.seq for i in stored] == list(range(1, len(stored) + 1))
+    assert kinds(stored).count("PromptCompleted") == 2  # the one during the lock too
 
 
 @pytest.mark.both_backends
