@@ -38,6 +38,7 @@ from acpfsm.statecharts.names import (
 from .. import events as le
 from ..errors import CANCEL_ESCALATED_SIGNAL, NotReadyForPrompts
 from .context import ExecutionContext, Handler, flow_effects, nothing
+from .crash import crash_of
 from .status import StatusDriver
 
 __all__ = ["Generation", "TurnDriver"]
@@ -146,9 +147,14 @@ class TurnDriver:
     def admit(self, dispatch_only: bool) -> tuple[Generation, list[Fired]]:
         """Supersede the current generation and admit the next (under the lifecycle lock;
         the caller performs what was fired); raises NotReadyForPrompts once the execution
-        was stopped (R24)."""
+        was stopped (R24), or once it crashed: the Crash chart's answer to ``crash_checked``
+        (``raise_crash``). A prompt that passed its status check before the crash would
+        otherwise be admitted after it (``prompt_began`` takes FAILED to RUNNING, as kandev's
+        ``BeginPrompt`` does after an ordinary failure) and its request go out on the carrier
+        being closed (found by ``acpfsm verify --crashes``: nothing_dispatched_after_a_crash);
+        its caller gets the crash (``CrashGuard.call``)."""
         ctx = self.ctx
-        if self.status.ended:
+        if self.status.ended or crash_of(ctx) is not None:
             raise NotReadyForPrompts(ctx.id, self.status.status)
         fired: list[Fired] = []
         previous = self.current
