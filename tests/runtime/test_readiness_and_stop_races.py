@@ -234,13 +234,13 @@ async def test_a_prompt_checked_before_a_crash_is_not_admitted_after_it(time_sca
             return any(r.event == "prompt_requested" for r in rt.trace.for_execution(eid))
 
         with anyio.fail_after(30):
-            async with anyio.create_task_group() as tg:
-                async with s.ctx.lifecycle_lock:  # the prompt's admission waits for it
-                    tg.start_soon(prompt)
-                    await wait_until(checked)
-                    await settle()
-                    tr.emit(ev.SessionModels(current_model_id="fast"))  # the pump crashes
-                    await wait_until(lambda: rt.get_execution(eid).status == "FAILED")
+            # the prompt's admission waits for the lifecycle lock the test holds
+            async with anyio.create_task_group() as tg, s.ctx.lifecycle_lock:
+                tg.start_soon(prompt)
+                await wait_until(checked)
+                await settle()
+                tr.emit(ev.SessionModels(current_model_id="fast"))  # the pump crashes
+                await wait_until(lambda: rt.get_execution(eid).status == "FAILED")
             (error,) = errors
             assert "execution crashed" in str(error)
             assert s.generations == {} and s.current is None
