@@ -20,7 +20,7 @@ import pytest
 
 from acpfsm.adapters import events as ev
 from acpfsm.adapters.memory import MemoryTransport
-from acpfsm.adapters.transport import CancelResult
+from acpfsm.adapters.transport import Attachment, CancelResult
 from acpfsm.runtime import (
     AgentReportedError,
     CancelEscalated,
@@ -247,4 +247,50 @@ async def test_a_prompt_checked_before_a_crash_is_not_admitted_after_it(time_sca
             assert methods(tr, "prompt") == []
             assert rt.get_execution(eid).status == "FAILED"
             assert not rt.get_execution(eid).accepts_prompts
+            await rt.stop(eid, "done")
+
+
+async def test_a_turn_admitted_before_a_crash_is_undelivered_and_never_sent(
+    time_scale: float,
+) -> None:
+    """The prompt was admitted (RUNNING) and materializes its attachment when the execution
+    crashes: the crash's loss ends the turn ``undelivered`` (it never reached the agent and
+    never will), its dispatch is skipped, nothing is sent on the carrier being closed, and
+    the caller gets the crash (before: the request went out after the crash)."""
+    materializing = anyio.Event()
+    go_on = anyio.Event()
+
+    def setup(t: MemoryTransport) -> None:
+        async def materialize(attachment: Attachment) -> Attachment:
+            materializing.set()
+            await go_on.wait()
+            return attachment
+
+        t.handlers["materialize"] = materialize
+
+    ex = memory_agent(setup)
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+        s.config.models_updated = illegal_models_update  # type: ignore[method-assign]
+        errors: list[BaseException] = []
+
+        async def prompt() -> None:
+            try:
+                await rt.prompt(eid, "look", attachments=(Attachment(name="a.txt", data=b"a"),))
+            except ExecutionCrashed as exc:
+                errors.append(exc)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(prompt)
+                await materializing.wait()
+                assert s.generations[1].leaf == "admitted"
+                tr.emit(ev.SessionModels(current_model_id="fast"))  # the pump crashes
+                await wait_until(lambda: ("aclose", ()) in tr.calls)
+                go_on.set()
+            (error,) = errors
+            assert "execution crashed" in str(error)
+            assert s.generations[1].leaf == "undelivered"
+            assert methods(tr, "prompt") == []
+            assert rt.get_execution(eid).status == "FAILED"
             await rt.stop(eid, "done")
