@@ -141,8 +141,8 @@ class Bounds:
     (:mod:`.verify_startup`)."""
     crashes: bool = False
     """Explore the execution's own code crashing at any point (runtime/session/crash.py).
-    Every property holds with it at the default bounds (about 150,500 states, a third more
-    CPU than without); off by default for that time."""
+    Every property holds with it at the default bounds (about 150,500 states, about 30 %
+    more CPU than without); off by default for that time."""
 
 
 @dataclass(frozen=True, slots=True)

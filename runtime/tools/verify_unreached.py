@@ -16,7 +16,7 @@ __all__ = ["UNREACHED", "reason"]
 
 _CRASH = (
     "explored with --crashes (verify_actions._crash, runtime/session/crash.py), off at the "
-    "default bounds for time: every property holds with it there, in a third more CPU"
+    "default bounds for time: every property holds with it there, in about 30 % more CPU"
 )
 _COMPLETED = (
     "COMPLETED is the process's clean exit, its carrier's last fact: the model's agent and "
