@@ -84,6 +84,9 @@ UNREACHED: Mapping[_T, str] = MappingProxyType(
         ("execution", "active", "execution_crashed", "failed"): _CRASH,
         ("execution", "completed", "execution_crashed", "completed"): _CRASH,
         ("execution", "failed", "execution_crashed", "failed"): _CRASH,
+        ("prompt_generation", "admitted", "stream_lost", "undelivered"): _CRASH,
+        ("prompt_generation", "reconnecting", "stream_lost", "undelivered"): _CRASH,
+        ("prompt_generation", "undelivered", "dispatch_started", "undelivered"): _CRASH,
         **{
             ("execution", "completed", event, "completed"): _COMPLETED
             for event in (
