@@ -514,3 +514,17 @@ def test_a_crash_admits_no_prompt() -> None:
     result = verify.verify(CRASHES)
     assert [p.name for p in result.properties if not p.holds] == []
     assert result.property("nothing_dispatched_after_a_crash").holds
+
+
+def test_a_crash_after_a_redial_loss_leaves_no_cancel_done_over_a_live_turn() -> None:
+    """The second finding of ``acpfsm verify --crashes``: after a redial loss the prompt waits
+    for the carrier (``live.reconnecting``); the execution crashes, and a cancel was told done
+    while that turn was still live. A crash now ends such a turn undelivered (its request was
+    never written): without that row the property fails, with it every property holds."""
+    bounds = Bounds(generations=2, depth=11, carriers=("agentctl",), crashes=True)
+    row = '        | live.reconnecting.to(ended.undelivered, cond="crashed")\n'
+    seeded = verify.verify(bounds, **_pg((row, "")))
+    assert [p.name for p in seeded.properties if not p.holds] == [
+        "a_cancel_is_done_only_once_its_turn_is_over"
+    ]
+    assert verify.verify(bounds).ok
