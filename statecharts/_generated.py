@@ -341,6 +341,9 @@ class _prompt_generation:
     def carrier_reconnectable(self, reconnectable: bool = False) -> bool:
         return reconnectable
 
+    def crashed(self, crashed: bool = False) -> bool:
+        return crashed
+
     def escalates_idle(self, acknowledged: bool = True, stream_disconnected: bool = False) -> bool:
         armed = not self.dispatch_only or bool(self.waited_before)
         return (stream_disconnected or not acknowledged) and armed
@@ -414,6 +417,7 @@ PROMPT_GENERATION = Declaration(
         TransitionDecl('superseded_by_successor', 'live', 'superseded', ()),
         TransitionDecl('dispatch_started', 'admitted', 'sending', ()),
         TransitionDecl('materialization_failed', 'admitted', 'undelivered', ()),
+        TransitionDecl('stream_lost', 'admitted', 'undelivered', (('crashed', True),)),
         TransitionDecl('execution_stopped', 'admitted', 'withdrawn', ()),
         TransitionDecl('cancel_requested', 'admitted', 'withdrawn', ()),
         TransitionDecl('waiter_abandoned', 'admitted', 'withdrawn', ()),
@@ -433,6 +437,7 @@ PROMPT_GENERATION = Declaration(
         TransitionDecl('waiter_abandoned', 'sending', 'abandoned', ()),
         TransitionDecl('dispatch_started', 'reconnecting', 'sending', ()),
         TransitionDecl('reconnect_timed_out', 'reconnecting', 'undelivered', ()),
+        TransitionDecl('stream_lost', 'reconnecting', 'undelivered', (('crashed', True),)),
         TransitionDecl('execution_stopped', 'reconnecting', 'withdrawn', ()),
         TransitionDecl('cancel_requested', 'reconnecting', 'withdrawn', ()),
         TransitionDecl('send_wait_timed_out', 'reconnecting', 'withdrawn', ()),
@@ -506,6 +511,7 @@ PROMPT_GENERATION = Declaration(
         TransitionDecl('superseded_by_successor', 'ended', 'superseded', ()),
         TransitionDecl('completion_received', 'disconnected', 'failed', (('is_error', True),)),
         TransitionDecl('completion_received', 'disconnected', 'completed', ()),
+        TransitionDecl('dispatch_started', 'undelivered', None, ()),
         TransitionDecl('dispatch_started', 'withdrawn', None, ()),
         TransitionDecl('cancel_requested', 'stopped', None, ()),
         TransitionDecl('dispatch_accepted', 'superseded', None, ()),
@@ -527,6 +533,7 @@ PROMPT_GENERATION = Declaration(
         ('cancel_release', ('cancel_release',)),
         ('cancel_unacknowledged', ('acknowledged', 'stream_disconnected')),
         ('carrier_reconnectable', ('reconnectable',)),
+        ('crashed', ('crashed',)),
         ('escalates_idle', ('acknowledged', 'stream_disconnected')),
         ('is_cancel_release', ('is_error', 'cancel_release')),
         ('is_dispatch_only', ()),
@@ -540,6 +547,7 @@ PROMPT_GENERATION = Declaration(
         ('successor_admitting: abandoned', (EffectSpec('hold_barrier', (), ()),)),
         ('barrier_timed_out: unawaited', (EffectSpec('barrier_failed', (), ()),)),
         ('dispatch_started: withdrawn', (EffectSpec('skip_dispatch', (), ()),)),
+        ('dispatch_started: undelivered', (EffectSpec('skip_dispatch', (), ()),)),
         ('dispatch_failed: escalating -> cancel_escalated', (EffectSpec('end_cancel', ('result',), (('result', 'ended'),)),)),
         ('dispatch_unreachable: escalating -> cancel_escalated', (EffectSpec('end_cancel', ('result',), (('result', 'ended'),)),)),
         ('dispatch_failed: sending -> cancel_escalated', (EffectSpec('publish_prompt_failed', ('generation', 'error', 'outcome'), (('outcome', 'cancel_escalated'),)), EffectSpec('release_waiter', ('error', 'result'), (('result', 'dispatch_cancel_escalated'),)), EffectSpec('end_cancel', ('result',), (('result', 'ended'),)))),
@@ -606,6 +614,7 @@ PROMPT_GENERATION = Declaration(
         'cancel_release': _prompt_generation.cancel_release,
         'cancel_unacknowledged': _prompt_generation.cancel_unacknowledged,
         'carrier_reconnectable': _prompt_generation.carrier_reconnectable,
+        'crashed': _prompt_generation.crashed,
         'escalates_idle': _prompt_generation.escalates_idle,
         'is_cancel_release': _prompt_generation.is_cancel_release,
         'is_dispatch_only': _prompt_generation.is_dispatch_only,

@@ -30,7 +30,8 @@ ended.stopped        the app's stop ended it       StopAgentWithReason (its wait
                                                   waiting for it learn that the app stopped the
                                                   execution, not an agent error)
 ended.undelivered    trigger never reached agent  a failed trigger, materialization or
-                                                  reconnect (kandev H7 left RUNNING)
+                                                  reconnect (kandev H7 left RUNNING), or the
+                                                  execution crashed before it was sent
 superseded           P>g                          the next BeginPrompt
 ===================  ==========================  ===========================================
 
@@ -147,6 +148,7 @@ _EFFECTS: Final = Effects(
         "successor_admitting: abandoned": ["hold_barrier"],
         "barrier_timed_out: unawaited": ["barrier_failed"],
         "dispatch_started: withdrawn": ["skip_dispatch"],
+        "dispatch_started: undelivered": ["skip_dispatch"],
         "dispatch_failed: escalating -> cancel_escalated": [_DONE],
         "dispatch_unreachable: escalating -> cancel_escalated": [_DONE],
         "dispatch_failed: sending -> cancel_escalated": [
@@ -298,6 +300,7 @@ class PromptGeneration(Chart):
         live.admitted.to(live.sending)
         | live.reconnecting.to(live.sending)
         | ended.withdrawn.to(None)  # cancelled before it was sent: skip_dispatch
+        | ended.undelivered.to(None)  # the execution crashed before it was sent: skip_dispatch
     )
     dispatch_accepted = (
         live.sending.to(live.dispatched.unawaited, cond="is_dispatch_only")
@@ -367,6 +370,11 @@ class PromptGeneration(Chart):
         | live.abandoned.to(ended.disconnected)
         | live.releasing.to(ended.disconnected)  # the escalation ends with the stream
         | live.escalating.to(ended.disconnected)
+        # the execution crashed (its own code failed, its carrier is being closed): a turn
+        # not yet at the agent never will be, so it is undelivered and its request never
+        # goes out (found by acpfsm verify --crashes: nothing_dispatched_after_a_crash)
+        | live.admitted.to(ended.undelivered, cond="crashed")
+        | live.reconnecting.to(ended.undelivered, cond="crashed")
         | live.to(None)  # not yet at the agent: the dispatch reports its own failure
         | ended.to(None)
         | superseded.to(None)  # R21
@@ -521,6 +529,9 @@ class PromptGeneration(Chart):
 
     def lost_for_good(self, final: bool = False) -> bool:
         return final
+
+    def crashed(self, crashed: bool = False) -> bool:
+        return crashed
 
     def carrier_reconnectable(self, reconnectable: bool = False) -> bool:
         return reconnectable

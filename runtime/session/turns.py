@@ -38,6 +38,7 @@ from acpfsm.statecharts.names import (
 from .. import events as le
 from ..errors import CANCEL_ESCALATED_SIGNAL, NotReadyForPrompts
 from .context import ExecutionContext, Handler, flow_effects, nothing
+from .crash import crash_of
 from .status import StatusDriver
 
 __all__ = ["Generation", "TurnDriver"]
@@ -146,10 +147,18 @@ class TurnDriver:
     def admit(self, dispatch_only: bool) -> tuple[Generation, list[Fired]]:
         """Supersede the current generation and admit the next (under the lifecycle lock;
         the caller performs what was fired); raises NotReadyForPrompts once the execution
-        was stopped (R24)."""
+        was stopped (R24), and the crash (:class:`ExecutionCrashed`) once it crashed: the
+        Crash chart's answer to ``crash_checked`` (``raise_crash``). A prompt that passed its
+        status check before the crash would otherwise be admitted after it (``prompt_began``
+        takes FAILED to RUNNING, as kandev's ``BeginPrompt`` does after an ordinary failure)
+        and its request go out on the carrier being closed (found by ``acpfsm verify
+        --crashes``: nothing_dispatched_after_a_crash)."""
         ctx = self.ctx
         if self.status.ended:
             raise NotReadyForPrompts(ctx.id, self.status.status)
+        crash = crash_of(ctx)
+        if crash is not None:
+            raise crash from crash.__cause__
         fired: list[Fired] = []
         previous = self.current
         if previous is not None:
@@ -216,7 +225,11 @@ class TurnDriver:
         await self.flush_partial()
         if self.current is not None:
             await self.ctx.step(
-                self.current.machine, PromptGenerationEvent.stream_lost, error=error, final=True
+                self.current.machine,
+                PromptGenerationEvent.stream_lost,
+                error=error,
+                final=True,
+                crashed=True,
             )
 
     async def _end_wakeup_turn(self, effect: Effect, machine: ChartMachine) -> None:

@@ -198,7 +198,13 @@ def _crash(x: Explorer, w: World, label: Label) -> None:
     w.crashed = True
     w.status_fire(ExecutionEvent.execution_crashed, error="execution crashed")
     if w.machines:
-        w.fire(w.machines[-1], PromptGenerationEvent.stream_lost, error="crashed", final=True)
+        w.fire(
+            w.machines[-1],
+            PromptGenerationEvent.stream_lost,
+            error="crashed",
+            final=True,
+            crashed=True,
+        )
     if not x.stream.ended:
         w.fire(x.stream, AgentStreamEvent.close_requested)
     if not x.init.ended:

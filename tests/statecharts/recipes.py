@@ -265,7 +265,7 @@ GUARD_DATA: dict[str, list[dict[str, Any]]] = {
         {"exit_code": 0},
         {"exit_code": 1},
     ],
-    "stream_lost": [{"generation": 2}, {"final": True}, {}],
+    "stream_lost": [{"generation": 2}, {"final": True}, {"final": True, "crashed": True}, {}],
     # StartupRecovery
     "recovery_started": [{"agent_ended": True}, {"turn_in_flight": True}, {}],
     **dict.fromkeys(

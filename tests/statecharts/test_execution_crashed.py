@@ -1,12 +1,14 @@
 """The Execution chart's ``execution_crashed``: the execution's own code failed outside the
 protocol (its executor, the transport, a bug). A live execution becomes FAILED with
-``agent.failed`` phase ``crash``; a terminal status stays as it is; STOPPED has ended."""
+``agent.failed`` phase ``crash``; a terminal status stays as it is; STOPPED has ended. And
+the PromptGeneration chart's ``stream_lost`` of a crash: a turn not yet at the agent is
+undelivered, and its request is never sent."""
 
 from __future__ import annotations
 
 import pytest
 
-from acpfsm.statecharts import EngineName, Execution, IllegalTransition, Step
+from acpfsm.statecharts import EngineName, Execution, IllegalTransition, PromptGeneration, Step
 
 from .recipes import walk
 
@@ -51,3 +53,31 @@ def test_a_stopped_execution_has_ended(engine: EngineName) -> None:
     ex = walk(Execution.start(engine=engine), [("stop_requested", {"reason": "bye"})])
     with pytest.raises(IllegalTransition):
         ex.fire("execution_crashed", error="too late")
+
+
+_UNREACHABLE = ("dispatch_unreachable", {"reconnectable": True, "error": "not connected"})
+
+
+@pytest.mark.parametrize(
+    ("recipe", "leaf"),
+    [([], "admitted"), ([("dispatch_started", {}), _UNREACHABLE], "reconnecting")],
+    ids=["admitted", "reconnecting"],
+)
+def test_a_crash_leaves_a_turn_not_yet_at_the_agent_undelivered(
+    engine: EngineName, recipe: list, leaf: str
+) -> None:
+    """The crash's ``stream_lost`` (final, ``crashed``): a turn admitted or waiting for the
+    carrier never reaches the agent (the carrier is being closed), so it is undelivered at
+    once, its waiter told, and its dispatch skipped (found by ``acpfsm verify --crashes``:
+    before, the request went out after the crash). A final loss that is no crash leaves it
+    to its dispatch, which reports its own failure."""
+    lost = {"error": "execution crashed: boom", "final": True}
+    gen = walk(PromptGeneration.start(engine=engine, generation=1), recipe)
+    assert gen.state == leaf
+    assert _trail(gen.fire("stream_lost", **lost))[2] is True  # no crash: nothing yet
+    step = gen.fire("stream_lost", **lost, crashed=True)
+    assert (step.source, step.target) == (leaf, "undelivered")
+    names = [e.name for e in step.effects]
+    assert "publish_prompt_failed" in names and "release_waiter" in names
+    assert [e.name for e in gen.fire("dispatch_started").effects] == ["skip_dispatch"]
+    assert gen.state == "undelivered"
