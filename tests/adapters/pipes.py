@@ -98,6 +98,23 @@ class HoldingWriter(PipeWriter):
         await super().send(item)
 
 
+class RecordingWriter(HoldingWriter):
+    """A :class:`HoldingWriter` that keeps what the client wrote, line by line."""
+
+    def __init__(self, stream: MemoryObjectSendStream[bytes]) -> None:
+        super().__init__(stream)
+        self.written: list[bytes] = []
+
+    async def send(self, item: bytes) -> None:
+        await super().send(item)
+        self.written.extend(line for line in bytes(item).splitlines() if line.strip())
+
+    def sent(self, method: str) -> list[dict[str, Any]]:
+        """The messages written so far that call ``method``."""
+        messages = [json.loads(line) for line in self.written]
+        return [m for m in messages if m.get("method") == method]
+
+
 async def hand_agent(
     requests: MemoryObjectReceiveStream[bytes],
     answers: MemoryObjectSendStream[bytes],

@@ -64,7 +64,7 @@ from acpfsm.adapters.transport import (
     reject_permission_policy,
 )
 
-from .pipes import HandPeer, HoldingWriter, Messages, PipeReader, PipeWriter, hand_peer
+from .pipes import HandPeer, Messages, PipeReader, PipeWriter, RecordingWriter, hand_peer
 
 pytestmark = pytest.mark.both_backends
 
@@ -888,19 +888,12 @@ async def test_a_turn_given_up_while_its_request_is_written_is_abandoned_once_wr
     still being written (stdin full, after its attachments were prepared): once written, the
     request is abandoned: the agent is told (``$/cancel_request`` with the request's id), and
     its late answer will be dropped."""
-    written: list[bytes] = []
-
-    class Recording(HoldingWriter):
-        async def send(self, item: bytes) -> None:
-            await super().send(item)
-            written.append(bytes(item))
-
     prepared = anyio.Event()
     # the cancel's bound outlasts the start of the write (virtual time under trio)
     config = StdioConfig(cancel_timeout=3.0 if backend == "trio" else 0.5, exit_grace=0.5)
     with anyio.fail_after(30):
         async with hand_peer() as peer:
-            writer = Recording(peer.writer.stream)
+            writer = RecordingWriter(peer.writer.stream)
             async with connect_stdio_transport(
                 peer.reader, writer, workspace=tmp_path, config=config
             ) as t:
@@ -929,9 +922,9 @@ async def test_a_turn_given_up_while_its_request_is_written_is_abandoned_once_wr
                 writer.release()
                 request_id = await peer.next_prompt()
                 with anyio.fail_after(5):
-                    while not any(b"$/cancel_request" in line for line in written):
+                    while not writer.sent("$/cancel_request"):
                         await anyio.sleep(0.01)
-                cancels = [json.loads(line) for line in written if b"$/cancel_request" in line]
+                cancels = writer.sent("$/cancel_request")
                 assert [c["params"] for c in cancels] == [{"requestId": request_id}]
 
 

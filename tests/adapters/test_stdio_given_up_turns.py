@@ -1,7 +1,11 @@
 """A turn the stdio transport gave up (its cancel was not acknowledged within
 ``cancel_timeout``) owes nothing, whatever happens to it afterwards: agentctl's ACP adapter
-(adapter_prompt_cancel.go) abandons such a prompt and suppresses its late end (``prompt
+(adapter_prompt_cancel.go) abandons such a prompt (the agent is sent ``$/cancel_request``
+for its ``session/prompt``) and suppresses its late end, an answer or an error (``prompt
 abandoned after cancel``).
+
+A turn given up while the agent has its request: the agent is told, and whatever it answers
+late is not the turn's end (the next turn's is the only one delivered).
 
 Here the turn is given up while its content is still being prepared: its attachment is a
 FIFO, whose read blocks until the test writes to it. Once the read is done, the turn must not
@@ -13,9 +17,12 @@ delivered as the turn's end. Over memory pipes to a hand-driven ACP agent.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -24,7 +31,7 @@ from acpfsm.adapters.acp.stdio import StdioConfig, StdioTransport, connect_stdio
 from acpfsm.adapters.events import AgentEvent, Complete, ErrorEvent
 from acpfsm.adapters.transport import Attachment, CancelResult
 
-from .pipes import HandPeer, hand_peer
+from .pipes import HandPeer, RecordingWriter, hand_peer
 
 pytestmark = pytest.mark.both_backends
 
@@ -37,21 +44,24 @@ async def session(
     attachment is saved in the workspace and linked), its events collected."""
     events: list[AgentEvent] = []
     config = StdioConfig(cancel_timeout=cancel_timeout, exit_grace=0.5)
-    async with (
-        hand_peer() as peer,
-        connect_stdio_transport(peer.reader, peer.writer, workspace=workspace, config=config) as t,
-        anyio.create_task_group() as tg,
-    ):
+    async with hand_peer() as hand:
+        peer = dataclasses.replace(hand, writer=RecordingWriter(hand.writer.stream))
+        async with (
+            connect_stdio_transport(
+                peer.reader, peer.writer, workspace=workspace, config=config
+            ) as t,
+            anyio.create_task_group() as tg,
+        ):
 
-        async def collect() -> None:
-            async for event in t.events():
-                events.append(event)
+            async def collect() -> None:
+                async for event in t.events():
+                    events.append(event)
 
-        tg.start_soon(collect)
-        await t.initialize()
-        await t.new_session(str(workspace))
-        yield t, peer, events
-        tg.cancel_scope.cancel()
+            tg.start_soon(collect)
+            await t.initialize()
+            await t.new_session(str(workspace))
+            yield t, peer, events
+            tg.cancel_scope.cancel()
 
 
 def fifo(tmp_path: Path) -> Path:
@@ -131,3 +141,35 @@ async def test_a_turn_given_up_while_prepared_does_not_end_with_its_late_failure
         await give_up_while_prepared(t, path, notes)
         await the_next_turn_ends_alone(peer, events)
         assert list(elsewhere.iterdir()) == []  # nothing was saved through the link
+
+
+LATE_ANSWERS: dict[str, dict[str, Any]] = {
+    "end_turn": {"result": {"stopReason": "end_turn"}},
+    "cancelled": {"result": {"stopReason": "cancelled"}},
+    "request_cancelled_error": {"error": {"code": -32800, "message": "Request cancelled"}},
+    "internal_error": {"error": {"code": -32603, "message": "Internal error"}},
+}
+
+
+@pytest.mark.parametrize("late", list(LATE_ANSWERS))
+async def test_a_turn_given_up_at_the_agent_is_cancelled_there_and_its_late_end_dropped(
+    tmp_path: Path, backend: str, late: str
+) -> None:
+    async with session(tmp_path, cancel_timeout=0.5 if backend == "trio" else 0.1) as (
+        t,
+        peer,
+        events,
+    ):
+        await t.prompt("hang", [], 1)
+        request_id = await peer.next_prompt()
+        assert await t.cancel() == CancelResult(acknowledged=False)
+        assert isinstance(peer.writer, RecordingWriter)
+        with anyio.fail_after(5):
+            while not peer.writer.sent("$/cancel_request"):
+                await anyio.sleep(0.01)
+        cancels = peer.writer.sent("$/cancel_request")
+        assert [c["params"] for c in cancels] == [{"requestId": request_id}]
+        answer = {"jsonrpc": "2.0", "id": request_id, **LATE_ANSWERS[late]}
+        await peer.answers.send(json.dumps(answer).encode() + b"\n")
+        await t.prompt("next", [], 2)
+        await the_next_turn_ends_alone(peer, events)
