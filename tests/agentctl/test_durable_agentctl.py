@@ -8,7 +8,6 @@ sequence number, none lost or doubled."""
 from __future__ import annotations
 
 import os
-import random
 import signal
 import time
 from pathlib import Path
@@ -17,7 +16,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.runtime.durable_helpers import PAIRWISE, App, check_log, store_config_for
+from tests.runtime.durable_helpers import (
+    PAIRWISE,
+    App,
+    check_log,
+    kill_restart_loop,
+    store_config_for,
+)
 
 from .agentctl_server import AgentctlServer
 
@@ -146,41 +151,13 @@ def test_a_kill_restart_loop_with_agentctl(
     without a gap and begins with what the killed app had seen; at the end no agent and no
     instance is left."""
     base = _config("sqlite", "trio", agentctl, tmp_path, request)
-    rng = random.Random(29)
-    known: set[str] = set()
-    killed: App | None = None
     started = time.monotonic()
-    for round_ in range(4):
-        app = App(
-            base,
-            tmp_path,
-            recover=True,
-            launch=1,
-            turn=rng.choice(["mid", "between"]),
-            then="wait",
-            backend=("trio", "asyncio")[round_ % 2],
-        )
-        recovered = app.read_until("recovered")
-        assert known <= set(recovered), known - set(recovered)
+
+    def each_round(app: App, recovered: dict[str, Any]) -> None:
         for info in recovered.values():
             assert info["status"] == "READY" or (info["status"] == "FAILED" and info["error"])
-        if killed is not None:
-            check_log(killed.seen(), recovered, list(killed.seen()))
-        known |= set(recovered)
-        if rng.random() < 0.5:
-            time.sleep(rng.uniform(0.0, 1.5))  # somewhere in the prompts or the launch
-        else:
-            known |= set(app.read_until("ready"))
-            time.sleep(rng.uniform(0.0, 0.3))
-        app.kill()
-        killed = app
-    final = App(base, tmp_path, recover=True, then="stop")
-    recovered = final.read_until("recovered")
-    assert known <= set(recovered)
-    assert killed is not None
-    check_log(killed.seen(), recovered, list(killed.seen()))
-    final.read_until("done")
-    final.close()
+
+    kill_restart_loop(base, tmp_path, each_round)
     assert agentctl.agents() == []  # every agent of every round: reattached, then stopped
     assert agentctl.instances() == []
     assert time.monotonic() - started < 60

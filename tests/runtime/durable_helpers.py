@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -197,3 +198,51 @@ def check_log(
         seen = sorted(set(before.get(execution_id, [])))
         assert seen, f"the app saw nothing of {execution_id}"
         assert logged[: len(seen)] == seen
+
+
+def kill_restart_loop(
+    base: dict[str, Any],
+    tmp_path: Path,
+    each_round: Callable[[App, dict[str, Any]], None],
+    rounds: int = 4,
+) -> App:
+    """``rounds`` apps on ``base``, alternating trio and asyncio, each killed with ``kill -9``
+    at a random point (seeded: during recovery, a launch, a turn, or at rest): after each
+    restart every execution ever launched is there, ``each_round`` checks the app and what it
+    recovered, and what the killed app had seen is each log's beginning, event for event.
+    Then a last app recovers everything (checked the same way) and stops it; it is returned,
+    closed."""
+    rng = random.Random(29)
+    known: set[str] = set()
+    killed: App | None = None
+    for round_ in range(rounds):
+        app = App(
+            base,
+            tmp_path,
+            recover=True,
+            launch=1,
+            turn=rng.choice(["mid", "between"]),
+            then="wait",
+            backend=("trio", "asyncio")[round_ % 2],
+        )
+        recovered = app.read_until("recovered")
+        assert known <= set(recovered), known - set(recovered)
+        each_round(app, recovered)
+        if killed is not None:  # nothing the killed app saw is lost or doubled
+            check_log(killed.seen(), recovered, list(killed.seen()))
+        known |= set(recovered)
+        if rng.random() < 0.5:
+            time.sleep(rng.uniform(0.0, 1.5))  # somewhere in the recovery or the launch
+        else:
+            known |= set(app.read_until("ready"))
+            time.sleep(rng.uniform(0.0, 0.3))
+        app.kill()
+        killed = app
+    final = App(base, tmp_path, recover=True, then="stop")
+    recovered = final.read_until("recovered")
+    assert known <= set(recovered)
+    assert killed is not None
+    check_log(killed.seen(), recovered, list(killed.seen()))
+    final.read_until("done")
+    final.close()
+    return final

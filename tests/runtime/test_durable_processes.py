@@ -9,13 +9,20 @@ tests/agentctl/test_durable_agentctl.py.)"""
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .durable_helpers import PAIRWISE, App, agents_of, check_log, store_config_for
+from .durable_helpers import (
+    PAIRWISE,
+    App,
+    agents_of,
+    check_log,
+    kill_restart_loop,
+    store_config_for,
+)
 
 
 @pytest.mark.parametrize(("kind", "app_backend", "turn"), PAIRWISE)
@@ -78,7 +85,6 @@ def test_a_kill_restart_loop_accounts_for_everything(
     gap, and what the killed app had seen of each is its beginning, event for event."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    rng = random.Random(29)
     base = {
         **store_config_for(kind, request, tmp_path),
         "executor": "stdio",
@@ -92,46 +98,19 @@ def test_a_kill_restart_loop_accounts_for_everything(
             str(tmp_path / "sessions"),
         ],
     }
-    known: set[str] = set()
     markers: list[str] = []
-    killed: App | None = None
     started = time.monotonic()
-    for round_ in range(4):
-        app = App(
-            base,
-            tmp_path,
-            recover=True,
-            launch=1,
-            turn=rng.choice(["mid", "between"]),
-            then="wait",
-            backend=("trio", "asyncio")[round_ % 2],
-        )
-        recovered = app.read_until("recovered")
-        assert known <= set(recovered), known - set(recovered)
+
+    def each_round(app: App, recovered: dict[str, Any]) -> None:
         for info in recovered.values():
             assert info["status"] == "FAILED" and info["error"], info
             seqs = [seq for seq, _ in info["events"]]
             assert seqs == list(range(1, len(seqs) + 1))
         for marker in markers:
             assert agents_of(marker) == [], "an agent of an earlier round is orphaned"
-        if killed is not None:  # nothing the killed app saw is lost or doubled
-            check_log(killed.seen(), recovered, list(killed.seen()))
-        known |= set(recovered)
         markers.append(app.config["marker"])
-        if rng.random() < 0.5:
-            time.sleep(rng.uniform(0.0, 1.5))  # somewhere in the relaunches or the launch
-        else:
-            known |= set(app.read_until("ready"))
-            time.sleep(rng.uniform(0.0, 0.3))
-        app.kill()
-        killed = app
-    final = App(base, tmp_path, recover=True, then="stop")
-    recovered = final.read_until("recovered")
-    assert known <= set(recovered)
-    assert killed is not None
-    check_log(killed.seen(), recovered, list(killed.seen()))
-    final.read_until("done")
-    final.close()
+
+    final = kill_restart_loop(base, tmp_path, each_round)
     for marker in [*markers, final.config["marker"]]:
         assert agents_of(marker) == []
     assert time.monotonic() - started < 60
