@@ -563,6 +563,14 @@ class Runtime:
         :class:`ExecutionLost` (the failure as its cause) when it could not be started."""
         return await self._need_store("relaunch").relaunch(execution_id)
 
+    async def flush(self, bound: float | None = None) -> bool:
+        """Wait until everything the executions logged so far is in the store (at most
+        ``bound`` seconds, default 5); False when the store did not take it in time
+        (nothing is lost: the writes go on). True at once without a store."""
+        if self._persistence is None:
+            return True
+        return await self._persistence.durability.flush(bound)
+
     @property
     def store_health(self) -> StoreHealth | None:
         """Whether the store is being written (None without a store): ``ok`` false while

@@ -212,10 +212,8 @@ class Service:
         timeout): a caller told that its prompt was dispatched (or an execution launched,
         stopped) finds it there after a take-over, however soon this process dies."""
         for rt in list(self.runtimes):
-            persistence = rt._persistence
-            if persistence is not None:
-                with anyio.CancelScope(shield=True):
-                    await persistence.durability.flush()
+            with anyio.CancelScope(shield=True):
+                await rt.flush()
 
     def _send(self, reply: str, body: bytes) -> None:
         """Hand ``body`` to the NATS client (not waited for: a failure is logged there)."""

@@ -134,7 +134,7 @@ async def test_with_a_store_the_bus_carries_the_logs_numbers(
         async with make_runtime(ex, store=SqliteStore(store), bus=bus) as rt:
             ref = await rt.launch(spec())
             await rt.prompt(ref.id, "hello")
-            await rt._persistence.durability.flush()  # type: ignore[union-attr]
+            await rt.flush()
             logged = rt._persistence.durability.logs[ref.id].committed  # type: ignore[union-attr]
         async with make_runtime(ex, store=SqliteStore(store), bus=bus) as rt:
             await rt.prompt(ref.id, "again")  # the recovered execution goes on numbering
@@ -161,7 +161,7 @@ async def test_with_a_store_a_stopped_executions_last_events_reach_the_bus(
             ref = await rt.launch(spec())
             await rt.prompt(ref.id, "hello")
             await rt.stop(ref.id, "done")
-            assert await rt._persistence.durability.flush()  # type: ignore[union-attr]
+            assert await rt.flush()
         got: list[Seq] = []
         with anyio.fail_after(30):
             async with bus.subscribe(ref.id) as sub:

@@ -288,3 +288,32 @@ async def test_a_message_chunk_writes_no_row(make_store: StoreFactory) -> None:
         rows, written = await turn(30)
     assert written >= 30
     assert rows == ["RUNNING", "READY"]
+
+
+async def test_flush_waits_until_the_store_holds_what_was_logged(make_store: StoreFactory) -> None:
+    """``Runtime.flush`` returns once every event logged so far is written (the writer may
+    still be gathering when the prompt returns), and says False when the store does not
+    take it in time; without a store it has nothing to wait for."""
+    store = _Counted(make_store())
+    async with make_runtime(memory_agent(auto_complete=True), store=store) as rt:
+        ref = await rt.launch(spec())
+        await rt.prompt(ref.id, "hello")
+        assert await rt.flush()
+        assert rt.store_health is not None and rt.store_health.pending == 0
+        logged = await read_log(rt, ref.id, until=le.AgentReady)
+        assert store.events == len(logged)
+        hold = anyio.Event()
+        write = store.write
+
+        async def held(batch: StoreBatch) -> None:
+            await hold.wait()
+            await write(batch)
+
+        store.write = held  # type: ignore[method-assign]
+        await rt.prompt(ref.id, "again")
+        assert not await rt.flush(0.2)  # the store is not taking it: told, not hung
+        hold.set()
+        assert await rt.flush()
+        assert store.events > len(logged)
+    async with make_runtime(memory_agent(auto_complete=True)) as rt:
+        assert await rt.flush(0)
