@@ -551,3 +551,19 @@ def test_cli_requires_a_command(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main([])
     assert exc.value.code == 2
     assert "COMMAND" in capsys.readouterr().err
+
+
+def test_the_legibility_check_clears_and_measures_every_class_the_explorer_highlights() -> None:
+    """The check's list of highlight classes is the one the explorer's style sheet styles on
+    a text, an edge or a state: a new highlight in the sheet (which could widen a text) fails
+    here until the check measures it."""
+    from acpfsm.tools.diagrams.explorer_js import CSS
+    from acpfsm.tools.diagrams.legibility import HIGHLIGHT_CLASSES, HIGHLIGHTS, MARKS
+
+    styled = set(re.findall(r"(?:\btext|g\.edge|g\.state|g\.cluster)\.([\w-]+)", CSS))
+    assert styled == HIGHLIGHT_CLASSES
+    measured = {c for _, text, state in HIGHLIGHTS for c in (text, state)}
+    assert measured == HIGHLIGHT_CLASSES - MARKS
+    for mark in MARKS:  # a mark only keeps its state undimmed: nothing of its shape changes
+        rules = re.findall(rf"[^}}]*\.{mark}\b[^{{]*\{{([^}}]*)\}}", CSS)
+        assert rules and all(r.strip() == "opacity: 1;" for r in rules)

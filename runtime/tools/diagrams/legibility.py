@@ -48,6 +48,13 @@ HIGHLIGHTS: tuple[tuple[str, str, str], ...] = (
 )
 """The explorer's highlights: ``(name, class of a text and an edge, class of a state)``."""
 
+MARKS: frozenset[str] = frozenset({"end"})
+"""Classes the explorer sets on a state that only keep it undimmed (no change of shape or
+text): cleared with the highlights, not measured on their own."""
+
+HIGHLIGHT_CLASSES: frozenset[str] = frozenset(c for _, t, s in HIGHLIGHTS for c in (t, s)) | MARKS
+"""Every class the explorer sets on a text, an edge or a state to highlight it."""
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -151,11 +158,11 @@ _MEASURE_JS = r"""
 
 
 _HIGHLIGHT_JS = r"""
-([text, state]) => {
+([text, state, highlights]) => {
   const svg = document.querySelector('#drawing svg');
   if (!svg || !document.getElementById('data')) return false;
   const every = (sel, cls) => { for (const e of svg.querySelectorAll(sel)) {
-    for (const c of [...e.classList]) if (c !== cls && /^(hl|step|match|selected|current|end)$/.test(c))
+    for (const c of [...e.classList]) if (c !== cls && highlights.includes(c))
       e.classList.remove(c);
     if (cls) e.classList.add(cls); } };
   every('text', text); every('g.edge', text); every('g.state, g.cluster', state);
@@ -172,7 +179,7 @@ def measure_page(page: Page, url: str, where: str) -> list[Finding]:
     raw: Any = page.evaluate(_MEASURE_JS, [SLACK_PX, STEP_PX])
     out = [Finding(f"{where} ({drawing})", kind, str(a), str(b)) for drawing, kind, a, b in raw]
     for name, text, state in HIGHLIGHTS:
-        if not page.evaluate(_HIGHLIGHT_JS, [text, state]):
+        if not page.evaluate(_HIGHLIGHT_JS, [text, state, sorted(HIGHLIGHT_CLASSES)]):
             break
         raw = page.evaluate(_MEASURE_JS, [SLACK_PX, STEP_PX])
         out += [Finding(f"{where} ({drawing}, highlighted: {name})", kind, str(a), str(b))
