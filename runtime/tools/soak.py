@@ -75,7 +75,7 @@ from acpfsm.adapters.transport import AgentTransport
 from acpfsm.runtime.runtime import Runtime, reference_profile
 from acpfsm.runtime.types import ExecutionRef, LaunchSpec, PromptResult, Timeouts, WorkspaceRef
 
-from .bench import child_pids, rss_kib, zombie_pids
+from .bench.proc import child_pids, rss_kib, zombie_pids
 from .check_trace import Violation, check_file
 
 __all__ = [

@@ -197,7 +197,7 @@ async def _idle(report: ScaleReport, root: Path, count: int) -> None:
 
 
 async def _stdio(report: ScaleReport, root: Path, count: int, prompts: int) -> None:
-    from .bench import _cpu_seconds, child_pids
+    from .proc import _cpu_seconds, child_pids
 
     profile = reference_profile(*AGENT, "--sessions-dir", str(root / "sessions"))
     before = child_pids()

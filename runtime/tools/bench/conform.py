@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import anyio
 
-from .conform import run_battery
-from .conform.judge import SchemaOptions
+from ..conform import run_battery
+from ..conform.judge import SchemaOptions
 
 __all__ = ["CONFORM_FIGURE", "CONFORM_GOAL", "ConformRow", "bench_conform"]
 

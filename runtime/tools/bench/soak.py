@@ -84,7 +84,7 @@ class SoakMemory:
 
 def run(executions: int, prompts: int, concurrency: int) -> SoakMemory:
     """One trio soak (see the module docstring); nothing is printed."""
-    from .soak import SoakOptions, run_soak  # the soak imports the bench's helpers
+    from ..soak import SoakOptions, run_soak  # the soak imports the bench's helpers
 
     options = SoakOptions(
         executions=executions, prompts=prompts, concurrency=max(1, concurrency), backend="trio"

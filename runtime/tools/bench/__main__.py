@@ -1,0 +1,5 @@
+"""``python -m acpfsm.tools.bench``."""
+
+from .run import main
+
+raise SystemExit(main())
