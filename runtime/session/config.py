@@ -44,7 +44,6 @@ class ConfigDriver:
         self.settlement: ChartMachine | None = None
         self._decided: Effect | None = None
         self._set_model_error = ""
-        self._baseline: ModelState | None = None
         ctx.handle(
             START_MODEL_POLICY.chart_name,
             {
@@ -297,7 +296,6 @@ class ConfigDriver:
         """Start the settlement for ``final_config_id`` (the chart publishes now or later)."""
         ctx = self.ctx
         models = ctx.models
-        self._baseline = models.provider_default
         self.settlement = ctx.start(CONFIG_SETTLEMENT, config_id=final_config_id)
         await ctx.step(
             self.settlement,
@@ -327,12 +325,12 @@ class ConfigDriver:
         )
 
     def _on_publish_settled(self, effect: Effect, machine: ChartMachine) -> None:
-        """Publish the cache as settled; its config baseline is the one captured when the
-        settlement started, else the provider default, else the cache itself."""
+        """Publish the cache as settled; its config baseline is the provider default (the
+        state captured before the start-model policy, else the first cached state with
+        config options), else the cache itself."""
         live = self.ctx.models.state
         assert live is not None
-        baseline = self._baseline or self.ctx.models.provider_default or live
-        live.settled = True
+        baseline = self.ctx.models.provider_default or live
         self.ctx.publish(
             ev.SessionModels(
                 current_model_id=live.current_model_id,

@@ -111,16 +111,16 @@ class ModelState(msgspec.Struct):
     current_model_id: str = ""
     models: list[ev.ModelInfo] = msgspec.field(default_factory=list)
     config_options: list[ev.ConfigOption] = msgspec.field(default_factory=list)
-    settled: bool = False
 
     def copy(self) -> ModelState:
-        return ModelState(
-            self.current_model_id, list(self.models), list(self.config_options), self.settled
-        )
+        return ModelState(self.current_model_id, list(self.models), list(self.config_options))
 
     @property
     def catalog_known(self) -> bool:
-        return self.settled or bool(self.config_options)
+        """kandev's test is "``ConfigOptionsSettled``, or ≥ 1 config option"; an execution
+        settles once, after the init's last read of this (the runtime-mode step), so here the
+        options alone say it."""
+        return bool(self.config_options)
 
 
 class ModelCache(msgspec.Struct):
@@ -132,8 +132,10 @@ class ModelCache(msgspec.Struct):
     responses_applied: set[str] = msgspec.field(default_factory=set)
 
     def present(self) -> bool:
+        """The catalog wait's test (kandev's "models, options or ``ConfigOptionsSettled``";
+        the settlement comes after the wait, so it is never settled here)."""
         state = self.state
-        return state is not None and bool(state.models or state.config_options or state.settled)
+        return state is not None and bool(state.models or state.config_options)
 
     def apply(self, event: ev.SessionModels) -> None:
         state = self.state or ModelState()

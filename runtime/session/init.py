@@ -44,6 +44,10 @@ def _why(exc: BaseException) -> str:
 class InitDriver:
     """Owns the execution's :class:`~acpfsm.statecharts.SessionInit` machine."""
 
+    _snapshot_cached: bool
+    """Whether session/new or session/load gave a catalog snapshot: set by their success,
+    the one way to ``check_catalog``, its reader (the chart's ``awaiting_catalog``)."""
+
     def __init__(
         self,
         ctx: ExecutionContext,
@@ -73,7 +77,6 @@ class InitDriver:
         self._profile_applied: dict[str, str] = {}
         self._failures: list[str] = []
         self._resumed = False
-        self._snapshot_cached = False
         handlers = flow_effects(SESSION_INIT.chart_name)
         handlers.update(
             {

@@ -5,7 +5,9 @@ options, floods, late and second answers)."""
 
 from __future__ import annotations
 
+import functools
 import logging
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,7 +28,9 @@ from acpfsm.runtime import (
 )
 from acpfsm.runtime import events as le
 from acpfsm.runtime.session.permissions import MAX_PENDING, REMEMBERED
+from acpfsm.runtime.store import SqliteStore
 
+from .durable_helpers import stored, write_rows
 from .memory_runtime import (
     PROFILE,
     MemoryExecutor,
@@ -391,3 +395,20 @@ async def test_an_unknown_policy_is_refused_at_launch(time_scale: float) -> None
         with pytest.raises(LaunchSpecError, match="unknown permission policy 'yolo'"):
             await rt.launch(spec(agent_profile_id="bad"))
         assert rt.list_executions() == [] and ex.transports == []
+
+
+async def test_a_recovered_execution_allows_nothing_by_a_policy_it_does_not_know(
+    tmp_path: Path,
+) -> None:
+    """A launch refuses an unknown policy, but a recovery takes the stored one as it is (a row
+    another version wrote, or edited): a policy the broker does not know answers as
+    ``reject`` ("allow" sorts just before "allow_once": no order or prefix test lets it by)."""
+    ex = memory_agent()
+    row = stored(permission_policy="allow")
+    make = functools.partial(SqliteStore, tmp_path / "executions.db")
+    await write_rows(make, row)
+    ex.survivors.add(row.id)
+    async with make_runtime(ex, store=make()) as rt:
+        await rt.wait_ready(row.id)
+        assert await ex.last.request_permission(ask("r1")) == "no"
+        assert resolved(rt, row.id)["r1"].decided_by == "policy"

@@ -459,9 +459,9 @@ async def test_s43_config_options_alone_end_the_catalog_wait(
     time_scale: float, autojump_clock: object
 ) -> None:
     """A state with only config options already counts as a catalog: the wait ends at once
-    (well before its 2 s bound) and the policy sees no models (catalog_empty). A state with only
-    ``ConfigOptionsSettled`` counts too (checked on the session's catalog predicate: the
-    runtime only settles after the wait, so an init cannot reach that state)."""
+    (well before its 2 s bound) and the policy sees no models (catalog_empty). A state with
+    only a current model does not count (kandev's third way, ``ConfigOptionsSettled``, cannot
+    happen here: an execution settles after the wait)."""
     ex = memory_agent(models=(), current_model="")
     async with runtime(ex, time_scale, profile(model="wanted"), catalog_wait=2.0) as rt:
         ref, s = await launch_session(rt)
@@ -473,9 +473,6 @@ async def test_s43_config_options_alone_end_the_catalog_wait(
         assert "catalog_arrived" in init_events(s)
         assert policy_state(rt, ref.id) == "catalog_empty"
 
-        only_settled = _ModelState(settled=True)
-        s.ctx.models.state = only_settled
-        assert s.ctx.models.present()
         s.ctx.models.state = _ModelState(current_model_id="cur")
         assert not s.ctx.models.present()
         await rt.stop(ref.id, "done")
@@ -1078,6 +1075,28 @@ async def test_s62_e_empty_config_id_settles_on_the_first_update(time_scale: flo
         (event,) = settled(s)
         assert event.current_model_id == "m1"
         assert values(event.config_options) == {"effort": "high"}
+        await rt.stop(eid, "done")
+
+
+async def test_s62_e_a_first_update_without_options_settles_against_the_cache(
+    time_scale: float,
+) -> None:
+    """(e) again, the first update naming models but no config option: no provider default
+    was ever captured (no state before the policy, no options since), so the baseline is the
+    cache itself, with no options."""
+    ex = memory_agent(models=())
+    async with runtime(ex, time_scale) as rt:
+        eid, s = await launched(rt)
+        assert settlement_path(s) == ["deferred"]
+        first = update(model="m1", model_list=["m1"])
+        ex.last.emit(first)
+        await processed(rt, first)
+        assert s.ctx.models.provider_default is None
+        (event,) = settled(s)
+        assert event.current_model_id == "m1"
+        assert event.config_options == []
+        assert event.config_baseline_candidate == []
+        assert s.execution.status == "READY"
         await rt.stop(eid, "done")
 
 
