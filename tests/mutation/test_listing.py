@@ -99,3 +99,25 @@ def test_a_line_is_named_with_the_line_after_it(tmp_path: Path) -> None:
     equivalent = load_equivalent(listing)
     assert _listed(_mutant(module, 6, "core/RemoveDecorator"), equivalent) is None
     assert _listed(_mutant(module, 1, "core/RemoveDecorator"), equivalent) == "@dataclass"
+
+
+def test_every_target_names_modules_and_tests_that_exist() -> None:
+    """A module renamed or a test file moved would leave a target mutating nothing there, or
+    its mutants judged without the tests that pin them; and every module of the session
+    drivers is a target's."""
+    from tests.mutation.mutate import REPO, TARGETS
+
+    missing = [
+        (target.name, path)
+        for target in TARGETS
+        for path in (*target.modules, *target.tests)
+        if not (REPO / path).is_file()
+    ]
+    assert missing == []
+    mutated = {m for target in TARGETS for m in target.modules}
+    drivers = {
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "runtime" / "session").glob("*.py")
+        if p.name not in ("__init__.py", "views.py")  # views: read-only snapshots, no decision
+    }
+    assert drivers - mutated == set()
