@@ -515,9 +515,9 @@ def _carry(session: Path, kept: dict[Any, Any]) -> int:
 
 def _skip_markers(tree: Path, session: Path) -> None:
     """Skip the "mutants" of a keyword-only marker: cosmic-ray's grammar takes the ``*`` of
-    ``def f(self, *, x)`` for a multiplication, and ``/`` there (positional-only) is valid
-    Python that changes nothing for callers passing keywords: an equivalent mutant per
-    signature, each costing a full selected-test run."""
+    ``def f(self, *, x)`` for a multiplication, and ``/`` there (positional-only) either
+    changes nothing for callers passing keywords or, where a parameter without a default
+    follows one with a default, does not compile: no mutant worth a full selected-test run."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
